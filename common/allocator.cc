@@ -1,0 +1,94 @@
+#include "common/allocator.h"
+
+#include <cstdlib>
+#include <new>
+
+namespace weft {
+
+void Buffer::Unref() {
+  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) owner_->Release(this);
+}
+
+Buffer* Allocator::NewBlock(Allocator* owner, size_t capacity) {
+  void* mem = std::aligned_alloc(kTensorAlignment, Buffer::kHeaderBytes + capacity);
+  if (mem == nullptr) throw std::bad_alloc();
+  return new (mem) Buffer(owner, capacity);
+}
+
+void Allocator::DeleteBlock(Buffer* buffer) {
+  buffer->~Buffer();
+  std::free(buffer);
+}
+
+CachingAllocator::CachingAllocator(size_t max_cached_bytes) : max_cached_bytes_(max_cached_bytes) {}
+
+CachingAllocator::~CachingAllocator() { Trim(); }
+
+size_t CachingAllocator::SizeClass(size_t bytes) {
+  if (bytes <= 256) return 256;
+  // Round up to the next multiple of a quarter of the enclosing power of two.
+  size_t pow2 = 256;
+  while (pow2 < bytes) pow2 <<= 1;
+  const size_t step = pow2 / 8;  // classes: 5/8, 6/8, 7/8, 8/8 of pow2
+  return (bytes + step - 1) / step * step;
+}
+
+Buffer* CachingAllocator::Allocate(size_t bytes) {
+  const size_t cls = SizeClass(bytes);
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = free_.find(cls);
+    if (it != free_.end() && !it->second.empty()) {
+      Buffer* b = it->second.back();
+      it->second.pop_back();
+      stats_.bytes_cached -= static_cast<int64_t>(cls);
+      stats_.bytes_in_use += static_cast<int64_t>(cls);
+      if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
+      ++stats_.cache_hits;
+      b->Ref();  // refs_ was left at 0 when it was released
+      return b;
+    }
+    ++stats_.system_allocs;
+    stats_.bytes_in_use += static_cast<int64_t>(cls);
+    if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  }
+  return NewBlock(this, cls);
+}
+
+void CachingAllocator::Release(Buffer* buffer) {
+  const size_t cls = buffer->capacity();
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.bytes_in_use -= static_cast<int64_t>(cls);
+    if (static_cast<size_t>(stats_.bytes_cached) + cls <= max_cached_bytes_) {
+      free_[cls].push_back(buffer);
+      stats_.bytes_cached += static_cast<int64_t>(cls);
+      return;
+    }
+  }
+  DeleteBlock(buffer);
+}
+
+void CachingAllocator::Trim() {
+  absl::flat_hash_map<size_t, std::vector<Buffer*>> drop;
+  {
+    absl::MutexLock lock(&mu_);
+    drop.swap(free_);
+    stats_.bytes_cached = 0;
+  }
+  for (auto& [cls, blocks] : drop) {
+    for (Buffer* b : blocks) DeleteBlock(b);
+  }
+}
+
+Allocator::Stats CachingAllocator::GetStats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+Allocator* CpuAllocator() {
+  static CachingAllocator* const allocator = new CachingAllocator();  // never destroyed
+  return allocator;
+}
+
+}  // namespace weft

@@ -1,0 +1,112 @@
+// Memory for tensor payloads.
+//
+// A Buffer is a 64-byte-aligned block with an intrusive, atomic reference
+// count kept in a header just before the payload, so handing a buffer around
+// costs no allocation of its own. When the last reference goes, the buffer
+// returns to the allocator that made it.
+//
+// CachingAllocator keeps released blocks in size classes and hands them out
+// again, so a training step that allocates the same shapes every step reaches
+// the system allocator only during its first steps (see Stats::system_allocs).
+// On these machines a fresh 64 MiB allocation plus first touch costs ~50x a
+// copy into a warm block, which is why caching is the default.
+//
+// Thread-safety: every method of every class here is thread-safe.
+#ifndef WEFT_COMMON_ALLOCATOR_H_
+#define WEFT_COMMON_ALLOCATOR_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+
+namespace weft {
+
+inline constexpr size_t kTensorAlignment = 64;
+
+class Allocator;
+
+class Buffer {
+ public:
+  void* data() { return reinterpret_cast<char*>(this) + kHeaderBytes; }
+  const void* data() const { return reinterpret_cast<const char*>(this) + kHeaderBytes; }
+  // Usable bytes; at least what was asked for.
+  size_t capacity() const { return capacity_; }
+
+  void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void Unref();
+  bool RefCountIsOne() const { return refs_.load(std::memory_order_acquire) == 1; }
+
+  static constexpr size_t kHeaderBytes = kTensorAlignment;
+
+ private:
+  friend class Allocator;
+  Buffer(Allocator* owner, size_t capacity) : refs_(1), capacity_(capacity), owner_(owner) {}
+
+  std::atomic<int32_t> refs_;
+  size_t capacity_;
+  Allocator* owner_;
+};
+static_assert(sizeof(Buffer) <= Buffer::kHeaderBytes, "buffer header must fit its slot");
+
+class Allocator {
+ public:
+  struct Stats {
+    int64_t system_allocs = 0;    // blocks obtained from the system
+    int64_t cache_hits = 0;       // allocations served from the cache
+    int64_t bytes_in_use = 0;     // capacity of live buffers
+    int64_t bytes_cached = 0;     // capacity kept for reuse
+    int64_t peak_bytes_in_use = 0;
+  };
+
+  virtual ~Allocator() = default;
+  // Returns a buffer with one reference and at least `bytes` usable bytes
+  // (a zero-byte request still returns a valid buffer). Never null: running
+  // out of memory aborts, as operator new would.
+  virtual Buffer* Allocate(size_t bytes) = 0;
+  virtual Stats GetStats() const = 0;
+
+ protected:
+  friend class Buffer;
+  virtual void Release(Buffer* buffer) = 0;
+  // Helpers for subclasses: a fresh block from the system, and its disposal.
+  static Buffer* NewBlock(Allocator* owner, size_t capacity);
+  static void DeleteBlock(Buffer* buffer);
+};
+
+// Caches released blocks by size class (powers of two with four steps in
+// between, so at most ~19% of a block is slack). Holds at most
+// `max_cached_bytes` of free blocks; past that, released blocks are freed.
+class CachingAllocator final : public Allocator {
+ public:
+  explicit CachingAllocator(size_t max_cached_bytes = size_t{2} << 30);
+  ~CachingAllocator() override;
+
+  Buffer* Allocate(size_t bytes) override;
+  Stats GetStats() const override;
+  // Frees every cached block (live buffers are untouched).
+  void Trim();
+
+  // The size a request of `bytes` is rounded up to.
+  static size_t SizeClass(size_t bytes);
+
+ protected:
+  void Release(Buffer* buffer) override;
+
+ private:
+  mutable absl::Mutex mu_;
+  const size_t max_cached_bytes_;
+  absl::flat_hash_map<size_t, std::vector<Buffer*>> free_ ABSL_GUARDED_BY(mu_);
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+// The process-wide allocator for CPU tensors (a CachingAllocator).
+Allocator* CpuAllocator();
+
+}  // namespace weft
+
+#endif  // WEFT_COMMON_ALLOCATOR_H_

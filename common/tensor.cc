@@ -1,0 +1,109 @@
+#include "common/tensor.h"
+
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace weft {
+
+int64_t TensorShape::num_elements() const {
+  int64_t n = 1;
+  for (int64_t d : dims_) {
+    if (d < 0) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+bool TensorShape::IsFullyDefined() const {
+  for (int64_t d : dims_) {
+    if (d < 0) return false;
+  }
+  return true;
+}
+
+bool TensorShape::IsCompatibleWith(const TensorShape& other) const {
+  if (rank() != other.rank()) return false;
+  for (int i = 0; i < rank(); ++i) {
+    if (dims_[i] >= 0 && other.dims_[i] >= 0 && dims_[i] != other.dims_[i]) return false;
+  }
+  return true;
+}
+
+std::string TensorShape::DebugString() const {
+  std::string out = "[";
+  for (int i = 0; i < rank(); ++i) {
+    if (i > 0) out += ",";
+    out += dims_[i] < 0 ? "?" : std::to_string(dims_[i]);
+  }
+  return out + "]";
+}
+
+Tensor::Tensor(DType dtype, const TensorShape& shape, Allocator* allocator)
+    : dtype_(dtype), shape_(shape), num_elements_(shape.num_elements()) {
+  buf_ = allocator->Allocate(static_cast<size_t>(num_elements_) * DTypeSize(dtype));
+}
+
+Tensor& Tensor::operator=(const Tensor& o) {
+  if (this == &o) return *this;
+  if (o.buf_ != nullptr) o.buf_->Ref();
+  if (buf_ != nullptr) buf_->Unref();
+  dtype_ = o.dtype_;
+  shape_ = o.shape_;
+  num_elements_ = o.num_elements_;
+  buf_ = o.buf_;
+  return *this;
+}
+
+Tensor& Tensor::operator=(Tensor&& o) noexcept {
+  if (this == &o) return *this;
+  if (buf_ != nullptr) buf_->Unref();
+  dtype_ = o.dtype_;
+  shape_ = std::move(o.shape_);
+  num_elements_ = o.num_elements_;
+  buf_ = o.buf_;
+  o.buf_ = nullptr;
+  o.dtype_ = DType::kInvalid;
+  o.num_elements_ = 0;
+  return *this;
+}
+
+absl::StatusOr<Tensor> Tensor::Reshaped(const TensorShape& shape) const {
+  if (!shape.IsFullyDefined() || shape.num_elements() != num_elements_) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot reshape ", shape_.DebugString(), " (",
+                                                   num_elements_, " elements) to ", shape.DebugString()));
+  }
+  Tensor t(*this);
+  t.shape_ = shape;
+  return t;
+}
+
+Tensor Tensor::DeepCopy(Allocator* allocator) const {
+  if (!IsInitialized()) return Tensor();
+  Tensor t(dtype_, shape_, allocator);
+  std::memcpy(t.raw_data(), raw_data(), TotalBytes());
+  return t;
+}
+
+std::string Tensor::DebugString(int max_entries) const {
+  if (!IsInitialized()) return "<uninitialized tensor>";
+  std::string out = absl::StrCat(DTypeName(dtype_), shape_.DebugString(), " {");
+  const int64_t n = std::min<int64_t>(num_elements_, max_entries);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i > 0) out += ", ";
+    switch (dtype_) {
+      case DType::kFloat32: absl::StrAppend(&out, data<float>()[i]); break;
+      case DType::kFloat16: absl::StrAppend(&out, static_cast<float>(data<Half>()[i])); break;
+      case DType::kInt32: absl::StrAppend(&out, data<int32_t>()[i]); break;
+      case DType::kInt64: absl::StrAppend(&out, data<int64_t>()[i]); break;
+      case DType::kBool: absl::StrAppend(&out, data<bool>()[i] ? "true" : "false"); break;
+      case DType::kInvalid: break;
+    }
+  }
+  if (num_elements_ > n) out += ", ...";
+  return out + "}";
+}
+
+}  // namespace weft

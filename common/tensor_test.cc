@@ -1,0 +1,84 @@
+#include "common/tensor.h"
+
+#include <cstdint>
+
+#include "gtest/gtest.h"
+
+namespace weft {
+namespace {
+
+TEST(TensorShapeTest, ElementsAndCompatibility) {
+  TensorShape s{64, 784};
+  EXPECT_EQ(s.num_elements(), 64 * 784);
+  EXPECT_TRUE(s.IsFullyDefined());
+  TensorShape u{-1, 784};
+  EXPECT_EQ(u.num_elements(), -1);
+  EXPECT_TRUE(u.IsCompatibleWith(s));
+  EXPECT_FALSE(u.IsCompatibleWith(TensorShape{64, 10}));
+  EXPECT_EQ(u.DebugString(), "[?,784]");
+  EXPECT_EQ(TensorShape{}.num_elements(), 1);
+}
+
+TEST(TensorTest, BuffersAreAlignedAndShared) {
+  Tensor a(DType::kFloat32, {3, 5});
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.raw_data()) % kTensorAlignment, 0u);
+  EXPECT_TRUE(a.RefCountIsOne());
+  Tensor b = a;
+  EXPECT_TRUE(b.SharesBufferWith(a));
+  EXPECT_FALSE(a.RefCountIsOne());
+  a.data<float>()[4] = 2.5f;
+  EXPECT_EQ(b.data<float>()[4], 2.5f);
+  Tensor c = a.DeepCopy();
+  EXPECT_FALSE(c.SharesBufferWith(a));
+  EXPECT_EQ(c.data<float>()[4], 2.5f);
+  b = Tensor();
+  EXPECT_TRUE(a.RefCountIsOne());
+}
+
+TEST(TensorTest, ReshapeKeepsBufferAndChecksCount) {
+  Tensor a(DType::kInt32, {2, 6});
+  auto r = a.Reshaped({3, 4});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->SharesBufferWith(a));
+  EXPECT_FALSE(a.Reshaped({5}).ok());
+}
+
+TEST(CachingAllocatorTest, ReusesReleasedBlocks) {
+  CachingAllocator alloc;
+  for (int step = 0; step < 10; ++step) {
+    Tensor x(DType::kFloat32, {64, 784}, &alloc);
+    Tensor y(DType::kFloat32, {64, 256}, &alloc);
+  }
+  const auto stats = alloc.GetStats();
+  EXPECT_EQ(stats.system_allocs, 2);
+  EXPECT_EQ(stats.cache_hits, 18);
+  EXPECT_EQ(stats.bytes_in_use, 0);
+}
+
+TEST(CachingAllocatorTest, SizeClassesBoundSlack) {
+  for (size_t n : {1ul, 255ul, 257ul, 1000ul, 4097ul, 200000ul, 64ul << 20}) {
+    const size_t c = CachingAllocator::SizeClass(n);
+    EXPECT_GE(c, n);
+    EXPECT_LE(c, std::max<size_t>(256, n + n / 4 + 1)) << n;
+  }
+}
+
+TEST(CachingAllocatorTest, CacheLimitFreesExtraBlocks) {
+  CachingAllocator alloc(/*max_cached_bytes=*/4096);
+  {
+    Tensor a(DType::kFloat32, {1024}, &alloc);  // 4096 bytes
+    Tensor b(DType::kFloat32, {1024}, &alloc);
+  }
+  EXPECT_EQ(alloc.GetStats().bytes_cached, 4096);
+}
+
+TEST(HalfTest, ConvertsExactlyAndRounds) {
+  for (float f : {0.0f, 1.0f, -2.5f, 65504.0f, 6.103515625e-05f, 5.960464477539063e-08f}) {
+    EXPECT_EQ(static_cast<float>(Half(f)), f) << f;
+  }
+  EXPECT_EQ(static_cast<float>(Half(1.0f + 1.0f / 4096)), 1.0f);  // rounds to even
+  EXPECT_TRUE(std::isinf(static_cast<float>(Half(1e6f))));
+}
+
+}  // namespace
+}  // namespace weft
