@@ -1,0 +1,47 @@
+# weft's two everyday commands:
+#   make demo   train the bundled default job (installs what it needs)
+#   make test   build everything and run every test (installs what it needs)
+# and `make bench` for the side-by-side benchmarks (writes BENCHMARKS.md).
+
+SHELL := /bin/bash
+BAZEL ?= bazel
+
+BUILD_PACKAGES := bazel-bootstrap bazel-rules-java default-jdk-headless g++ pkg-config \
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev \
+  libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libeigen3-dev zlib1g-dev libssl-dev \
+  libc-ares-dev libre2-dev
+DATA_PACKAGES := dataset-fashion-mnist
+BENCH_PACKAGES := python3 python3-numpy python3-torch libopenblas0-pthread
+
+# CUDA code is compiled whenever the toolkit is present, so CI compiles it
+# too: tools/configure.sh puts --config=cuda in .bazelrc.user on such machines.
+BAZEL_FLAGS ?=
+
+.PHONY: deps build test demo bench clean
+
+deps:
+	@tools/install_deps.sh $(BUILD_PACKAGES) $(DATA_PACKAGES)
+	@tools/configure.sh
+
+build: deps
+	$(BAZEL) build $(BAZEL_FLAGS) //...
+
+test: deps
+	@status=0; \
+	$(BAZEL) test $(BAZEL_FLAGS) //... || status=$$?; \
+	targets=$$($(BAZEL) query 'tests(//...) except attr(tags, manual, //...)' 2>/dev/null); \
+	tools/test_summary.sh "$$($(BAZEL) info bazel-testlogs 2>/dev/null)" $$targets || status=1; \
+	if [ "$${CI:-}" = "true" ]; then $(BAZEL) shutdown; fi; \
+	exit $$status
+
+demo: deps
+	$(BAZEL) build $(BAZEL_FLAGS) //client:weft
+	bazel-bin/client/weft train examples/fmnist_mlp.pbtxt
+
+bench: deps
+	@tools/install_deps.sh $(BENCH_PACKAGES)
+	$(BAZEL) build $(BAZEL_FLAGS) //client:weft
+	bench/run.sh
+
+clean:
+	$(BAZEL) clean

@@ -1,0 +1,75 @@
+#include "client/progress.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+
+namespace weft {
+namespace {
+
+std::string Duration(double seconds) {
+  if (!(seconds >= 0) || seconds > 359999) return "?";
+  const int s = static_cast<int>(seconds + 0.5);
+  if (s >= 3600) return absl::StrFormat("%d:%02d:%02d", s / 3600, s / 60 % 60, s % 60);
+  return absl::StrFormat("%d:%02d", s / 60, s % 60);
+}
+
+std::string Rate(double r) {
+  if (r >= 1e6) return absl::StrFormat("%.2fM", r / 1e6);
+  if (r >= 1e3) return absl::StrFormat("%.1fk", r / 1e3);
+  return absl::StrFormat("%.0f", r);
+}
+
+}  // namespace
+
+std::string ProgressDisplay::BarLine(const TrainProgress& p, int width) {
+  const double frac = p.total_steps > 0 ? std::min(1.0, static_cast<double>(p.step) / p.total_steps) : 0;
+  const int filled = static_cast<int>(frac * width);
+  std::string bar(width, ' ');
+  std::fill(bar.begin(), bar.begin() + filled, '=');
+  if (filled < width && filled > 0) bar[filled] = '>';
+  const double steps_per_s = p.elapsed_seconds > 0 ? p.step / p.elapsed_seconds : 0;
+  const double eta = steps_per_s > 0 ? (p.total_steps - p.step) / steps_per_s : -1;
+  std::string epoch = p.epochs > 0 ? absl::StrFormat(" epoch %d/%d", std::min(p.epoch, p.epochs), p.epochs) : "";
+  return absl::StrFormat("[%s] %d/%d%s loss %.4f %s samples/s ETA %s", bar, p.step, p.total_steps, epoch, p.loss,
+                         Rate(p.samples_per_second), Duration(eta));
+}
+
+void ProgressDisplay::Update(const TrainProgress& p) {
+  if (terminal_) {
+    const auto now = std::chrono::steady_clock::now();
+    const bool last = p.step >= p.total_steps;
+    if (!p.epoch_end && !last && drawn_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
+    last_draw_ = now;
+    std::string line = BarLine(p, 30);
+    if (p.epoch_end && p.test_accuracy >= 0) line += absl::StrFormat(" test accuracy %.4f", p.test_accuracy);
+    std::fprintf(out_, "\r%s\x1b[K", line.c_str());
+    if (p.epoch_end && p.test_accuracy >= 0) std::fprintf(out_, "\n");
+    std::fflush(out_);
+    drawn_ = true;
+    return;
+  }
+  if (p.epoch_end) {
+    std::fprintf(out_, "epoch %d done: step %d/%d loss %.4f %s samples/s%s\n", p.epoch, p.step, p.total_steps,
+                 p.loss, Rate(p.samples_per_second).c_str(),
+                 p.test_accuracy >= 0 ? absl::StrFormat(" test accuracy %.4f", p.test_accuracy).c_str() : "");
+    std::fflush(out_);
+    return;
+  }
+  if (p.step >= next_plain_step_) {
+    std::fprintf(out_, "step %d/%d loss %.4f %s samples/s\n", p.step, p.total_steps, p.loss,
+                 Rate(p.samples_per_second).c_str());
+    std::fflush(out_);
+    next_plain_step_ = p.step + std::max<int64_t>(1, p.total_steps / 10);
+  }
+}
+
+void ProgressDisplay::Finish() {
+  if (terminal_ && drawn_) {
+    std::fprintf(out_, "\n");
+    std::fflush(out_);
+  }
+  drawn_ = false;
+}
+
+}  // namespace weft

@@ -1,0 +1,145 @@
+// The `weft` command.
+//
+//   weft train JOB [--output=text|json] [--log_level=LEVEL]
+//       Trains JOB (a .pbtxt or .json JobSpec) in this process, showing
+//       progress on stderr, and prints the result: a summary, or with
+//       --output=json one JSON object on stdout.
+//
+// Exit status: 0 on success, 1 when the job failed, 2 for bad usage.
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/job_file.h"
+#include "client/progress.h"
+#include "common/status_macros.h"
+#include "graph/op_registry.h"
+#include "common/logging.h"
+#include "runtime/trainer.h"
+
+namespace weft {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: weft <command> [args]\n"
+    "\n"
+    "commands:\n"
+    "  train JOB [--output=text|json] [--log_level=LEVEL]\n"
+    "      train a job file (.pbtxt or .json) in this process\n"
+    "  ops\n"
+    "      list the registered ops\n";
+
+LocalTrainer* g_trainer = nullptr;
+
+void OnSignal(int) {
+  if (g_trainer != nullptr) g_trainer->Cancel();
+}
+
+struct Flags {
+  std::vector<std::string> args;
+  std::string output = "text";
+  std::string log_level;
+};
+
+bool ParseFlags(int argc, char** argv, int first, Flags* f, std::string* error) {
+  for (int i = first; i < argc; ++i) {
+    std::string a = argv[i];
+    if (absl::StartsWith(a, "--output=")) {
+      f->output = a.substr(9);
+      if (f->output != "text" && f->output != "json") {
+        *error = absl::StrCat("--output must be text or json, got '", f->output, "'");
+        return false;
+      }
+    } else if (absl::StartsWith(a, "--log_level=")) {
+      f->log_level = a.substr(12);
+    } else if (absl::StartsWith(a, "--")) {
+      *error = absl::StrCat("unknown flag '", a, "'");
+      return false;
+    } else {
+      f->args.push_back(a);
+    }
+  }
+  return true;
+}
+
+int Fail(const Flags& f, const absl::Status& s) {
+  std::fprintf(stderr, "weft: %s\n", std::string(s.message()).c_str());
+  if (f.output == "json") {
+    // Only state and the error: a failed run has no figures to report.
+    std::string msg;
+    for (char c : std::string(s.message())) {
+      if (c == '"' || c == '\\') msg += '\\';
+      msg += (c == '\n' ? ' ' : c);
+    }
+    std::printf("{\"state\": \"FAILED\", \"error\": \"%s\"}\n", msg.c_str());
+  }
+  return 1;
+}
+
+int Train(const Flags& f) {
+  if (f.args.size() != 1) {
+    std::fprintf(stderr, "weft train: expected one job file\n%s", kUsage);
+    return 2;
+  }
+  auto job = LoadJobFile(f.args[0]);
+  if (!job.ok()) return Fail(f, job.status());
+  if (absl::Status s = ValidateJob(*job); !s.ok()) return Fail(f, Annotate(s, f.args[0]));
+  if (job->name().empty()) {
+    std::string base = f.args[0].substr(f.args[0].rfind('/') + 1);
+    job->set_name(base.substr(0, base.find('.')));
+  }
+  auto trainer = LocalTrainer::Create(*job);
+  if (!trainer.ok()) return Fail(f, trainer.status());
+  g_trainer = trainer->get();
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+
+  ProgressDisplay display(stderr, isatty(fileno(stderr)) != 0);
+  auto result = (*trainer)->Train([&](const TrainProgress& p) { display.Update(p); });
+  display.Finish();
+  g_trainer = nullptr;
+  if (!result.ok()) return Fail(f, result.status());
+  if (f.output == "json") {
+    std::printf("%s\n", result->ToJson().c_str());
+  } else {
+    std::printf("job %s %s: %lld steps, %lld epochs, train loss %.4f, test accuracy %.4f, %.0f samples/s, %.1f s\n",
+                result->job.c_str(), result->state.c_str(), static_cast<long long>(result->steps),
+                static_cast<long long>(result->epochs), result->train_loss, result->test_accuracy,
+                result->samples_per_second, result->wall_seconds);
+  }
+  return result->state == "SUCCEEDED" ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace weft
+
+int main(int argc, char** argv) {
+  using namespace weft;
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "help") {
+    std::fprintf(argc < 2 ? stderr : stdout, "%s", kUsage);
+    return argc < 2 ? 2 : 0;
+  }
+  Flags flags;
+  std::string error;
+  if (!ParseFlags(argc, argv, 2, &flags, &error)) {
+    std::fprintf(stderr, "weft: %s\n%s", error.c_str(), kUsage);
+    return 2;
+  }
+  if (!flags.log_level.empty() && !SetLogLevel(flags.log_level)) {
+    std::fprintf(stderr, "weft: unknown log level '%s'\n", flags.log_level.c_str());
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "train") return Train(flags);
+  if (cmd == "ops") {
+    for (const std::string& op : OpRegistry::Global()->OpNames()) std::printf("%s\n", op.c_str());
+    return 0;
+  }
+  std::fprintf(stderr, "weft: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+  return 2;
+}

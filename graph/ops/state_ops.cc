@@ -1,0 +1,59 @@
+// Ops that feed, hold or pass values: Placeholder, Const, Variable, Identity,
+// NoOp.
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "graph/attr.h"
+#include "graph/gradients.h"
+#include "graph/op_registry.h"
+
+namespace weft {
+namespace {
+
+absl::Status PlaceholderShape(InferenceContext* c) {
+  ASSIGN_OR_RETURN(c->output_types[0], GetTypeAttr(c->node, "dtype"));
+  ASSIGN_OR_RETURN(c->output_shapes[0], GetShapeAttr(c->node, "shape"));
+  return absl::OkStatus();
+}
+
+absl::Status ConstShape(InferenceContext* c) {
+  ASSIGN_OR_RETURN(Tensor t, GetTensorAttr(c->node, "value"));
+  c->output_types[0] = t.dtype();
+  c->output_shapes[0] = t.shape();
+  return absl::OkStatus();
+}
+
+absl::Status VariableShape(InferenceContext* c) {
+  ASSIGN_OR_RETURN(c->output_types[0], GetTypeAttr(c->node, "dtype"));
+  ASSIGN_OR_RETURN(c->output_shapes[0], GetShapeAttr(c->node, "shape"));
+  if (!c->output_shapes[0].IsFullyDefined()) {
+    return c->Error(absl::StrCat("variable shape ", c->output_shapes[0].DebugString(), " must be fully defined"));
+  }
+  ASSIGN_OR_RETURN(std::string init, GetStringAttrOr(c->node, "initializer", "zeros"));
+  if (init != "zeros" && init != "ones" && init != "constant" && init != "glorot_uniform" && init != "he_normal") {
+    return c->Error(absl::StrCat("unknown initializer '", init,
+                                 "' (expected zeros, ones, constant, glorot_uniform or he_normal)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NoShape(InferenceContext*) { return absl::OkStatus(); }
+
+absl::Status IdentityGrad(GradContext* c) {
+  c->grad_inputs[0] = c->grad_outputs[0];
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// Fed by the caller each step; running one unfed is an error.
+WEFT_REGISTER_OP(OpDef{.name = "Placeholder", .num_inputs = 0, .num_outputs = 1, .shape_fn = PlaceholderShape});
+WEFT_REGISTER_OP(OpDef{.name = "Const", .num_inputs = 0, .num_outputs = 1, .shape_fn = ConstShape});
+// Outputs the variable's value, sharing its buffer; update ops write through it.
+WEFT_REGISTER_OP(
+    OpDef{.name = "Variable", .num_inputs = 0, .num_outputs = 1, .stateful = true, .shape_fn = VariableShape});
+WEFT_REGISTER_OP(OpDef{
+    .name = "Identity", .num_inputs = 1, .num_outputs = 1, .shape_fn = UnchangedShape, .grad_fn = IdentityGrad});
+// No outputs: a target that groups control inputs.
+WEFT_REGISTER_OP(OpDef{.name = "NoOp", .num_inputs = 0, .num_outputs = 0, .shape_fn = NoShape});
+
+}  // namespace weft

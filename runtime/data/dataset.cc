@@ -1,0 +1,393 @@
+#include "runtime/data/dataset.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "runtime/data/idx_reader.h"
+#include "runtime/data/tfrecord.h"
+
+namespace weft {
+namespace data {
+namespace {
+
+constexpr char kDefaultTrainImages[] = "train-images-idx3-ubyte.gz";
+constexpr char kDefaultTrainLabels[] = "train-labels-idx1-ubyte.gz";
+constexpr char kDefaultTestImages[] = "t10k-images-idx3-ubyte.gz";
+constexpr char kDefaultTestLabels[] = "t10k-labels-idx1-ubyte.gz";
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [0, n) by rejection, so the result depends only on the
+// generator's (standardised) output, unlike std::uniform_int_distribution.
+uint64_t UniformBelow(std::mt19937_64& rng, uint64_t n) {
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  const uint64_t limit = kMax - kMax % n;  // a multiple of n
+  uint64_t x;
+  do {
+    x = rng();
+  } while (x >= limit);
+  return x % n;
+}
+
+// Written as a plain loop over restrict pointers so the compiler turns it into
+// widening loads, int->float conversions and multiplies, 8 lanes at a time.
+void ConvertPixels(const uint8_t* __restrict src, float* __restrict dst, int64_t n,
+                   float inv_scale) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) * inv_scale;
+}
+
+}  // namespace
+
+// ---- InMemoryDataset -------------------------------------------------------
+
+absl::StatusOr<InMemoryDataset> InMemoryDataset::Create(std::vector<int64_t> example_shape,
+                                                        std::vector<uint8_t> pixels,
+                                                        std::vector<int32_t> labels) {
+  int64_t elems = 1;
+  for (int64_t d : example_shape) {
+    if (d <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "example shape [", absl::StrJoin(example_shape, ","), "] has a non-positive dim"));
+    }
+    elems *= d;
+  }
+  if (pixels.size() != labels.size() * static_cast<uint64_t>(elems)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(pixels.size(), " pixels do not make ", labels.size(), " examples of shape [",
+                     absl::StrJoin(example_shape, ","), "] (", elems, " pixels each)"));
+  }
+  InMemoryDataset ds;
+  ds.example_shape_ = std::move(example_shape);
+  ds.example_elems_ = elems;
+  ds.pixels_ = std::move(pixels);
+  ds.labels_ = std::move(labels);
+  return ds;
+}
+
+absl::StatusOr<InMemoryDataset> InMemoryDataset::Shard(int64_t index, int64_t count) const {
+  if (count < 1 || index < 0 || index >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard index ", index, " is not in [0, ", count, ")"));
+  }
+  InMemoryDataset out;
+  out.example_shape_ = example_shape_;
+  out.example_elems_ = example_elems_;
+  const int64_t n = size() > index ? (size() - index + count - 1) / count : 0;
+  out.pixels_.resize(static_cast<size_t>(n * example_elems_));
+  out.labels_.resize(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t i = index + k * count;
+    std::copy_n(pixels(i), example_elems_, out.pixels_.data() + k * example_elems_);
+    out.labels_[k] = labels_[i];
+  }
+  return out;
+}
+
+InMemoryDataset InMemoryDataset::Take(int64_t n) const {
+  n = std::min(std::max<int64_t>(n, 0), size());
+  InMemoryDataset out;
+  out.example_shape_ = example_shape_;
+  out.example_elems_ = example_elems_;
+  out.pixels_.assign(pixels_.begin(), pixels_.begin() + n * example_elems_);
+  out.labels_.assign(labels_.begin(), labels_.begin() + n);
+  return out;
+}
+
+// ---- BatchIterator ---------------------------------------------------------
+
+class BatchIterator::Producer {
+ public:
+  Producer(const InMemoryDataset* ds, const BatchOptions& o)
+      : ds_(ds),
+        options_(o),
+        allocator_(o.allocator != nullptr ? o.allocator : CpuAllocator()),
+        inv_scale_(1.0f / o.scale),
+        order_(static_cast<size_t>(ds->size())),
+        epoch_(o.first_epoch) {}
+
+  bool finished() const { return finished_; }
+
+  // The next batch, or nullopt at the end of an epoch.
+  // REQUIRES: !finished().
+  std::optional<Batch> Produce() {
+    if (!epoch_started_) StartEpoch();
+    const int64_t take = std::min(options_.batch_size, ds_->size() - pos_);
+    if (take == 0 || (options_.drop_remainder && take < options_.batch_size)) {
+      epoch_started_ = false;
+      ++epoch_;
+      finished_ = options_.num_epochs > 0 && epoch_ - options_.first_epoch >= options_.num_epochs;
+      return std::nullopt;
+    }
+    const int64_t elems = ds_->example_elems();
+    TensorShape shape;
+    shape.AddDim(take);
+    for (int64_t d : ds_->example_shape()) shape.AddDim(d);
+    Batch batch;
+    batch.features = Tensor(DType::kFloat32, shape, allocator_);
+    batch.labels = Tensor(DType::kInt32, TensorShape{take}, allocator_);
+    batch.epoch = epoch_;
+    float* features = batch.features.data<float>();
+    int32_t* labels = batch.labels.data<int32_t>();
+    for (int64_t b = 0; b < take; ++b) {
+      const int64_t i = order_[pos_ + b];
+      ConvertPixels(ds_->pixels(i), features + b * elems, elems, inv_scale_);
+      labels[b] = ds_->label(i);
+    }
+    pos_ += take;
+    return batch;
+  }
+
+ private:
+  void StartEpoch() {
+    std::iota(order_.begin(), order_.end(), int64_t{0});
+    if (options_.shuffle) {
+      std::mt19937_64 rng(SplitMix64(options_.seed ^ SplitMix64(static_cast<uint64_t>(epoch_))));
+      for (size_t i = order_.size(); i > 1; --i) {
+        std::swap(order_[i - 1], order_[UniformBelow(rng, i)]);
+      }
+    }
+    pos_ = 0;
+    epoch_started_ = true;
+  }
+
+  const InMemoryDataset* const ds_;
+  const BatchOptions options_;
+  Allocator* const allocator_;
+  const float inv_scale_;
+  std::vector<int64_t> order_;  // example indices of the current epoch
+  int64_t epoch_;
+  int64_t pos_ = 0;  // next position in order_
+  bool epoch_started_ = false;
+  bool finished_ = false;
+};
+
+absl::StatusOr<std::unique_ptr<BatchIterator>> BatchIterator::Create(const InMemoryDataset* dataset,
+                                                                     const BatchOptions& options) {
+  if (options.batch_size < 1 || !(options.scale > 0) || options.prefetch < 0 ||
+      options.num_epochs < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad batch options: batch_size=", options.batch_size, " scale=", options.scale,
+                     " prefetch=", options.prefetch, " num_epochs=", options.num_epochs,
+                     " (need batch_size >= 1, scale > 0, prefetch >= 0, num_epochs >= 0)"));
+  }
+  const int64_t n = dataset->size();
+  const int64_t batches = options.drop_remainder
+                              ? n / options.batch_size
+                              : (n + options.batch_size - 1) / options.batch_size;
+  if (batches == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset of ", n, " examples gives no batch of ", options.batch_size,
+                     options.drop_remainder ? " (partial batches are dropped)" : ""));
+  }
+  auto producer = std::make_unique<Producer>(dataset, options);
+  return std::unique_ptr<BatchIterator>(
+      new BatchIterator(std::move(producer), options.prefetch, options.first_epoch, batches));
+}
+
+BatchIterator::BatchIterator(std::unique_ptr<Producer> producer, int prefetch, int64_t first_epoch,
+                             int64_t batches_per_epoch)
+    : producer_(std::move(producer)),
+      prefetch_(static_cast<size_t>(prefetch)),
+      batches_per_epoch_(batches_per_epoch),
+      epoch_(first_epoch) {
+  if (prefetch_ > 0) thread_ = std::thread([this] { PrefetchLoop(); });
+}
+
+BatchIterator::~BatchIterator() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+bool BatchIterator::HasRoomOrStopping() const { return stopping_ || queue_.size() < prefetch_; }
+
+bool BatchIterator::HasItemOrDone() const { return !queue_.empty() || done_; }
+
+void BatchIterator::PrefetchLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(this, &BatchIterator::HasRoomOrStopping));
+      if (stopping_) return;
+    }
+    // Built outside the lock so the consumer can take earlier batches meanwhile.
+    std::optional<Batch> item = producer_->Produce();
+    const bool finished = producer_->finished();
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(item));
+    if (finished) {
+      done_ = true;
+      return;
+    }
+  }
+}
+
+absl::StatusOr<std::optional<Batch>> BatchIterator::Next() {
+  std::optional<Batch> item;
+  if (prefetch_ == 0) {
+    if (producer_->finished()) return std::nullopt;
+    item = producer_->Produce();
+  } else {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(this, &BatchIterator::HasItemOrDone));
+    if (queue_.empty()) return std::nullopt;  // every epoch has ended
+    item = std::move(queue_.front());
+    queue_.pop_front();
+  }
+  if (!item.has_value()) ++epoch_;
+  return item;
+}
+
+// ---- Options and loading ---------------------------------------------------
+
+BatchOptions BatchOptionsFromSpec(const DatasetSpec& spec, int64_t batch_size, uint64_t seed,
+                                  bool train) {
+  BatchOptions o;
+  o.batch_size = batch_size;
+  o.seed = seed;
+  o.shuffle = train && !spec.no_shuffle();
+  o.drop_remainder = train;
+  o.prefetch = spec.prefetch() > 0 ? spec.prefetch() : 2;
+  o.scale = spec.scale() > 0 ? spec.scale() : 255.0f;
+  o.num_epochs = train ? 0 : 1;
+  return o;
+}
+
+namespace {
+
+std::string ShapeString(absl::Span<const int64_t> shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+// `name` resolved against `dir`; an empty name means `default_name` in `dir`.
+absl::StatusOr<std::string> ResolvePath(const std::string& dir, const std::string& name,
+                                        const char* default_name, const char* field) {
+  if (name.empty()) {
+    if (dir.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("dataset spec sets neither ", field, " nor dir"));
+    }
+    return absl::StrCat(dir, "/", default_name);
+  }
+  if (name[0] == '/' || dir.empty()) return name;
+  return absl::StrCat(dir, "/", name);
+}
+
+absl::Status CheckLabels(absl::Span<const int32_t> labels, int64_t num_classes,
+                         const std::string& where) {
+  if (num_classes <= 0) return absl::OkStatus();
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] < 0 || labels[i] >= num_classes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": label ", labels[i], " of example ", i,
+                       " is out of range for num_classes=", num_classes));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<InMemoryDataset> LoadIdx(const DatasetSpec& spec, bool train,
+                                        absl::Span<const int64_t> example_shape,
+                                        int64_t num_classes, int64_t limit) {
+  ASSIGN_OR_RETURN(std::string images,
+                   ResolvePath(spec.dir(), train ? spec.train_images() : spec.test_images(),
+                               train ? kDefaultTrainImages : kDefaultTestImages,
+                               train ? "train_images" : "test_images"));
+  ASSIGN_OR_RETURN(std::string labels,
+                   ResolvePath(spec.dir(), train ? spec.train_labels() : spec.test_labels(),
+                               train ? kDefaultTrainLabels : kDefaultTestLabels,
+                               train ? "train_labels" : "test_labels"));
+  ASSIGN_OR_RETURN(IdxExamples ex, ReadIdxExamples(images, labels, num_classes));
+  std::vector<int64_t> shape = ex.images.example_shape;
+  if (!example_shape.empty()) {
+    int64_t elems = 1;
+    for (int64_t d : example_shape) elems *= d;
+    if (elems != ex.images.example_elems()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("example shape ", ShapeString(example_shape), " does not match the ",
+                       ShapeString(ex.images.example_shape), " images in ", images));
+    }
+    shape.assign(example_shape.begin(), example_shape.end());
+  }
+  const int64_t n = limit > 0 ? std::min(limit, ex.images.count) : ex.images.count;
+  ex.images.data.resize(static_cast<size_t>(n * ex.images.example_elems()));
+  std::vector<int32_t> label_values(ex.labels.data.begin(), ex.labels.data.begin() + n);
+  return InMemoryDataset::Create(std::move(shape), std::move(ex.images.data),
+                                 std::move(label_values));
+}
+
+absl::StatusOr<InMemoryDataset> LoadTFRecord(const DatasetSpec& spec, bool train,
+                                             absl::Span<const int64_t> example_shape,
+                                             int64_t num_classes, int64_t limit) {
+  const auto& files = train ? spec.train_files() : spec.test_files();
+  if (files.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TFRECORD dataset spec has no ", train ? "train_files" : "test_files"));
+  }
+  if (example_shape.empty()) {
+    return absl::InvalidArgumentError(
+        "TFRECORD datasets need the example shape (records do not store it)");
+  }
+  int64_t elems = 1;
+  for (int64_t d : example_shape) {
+    if (d <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("example shape ", ShapeString(example_shape), " has a non-positive dim"));
+    }
+    elems *= d;
+  }
+  std::vector<uint8_t> pixels;
+  std::vector<int32_t> labels;
+  for (const std::string& file : files) {
+    if (limit > 0 && static_cast<int64_t>(labels.size()) >= limit) break;
+    ASSIGN_OR_RETURN(std::string path, ResolvePath(spec.dir(), file, "", "files"));
+    const size_t start = labels.size();
+    RETURN_IF_ERROR(ReadImageExamples(path, elems, &pixels, &labels));
+    RETURN_IF_ERROR(CheckLabels(absl::MakeConstSpan(labels).subspan(start), num_classes, path));
+  }
+  if (limit > 0 && static_cast<int64_t>(labels.size()) > limit) {
+    labels.resize(static_cast<size_t>(limit));
+    pixels.resize(static_cast<size_t>(limit * elems));
+  }
+  return InMemoryDataset::Create({example_shape.begin(), example_shape.end()}, std::move(pixels),
+                                 std::move(labels));
+}
+
+}  // namespace
+
+absl::StatusOr<InMemoryDataset> LoadDataset(const DatasetSpec& spec, bool train,
+                                            absl::Span<const int64_t> example_shape,
+                                            int64_t num_classes) {
+  const int64_t limit = train ? spec.train_limit() : spec.test_limit();
+  if (limit < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(train ? "train_limit" : "test_limit", " must not be negative, got ", limit));
+  }
+  switch (spec.format()) {
+    case DatasetSpec::FORMAT_DEFAULT:
+    case DatasetSpec::IDX:
+      return LoadIdx(spec, train, example_shape, num_classes, limit);
+    case DatasetSpec::TFRECORD:
+      return LoadTFRecord(spec, train, example_shape, num_classes, limit);
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown dataset format ", static_cast<int>(spec.format())));
+  }
+}
+
+}  // namespace data
+}  // namespace weft

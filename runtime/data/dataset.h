@@ -1,0 +1,166 @@
+// Image-classification examples held in memory, and the pipeline that turns
+// them into training and evaluation batches.
+//
+// InMemoryDataset is one split (train or test) as uint8 pixels plus int32
+// labels; LoadDataset fills one from a DatasetSpec (IDX or TFRecord files).
+// BatchIterator walks a dataset epoch by epoch, in a seeded shuffled order or
+// in file order, and yields float32 feature tensors (pixels / scale) with
+// int32 label tensors. With `prefetch` > 0 a background thread prepares
+// batches ahead into a bounded queue.
+//
+// Shuffle order is a pure function of (seed, epoch): the same pair always
+// gives the same order on every platform (mt19937_64 + explicit Fisher-Yates),
+// so a resumed or replicated job sees the same batches.
+//
+// Batch tensors come from the iterator's Allocator; a caching allocator hands
+// the same blocks back once the consumer drops earlier batches, so a steady
+// loop makes no system allocations.
+//
+// Thread-safety: InMemoryDataset is immutable after construction and safe to
+// share. BatchIterator is not thread-safe: one consumer thread calls Next().
+// Its own prefetch thread is internal and joined by the destructor.
+#ifndef WEFT_RUNTIME_DATA_DATASET_H_
+#define WEFT_RUNTIME_DATA_DATASET_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "common/allocator.h"
+#include "common/tensor.h"
+#include "proto/job.pb.h"
+
+namespace weft {
+namespace data {
+
+class InMemoryDataset {
+ public:
+  InMemoryDataset() = default;  // no examples
+
+  // INVALID_ARGUMENT unless every dim of `example_shape` is positive and
+  // pixels.size() == labels.size() * product(example_shape).
+  static absl::StatusOr<InMemoryDataset> Create(std::vector<int64_t> example_shape,
+                                                std::vector<uint8_t> pixels,
+                                                std::vector<int32_t> labels);
+
+  int64_t size() const { return static_cast<int64_t>(labels_.size()); }
+  const std::vector<int64_t>& example_shape() const { return example_shape_; }
+  int64_t example_elems() const { return example_elems_; }
+  // REQUIRES: 0 <= i < size().
+  const uint8_t* pixels(int64_t i) const { return pixels_.data() + i * example_elems_; }
+  int32_t label(int64_t i) const { return labels_[static_cast<size_t>(i)]; }
+
+  // The examples i with i % count == index, in order (PyTorch's x[index::count]):
+  // the shards for index = 0..count-1 partition the dataset.
+  // INVALID_ARGUMENT unless 0 <= index < count.
+  absl::StatusOr<InMemoryDataset> Shard(int64_t index, int64_t count) const;
+  // The first min(n, size()) examples. REQUIRES: n >= 0.
+  InMemoryDataset Take(int64_t n) const;
+
+ private:
+  std::vector<int64_t> example_shape_;
+  int64_t example_elems_ = 0;
+  std::vector<uint8_t> pixels_;  // size() * example_elems_, row-major
+  std::vector<int32_t> labels_;
+};
+
+// Builds the train (`train` true) or test split that `spec` describes.
+//  IDX: files resolve against spec.dir when relative; with dir set, empty
+//    names default to train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz,
+//    t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz. A non-empty
+//    `example_shape` with the same element count as the images replaces their
+//    shape (e.g. [784] or [28, 28, 1] for 28x28 images).
+//  TFRECORD: train_files / test_files, concatenated in order; records use the
+//    layout in tfrecord.h and `example_shape` is required.
+// train_limit / test_limit keep only the first N examples. When
+// `num_classes` > 0, every label must be below it.
+absl::StatusOr<InMemoryDataset> LoadDataset(const DatasetSpec& spec, bool train,
+                                            absl::Span<const int64_t> example_shape = {},
+                                            int64_t num_classes = 0);
+
+struct Batch {
+  Tensor features;    // float32 [n, example_shape...], pixel * (1 / scale)
+  Tensor labels;      // int32 [n]
+  int64_t epoch = 0;  // the epoch the batch belongs to
+
+  int64_t size() const { return labels.NumElements(); }
+};
+
+struct BatchOptions {
+  int64_t batch_size = 32;
+  bool shuffle = true;
+  uint64_t seed = 0;
+  // Training drops a last partial batch; evaluation (false) returns it so
+  // every example is seen exactly once per epoch.
+  bool drop_remainder = true;
+  // Batches prepared ahead on a background thread; 0 prepares each batch on
+  // the caller of Next().
+  int prefetch = 0;
+  float scale = 255.0f;     // features = pixel * (1 / scale); must be > 0
+  int64_t first_epoch = 0;  // number of the first epoch (to resume a job)
+  int64_t num_epochs = 0;   // epochs to produce; 0 = no limit
+  // Where batch tensors come from; null = CpuAllocator(). Must outlive the
+  // iterator and every batch it returned.
+  Allocator* allocator = nullptr;
+};
+
+// The options a job's DatasetSpec asks for: scale (default 255), shuffle
+// unless no_shuffle and only when training, prefetch (default 2), and
+// drop_remainder and unbounded epochs when training, one full epoch otherwise.
+BatchOptions BatchOptionsFromSpec(const DatasetSpec& spec, int64_t batch_size, uint64_t seed,
+                                  bool train);
+
+class BatchIterator {
+ public:
+  // `dataset` must outlive the iterator. INVALID_ARGUMENT for batch_size < 1,
+  // scale <= 0, prefetch < 0, num_epochs < 0, or a dataset too small to give
+  // one batch per epoch.
+  static absl::StatusOr<std::unique_ptr<BatchIterator>> Create(const InMemoryDataset* dataset,
+                                                               const BatchOptions& options);
+  // Stops the prefetch thread (mid-epoch is fine) and joins it.
+  ~BatchIterator();
+  BatchIterator(const BatchIterator&) = delete;
+  BatchIterator& operator=(const BatchIterator&) = delete;
+
+  // The next batch of the current epoch, or nullopt at the end of the epoch;
+  // the call after a nullopt starts the next epoch. Once num_epochs epochs
+  // have ended, returns nullopt forever. An error is never an end of epoch.
+  absl::StatusOr<std::optional<Batch>> Next();
+
+  // The epoch Next() is drawing from (first_epoch before the first call).
+  int64_t epoch() const { return epoch_; }
+  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+
+ private:
+  class Producer;  // makes batches in order; touched by one thread at a time
+  BatchIterator(std::unique_ptr<Producer> producer, int prefetch, int64_t first_epoch,
+                int64_t batches_per_epoch);
+  void PrefetchLoop();
+  bool HasRoomOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool HasItemOrDone() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Used by the consumer when prefetch_ == 0, else only by thread_.
+  const std::unique_ptr<Producer> producer_;
+  const size_t prefetch_;
+  const int64_t batches_per_epoch_;
+  int64_t epoch_;  // consumer side
+
+  absl::Mutex mu_;
+  // Batches, with nullopt marking an epoch's end.
+  std::deque<std::optional<Batch>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;  // the last epoch's end is queued
+  std::thread thread_;
+};
+
+}  // namespace data
+}  // namespace weft
+
+#endif  // WEFT_RUNTIME_DATA_DATASET_H_

@@ -1,0 +1,410 @@
+#include "runtime/data/dataset.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/data/test_files.h"
+#include "runtime/data/tfrecord.h"
+
+namespace weft {
+namespace data {
+namespace {
+
+using ::weft::data::testing::Gzip;
+using ::weft::data::testing::IdxBytes;
+using ::weft::data::testing::TempPath;
+using ::weft::data::testing::WriteFile;
+
+// `n` examples of shape [2, 3]; example i has label i and pixels 10*i + k
+// (mod 256), so every batch can be checked against its labels.
+InMemoryDataset MakeDataset(int64_t n) {
+  std::vector<uint8_t> pixels(static_cast<size_t>(n) * 6);
+  std::vector<int32_t> labels(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    labels[i] = static_cast<int32_t>(i);
+    for (int k = 0; k < 6; ++k) pixels[i * 6 + k] = static_cast<uint8_t>(10 * i + k);
+  }
+  auto ds = InMemoryDataset::Create({2, 3}, std::move(pixels), std::move(labels));
+  EXPECT_TRUE(ds.ok()) << ds.status();
+  return *std::move(ds);
+}
+
+std::unique_ptr<BatchIterator> MakeIterator(const InMemoryDataset* ds, const BatchOptions& o) {
+  auto it = BatchIterator::Create(ds, o);
+  EXPECT_TRUE(it.ok()) << it.status();
+  return it.ok() ? *std::move(it) : nullptr;
+}
+
+// The labels of each batch of the iterator's next epoch.
+std::vector<std::vector<int32_t>> EpochLabels(BatchIterator* it) {
+  std::vector<std::vector<int32_t>> out;
+  while (true) {
+    auto b = it->Next();
+    EXPECT_TRUE(b.ok()) << b.status();
+    if (!b.ok() || !b->has_value()) return out;
+    auto labels = (*b)->labels.flat<int32_t>();
+    out.emplace_back(labels.begin(), labels.end());
+  }
+}
+
+std::vector<int32_t> Flatten(const std::vector<std::vector<int32_t>>& batches) {
+  std::vector<int32_t> all;
+  for (const auto& b : batches) all.insert(all.end(), b.begin(), b.end());
+  return all;
+}
+
+std::vector<int32_t> Range(int32_t n) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) v[i] = i;
+  return v;
+}
+
+TEST(InMemoryDatasetTest, CreateChecksSizes) {
+  EXPECT_FALSE(InMemoryDataset::Create({2, 3}, std::vector<uint8_t>(11), {0, 1}).ok());
+  EXPECT_FALSE(InMemoryDataset::Create({2, 0}, {}, {0}).ok());
+  auto ds = InMemoryDataset::Create({2, 3}, std::vector<uint8_t>(12), {4, 5});
+  ASSERT_TRUE(ds.ok());
+  EXPECT_EQ(ds->size(), 2);
+  EXPECT_EQ(ds->example_elems(), 6);
+  EXPECT_EQ(ds->label(1), 5);
+}
+
+TEST(InMemoryDatasetTest, ShardsPartitionTheDataset) {
+  const InMemoryDataset ds = MakeDataset(10);
+  for (int64_t count : {1, 3, 4, 10, 12}) {
+    std::vector<int> seen(10, 0);
+    for (int64_t index = 0; index < count; ++index) {
+      auto shard = ds.Shard(index, count);
+      ASSERT_TRUE(shard.ok()) << shard.status();
+      for (int64_t k = 0; k < shard->size(); ++k) {
+        const int32_t i = shard->label(k);
+        EXPECT_EQ(i % count, index);  // strided, like x[index::count]
+        EXPECT_EQ(shard->pixels(k)[5], static_cast<uint8_t>(10 * i + 5));
+        ++seen[i];
+      }
+    }
+    EXPECT_EQ(seen, std::vector<int>(10, 1)) << "count " << count;
+  }
+  auto s1 = ds.Shard(1, 3);
+  ASSERT_TRUE(s1.ok());
+  EXPECT_EQ(s1->size(), 3);
+  EXPECT_EQ(s1->label(2), 7);
+  EXPECT_FALSE(ds.Shard(3, 3).ok());
+  EXPECT_FALSE(ds.Shard(-1, 3).ok());
+}
+
+TEST(InMemoryDatasetTest, Take) {
+  const InMemoryDataset ds = MakeDataset(10);
+  EXPECT_EQ(ds.Take(4).size(), 4);
+  EXPECT_EQ(ds.Take(4).label(3), 3);
+  EXPECT_EQ(ds.Take(100).size(), 10);
+  EXPECT_EQ(ds.Take(0).size(), 0);
+}
+
+TEST(BatchIteratorTest, EvaluationCoversEpochExactlyOnceWithPartialBatch) {
+  const InMemoryDataset ds = MakeDataset(10);
+  BatchOptions o;
+  o.batch_size = 3;
+  o.drop_remainder = false;
+  o.shuffle = true;
+  o.num_epochs = 1;
+  auto it = MakeIterator(&ds, o);
+  EXPECT_EQ(it->batches_per_epoch(), 4);
+  auto batches = EpochLabels(it.get());
+  ASSERT_EQ(batches.size(), 4u);
+  EXPECT_EQ(batches.back().size(), 1u);
+  std::vector<int32_t> all = Flatten(batches);
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(all, Range(10));
+  // num_epochs = 1: the iterator stays exhausted.
+  EXPECT_EQ(it->epoch(), 1);
+  EXPECT_FALSE(it->Next().value().has_value());
+  EXPECT_FALSE(it->Next().value().has_value());
+}
+
+TEST(BatchIteratorTest, TrainingDropsRemainderAndConvertsPixels) {
+  const InMemoryDataset ds = MakeDataset(10);
+  BatchOptions o;
+  o.batch_size = 4;
+  o.shuffle = false;
+  o.scale = 255.0f;
+  auto it = MakeIterator(&ds, o);
+  EXPECT_EQ(it->batches_per_epoch(), 2);
+  auto b = it->Next();
+  ASSERT_TRUE(b.ok() && b->has_value());
+  const Batch& batch = **b;
+  EXPECT_EQ(batch.features.dtype(), DType::kFloat32);
+  EXPECT_EQ(batch.features.shape(), (TensorShape{4, 2, 3}));
+  EXPECT_EQ(batch.labels.dtype(), DType::kInt32);
+  EXPECT_EQ(batch.labels.shape(), (TensorShape{4}));
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(batch.labels.data<int32_t>()[i], i);
+    for (int k = 0; k < 6; ++k) {
+      EXPECT_FLOAT_EQ(batch.features.data<float>()[i * 6 + k], (10 * i + k) / 255.0f);
+    }
+  }
+  EXPECT_EQ(Flatten(EpochLabels(it.get())), (std::vector<int32_t>{4, 5, 6, 7}));
+  // The next epoch starts after the end-of-epoch nullopt.
+  EXPECT_EQ(it->epoch(), 1);
+  EXPECT_EQ(Flatten(EpochLabels(it.get())), (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+}
+
+TEST(BatchIteratorTest, ShuffleDependsOnlyOnSeedAndEpoch) {
+  const InMemoryDataset ds = MakeDataset(50);
+  BatchOptions o;
+  o.batch_size = 50;
+  o.seed = 42;
+  auto a = MakeIterator(&ds, o);
+  auto b = MakeIterator(&ds, o);
+  const auto a0 = Flatten(EpochLabels(a.get())), a1 = Flatten(EpochLabels(a.get()));
+  const auto b0 = Flatten(EpochLabels(b.get())), b1 = Flatten(EpochLabels(b.get()));
+  EXPECT_EQ(a0, b0);
+  EXPECT_EQ(a1, b1);
+  EXPECT_NE(a0, a1);
+  std::vector<int32_t> sorted = a1;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, Range(50));
+
+  BatchOptions resumed = o;  // starting at epoch 1 reproduces epoch 1
+  resumed.first_epoch = 1;
+  EXPECT_EQ(Flatten(EpochLabels(MakeIterator(&ds, resumed).get())), a1);
+
+  BatchOptions other = o;
+  other.seed = 43;
+  EXPECT_NE(Flatten(EpochLabels(MakeIterator(&ds, other).get())), a0);
+}
+
+TEST(BatchIteratorTest, ShuffleOrderIsPinned) {
+  // The order is part of the contract (resumed and replicated jobs rely on
+  // it): changing the generator or the shuffle must fail this test.
+  const InMemoryDataset ds = MakeDataset(10);
+  BatchOptions o;
+  o.batch_size = 10;
+  o.seed = 7;
+  EXPECT_EQ(Flatten(EpochLabels(MakeIterator(&ds, o).get())),
+            (std::vector<int32_t>{7, 8, 0, 4, 1, 6, 9, 5, 2, 3}));
+}
+
+TEST(BatchIteratorTest, PrefetchGivesTheSameBatchesAsSynchronous) {
+  const InMemoryDataset ds = MakeDataset(37);
+  BatchOptions o;
+  o.batch_size = 5;
+  o.seed = 3;
+  o.drop_remainder = false;
+  o.num_epochs = 3;
+  for (int prefetch : {1, 4}) {
+    BatchOptions sync_options = o;
+    sync_options.prefetch = 0;
+    o.prefetch = prefetch;
+    auto sync = MakeIterator(&ds, sync_options);
+    auto async = MakeIterator(&ds, o);
+    for (int step = 0; step < 3 * (8 + 1) + 2; ++step) {
+      auto x = sync->Next();
+      auto y = async->Next();
+      ASSERT_TRUE(x.ok() && y.ok());
+      ASSERT_EQ(x->has_value(), y->has_value()) << "step " << step;
+      if (!x->has_value()) continue;
+      const Batch& bx = **x;
+      const Batch& by = **y;
+      EXPECT_EQ(bx.epoch, by.epoch);
+      ASSERT_EQ(bx.features.shape(), by.features.shape());
+      EXPECT_TRUE(std::equal(bx.labels.flat<int32_t>().begin(), bx.labels.flat<int32_t>().end(),
+                             by.labels.flat<int32_t>().begin()));
+      EXPECT_TRUE(std::equal(bx.features.flat<float>().begin(), bx.features.flat<float>().end(),
+                             by.features.flat<float>().begin()));
+    }
+    EXPECT_EQ(sync->epoch(), 3);
+    EXPECT_EQ(async->epoch(), 3);
+  }
+}
+
+TEST(BatchIteratorTest, DestroyingMidEpochWithPrefetchReturns) {
+  const InMemoryDataset ds = MakeDataset(1000);
+  BatchOptions o;
+  o.batch_size = 2;
+  o.prefetch = 3;
+  for (int taken : {0, 1, 7}) {
+    auto it = MakeIterator(&ds, o);
+    for (int i = 0; i < taken; ++i) {
+      auto b = it->Next();
+      ASSERT_TRUE(b.ok() && b->has_value());
+      EXPECT_EQ((*b)->size(), 2);
+    }
+    it.reset();  // joins a producer that is blocked on the full queue
+    EXPECT_EQ(it, nullptr);
+  }
+}
+
+TEST(BatchIteratorTest, RejectsBadOptions) {
+  const InMemoryDataset ds = MakeDataset(10);
+  BatchOptions o;
+  o.batch_size = 11;  // drop_remainder: no batch at all
+  EXPECT_EQ(BatchIterator::Create(&ds, o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.drop_remainder = false;
+  EXPECT_TRUE(BatchIterator::Create(&ds, o).ok());
+  o.batch_size = 0;
+  EXPECT_FALSE(BatchIterator::Create(&ds, o).ok());
+  o.batch_size = 2;
+  o.scale = 0;
+  EXPECT_FALSE(BatchIterator::Create(&ds, o).ok());
+}
+
+// Pulls `epochs` epochs, dropping each batch before the next.
+void Drain(BatchIterator* it, int epochs) {
+  for (int e = 0; e < epochs; ++e) {
+    while (true) {
+      auto b = it->Next();
+      ASSERT_TRUE(b.ok());
+      if (!b->has_value()) break;
+    }
+  }
+}
+
+TEST(BatchIteratorTest, SteadyStateReusesBuffers) {
+  const InMemoryDataset ds = MakeDataset(103);  // a partial last batch too
+  CachingAllocator allocator;
+  BatchOptions o;
+  o.batch_size = 8;
+  o.drop_remainder = false;
+  o.allocator = &allocator;
+  auto it = MakeIterator(&ds, o);
+  Drain(it.get(), 2);
+  const Allocator::Stats warm = allocator.GetStats();
+  EXPECT_GT(warm.system_allocs, 0);
+  Drain(it.get(), 5);
+  const Allocator::Stats after = allocator.GetStats();
+  EXPECT_EQ(after.system_allocs, warm.system_allocs);
+  EXPECT_GE(after.cache_hits - warm.cache_hits, 5 * 2 * it->batches_per_epoch());
+}
+
+TEST(BatchIteratorTest, PrefetchKeepsAllocationsBounded) {
+  const InMemoryDataset ds = MakeDataset(103);
+  CachingAllocator allocator;
+  BatchOptions o;
+  o.batch_size = 8;
+  o.drop_remainder = false;
+  o.prefetch = 2;
+  o.allocator = &allocator;
+  auto it = MakeIterator(&ds, o);
+  Drain(it.get(), 20);
+  // Live batches never exceed the queue, the one being built and the one the
+  // consumer holds; each has two tensors, in two sizes (full and partial).
+  EXPECT_LE(allocator.GetStats().system_allocs, 2 * 2 * (o.prefetch + 2));
+}
+
+TEST(BatchOptionsFromSpecTest, TrainAndEvalDefaults) {
+  DatasetSpec spec;
+  BatchOptions train = BatchOptionsFromSpec(spec, 64, 9, /*train=*/true);
+  EXPECT_EQ(train.batch_size, 64);
+  EXPECT_EQ(train.seed, 9u);
+  EXPECT_TRUE(train.shuffle);
+  EXPECT_TRUE(train.drop_remainder);
+  EXPECT_EQ(train.prefetch, 2);
+  EXPECT_EQ(train.scale, 255.0f);
+  EXPECT_EQ(train.num_epochs, 0);
+  BatchOptions eval = BatchOptionsFromSpec(spec, 64, 9, /*train=*/false);
+  EXPECT_FALSE(eval.shuffle);
+  EXPECT_FALSE(eval.drop_remainder);
+  EXPECT_EQ(eval.num_epochs, 1);
+  spec.set_no_shuffle(true);
+  spec.set_scale(2.0f);
+  spec.set_prefetch(5);
+  train = BatchOptionsFromSpec(spec, 64, 9, true);
+  EXPECT_FALSE(train.shuffle);
+  EXPECT_EQ(train.scale, 2.0f);
+  EXPECT_EQ(train.prefetch, 5);
+}
+
+// Writes a small MNIST-like split (n images of 2x3, label i % 10) under `dir`.
+void WriteIdxSplit(const std::string& dir, const std::string& images, const std::string& labels,
+                   uint32_t n, bool gzip) {
+  std::vector<uint8_t> pixels(n * 6), label_bytes(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    label_bytes[i] = static_cast<uint8_t>(i % 10);
+    for (int k = 0; k < 6; ++k) pixels[i * 6 + k] = static_cast<uint8_t>(i + k);
+  }
+  const std::string img = IdxBytes({n, 2, 3}, pixels), lab = IdxBytes({n}, label_bytes);
+  WriteFile(dir + "/" + images, gzip ? Gzip(img) : img);
+  WriteFile(dir + "/" + labels, gzip ? Gzip(lab) : lab);
+}
+
+TEST(LoadDatasetTest, IdxDefaultsLimitsAndShapes) {
+  const std::string dir = TempPath("mnist");
+  ASSERT_EQ(mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST, true);
+  WriteIdxSplit(dir, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", 20, true);
+  WriteIdxSplit(dir, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", 7, true);
+  WriteIdxSplit(dir, "plain-images", "plain-labels", 5, false);
+  DatasetSpec spec;
+  spec.set_dir(dir);
+  auto train = LoadDataset(spec, true);
+  ASSERT_TRUE(train.ok()) << train.status();
+  EXPECT_EQ(train->size(), 20);
+  EXPECT_EQ(train->example_shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(train->label(13), 3);
+  EXPECT_EQ(train->pixels(13)[2], 15);
+
+  spec.set_test_limit(4);
+  auto test = LoadDataset(spec, false, {6});  // a flat model input
+  ASSERT_TRUE(test.ok()) << test.status();
+  EXPECT_EQ(test->size(), 4);
+  EXPECT_EQ(test->example_shape(), (std::vector<int64_t>{6}));
+
+  auto mismatch = LoadDataset(spec, false, {5});
+  EXPECT_EQ(mismatch.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(mismatch.status().message().find("t10k-images-idx3-ubyte.gz"), std::string::npos);
+
+  auto bad_classes = LoadDataset(spec, true, {}, /*num_classes=*/5);
+  EXPECT_NE(bad_classes.status().message().find("out of range"), std::string::npos)
+      << bad_classes.status();
+
+  spec.set_train_images("plain-images");         // relative to dir
+  spec.set_train_labels(dir + "/plain-labels");  // absolute
+  auto plain = LoadDataset(spec, true);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->size(), 5);
+
+  DatasetSpec empty;
+  EXPECT_EQ(LoadDataset(empty, true).status().code(), absl::StatusCode::kInvalidArgument);
+  spec.set_train_limit(-1);
+  EXPECT_FALSE(LoadDataset(spec, true).ok());
+}
+
+TEST(LoadDatasetTest, TFRecordFilesInOrderWithLimit) {
+  const std::vector<uint8_t> pixels = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+  ASSERT_TRUE(WriteImageExamples(TempPath("part-0.tfrecord"), pixels, {1, 2, 3}).ok());
+  ASSERT_TRUE(WriteImageExamples(TempPath("part-1.tfrecord"), pixels, {4, 5, 6}).ok());
+  DatasetSpec spec;
+  spec.set_format(DatasetSpec::TFRECORD);
+  spec.set_dir(::testing::TempDir());
+  spec.add_train_files("part-0.tfrecord");
+  spec.add_train_files("part-1.tfrecord");
+  auto ds = LoadDataset(spec, true, {2, 2});
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  ASSERT_EQ(ds->size(), 6);
+  EXPECT_EQ(ds->label(3), 4);
+  EXPECT_EQ(ds->pixels(3)[0], 0);
+  EXPECT_EQ(ds->pixels(2)[3], 11);
+
+  spec.set_train_limit(4);
+  ds = LoadDataset(spec, true, {2, 2});
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_EQ(ds->size(), 4);
+
+  EXPECT_FALSE(LoadDataset(spec, true).ok());  // no example shape
+  auto wrong = LoadDataset(spec, true, {3, 2});
+  EXPECT_NE(wrong.status().message().find("part-0.tfrecord: record 0"), std::string::npos)
+      << wrong.status();
+  auto classes = LoadDataset(spec, true, {2, 2}, /*num_classes=*/4);
+  EXPECT_NE(classes.status().message().find("part-1.tfrecord: label 4"), std::string::npos)
+      << classes.status();
+  EXPECT_FALSE(LoadDataset(spec, /*train=*/false, {2, 2}).ok());  // no test_files
+}
+
+}  // namespace
+}  // namespace data
+}  // namespace weft

@@ -1,0 +1,270 @@
+#include "runtime/data/idx_reader.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+
+namespace weft {
+namespace data {
+namespace {
+
+constexpr size_t kInputChunk = size_t{1} << 16;
+// No real dataset comes near this; a header that claims more is garbage.
+constexpr uint64_t kMaxPayloadBytes = uint64_t{1} << 40;
+
+absl::Status OpenError(const std::string& path, int err) {
+  const std::string msg = absl::StrCat(path, ": cannot open: ", std::strerror(err));
+  if (err == ENOENT) return absl::NotFoundError(msg);
+  if (err == EACCES) return absl::PermissionDeniedError(msg);
+  return absl::UnavailableError(msg);
+}
+
+// The bytes of a file, inflated on the fly when it is gzip-compressed.
+// Errors name the file; the caller adds nothing but context.
+class ByteSource {
+ public:
+  ~ByteSource() {
+    if (gzip_) inflateEnd(&zs_);
+    if (file_ != nullptr) std::fclose(file_);
+  }
+
+  static absl::StatusOr<std::unique_ptr<ByteSource>> Open(const std::string& path) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) return OpenError(path, errno);
+    std::unique_ptr<ByteSource> src(new ByteSource(path, f));
+    RETURN_IF_ERROR(src->Fill());
+    const bool gz = src->in_.size() >= 2 && src->in_[0] == 0x1f && src->in_[1] == 0x8b;
+    if (gz) {
+      // 16 + MAX_WBITS: expect a gzip wrapper and check its CRC-32 and length.
+      if (inflateInit2(&src->zs_, 16 + MAX_WBITS) != Z_OK) {
+        return absl::ResourceExhaustedError(absl::StrCat(path, ": cannot initialise zlib"));
+      }
+      src->gzip_ = true;
+    }
+    return src;
+  }
+
+  bool gzip() const { return gzip_; }
+
+  // Reads up to `n` bytes into `dst`; fewer only at the end of the data.
+  absl::StatusOr<size_t> Read(uint8_t* dst, size_t n) {
+    return gzip_ ? ReadGzip(dst, n) : ReadPlain(dst, n);
+  }
+
+ private:
+  ByteSource(std::string path, std::FILE* f) : path_(std::move(path)), file_(f) {
+    std::memset(&zs_, 0, sizeof(zs_));
+  }
+
+  // Replaces the input buffer with the next chunk of the file (empty at EOF).
+  absl::Status Fill() {
+    in_.resize(kInputChunk);
+    const size_t got = std::fread(in_.data(), 1, in_.size(), file_);
+    if (got == 0 && std::ferror(file_)) {
+      return absl::DataLossError(
+          absl::StrCat(path_, ": read error at byte ", file_pos_, ": ", std::strerror(errno)));
+    }
+    in_.resize(got);
+    in_pos_ = 0;
+    file_pos_ += got;
+    zs_.next_in = in_.data();
+    zs_.avail_in = static_cast<uInt>(got);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<size_t> ReadPlain(uint8_t* dst, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+      if (in_pos_ == in_.size()) {
+        RETURN_IF_ERROR(Fill());
+        if (in_.empty()) break;
+      }
+      const size_t k = std::min(n - got, in_.size() - in_pos_);
+      std::memcpy(dst + got, in_.data() + in_pos_, k);
+      in_pos_ += k;
+      got += k;
+    }
+    return got;
+  }
+
+  absl::StatusOr<size_t> ReadGzip(uint8_t* dst, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+      if (zs_.avail_in == 0) {
+        RETURN_IF_ERROR(Fill());
+        if (zs_.avail_in == 0) {
+          if (stream_end_) break;  // clean end after a complete gzip member
+          return absl::DataLossError(
+              absl::StrCat(path_, ": corrupt gzip: the compressed stream ends early at byte ",
+                           file_pos_, " (truncated .gz file)"));
+        }
+      }
+      if (stream_end_) {
+        // More input after a complete member: gzip allows concatenated
+        // members; anything else fails the header check below.
+        inflateReset(&zs_);
+        stream_end_ = false;
+      }
+      const size_t want = std::min<size_t>(n - got, 1u << 30);
+      zs_.next_out = dst + got;
+      zs_.avail_out = static_cast<uInt>(want);
+      const int rc = inflate(&zs_, Z_NO_FLUSH);
+      got += want - zs_.avail_out;
+      if (rc == Z_STREAM_END) {
+        stream_end_ = true;
+      } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+        return absl::DataLossError(absl::StrCat(path_, ": corrupt gzip data near byte ",
+                                                file_pos_ - zs_.avail_in, ": ",
+                                                zs_.msg != nullptr ? zs_.msg : zError(rc)));
+      }
+    }
+    return got;
+  }
+
+  const std::string path_;
+  std::FILE* file_;
+  std::vector<uint8_t> in_;
+  size_t in_pos_ = 0;      // plain files: next unread byte of in_
+  uint64_t file_pos_ = 0;  // bytes taken from the file so far
+  bool gzip_ = false;
+  z_stream zs_;
+  bool stream_end_ = false;
+};
+
+std::string DimsString(const std::vector<int64_t>& dims) {
+  return absl::StrCat("[", absl::StrJoin(dims, ","), "]");
+}
+
+}  // namespace
+
+int64_t IdxArray::example_elems() const {
+  int64_t n = 1;
+  for (int64_t d : example_shape) n *= d;
+  return n;
+}
+
+absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_rank) {
+  ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> src, ByteSource::Open(path));
+  const char* kind = src->gzip() ? "gzipped IDX file" : "IDX file";
+
+  uint8_t magic[4];
+  ASSIGN_OR_RETURN(size_t got, src->Read(magic, 4));
+  if (got < 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": not an IDX file: only ", got, " bytes, too short for the 4-byte magic number"));
+  }
+  if (magic[0] != 0 || magic[1] != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: not an IDX file: bad magic number %02x %02x %02x %02x (an IDX file starts "
+        "with 00 00, then the type byte and the rank)",
+        path, magic[0], magic[1], magic[2], magic[3]));
+  }
+  if (magic[2] != 0x08) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: unsupported IDX element type 0x%02x; only unsigned bytes (0x08) are supported", path,
+        magic[2]));
+  }
+  const int rank = magic[3];
+  if (rank == 0 || (expected_rank >= 0 && rank != expected_rank)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": IDX file has rank ", rank, ", expected rank ",
+                     expected_rank >= 0 ? expected_rank : 1, expected_rank >= 0 ? "" : " or more"));
+  }
+
+  std::vector<uint8_t> raw_dims(4 * static_cast<size_t>(rank));
+  ASSIGN_OR_RETURN(got, src->Read(raw_dims.data(), raw_dims.size()));
+  if (got < raw_dims.size()) {
+    return absl::DataLossError(absl::StrCat(path, ": truncated ", kind, ": header needs ",
+                                            4 + raw_dims.size(), " bytes, file has ", 4 + got));
+  }
+  std::vector<int64_t> dims(rank);
+  for (int i = 0; i < rank; ++i) {
+    const uint8_t* p = &raw_dims[4 * i];
+    dims[i] = (int64_t{p[0]} << 24) | (int64_t{p[1]} << 16) | (int64_t{p[2]} << 8) | p[3];
+  }
+  uint64_t total = 1;
+  for (int64_t d : dims) {
+    // Each factor is < 2^32 and total stays <= 2^40 here, so no overflow.
+    total *= static_cast<uint64_t>(d);
+    if (total > kMaxPayloadBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": implausible IDX header: dimensions ",
+                                                     DimsString(dims),
+                                                     " describe over 2^40 bytes"));
+    }
+  }
+
+  IdxArray out;
+  out.count = dims[0];
+  out.example_shape.assign(dims.begin() + 1, dims.end());
+  // Grow the buffer as bytes arrive, so a lying header cannot make us
+  // allocate much more than the file really holds.
+  size_t have = 0;
+  while (have < total) {
+    if (have == out.data.size()) {
+      const size_t next = std::max<size_t>(out.data.size() * 2, size_t{1} << 20);
+      out.data.resize(std::min<uint64_t>(total, next));
+    }
+    ASSIGN_OR_RETURN(got, src->Read(out.data.data() + have, out.data.size() - have));
+    if (got == 0) break;
+    have += got;
+  }
+  if (have < total) {
+    return absl::DataLossError(absl::StrCat(path, ": truncated ", kind, ": header dimensions ",
+                                            DimsString(dims), " need ", total,
+                                            " bytes of data after the ", 4 + raw_dims.size(),
+                                            "-byte header, but the file holds only ", have));
+  }
+
+  // Anything after the data means the header and the file disagree. Reading
+  // to the end also makes zlib verify the gzip trailer's CRC.
+  uint64_t extra = 0;
+  uint8_t scratch[4096];
+  do {
+    ASSIGN_OR_RETURN(got, src->Read(scratch, sizeof(scratch)));
+    extra += got;
+  } while (got > 0);
+  if (extra > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": trailing garbage: ", extra, " bytes after the ", total,
+                     " bytes of data that header dimensions ", DimsString(dims), " describe"));
+  }
+  return out;
+}
+
+absl::StatusOr<IdxExamples> ReadIdxExamples(const std::string& images_path,
+                                            const std::string& labels_path, int64_t num_classes) {
+  IdxExamples ex;
+  ASSIGN_OR_RETURN(ex.images, ReadIdxFile(images_path));
+  if (ex.images.example_shape.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        images_path, ": expected an images file (rank >= 2), found a rank-1 IDX file"));
+  }
+  ASSIGN_OR_RETURN(ex.labels, ReadIdxFile(labels_path, /*expected_rank=*/1));
+  if (ex.images.count != ex.labels.count) {
+    return absl::InvalidArgumentError(absl::StrCat(images_path, " holds ", ex.images.count,
+                                                   " images but ", labels_path, " holds ",
+                                                   ex.labels.count, " labels"));
+  }
+  if (num_classes > 0) {
+    for (size_t i = 0; i < ex.labels.data.size(); ++i) {
+      if (ex.labels.data[i] >= num_classes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(labels_path, ": label ", static_cast<int>(ex.labels.data[i]),
+                         " of example ", i, " is out of range for num_classes=", num_classes));
+      }
+    }
+  }
+  return ex;
+}
+
+}  // namespace data
+}  // namespace weft

@@ -1,0 +1,193 @@
+#include "runtime/data/idx_reader.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/data/test_files.h"
+
+namespace weft {
+namespace data {
+namespace {
+
+using ::weft::data::testing::Gzip;
+using ::weft::data::testing::IdxBytes;
+using ::weft::data::testing::TempPath;
+using ::weft::data::testing::WriteFile;
+
+std::vector<uint8_t> Iota(size_t n) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 7 + 3);
+  return v;
+}
+
+// Writes `bytes` to a temp file, gzipped when asked, and returns its path.
+std::string Write(const std::string& name, const std::string& bytes, bool gzip = false) {
+  const std::string path = TempPath(name);
+  WriteFile(path, gzip ? Gzip(bytes) : bytes);
+  return path;
+}
+
+// Expects `s` to fail with `code` and a message holding `path` and `what`.
+template <typename T>
+void ExpectError(const absl::StatusOr<T>& s, absl::StatusCode code, const std::string& path,
+                 const std::string& what) {
+  ASSERT_FALSE(s.ok()) << "expected an error about " << what;
+  EXPECT_EQ(s.status().code(), code) << s.status();
+  EXPECT_NE(s.status().message().find(path), std::string::npos) << s.status();
+  EXPECT_NE(s.status().message().find(what), std::string::npos) << s.status();
+}
+
+class IdxRoundTripTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(IdxRoundTripTest, ImagesAndLabels) {
+  const bool gz = GetParam();
+  const std::vector<uint8_t> pixels = Iota(5 * 3 * 4);
+  const std::vector<uint8_t> labels = {0, 9, 3, 3, 1};
+  const std::string images_path =
+      Write(gz ? "rt-images.gz" : "rt-images", IdxBytes({5, 3, 4}, pixels), gz);
+  const std::string labels_path =
+      Write(gz ? "rt-labels.gz" : "rt-labels", IdxBytes({5}, labels), gz);
+
+  auto images = ReadIdxFile(images_path, 3);
+  ASSERT_TRUE(images.ok()) << images.status();
+  EXPECT_EQ(images->count, 5);
+  EXPECT_EQ(images->example_shape, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(images->example_elems(), 12);
+  EXPECT_EQ(images->data, pixels);
+
+  auto ex = ReadIdxExamples(images_path, labels_path, /*num_classes=*/10);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  EXPECT_EQ(ex->labels.count, 5);
+  EXPECT_TRUE(ex->labels.example_shape.empty());
+  EXPECT_EQ(ex->labels.data, labels);
+  EXPECT_EQ(ex->images.data, pixels);
+}
+
+TEST_P(IdxRoundTripTest, LargerThanOneReadChunk) {
+  // 300 KB crosses the reader's 64 KB input chunks and its first 1 MB
+  // output step is not needed, so both buffering paths are exercised.
+  const std::vector<uint8_t> pixels = Iota(300 * 32 * 32);
+  const std::string path =
+      Write(GetParam() ? "big.gz" : "big", IdxBytes({300, 32, 32}, pixels), GetParam());
+  auto images = ReadIdxFile(path);
+  ASSERT_TRUE(images.ok()) << images.status();
+  EXPECT_EQ(images->count, 300);
+  EXPECT_EQ(images->data, pixels);
+}
+
+TEST_P(IdxRoundTripTest, TruncatedDataSaysExpectedAndActualBytes) {
+  std::vector<uint8_t> short_data = Iota(50);  // header promises 5*3*4 = 60
+  const std::string path =
+      Write(GetParam() ? "trunc.gz" : "trunc", IdxBytes({5, 3, 4}, short_data), GetParam());
+  auto r = ReadIdxFile(path);
+  ExpectError(r, absl::StatusCode::kDataLoss, path, "truncated");
+  EXPECT_NE(r.status().message().find("need 60 bytes"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("only 50"), std::string::npos) << r.status();
+}
+
+TEST_P(IdxRoundTripTest, TrailingGarbage) {
+  std::vector<uint8_t> data = Iota(12 + 3);
+  const std::string path =
+      Write(GetParam() ? "trail.gz" : "trail", IdxBytes({1, 3, 4}, data), GetParam());
+  auto r = ReadIdxFile(path);
+  ExpectError(r, absl::StatusCode::kInvalidArgument, path, "trailing garbage: 3 bytes");
+}
+
+TEST_P(IdxRoundTripTest, BadMagic) {
+  const std::string path =
+      Write(GetParam() ? "magic.gz" : "magic", "this is not an idx file", GetParam());
+  ExpectError(ReadIdxFile(path), absl::StatusCode::kInvalidArgument, path,
+              "not an IDX file: bad magic number 74 68 69 73");
+}
+
+TEST_P(IdxRoundTripTest, UnsupportedType) {
+  const std::string path = Write(GetParam() ? "float.gz" : "float",
+                                 IdxBytes({1, 1}, {0, 0, 0, 0}, /*type=*/0x0D), GetParam());
+  ExpectError(ReadIdxFile(path), absl::StatusCode::kInvalidArgument, path,
+              "unsupported IDX element type 0x0d");
+}
+
+INSTANTIATE_TEST_SUITE_P(PlainAndGzip, IdxRoundTripTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Gzip" : "Plain"; });
+
+TEST(IdxReaderTest, MissingFile) {
+  const std::string path = TempPath("does-not-exist.gz");
+  ExpectError(ReadIdxFile(path), absl::StatusCode::kNotFound, path, "No such file");
+}
+
+TEST(IdxReaderTest, EmptyAndShortFiles) {
+  const std::string empty = Write("empty", "");
+  ExpectError(ReadIdxFile(empty), absl::StatusCode::kInvalidArgument, empty, "too short");
+  // A valid magic number but the dims stop halfway.
+  const std::string short_header = Write("short-header", IdxBytes({5, 3, 4}, {}).substr(0, 10));
+  ExpectError(ReadIdxFile(short_header), absl::StatusCode::kDataLoss, short_header,
+              "header needs 16 bytes, file has 10");
+}
+
+TEST(IdxReaderTest, WrongRank) {
+  const std::string path = Write("rank1", IdxBytes({3}, {1, 2, 3}));
+  ExpectError(ReadIdxFile(path, 3), absl::StatusCode::kInvalidArgument, path,
+              "has rank 1, expected rank 3");
+}
+
+TEST(IdxReaderTest, CorruptGzipChecksum) {
+  std::string gz = Gzip(IdxBytes({2, 2, 2}, Iota(8)));
+  gz[gz.size() - 8] ^= 0x01;  // first byte of the CRC-32 in the gzip trailer
+  const std::string path = Write("badcrc.gz", gz);
+  ExpectError(ReadIdxFile(path), absl::StatusCode::kDataLoss, path, "corrupt gzip");
+}
+
+TEST(IdxReaderTest, CorruptGzipBody) {
+  std::string gz = Gzip(IdxBytes({64, 8, 8}, Iota(64 * 8 * 8)));
+  gz[gz.size() / 2] ^= 0x5A;
+  const std::string path = Write("badbody.gz", gz);
+  auto r = ReadIdxFile(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(path), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("gzip"), std::string::npos) << r.status();
+}
+
+TEST(IdxReaderTest, TruncatedGzipStream) {
+  std::string gz = Gzip(IdxBytes({4, 8, 8}, Iota(4 * 8 * 8)));
+  const std::string path = Write("cut.gz", gz.substr(0, gz.size() - 12));
+  ExpectError(ReadIdxFile(path), absl::StatusCode::kDataLoss, path, "ends early");
+}
+
+TEST(IdxReaderTest, LyingHeaderDoesNotAllocateWhatItClaims) {
+  // 10^9 images of 28x28 (~784 GB) claimed by a file of a few hundred bytes:
+  // the reader must report truncation rather than try to allocate it all.
+  const std::string path = Write("liar.gz", IdxBytes({1000000000u, 28, 28}, Iota(100)), true);
+  ExpectError(ReadIdxFile(path), absl::StatusCode::kDataLoss, path, "only 100");
+  const std::string huge = Write("huge", IdxBytes({0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFu}, {}));
+  ExpectError(ReadIdxFile(huge), absl::StatusCode::kInvalidArgument, huge,
+              "implausible IDX header: dimensions [4294967295,4294967295,65535]");
+}
+
+TEST(IdxReaderTest, ExamplesCountMismatchNamesBothFiles) {
+  const std::string images = Write("mm-images", IdxBytes({3, 2, 2}, Iota(12)));
+  const std::string labels = Write("mm-labels", IdxBytes({4}, {0, 1, 2, 3}));
+  auto r = ReadIdxExamples(images, labels);
+  ExpectError(r, absl::StatusCode::kInvalidArgument, images, "holds 3 images");
+  EXPECT_NE(r.status().message().find(labels), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("4 labels"), std::string::npos) << r.status();
+}
+
+TEST(IdxReaderTest, ExamplesLabelOutOfRange) {
+  const std::string images = Write("oor-images", IdxBytes({3, 2, 2}, Iota(12)));
+  const std::string labels = Write("oor-labels", IdxBytes({3}, {0, 10, 2}));
+  EXPECT_TRUE(ReadIdxExamples(images, labels, 11).ok());
+  ExpectError(ReadIdxExamples(images, labels, 10), absl::StatusCode::kInvalidArgument, labels,
+              "label 10 of example 1 is out of range for num_classes=10");
+}
+
+TEST(IdxReaderTest, ExamplesRejectSwappedFiles) {
+  const std::string images = Write("sw-images", IdxBytes({3, 2, 2}, Iota(12)));
+  const std::string labels = Write("sw-labels", IdxBytes({3}, {0, 1, 2}));
+  ExpectError(ReadIdxExamples(labels, images), absl::StatusCode::kInvalidArgument, labels,
+              "expected an images file");
+}
+
+}  // namespace
+}  // namespace data
+}  // namespace weft

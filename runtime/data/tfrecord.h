@@ -1,0 +1,111 @@
+// TFRecord files, and weft's record layout for image-classification examples.
+//
+// A TFRecord file is a sequence of records, each
+//   uint64  length           little-endian
+//   uint32  MaskCrc32c(CRC-32C of the 8 length bytes)
+//   byte    data[length]
+//   uint32  MaskCrc32c(CRC-32C of data)
+// (see common/crc32c.h), the format TensorFlow's TFRecordWriter writes with no
+// compression. The reader reports a corrupt length CRC, a corrupt data CRC and
+// a truncated record as DATA_LOSS errors naming the file and the byte offset
+// of the bad record.
+//
+// Image example records. weft does not use tf.train.Example: each record is
+// one example, encoded as
+//   uint32  label            little-endian
+//   uint8   pixels[E]        row-major, E = product of the example shape
+// so a record is exactly 4 + E bytes. The example shape (e.g. [28, 28]) is not
+// stored; whoever reads the files must know it (LoadDataset takes it as an
+// argument). EncodeImageExample / DecodeImageExample are the one definition
+// of this layout.
+//
+// Thread-safety: TFRecordReader and TFRecordWriter are not thread-safe; use
+// one object per thread. The free functions are thread-safe.
+#ifndef WEFT_RUNTIME_DATA_TFRECORD_H_
+#define WEFT_RUNTIME_DATA_TFRECORD_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace weft {
+namespace data {
+
+class TFRecordWriter {
+ public:
+  // Creates or truncates `path`.
+  static absl::StatusOr<std::unique_ptr<TFRecordWriter>> Open(const std::string& path);
+  // Closes the file if Close() was not called; errors are then lost.
+  ~TFRecordWriter();
+  TFRecordWriter(const TFRecordWriter&) = delete;
+  TFRecordWriter& operator=(const TFRecordWriter&) = delete;
+
+  absl::Status Write(absl::string_view record);
+  // Flushes and closes; reports a failed write (e.g. a full disk).
+  // REQUIRES: no Write after Close.
+  absl::Status Close();
+
+ private:
+  TFRecordWriter(std::string path, std::FILE* file) : path_(std::move(path)), file_(file) {}
+
+  const std::string path_;
+  std::FILE* file_;
+};
+
+class TFRecordReader {
+ public:
+  static absl::StatusOr<std::unique_ptr<TFRecordReader>> Open(const std::string& path);
+  ~TFRecordReader();
+  TFRecordReader(const TFRecordReader&) = delete;
+  TFRecordReader& operator=(const TFRecordReader&) = delete;
+
+  // Reads the next record into `*record`. Returns true when it did, false at
+  // a clean end of file, and DATA_LOSS for a corrupt or truncated record;
+  // after an error every later call returns the same error.
+  absl::StatusOr<bool> ReadRecord(std::string* record);
+
+  // Byte offset of the next record.
+  uint64_t offset() const { return offset_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  TFRecordReader(std::string path, std::FILE* file, uint64_t size)
+      : path_(std::move(path)), file_(file), file_size_(size) {}
+  absl::Status Corrupt(absl::string_view what);
+
+  const std::string path_;
+  std::FILE* file_;
+  const uint64_t file_size_;  // as of Open
+  uint64_t offset_ = 0;
+  absl::Status error_;  // sticky
+};
+
+// Appends the record of one example (layout above) to `*out`.
+void EncodeImageExample(uint32_t label, absl::Span<const uint8_t> pixels, std::string* out);
+
+// Splits `record` into its label and pixels. INVALID_ARGUMENT when the record
+// is not exactly 4 + pixels.size() bytes.
+absl::Status DecodeImageExample(absl::string_view record, uint32_t* label,
+                                absl::Span<uint8_t> pixels);
+
+// Reads every record of `path` as an example of `example_elems` pixels,
+// appending to `*pixels` and `*labels`. Errors name the file, the record
+// index and its byte offset. Labels above INT32_MAX are rejected.
+absl::Status ReadImageExamples(const std::string& path, int64_t example_elems,
+                               std::vector<uint8_t>* pixels, std::vector<int32_t>* labels);
+
+// Writes `labels.size()` examples, row i taking pixels [i*E, (i+1)*E) with
+// E = pixels.size() / labels.size(). For tests and conversion tools.
+absl::Status WriteImageExamples(const std::string& path, absl::Span<const uint8_t> pixels,
+                                absl::Span<const int32_t> labels);
+
+}  // namespace data
+}  // namespace weft
+
+#endif  // WEFT_RUNTIME_DATA_TFRECORD_H_

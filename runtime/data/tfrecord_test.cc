@@ -1,0 +1,198 @@
+#include "runtime/data/tfrecord.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/crc32c.h"
+#include "gtest/gtest.h"
+#include "runtime/data/test_files.h"
+
+namespace weft {
+namespace data {
+namespace {
+
+using ::weft::data::testing::ReadFile;
+using ::weft::data::testing::TempPath;
+using ::weft::data::testing::WriteFile;
+
+const std::vector<std::string>& Records() {
+  static const auto* records = new std::vector<std::string>{"first", "", std::string(1000, 'x'),
+                                                            std::string("last\0one", 8)};
+  return *records;
+}
+
+std::string WriteRecords(const std::string& name) {
+  const std::string path = TempPath(name);
+  auto writer = TFRecordWriter::Open(path);
+  EXPECT_TRUE(writer.ok()) << writer.status();
+  for (const std::string& r : Records()) EXPECT_TRUE((*writer)->Write(r).ok());
+  EXPECT_TRUE((*writer)->Close().ok());
+  return path;
+}
+
+// Reads records until the end or an error; returns the error (OK at the end).
+absl::Status ReadAll(const std::string& path, std::vector<std::string>* out) {
+  auto reader = TFRecordReader::Open(path);
+  if (!reader.ok()) return reader.status();
+  std::string record;
+  while (true) {
+    absl::StatusOr<bool> more = (*reader)->ReadRecord(&record);
+    if (!more.ok()) return more.status();
+    if (!*more) return absl::OkStatus();
+    out->push_back(record);
+  }
+}
+
+// Byte offset of record i in a file written from Records().
+uint64_t OffsetOf(size_t i) {
+  uint64_t off = 0;
+  for (size_t k = 0; k < i; ++k) off += 16 + Records()[k].size();
+  return off;
+}
+
+void ExpectDataLoss(const absl::Status& s, const std::string& path, const std::string& what,
+                    uint64_t offset) {
+  ASSERT_FALSE(s.ok()) << "expected " << what;
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find(path), std::string::npos) << s;
+  EXPECT_NE(s.message().find(what), std::string::npos) << s;
+  EXPECT_NE(s.message().find("byte offset " + std::to_string(offset) + ":"), std::string::npos)
+      << s;
+}
+
+TEST(TFRecordTest, RoundTripAndLayout) {
+  const std::string path = WriteRecords("round.tfrecord");
+  std::vector<std::string> got;
+  ASSERT_TRUE(ReadAll(path, &got).ok());
+  EXPECT_EQ(got, Records());
+
+  // The bytes are TensorFlow's layout: LE length, masked CRCs.
+  const std::string bytes = ReadFile(path);
+  ASSERT_EQ(bytes.size(), OffsetOf(Records().size()));
+  uint64_t len;
+  std::memcpy(&len, bytes.data(), 8);
+  EXPECT_EQ(len, 5u);
+  uint32_t len_crc, data_crc;
+  std::memcpy(&len_crc, bytes.data() + 8, 4);
+  std::memcpy(&data_crc, bytes.data() + 17, 4);
+  EXPECT_EQ(len_crc, MaskCrc32c(Crc32c(bytes.data(), 8)));
+  EXPECT_EQ(data_crc, MaskCrc32c(Crc32c("first", 5)));
+}
+
+TEST(TFRecordTest, ReaderTracksOffsetAndStopsCleanly) {
+  const std::string path = WriteRecords("offsets.tfrecord");
+  auto reader = TFRecordReader::Open(path);
+  ASSERT_TRUE(reader.ok());
+  std::string record;
+  for (size_t i = 0; i < Records().size(); ++i) {
+    EXPECT_EQ((*reader)->offset(), OffsetOf(i));
+    ASSERT_EQ((*reader)->ReadRecord(&record).value_or(false), true);
+  }
+  EXPECT_EQ((*reader)->ReadRecord(&record).value_or(true), false);
+  EXPECT_EQ((*reader)->ReadRecord(&record).value_or(true), false);  // stays at the end
+}
+
+TEST(TFRecordTest, CorruptLengthCrc) {
+  const std::string path = WriteRecords("badlen.tfrecord");
+  std::string bytes = ReadFile(path);
+  bytes[OffsetOf(2) + 1] ^= 0x10;  // a length byte of the third record
+  WriteFile(path, bytes);
+  std::vector<std::string> got;
+  ExpectDataLoss(ReadAll(path, &got), path, "length CRC mismatch", OffsetOf(2));
+  EXPECT_EQ(got.size(), 2u);  // the records before it are intact
+}
+
+TEST(TFRecordTest, CorruptDataCrcAndStickyError) {
+  const std::string path = WriteRecords("baddata.tfrecord");
+  std::string bytes = ReadFile(path);
+  bytes[OffsetOf(2) + 12 + 500] ^= 0x01;  // inside the third record's data
+  WriteFile(path, bytes);
+  std::vector<std::string> got;
+  ExpectDataLoss(ReadAll(path, &got), path, "data CRC mismatch", OffsetOf(2));
+  EXPECT_EQ(got.size(), 2u);
+
+  auto reader = TFRecordReader::Open(path);
+  ASSERT_TRUE(reader.ok());
+  std::string record;
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE((*reader)->ReadRecord(&record).ok());
+  EXPECT_FALSE((*reader)->ReadRecord(&record).ok());
+  EXPECT_FALSE((*reader)->ReadRecord(&record).ok());  // the error sticks
+}
+
+TEST(TFRecordTest, TruncatedInsideDataOrHeader) {
+  const std::string full = ReadFile(WriteRecords("trunc-src.tfrecord"));
+  const std::string in_data = TempPath("trunc-data.tfrecord");
+  WriteFile(in_data, full.substr(0, OffsetOf(2) + 12 + 100));
+  std::vector<std::string> got;
+  ExpectDataLoss(ReadAll(in_data, &got), in_data, "truncated record", OffsetOf(2));
+  EXPECT_EQ(got.size(), 2u);
+
+  const std::string in_header = TempPath("trunc-header.tfrecord");
+  WriteFile(in_header, full.substr(0, OffsetOf(1) + 5));
+  got.clear();
+  ExpectDataLoss(ReadAll(in_header, &got), in_header, "5 bytes into the 12-byte record header",
+                 OffsetOf(1));
+  EXPECT_EQ(got.size(), 1u);
+
+  const std::string no_footer = TempPath("trunc-footer.tfrecord");
+  WriteFile(no_footer, full.substr(0, OffsetOf(1) - 2));
+  got.clear();
+  ExpectDataLoss(ReadAll(no_footer, &got), no_footer, "truncated record", 0);
+}
+
+TEST(TFRecordTest, MissingFile) {
+  const std::string path = TempPath("nope.tfrecord");
+  auto reader = TFRecordReader::Open(path);
+  ASSERT_FALSE(reader.ok());
+  EXPECT_EQ(reader.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(reader.status().message().find(path), std::string::npos);
+}
+
+TEST(ImageExampleTest, EncodeDecode) {
+  const std::vector<uint8_t> pixels = {1, 2, 3, 250, 255, 0};
+  std::string record = "prefix";
+  EncodeImageExample(0x01020304u, pixels, &record);
+  ASSERT_EQ(record.size(), 6u + 4u + 6u);
+  EXPECT_EQ(record.substr(6, 4), std::string("\x04\x03\x02\x01", 4));  // label, little-endian
+
+  uint32_t label = 0;
+  std::vector<uint8_t> out(6);
+  ASSERT_TRUE(
+      DecodeImageExample(absl::string_view(record).substr(6), &label, absl::MakeSpan(out)).ok());
+  EXPECT_EQ(label, 0x01020304u);
+  EXPECT_EQ(out, pixels);
+
+  std::vector<uint8_t> wrong(5);
+  absl::Status s =
+      DecodeImageExample(absl::string_view(record).substr(6), &label, absl::MakeSpan(wrong));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("holds 10 bytes"), std::string::npos) << s;
+}
+
+TEST(ImageExampleTest, FileRoundTripAndShapeMismatch) {
+  const std::string path = TempPath("examples.tfrecord");
+  const std::vector<uint8_t> pixels = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+  const std::vector<int32_t> labels = {7, 0, 3};
+  ASSERT_TRUE(WriteImageExamples(path, pixels, labels).ok());
+
+  std::vector<uint8_t> got_pixels = {99};  // appended to, not replaced
+  std::vector<int32_t> got_labels;
+  ASSERT_TRUE(ReadImageExamples(path, 4, &got_pixels, &got_labels).ok());
+  EXPECT_EQ(got_labels, labels);
+  ASSERT_EQ(got_pixels.size(), 13u);
+  EXPECT_EQ(std::vector<uint8_t>(got_pixels.begin() + 1, got_pixels.end()), pixels);
+
+  got_pixels.clear();
+  got_labels.clear();
+  absl::Status s = ReadImageExamples(path, 6, &got_pixels, &got_labels);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find(path + ": record 0 at byte offset 0"), std::string::npos) << s;
+
+  EXPECT_FALSE(WriteImageExamples(path, pixels, {1, -1, 2}).ok());
+  EXPECT_FALSE(WriteImageExamples(path, pixels, {1, 2, 3, 4, 5}).ok());
+}
+
+}  // namespace
+}  // namespace data
+}  // namespace weft

@@ -1,0 +1,55 @@
+// A device: where kernels run and variables live.
+//
+// The CPU device owns an intra-op thread pool (for kernels that split their
+// work) and a ResourceMgr with the device's variables. Its allocator is the
+// process-wide caching CPU allocator.
+//
+// Thread-safety: thread-safe.
+#ifndef WEFT_RUNTIME_DEVICE_H_
+#define WEFT_RUNTIME_DEVICE_H_
+
+#include <memory>
+#include <string>
+
+#include "common/allocator.h"
+#include "common/thread_pool.h"
+#include "runtime/resource_mgr.h"
+
+namespace weft {
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  // Full name, e.g. "/job:worker/task:0/device:CPU:0" or "/device:CPU:0".
+  const std::string& name() const { return name_; }
+  // "CPU" or "GPU": selects kernels.
+  const std::string& device_type() const { return type_; }
+  virtual Allocator* allocator() = 0;
+  ResourceMgr* resources() { return &resources_; }
+  ThreadPool* intra_op_pool() { return intra_op_pool_.get(); }
+
+ protected:
+  Device(std::string name, std::string type, int intra_op_threads)
+      : name_(std::move(name)),
+        type_(std::move(type)),
+        // The caller's thread computes too, so N-way parallelism needs N-1 pool threads.
+        intra_op_pool_(std::make_unique<ThreadPool>(name_ + "/intra_op", intra_op_threads > 1 ? intra_op_threads - 1 : 0)) {}
+
+ private:
+  std::string name_;
+  std::string type_;
+  ResourceMgr resources_;
+  std::unique_ptr<ThreadPool> intra_op_pool_;
+};
+
+class CpuDevice final : public Device {
+ public:
+  // intra_op_threads: parallelism inside one kernel (1: none; 0: one per core).
+  CpuDevice(std::string name, int intra_op_threads)
+      : Device(std::move(name), "CPU", intra_op_threads == 0 ? NumCores() : intra_op_threads) {}
+  Allocator* allocator() override { return CpuAllocator(); }
+};
+
+}  // namespace weft
+
+#endif  // WEFT_RUNTIME_DEVICE_H_

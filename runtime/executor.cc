@@ -1,0 +1,354 @@
+#include "runtime/executor.h"
+
+#include <atomic>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "common/status_macros.h"
+#include "runtime/op_kernel.h"
+
+namespace weft {
+namespace {
+
+// Where a node input comes from: a fed tensor or another node's output slot.
+struct InputSource {
+  bool fed;
+  int index;  // feed index or output slot
+};
+
+struct NodeItem {
+  const Node* node = nullptr;
+  std::unique_ptr<OpKernel> kernel;
+  std::vector<InputSource> inputs;
+  int first_slot = 0;  // output k lives in slot first_slot + k
+  int num_outputs = 0;
+  std::vector<int> successors;  // one entry per data or control edge
+  int initial_pending = 0;
+};
+
+}  // namespace
+
+// One step's mutable state; reused across steps through Impl::free_states.
+struct RunState {
+  std::vector<Tensor> slots;
+  std::unique_ptr<std::atomic<int>[]> pending;
+  std::unique_ptr<std::atomic<int>[]> slot_refs;
+  std::vector<int> stack;  // ready nodes, inline mode
+  absl::Span<const Tensor> feeds;
+  int64_t step_id = 0;
+  std::atomic<bool> aborted{false};
+  std::atomic<int> outstanding{0};
+  absl::Mutex mu;
+  absl::Status status ABSL_GUARDED_BY(mu);
+  absl::Notification* done = nullptr;
+};
+
+struct Executor::Impl {
+  const Graph* graph;
+  Device* device;
+  ExecutorOptions options;
+  std::vector<NodeItem> items;
+  std::vector<int> roots;
+  int num_slots = 0;
+  std::vector<int> initial_slot_refs;
+  std::vector<Endpoint> feed_endpoints;
+  std::vector<InputSource> fetch_sources;
+  std::vector<std::pair<int, int>> output_checks;  // (item, output) pairs whose dtype kernels must honour
+
+  absl::Mutex pool_mu;
+  std::vector<std::unique_ptr<RunState>> free_states ABSL_GUARDED_BY(pool_mu);
+
+  std::unique_ptr<RunState> AcquireState();
+  void ReleaseState(std::unique_ptr<RunState> state);
+  // Runs item `i` and returns the successors it made ready, via `ready`.
+  void Process(RunState* s, int i, absl::InlinedVector<int, 8>* ready);
+  void ProcessAsync(RunState* s, int i);
+  void Abort(RunState* s, const absl::Status& status);
+};
+
+std::unique_ptr<RunState> Executor::Impl::AcquireState() {
+  {
+    absl::MutexLock lock(&pool_mu);
+    if (!free_states.empty()) {
+      auto s = std::move(free_states.back());
+      free_states.pop_back();
+      return s;
+    }
+  }
+  auto s = std::make_unique<RunState>();
+  s->slots.resize(num_slots);
+  s->pending.reset(new std::atomic<int>[items.size()]);
+  s->slot_refs.reset(new std::atomic<int>[num_slots]);
+  s->stack.reserve(items.size());
+  return s;
+}
+
+void Executor::Impl::ReleaseState(std::unique_ptr<RunState> state) {
+  for (Tensor& t : state->slots) t = Tensor();
+  state->aborted = false;
+  {
+    absl::MutexLock lock(&state->mu);
+    state->status = absl::OkStatus();
+  }
+  absl::MutexLock lock(&pool_mu);
+  free_states.push_back(std::move(state));
+}
+
+void Executor::Impl::Abort(RunState* s, const absl::Status& status) {
+  absl::MutexLock lock(&s->mu);
+  if (s->status.ok()) s->status = status;
+  s->aborted = true;
+}
+
+void Executor::Impl::Process(RunState* s, int i, absl::InlinedVector<int, 8>* ready) {
+  NodeItem& item = items[i];
+  if (!s->aborted.load(std::memory_order_relaxed)) {
+    absl::InlinedVector<const Tensor*, 8> inputs;
+    for (const InputSource& src : item.inputs) {
+      inputs.push_back(src.fed ? &s->feeds[src.index] : &s->slots[src.index]);
+    }
+    OpKernelContext::Params p;
+    p.node = item.node;
+    p.device = device;
+    p.step_id = s->step_id;
+    p.inputs = absl::MakeConstSpan(inputs);
+    p.outputs = absl::MakeSpan(s->slots.data() + item.first_slot, item.num_outputs);
+    OpKernelContext ctx(p);
+    item.kernel->Compute(&ctx);
+    absl::Status status = ctx.status();
+    if (status.ok()) {
+      for (int k = 0; k < item.num_outputs; ++k) {
+        const Tensor& out = s->slots[item.first_slot + k];
+        if (!out.IsInitialized() || out.dtype() != item.node->output_type(k)) {
+          status = absl::InternalError(absl::StrCat("kernel produced ", out.IsInitialized() ? "a " : "no ",
+                                                    out.IsInitialized() ? DTypeName(out.dtype()) : "", " output ", k,
+                                                    " where the graph declares ",
+                                                    DTypeName(item.node->output_type(k))));
+          break;
+        }
+      }
+    }
+    if (!status.ok()) {
+      Abort(s, absl::Status(status.code(), absl::StrCat("node ", item.node->DebugName(), ": ", status.message())));
+    }
+    // Release inputs whose last consumer this was.
+    for (const InputSource& src : item.inputs) {
+      if (!src.fed && s->slot_refs[src.index].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        s->slots[src.index] = Tensor();
+      }
+    }
+  }
+  if (s->aborted.load(std::memory_order_relaxed)) return;
+  for (int succ : item.successors) {
+    if (s->pending[succ].fetch_sub(1, std::memory_order_acq_rel) == 1) ready->push_back(succ);
+  }
+}
+
+void Executor::Impl::ProcessAsync(RunState* s, int i) {
+  // Runs `i`, then keeps one newly ready node for this thread and hands the
+  // rest to the pool, so a chain runs without a queue hop per node.
+  for (;;) {
+    absl::InlinedVector<int, 8> ready;
+    Process(s, i, &ready);
+    if (ready.empty()) break;
+    s->outstanding.fetch_add(static_cast<int>(ready.size()) - 1, std::memory_order_relaxed);
+    for (size_t k = 1; k < ready.size(); ++k) {
+      const int next = ready[k];
+      options.inter_op_pool->Schedule([this, s, next] { ProcessAsync(s, next); });
+    }
+    i = ready[0];
+  }
+  if (s->outstanding.fetch_sub(1, std::memory_order_acq_rel) == 1) s->done->Notify();
+}
+
+Executor::Executor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Executor::~Executor() = default;
+
+int Executor::num_nodes() const { return static_cast<int>(impl_->items.size()); }
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph* graph, Device* device,
+                                                           ExecutorOptions options) {
+  auto impl = std::make_unique<Impl>();
+  impl->graph = graph;
+  impl->device = device;
+
+  // Feeds.
+  absl::flat_hash_map<std::pair<int, int>, int> fed;  // (node id, output) -> feed index
+  for (size_t f = 0; f < options.feeds.size(); ++f) {
+    auto e = graph->FindEndpoint(options.feeds[f]);
+    if (!e.ok()) return Annotate(e.status(), absl::StrCat("feed '", options.feeds[f], "'"));
+    if (!fed.emplace(std::make_pair(e->node->id(), e->index), static_cast<int>(f)).second) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", options.feeds[f], "' is fed twice"));
+    }
+    impl->feed_endpoints.push_back(*e);
+  }
+
+  // Prune: the nodes that fetches and targets need, cut at fed tensors.
+  const int n = graph->num_nodes();
+  std::vector<bool> needed(n, false);
+  std::vector<Node*> work;
+  auto need = [&](Node* node) {
+    if (!needed[node->id()]) {
+      needed[node->id()] = true;
+      work.push_back(node);
+    }
+  };
+  std::vector<Endpoint> fetch_eps;
+  for (const std::string& name : options.fetches) {
+    auto e = graph->FindEndpoint(name);
+    if (!e.ok()) return Annotate(e.status(), absl::StrCat("fetch '", name, "'"));
+    fetch_eps.push_back(*e);
+    if (!fed.contains(std::make_pair(e->node->id(), e->index))) need(e->node);
+  }
+  for (const std::string& name : options.targets) {
+    Node* node = graph->FindNode(name);
+    if (node == nullptr) return absl::NotFoundError(absl::StrCat("target '", name, "' names no node in the graph"));
+    need(node);
+  }
+  while (!work.empty()) {
+    Node* node = work.back();
+    work.pop_back();
+    for (const Endpoint& e : node->inputs()) {
+      if (!fed.contains(std::make_pair(e.node->id(), e.index))) need(e.node);
+    }
+    for (Node* c : node->control_inputs()) need(c);
+  }
+
+  // Items in id (topological) order.
+  std::vector<int> item_of(n, -1);
+  for (int id = 0; id < n; ++id) {
+    if (!needed[id]) continue;
+    item_of[id] = static_cast<int>(impl->items.size());
+    NodeItem item;
+    item.node = graph->node(id);
+    item.first_slot = impl->num_slots;
+    item.num_outputs = item.node->num_outputs();
+    impl->num_slots += item.num_outputs;
+    ASSIGN_OR_RETURN(item.kernel, KernelRegistry::Global()->Create(item.node, device));
+    impl->items.push_back(std::move(item));
+  }
+  impl->initial_slot_refs.assign(impl->num_slots, 0);
+  for (NodeItem& item : impl->items) {
+    for (const Endpoint& e : item.node->inputs()) {
+      auto f = fed.find(std::make_pair(e.node->id(), e.index));
+      if (f != fed.end()) {
+        item.inputs.push_back(InputSource{true, f->second});
+        continue;
+      }
+      NodeItem& producer = impl->items[item_of[e.node->id()]];
+      const int slot = producer.first_slot + e.index;
+      item.inputs.push_back(InputSource{false, slot});
+      ++impl->initial_slot_refs[slot];
+      producer.successors.push_back(item_of[item.node->id()]);
+      ++item.initial_pending;
+    }
+    for (Node* c : item.node->control_inputs()) {
+      impl->items[item_of[c->id()]].successors.push_back(item_of[item.node->id()]);
+      ++item.initial_pending;
+    }
+  }
+  for (size_t i = 0; i < impl->items.size(); ++i) {
+    if (impl->items[i].initial_pending == 0) impl->roots.push_back(static_cast<int>(i));
+  }
+  for (const Endpoint& e : fetch_eps) {
+    auto f = fed.find(std::make_pair(e.node->id(), e.index));
+    if (f != fed.end()) {
+      impl->fetch_sources.push_back(InputSource{true, f->second});
+    } else {
+      const int slot = impl->items[item_of[e.node->id()]].first_slot + e.index;
+      impl->fetch_sources.push_back(InputSource{false, slot});
+      ++impl->initial_slot_refs[slot];  // a fetched tensor outlives its consumers
+    }
+  }
+  if (options.inter_op_pool != nullptr && options.inter_op_pool->num_threads() == 0) {
+    options.inter_op_pool = nullptr;
+  }
+  impl->options = std::move(options);
+  return std::unique_ptr<Executor>(new Executor(std::move(impl)));
+}
+
+absl::Status Executor::Run(absl::Span<const Tensor> feeds, std::vector<Tensor>* fetches, int64_t step_id) {
+  Impl& m = *impl_;
+  if (feeds.size() != m.feed_endpoints.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected ", m.feed_endpoints.size(), " feed(s), got ", feeds.size()));
+  }
+  for (size_t f = 0; f < feeds.size(); ++f) {
+    const Endpoint& e = m.feed_endpoints[f];
+    const DType want = e.node->output_type(e.index);
+    const TensorShape& shape = e.node->output_shape(e.index);
+    if (!feeds[f].IsInitialized() || feeds[f].dtype() != want || !shape.IsCompatibleWith(feeds[f].shape())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "feed '", m.options.feeds[f], "' must be ", DTypeName(want), shape.DebugString(), ", got ",
+          feeds[f].IsInitialized() ? absl::StrCat(DTypeName(feeds[f].dtype()), feeds[f].shape().DebugString())
+                                   : std::string("an uninitialized tensor")));
+    }
+  }
+
+  std::unique_ptr<RunState> state = m.AcquireState();
+  RunState* s = state.get();
+  s->feeds = feeds;
+  s->step_id = step_id;
+  for (size_t i = 0; i < m.items.size(); ++i) s->pending[i].store(m.items[i].initial_pending, std::memory_order_relaxed);
+  for (int k = 0; k < m.num_slots; ++k) s->slot_refs[k].store(m.initial_slot_refs[k], std::memory_order_relaxed);
+
+  if (m.options.inter_op_pool == nullptr) {
+    s->stack.assign(m.roots.rbegin(), m.roots.rend());
+    absl::InlinedVector<int, 8> ready;
+    while (!s->stack.empty()) {
+      const int i = s->stack.back();
+      s->stack.pop_back();
+      ready.clear();
+      m.Process(s, i, &ready);
+      for (auto it = ready.rbegin(); it != ready.rend(); ++it) s->stack.push_back(*it);
+    }
+  } else if (!m.roots.empty()) {
+    absl::Notification done;
+    s->done = &done;
+    s->outstanding.store(static_cast<int>(m.roots.size()), std::memory_order_relaxed);
+    for (size_t r = 1; r < m.roots.size(); ++r) {
+      const int root = m.roots[r];
+      m.options.inter_op_pool->Schedule([&m, s, root] { m.ProcessAsync(s, root); });
+    }
+    m.ProcessAsync(s, m.roots[0]);
+    done.WaitForNotification();
+  }
+
+  absl::Status status;
+  {
+    absl::MutexLock lock(&s->mu);
+    status = s->status;
+  }
+  if (status.ok() && fetches != nullptr) {
+    fetches->resize(m.fetch_sources.size());
+    for (size_t f = 0; f < m.fetch_sources.size(); ++f) {
+      const InputSource& src = m.fetch_sources[f];
+      (*fetches)[f] = src.fed ? feeds[src.index] : s->slots[src.index];
+    }
+  }
+  m.ReleaseState(std::move(state));
+  return status;
+}
+
+absl::StatusOr<std::vector<Tensor>> RunGraphOnce(const Graph& graph, Device* device,
+                                                 const std::vector<std::pair<std::string, Tensor>>& feeds,
+                                                 const std::vector<std::string>& fetches,
+                                                 const std::vector<std::string>& targets) {
+  ExecutorOptions opts;
+  std::vector<Tensor> feed_values;
+  for (const auto& [name, value] : feeds) {
+    opts.feeds.push_back(name);
+    feed_values.push_back(value);
+  }
+  opts.fetches = fetches;
+  opts.targets = targets;
+  ASSIGN_OR_RETURN(auto exec, Executor::Create(&graph, device, std::move(opts)));
+  std::vector<Tensor> out;
+  RETURN_IF_ERROR(exec->Run(feed_values, &out));
+  return out;
+}
+
+}  // namespace weft

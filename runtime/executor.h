@@ -1,0 +1,72 @@
+// The dataflow executor: runs a graph's nodes on one device.
+//
+// An Executor is built once per (graph, feeds, fetches, targets) signature,
+// like a TensorFlow callable: it prunes the graph to what the fetches and
+// targets need (fed tensors cut the graph), creates one kernel per node, and
+// precomputes the dependency counts. Run then executes a step: nodes whose
+// inputs are ready run in parallel on the inter-op pool (or inline on the
+// caller when there is none), each output is released as soon as its last
+// consumer has run, and the per-run state is reused, so a warm step allocates
+// nothing beyond what the caching allocator serves from its cache.
+//
+// The first failing kernel aborts the step: nodes not yet started are
+// skipped and Run returns the error prefixed by the node's name and op.
+//
+// Thread-safety: Run may be called concurrently (each call takes its own
+// run state); the graph and device must outlive the executor.
+#ifndef WEFT_RUNTIME_EXECUTOR_H_
+#define WEFT_RUNTIME_EXECUTOR_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/tensor.h"
+#include "common/thread_pool.h"
+#include "graph/graph.h"
+#include "runtime/device.h"
+
+namespace weft {
+
+struct ExecutorOptions {
+  // Tensor names ("node" or "node:k") fed by the caller, in Run's feed order.
+  std::vector<std::string> feeds;
+  // Tensor names returned by Run, in order.
+  std::vector<std::string> fetches;
+  // Node names run for their effects.
+  std::vector<std::string> targets;
+  // Runs independent nodes in parallel; nullptr runs everything on the caller.
+  ThreadPool* inter_op_pool = nullptr;
+};
+
+class Executor {
+ public:
+  // `graph` and `device` must outlive the executor.
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(const Graph* graph, Device* device, ExecutorOptions options);
+  ~Executor();
+
+  // Feeds must match options.feeds in number, dtype and (known dims of) shape.
+  absl::Status Run(absl::Span<const Tensor> feeds, std::vector<Tensor>* fetches, int64_t step_id = 0);
+
+  // Number of nodes the pruned graph runs each step.
+  int num_nodes() const;
+
+ private:
+  struct Impl;
+  explicit Executor(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Builds an executor for one call and runs it: a convenience for tests and
+// one-off evaluation.
+absl::StatusOr<std::vector<Tensor>> RunGraphOnce(const Graph& graph, Device* device,
+                                                 const std::vector<std::pair<std::string, Tensor>>& feeds,
+                                                 const std::vector<std::string>& fetches,
+                                                 const std::vector<std::string>& targets = {});
+
+}  // namespace weft
+
+#endif  // WEFT_RUNTIME_EXECUTOR_H_

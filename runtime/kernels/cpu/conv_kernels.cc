@@ -1,0 +1,273 @@
+// CPU Conv2D and its backprops (NHWC input, HWIO filter) as im2col + Eigen
+// GEMM.
+//
+// The patch matrix of a chunk of images ([images * Ho * Wo, KH * KW * Cin])
+// is built in a scratch tensor from the device allocator, so a warm step
+// reuses cached blocks; chunks keep it around a megabyte so it stays in
+// cache while the GEMM packs it. A 1x1, stride-1 convolution is a plain
+// GEMM on the input and needs no patches.
+//
+//   forward:        Y[rows, Cout]  = patches * F[K, Cout]
+//   input grad:     dpatches       = G * F^T, scattered back (col2im)
+//   filter grad:    dF             = sum over chunks of patches^T * G
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "graph/ops/window_geometry.h"
+#include "runtime/device.h"
+#include "runtime/kernels/cpu/kernel_util.h"
+#include "runtime/op_kernel.h"
+
+namespace weft {
+namespace cpu {
+namespace {
+
+// Target size of a chunk's patch matrix, in floats.
+constexpr int64_t kScratchFloats = int64_t{1} << 18;
+
+struct ConvGeometry {
+  int64_t n, h, w, cin;      // input
+  int64_t kh, kw, cout;      // filter
+  int64_t ho, wo;            // output
+  int64_t pad_top, pad_left;
+  int64_t stride;
+  int64_t k() const { return kh * kw * cin; }      // patch length
+  int64_t patches() const { return ho * wo; }      // patches per image
+  bool IsPointwise() const { return kh == 1 && kw == 1 && stride == 1 && pad_top == 0 && pad_left == 0; }
+  TensorShape OutputShape() const { return TensorShape{n, ho, wo, cout}; }
+  // Images per chunk of the patch matrix.
+  int64_t ImagesPerChunk() const {
+    return std::max<int64_t>(1, kScratchFloats / std::max<int64_t>(1, patches() * k()));
+  }
+};
+
+absl::StatusOr<ConvGeometry> ComputeGeometry(const Tensor& x, const Tensor& f, const ConvParams& p) {
+  if (x.shape().rank() != 4) {
+    return absl::InvalidArgumentError(absl::StrCat("x must have rank 4 (NHWC), got ", x.shape().DebugString()));
+  }
+  if (f.shape().rank() != 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("filter must have rank 4 (HWIO), got ", f.shape().DebugString()));
+  }
+  ConvGeometry g;
+  g.n = x.shape().dim(0);
+  g.h = x.shape().dim(1);
+  g.w = x.shape().dim(2);
+  g.cin = x.shape().dim(3);
+  g.kh = f.shape().dim(0);
+  g.kw = f.shape().dim(1);
+  g.cout = f.shape().dim(3);
+  g.stride = p.stride;
+  if (f.shape().dim(2) != g.cin) {
+    return absl::InvalidArgumentError(absl::StrCat("x ", x.shape().DebugString(), " has ", g.cin,
+                                                   " channels but filter ", f.shape().DebugString(), " expects ",
+                                                   f.shape().dim(2)));
+  }
+  if (g.kh < 1 || g.kw < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("filter ", f.shape().DebugString(), " has an empty window"));
+  }
+  auto wh = ComputeWindow(g.h, g.kh, g.stride, p.padding, "input height");
+  if (!wh.ok()) return wh.status();
+  auto ww = ComputeWindow(g.w, g.kw, g.stride, p.padding, "input width");
+  if (!ww.ok()) return ww.status();
+  g.ho = wh->out;
+  g.wo = ww->out;
+  g.pad_top = wh->pad_before;
+  g.pad_left = ww->pad_before;
+  return g;
+}
+
+// Writes the patches of images [n0, n1) as rows of `cols` ([.., K]).
+void Im2Col(const ConvGeometry& g, const float* x, int64_t n0, int64_t n1, float* cols) {
+  const int64_t k = g.k();
+  const int64_t row_len = g.kw * g.cin;
+  for (int64_t n = n0; n < n1; ++n) {
+    const float* img = x + n * g.h * g.w * g.cin;
+    for (int64_t oh = 0; oh < g.ho; ++oh) {
+      for (int64_t ow = 0; ow < g.wo; ++ow) {
+        float* dst = cols + ((n - n0) * g.patches() + oh * g.wo + ow) * k;
+        const int64_t ih0 = oh * g.stride - g.pad_top;
+        const int64_t iw0 = ow * g.stride - g.pad_left;
+        for (int64_t i = 0; i < g.kh; ++i, dst += row_len) {
+          const int64_t ih = ih0 + i;
+          if (ih < 0 || ih >= g.h) {
+            std::memset(dst, 0, row_len * sizeof(float));
+            continue;
+          }
+          const float* src = img + (ih * g.w) * g.cin;
+          if (iw0 >= 0 && iw0 + g.kw <= g.w) {
+            std::memcpy(dst, src + iw0 * g.cin, row_len * sizeof(float));
+            continue;
+          }
+          for (int64_t j = 0; j < g.kw; ++j) {
+            const int64_t iw = iw0 + j;
+            float* d = dst + j * g.cin;
+            if (iw < 0 || iw >= g.w) {
+              std::memset(d, 0, g.cin * sizeof(float));
+            } else {
+              std::memcpy(d, src + iw * g.cin, g.cin * sizeof(float));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Adds the patch rows of images [n0, n1) back into dx (the adjoint of Im2Col).
+void Col2Im(const ConvGeometry& g, const float* cols, int64_t n0, int64_t n1, float* dx) {
+  const int64_t k = g.k();
+  for (int64_t n = n0; n < n1; ++n) {
+    float* img = dx + n * g.h * g.w * g.cin;
+    for (int64_t oh = 0; oh < g.ho; ++oh) {
+      for (int64_t ow = 0; ow < g.wo; ++ow) {
+        const float* src = cols + ((n - n0) * g.patches() + oh * g.wo + ow) * k;
+        const int64_t ih0 = oh * g.stride - g.pad_top;
+        const int64_t iw0 = ow * g.stride - g.pad_left;
+        for (int64_t i = 0; i < g.kh; ++i) {
+          const int64_t ih = ih0 + i;
+          if (ih < 0 || ih >= g.h) continue;
+          for (int64_t j = 0; j < g.kw; ++j) {
+            const int64_t iw = iw0 + j;
+            if (iw < 0 || iw >= g.w) continue;
+            const float* s = src + (i * g.kw + j) * g.cin;
+            float* d = img + (ih * g.w + iw) * g.cin;
+            for (int64_t c = 0; c < g.cin; ++c) d[c] += s[c];
+          }
+        }
+      }
+    }
+  }
+}
+
+Tensor Scratch(OpKernelContext* ctx, int64_t floats) {
+  return Tensor(DType::kFloat32, TensorShape{floats}, ctx->device()->allocator());
+}
+
+class ConvOpBase : public OpKernel {
+ public:
+  explicit ConvOpBase(OpKernelConstruction* c) : OpKernel(c) { GetAttr(c, GetConvParams(c->def()), &params_); }
+
+ protected:
+  // The geometry of (x, filter), and for the backprops a check that g has the
+  // forward output's shape.
+  absl::StatusOr<ConvGeometry> Geometry(OpKernelContext* ctx, bool with_grad) const {
+    auto g = ComputeGeometry(ctx->input(0), ctx->input(1), params_);
+    if (!g.ok() || !with_grad) return g;
+    const Tensor& grad = ctx->input(2);
+    if (grad.shape() != g->OutputShape()) {
+      return absl::InvalidArgumentError(absl::StrCat("gradient ", grad.shape().DebugString(),
+                                                     " does not match the convolution's output ",
+                                                     g->OutputShape().DebugString()));
+    }
+    return g;
+  }
+
+  ConvParams params_;
+};
+
+class Conv2DOp : public ConvOpBase {
+ public:
+  using ConvOpBase::ConvOpBase;
+  void Compute(OpKernelContext* ctx) override {
+    auto geo = Geometry(ctx, false);
+    OP_REQUIRES_OK(ctx, geo.status());
+    const ConvGeometry& g = *geo;
+    Tensor* out = ctx->allocate_output(0, DType::kFloat32, g.OutputShape());
+    if (out == nullptr || out->NumElements() == 0) return;
+    const float* x = ctx->input(0).data<float>();
+    ConstMatrixMap f(ctx->input(1).data<float>(), g.k(), g.cout);
+    float* y = out->data<float>();
+    if (g.IsPointwise()) {
+      MatrixMap ym(y, g.n * g.patches(), g.cout);
+      ym.noalias() = ConstMatrixMap(x, g.n * g.patches(), g.cin) * f;
+      return;
+    }
+    const int64_t per = g.ImagesPerChunk();
+    const int64_t chunks = (g.n + per - 1) / per;
+    ParallelFor(ctx, chunks, 2.0 * per * g.patches() * g.k() * g.cout, [&](int64_t begin, int64_t end) {
+      Tensor scratch = Scratch(ctx, per * g.patches() * g.k());
+      for (int64_t ch = begin; ch < end; ++ch) {
+        const int64_t n0 = ch * per, n1 = std::min(g.n, n0 + per);
+        const int64_t rows = (n1 - n0) * g.patches();
+        Im2Col(g, x, n0, n1, scratch.data<float>());
+        MatrixMap ym(y + n0 * g.patches() * g.cout, rows, g.cout);
+        ym.noalias() = ConstMatrixMap(scratch.data<float>(), rows, g.k()) * f;
+      }
+    });
+  }
+};
+
+class Conv2DBackpropInputOp : public ConvOpBase {
+ public:
+  using ConvOpBase::ConvOpBase;
+  void Compute(OpKernelContext* ctx) override {
+    auto geo = Geometry(ctx, true);
+    OP_REQUIRES_OK(ctx, geo.status());
+    const ConvGeometry& g = *geo;
+    Tensor* out = ctx->allocate_output(0, DType::kFloat32, ctx->input(0).shape());
+    if (out == nullptr || out->NumElements() == 0) return;
+    float* dx = out->data<float>();
+    ConstMatrixMap f(ctx->input(1).data<float>(), g.k(), g.cout);
+    const float* grad = ctx->input(2).data<float>();
+    if (g.IsPointwise()) {
+      MatrixMap dxm(dx, g.n * g.patches(), g.cin);
+      dxm.noalias() = ConstMatrixMap(grad, g.n * g.patches(), g.cout) * f.transpose();
+      return;
+    }
+    std::fill(dx, dx + out->NumElements(), 0.0f);
+    if (g.patches() == 0) return;
+    const int64_t per = g.ImagesPerChunk();
+    const int64_t chunks = (g.n + per - 1) / per;
+    ParallelFor(ctx, chunks, 2.0 * per * g.patches() * g.k() * g.cout, [&](int64_t begin, int64_t end) {
+      Tensor scratch = Scratch(ctx, per * g.patches() * g.k());
+      for (int64_t ch = begin; ch < end; ++ch) {
+        const int64_t n0 = ch * per, n1 = std::min(g.n, n0 + per);
+        const int64_t rows = (n1 - n0) * g.patches();
+        MatrixMap cols(scratch.data<float>(), rows, g.k());
+        cols.noalias() = ConstMatrixMap(grad + n0 * g.patches() * g.cout, rows, g.cout) * f.transpose();
+        Col2Im(g, scratch.data<float>(), n0, n1, dx);
+      }
+    });
+  }
+};
+
+class Conv2DBackpropFilterOp : public ConvOpBase {
+ public:
+  using ConvOpBase::ConvOpBase;
+  void Compute(OpKernelContext* ctx) override {
+    auto geo = Geometry(ctx, true);
+    OP_REQUIRES_OK(ctx, geo.status());
+    const ConvGeometry& g = *geo;
+    Tensor* out = ctx->allocate_output(0, DType::kFloat32, ctx->input(1).shape());
+    if (out == nullptr || out->NumElements() == 0) return;
+    MatrixMap df(out->data<float>(), g.k(), g.cout);
+    const float* x = ctx->input(0).data<float>();
+    const float* grad = ctx->input(2).data<float>();
+    if (g.IsPointwise()) {
+      df.noalias() = ConstMatrixMap(x, g.n * g.patches(), g.cin).transpose() *
+                     ConstMatrixMap(grad, g.n * g.patches(), g.cout);
+      return;
+    }
+    df.setZero();
+    if (g.patches() == 0) return;
+    const int64_t per = g.ImagesPerChunk();
+    Tensor scratch = Scratch(ctx, per * g.patches() * g.k());
+    for (int64_t n0 = 0; n0 < g.n; n0 += per) {
+      const int64_t n1 = std::min(g.n, n0 + per);
+      const int64_t rows = (n1 - n0) * g.patches();
+      Im2Col(g, x, n0, n1, scratch.data<float>());
+      df.noalias() += ConstMatrixMap(scratch.data<float>(), rows, g.k()).transpose() *
+                      ConstMatrixMap(grad + n0 * g.patches() * g.cout, rows, g.cout);
+    }
+  }
+};
+
+WEFT_REGISTER_KERNEL("Conv2D", "CPU", Conv2DOp);
+WEFT_REGISTER_KERNEL("Conv2DBackpropInput", "CPU", Conv2DBackpropInputOp);
+WEFT_REGISTER_KERNEL("Conv2DBackpropFilter", "CPU", Conv2DBackpropFilterOp);
+
+}  // namespace
+}  // namespace cpu
+}  // namespace weft

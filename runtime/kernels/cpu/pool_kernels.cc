@@ -1,0 +1,160 @@
+// CPU MaxPool and MaxPoolGrad on NHWC tensors. The inner loops run over the
+// channels, which are contiguous, so they vectorise. Padding (SAME) never
+// wins a maximum: padded positions are skipped, not read as zeros.
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "graph/ops/window_geometry.h"
+#include "runtime/device.h"
+#include "runtime/kernels/cpu/kernel_util.h"
+#include "runtime/op_kernel.h"
+
+namespace weft {
+namespace cpu {
+namespace {
+
+struct PoolGeometry {
+  int64_t n, h, w, c;
+  int64_t ho, wo, pad_top, pad_left;
+  int64_t k, stride;
+  TensorShape OutputShape() const { return TensorShape{n, ho, wo, c}; }
+  // The window of output (oh, ow), clipped to the input: rows [i0, i1), cols [j0, j1).
+  void Window(int64_t oh, int64_t ow, int64_t* i0, int64_t* i1, int64_t* j0, int64_t* j1) const {
+    const int64_t ih = oh * stride - pad_top, iw = ow * stride - pad_left;
+    *i0 = std::max<int64_t>(ih, 0);
+    *i1 = std::min<int64_t>(ih + k, h);
+    *j0 = std::max<int64_t>(iw, 0);
+    *j1 = std::min<int64_t>(iw + k, w);
+  }
+};
+
+absl::StatusOr<PoolGeometry> ComputeGeometry(const Tensor& x, const PoolParams& p) {
+  if (x.shape().rank() != 4) {
+    return absl::InvalidArgumentError(absl::StrCat("x must have rank 4 (NHWC), got ", x.shape().DebugString()));
+  }
+  PoolGeometry g;
+  g.n = x.shape().dim(0);
+  g.h = x.shape().dim(1);
+  g.w = x.shape().dim(2);
+  g.c = x.shape().dim(3);
+  g.k = p.ksize;
+  g.stride = p.stride;
+  auto wh = ComputeWindow(g.h, g.k, g.stride, p.padding, "input height");
+  if (!wh.ok()) return wh.status();
+  auto ww = ComputeWindow(g.w, g.k, g.stride, p.padding, "input width");
+  if (!ww.ok()) return ww.status();
+  g.ho = wh->out;
+  g.wo = ww->out;
+  g.pad_top = wh->pad_before;
+  g.pad_left = ww->pad_before;
+  return g;
+}
+
+class PoolOpBase : public OpKernel {
+ public:
+  explicit PoolOpBase(OpKernelConstruction* c) : OpKernel(c) { GetAttr(c, GetPoolParams(c->def()), &params_); }
+
+ protected:
+  PoolParams params_;
+};
+
+class MaxPoolOp : public PoolOpBase {
+ public:
+  using PoolOpBase::PoolOpBase;
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    auto geo = ComputeGeometry(x, params_);
+    OP_REQUIRES_OK(ctx, geo.status());
+    const PoolGeometry& g = *geo;
+    Tensor* out = ctx->allocate_output(0, DType::kFloat32, g.OutputShape());
+    if (out == nullptr || out->NumElements() == 0) return;
+    const float* xp = x.data<float>();
+    float* yp = out->data<float>();
+    ParallelFor(ctx, g.n, double(g.ho) * g.wo * g.c * g.k * g.k, [&](int64_t begin, int64_t end) {
+      for (int64_t n = begin; n < end; ++n) {
+        const float* img = xp + n * g.h * g.w * g.c;
+        for (int64_t oh = 0; oh < g.ho; ++oh) {
+          for (int64_t ow = 0; ow < g.wo; ++ow) {
+            float* o = yp + ((n * g.ho + oh) * g.wo + ow) * g.c;
+            std::fill(o, o + g.c, -std::numeric_limits<float>::infinity());
+            int64_t i0, i1, j0, j1;
+            g.Window(oh, ow, &i0, &i1, &j0, &j1);
+            for (int64_t i = i0; i < i1; ++i) {
+              for (int64_t j = j0; j < j1; ++j) {
+                const float* s = img + (i * g.w + j) * g.c;
+                for (int64_t c = 0; c < g.c; ++c) o[c] = s[c] > o[c] ? s[c] : o[c];
+              }
+            }
+          }
+        }
+      }
+    });
+  }
+};
+
+// (x, y, g) -> dx. The argmax is recomputed from x: the first maximum of each
+// window in row-major window order receives the window's gradient.
+class MaxPoolGradOp : public PoolOpBase {
+ public:
+  using PoolOpBase::PoolOpBase;
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const Tensor& y = ctx->input(1);
+    const Tensor& grad = ctx->input(2);
+    auto geo = ComputeGeometry(x, params_);
+    OP_REQUIRES_OK(ctx, geo.status());
+    const PoolGeometry& g = *geo;
+    for (const Tensor* t : {&y, &grad}) {
+      OP_REQUIRES(ctx, t->shape() == g.OutputShape(),
+                  absl::InvalidArgumentError(absl::StrCat(t == &y ? "y " : "gradient ", t->shape().DebugString(),
+                                                          " does not match the pooling output ",
+                                                          g.OutputShape().DebugString())));
+    }
+    Tensor* out = ctx->allocate_output(0, DType::kFloat32, x.shape());
+    if (out == nullptr || out->NumElements() == 0) return;
+    float* dx = out->data<float>();
+    std::fill(dx, dx + out->NumElements(), 0.0f);
+    const float* xp = x.data<float>();
+    const float* gp = grad.data<float>();
+    ParallelFor(ctx, g.n, double(g.ho) * g.wo * g.c * g.k * g.k * 2, [&](int64_t begin, int64_t end) {
+      Tensor best_t(DType::kFloat32, TensorShape{g.c}, ctx->device()->allocator());
+      Tensor arg_t(DType::kInt64, TensorShape{g.c}, ctx->device()->allocator());
+      float* best = best_t.data<float>();
+      int64_t* arg = arg_t.data<int64_t>();
+      for (int64_t n = begin; n < end; ++n) {
+        const float* img = xp + n * g.h * g.w * g.c;
+        float* dimg = dx + n * g.h * g.w * g.c;
+        for (int64_t oh = 0; oh < g.ho; ++oh) {
+          for (int64_t ow = 0; ow < g.wo; ++ow) {
+            int64_t i0, i1, j0, j1;
+            g.Window(oh, ow, &i0, &i1, &j0, &j1);
+            const int64_t first = i0 * g.w + j0;
+            std::copy(img + first * g.c, img + (first + 1) * g.c, best);
+            std::fill(arg, arg + g.c, first);
+            for (int64_t i = i0; i < i1; ++i) {
+              for (int64_t j = j0; j < j1; ++j) {
+                const int64_t pos = i * g.w + j;
+                const float* s = img + pos * g.c;
+                for (int64_t c = 0; c < g.c; ++c) {
+                  const bool better = s[c] > best[c];
+                  best[c] = better ? s[c] : best[c];
+                  arg[c] = better ? pos : arg[c];
+                }
+              }
+            }
+            const float* go = gp + ((n * g.ho + oh) * g.wo + ow) * g.c;
+            for (int64_t c = 0; c < g.c; ++c) dimg[arg[c] * g.c + c] += go[c];
+          }
+        }
+      }
+    });
+  }
+};
+
+WEFT_REGISTER_KERNEL("MaxPool", "CPU", MaxPoolOp);
+WEFT_REGISTER_KERNEL("MaxPoolGrad", "CPU", MaxPoolGradOp);
+
+}  // namespace
+}  // namespace cpu
+}  // namespace weft

@@ -1,0 +1,137 @@
+// CPU kernels for Placeholder, Const, Variable, Identity and NoOp.
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/device.h"
+#include "runtime/op_kernel.h"
+
+namespace weft {
+namespace {
+
+class PlaceholderOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    // The executor replaces fed placeholders; reaching this means no feed.
+    ctx->SetStatus(absl::InvalidArgumentError(
+        absl::StrCat("placeholder '", ctx->node().name(), "' must be fed a value")));
+  }
+};
+
+class ConstOp : public OpKernel {
+ public:
+  explicit ConstOp(OpKernelConstruction* c) : OpKernel(c) {
+    auto t = GetTensorAttr(c->def(), "value");
+    if (!t.ok()) {
+      c->SetStatus(t.status());
+      return;
+    }
+    value_ = *std::move(t);
+  }
+  void Compute(OpKernelContext* ctx) override { ctx->set_output(0, value_); }
+
+ private:
+  Tensor value_;
+};
+
+class VariableOp : public OpKernel {
+ public:
+  explicit VariableOp(OpKernelConstruction* c) : OpKernel(c) {
+    auto dtype = GetTypeAttr(c->def(), "dtype");
+    auto shape = GetShapeAttr(c->def(), "shape");
+    auto init = GetStringAttrOr(c->def(), "initializer", "zeros");
+    auto seed = GetIntAttrOr(c->def(), "seed", 0);
+    auto value = GetFloatAttrOr(c->def(), "init_value", 0.0f);
+    for (const absl::Status& s : {dtype.status(), shape.status(), init.status(), seed.status(), value.status()}) {
+      if (!s.ok()) {
+        c->SetStatus(s);
+        return;
+      }
+    }
+    dtype_ = *dtype;
+    shape_ = *shape;
+    initializer_ = *init;
+    seed_ = *seed;
+    init_value_ = *value;
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    auto var = ctx->resources()->LookupOrCreateVariable(
+        ctx->node().name(), dtype_, shape_, [this](Tensor* t) { return Initialize(t); });
+    OP_REQUIRES_OK(ctx, var.status());
+    ctx->set_output(0, *std::move(var));
+  }
+
+ private:
+  absl::Status Initialize(Tensor* t) const {
+    if (dtype_ != DType::kFloat32) {
+      if (initializer_ != "zeros") {
+        return absl::InvalidArgumentError(absl::StrCat("variable '", node().name(), "': initializer '", initializer_,
+                                                       "' needs dtype float32"));
+      }
+      std::memset(t->raw_data(), 0, t->TotalBytes());
+      return absl::OkStatus();
+    }
+    float* p = t->data<float>();
+    const int64_t n = t->NumElements();
+    if (initializer_ == "zeros" || initializer_ == "ones" || initializer_ == "constant") {
+      const float v = initializer_ == "zeros" ? 0.0f : initializer_ == "ones" ? 1.0f : init_value_;
+      std::fill(p, p + n, v);
+      return absl::OkStatus();
+    }
+    // fan_in / fan_out: for a matrix [in, out]; for a conv filter [h, w, in, out].
+    double fan_in = 1, fan_out = 1;
+    const int r = shape_.rank();
+    if (r >= 2) {
+      double receptive = 1;
+      for (int i = 0; i < r - 2; ++i) receptive *= static_cast<double>(shape_.dim(i));
+      fan_in = receptive * static_cast<double>(shape_.dim(r - 2));
+      fan_out = receptive * static_cast<double>(shape_.dim(r - 1));
+    } else if (r == 1) {
+      fan_in = fan_out = static_cast<double>(shape_.dim(0));
+    }
+    std::mt19937_64 rng(static_cast<uint64_t>(seed_) * 0x9E3779B97F4A7C15ull + std::hash<std::string>()(node().name()));
+    if (initializer_ == "glorot_uniform") {
+      const double limit = std::sqrt(6.0 / (fan_in + fan_out));
+      std::uniform_real_distribution<double> dist(-limit, limit);
+      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(dist(rng));
+    } else {  // he_normal, truncated at two standard deviations
+      const double stddev = std::sqrt(2.0 / fan_in);
+      std::normal_distribution<double> dist(0.0, stddev);
+      for (int64_t i = 0; i < n; ++i) {
+        double v;
+        do v = dist(rng); while (std::abs(v) > 2 * stddev);
+        p[i] = static_cast<float>(v);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  DType dtype_ = DType::kFloat32;
+  TensorShape shape_;
+  std::string initializer_;
+  int64_t seed_ = 0;
+  float init_value_ = 0;
+};
+
+class IdentityOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override { ctx->set_output(0, ctx->input(0)); }
+};
+
+class NoOpOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext*) override {}
+};
+
+WEFT_REGISTER_KERNEL("Placeholder", "CPU", PlaceholderOp);
+WEFT_REGISTER_KERNEL("Const", "CPU", ConstOp);
+WEFT_REGISTER_KERNEL("Variable", "CPU", VariableOp);
+WEFT_REGISTER_KERNEL("Identity", "CPU", IdentityOp);
+WEFT_REGISTER_KERNEL("NoOp", "CPU", NoOpOp);
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,30 @@
+// CUDA plumbing: device discovery, status conversion and one small kernel
+// that proves the nvcc -> Bazel -> binary path.
+//
+// Built with --config=cuda these call the CUDA runtime; without it they return
+// UNIMPLEMENTED, so callers and tests behave the same on machines with no
+// toolkit or no GPU.
+//
+// Thread-safety: thread-safe (the CUDA runtime is).
+#ifndef WEFT_RUNTIME_KERNELS_CUDA_CUDA_UTIL_H_
+#define WEFT_RUNTIME_KERNELS_CUDA_CUDA_UTIL_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+
+namespace weft {
+namespace cuda {
+
+// True when this binary was built with CUDA support.
+bool BuiltWithCuda();
+// Number of visible GPUs; UNAVAILABLE with the driver's message when the
+// runtime cannot talk to a GPU (no driver, no device).
+absl::StatusOr<int> DeviceCount();
+// out[i] = a[i] + b[i] on GPU 0, for host arrays of n floats.
+absl::Status VectorAdd(const float* a, const float* b, float* out, int64_t n);
+
+}  // namespace cuda
+}  // namespace weft
+
+#endif  // WEFT_RUNTIME_KERNELS_CUDA_CUDA_UTIL_H_

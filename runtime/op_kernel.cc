@@ -1,0 +1,53 @@
+#include "runtime/op_kernel.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/device.h"
+
+namespace weft {
+
+Tensor* OpKernelContext::allocate_output(int i, DType dtype, const TensorShape& shape) {
+  if (!shape.IsFullyDefined()) {
+    SetStatus(absl::InternalError(absl::StrCat("output ", i, " shape ", shape.DebugString(), " is not fully defined")));
+    return nullptr;
+  }
+  p_.outputs[i] = Tensor(dtype, shape, p_.device->allocator());
+  return &p_.outputs[i];
+}
+
+ResourceMgr* OpKernelContext::resources() const { return p_.device->resources(); }
+ThreadPool* OpKernelContext::intra_op_pool() const { return p_.device->intra_op_pool(); }
+
+KernelRegistry* KernelRegistry::Global() {
+  static KernelRegistry* const r = new KernelRegistry();
+  return r;
+}
+
+void KernelRegistry::Register(const std::string& op, const std::string& device_type, KernelFactory factory) {
+  if (!factories_.emplace(absl::StrCat(op, "@", device_type), std::move(factory)).second) {
+    std::fprintf(stderr, "weft: duplicate kernel registration %s on %s\n", op.c_str(), device_type.c_str());
+    std::abort();
+  }
+}
+
+bool KernelRegistry::Has(absl::string_view op, absl::string_view device_type) const {
+  return factories_.contains(absl::StrCat(op, "@", device_type));
+}
+
+absl::StatusOr<std::unique_ptr<OpKernel>> KernelRegistry::Create(const Node* node, Device* device) const {
+  auto it = factories_.find(absl::StrCat(node->op(), "@", device->device_type()));
+  if (it == factories_.end()) {
+    return absl::NotFoundError(absl::StrCat("no ", device->device_type(), " kernel for op '", node->op(),
+                                            "' (node '", node->name(), "')"));
+  }
+  OpKernelConstruction ctx(node, device);
+  std::unique_ptr<OpKernel> kernel = it->second(&ctx);
+  if (!ctx.status().ok()) {
+    return absl::Status(ctx.status().code(), absl::StrCat("node ", node->DebugName(), ": ", ctx.status().message()));
+  }
+  return kernel;
+}
+
+}  // namespace weft

@@ -1,0 +1,159 @@
+// OpKernel: the code that runs one node on one device.
+//
+// A kernel is constructed once per node when an executor is built (parse and
+// validate attributes there, not per step) and its Compute is called once per
+// step. Compute reads inputs from the context and either allocates outputs
+// through it (which recycles buffers through the device's caching allocator)
+// or forwards an input tensor as an output without copying.
+//
+// Kernels report errors with ctx->SetStatus (bad feeds, shapes known only at
+// run time, out-of-range labels); the executor aborts the step and names the
+// node. Compute may be called from several threads at once for different
+// steps, so a kernel keeps no mutable per-step state of its own.
+#ifndef WEFT_RUNTIME_OP_KERNEL_H_
+#define WEFT_RUNTIME_OP_KERNEL_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "common/tensor.h"
+#include "common/thread_pool.h"
+#include "graph/attr.h"
+#include "graph/graph.h"
+#include "runtime/resource_mgr.h"
+
+namespace weft {
+
+class Device;
+
+// What a kernel sees while it is constructed.
+class OpKernelConstruction {
+ public:
+  OpKernelConstruction(const Node* node, Device* device) : node_(node), device_(device) {}
+  const Node& node() const { return *node_; }
+  const NodeDef& def() const { return node_->def(); }
+  Device* device() const { return device_; }
+  DType input_type(int i) const { return node_->input(i).node->output_type(node_->input(i).index); }
+  const TensorShape& input_shape(int i) const { return node_->input(i).node->output_shape(node_->input(i).index); }
+  DType output_type(int i) const { return node_->output_type(i); }
+
+  void SetStatus(const absl::Status& s) {
+    if (status_.ok()) status_ = s;
+  }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  const Node* node_;
+  Device* device_;
+  absl::Status status_;
+};
+
+// What a kernel sees while it computes.
+class OpKernelContext {
+ public:
+  struct Params {
+    const Node* node = nullptr;
+    Device* device = nullptr;
+    int64_t step_id = 0;
+    absl::Span<const Tensor* const> inputs;
+    absl::Span<Tensor> outputs;  // sized to num_outputs, empty on entry
+  };
+  explicit OpKernelContext(const Params& p) : p_(p) {}
+
+  const Node& node() const { return *p_.node; }
+  Device* device() const { return p_.device; }
+  int64_t step_id() const { return p_.step_id; }
+  int num_inputs() const { return static_cast<int>(p_.inputs.size()); }
+  const Tensor& input(int i) const { return *p_.inputs[i]; }
+  int num_outputs() const { return static_cast<int>(p_.outputs.size()); }
+
+  // Allocates output i; returns nullptr (and records an error) when the
+  // shape is not fully defined.
+  Tensor* allocate_output(int i, DType dtype, const TensorShape& shape);
+  // Sets output i to `t` (e.g. an input forwarded without a copy).
+  void set_output(int i, Tensor t) { p_.outputs[i] = std::move(t); }
+  Tensor* mutable_output(int i) { return &p_.outputs[i]; }
+
+  ResourceMgr* resources() const;
+  // The device's pool for parallelising inside a kernel (may have 0 threads).
+  ThreadPool* intra_op_pool() const;
+
+  void SetStatus(const absl::Status& s) {
+    if (status_.ok()) status_ = s;
+  }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  Params p_;
+  absl::Status status_;
+};
+
+class OpKernel {
+ public:
+  explicit OpKernel(OpKernelConstruction* ctx) : node_(&ctx->node()) {}
+  virtual ~OpKernel() = default;
+  virtual void Compute(OpKernelContext* ctx) = 0;
+  const Node& node() const { return *node_; }
+
+ private:
+  const Node* node_;  // owned by the graph, which outlives the kernel
+};
+
+using KernelFactory = std::function<std::unique_ptr<OpKernel>(OpKernelConstruction*)>;
+
+class KernelRegistry {
+ public:
+  static KernelRegistry* Global();
+  // REQUIRES: (op, device_type) not registered yet.
+  void Register(const std::string& op, const std::string& device_type, KernelFactory factory);
+  // Creates the kernel for `node` on `device`; NOT_FOUND when none is
+  // registered, or the construction's error.
+  absl::StatusOr<std::unique_ptr<OpKernel>> Create(const Node* node, Device* device) const;
+  bool Has(absl::string_view op, absl::string_view device_type) const;
+
+ private:
+  absl::flat_hash_map<std::string, KernelFactory> factories_;  // key "op@device_type"
+};
+
+namespace internal {
+struct KernelRegistrar {
+  KernelRegistrar(const std::string& op, const std::string& device_type, KernelFactory f) {
+    KernelRegistry::Global()->Register(op, device_type, std::move(f));
+  }
+};
+}  // namespace internal
+
+// WEFT_REGISTER_KERNEL("MatMul", "CPU", MatMulOp);
+#define WEFT_REGISTER_KERNEL(op, device_type, cls) WEFT_REGISTER_KERNEL_UNIQ_(__COUNTER__, op, device_type, cls)
+#define WEFT_REGISTER_KERNEL_UNIQ_(ctr, op, device_type, cls) WEFT_REGISTER_KERNEL_UNIQ2_(ctr, op, device_type, cls)
+#define WEFT_REGISTER_KERNEL_UNIQ2_(ctr, op, device_type, cls)                      \
+  static ::weft::internal::KernelRegistrar weft_kernel_registrar_##ctr(             \
+      op, device_type, [](::weft::OpKernelConstruction* c) -> std::unique_ptr<::weft::OpKernel> { \
+        return std::make_unique<cls>(c);                                            \
+      })
+
+// Sets the status and returns from the enclosing function when `s` fails.
+#define OP_REQUIRES_OK(ctx, expr)          \
+  do {                                     \
+    ::absl::Status weft_s_ = (expr);       \
+    if (!weft_s_.ok()) {                   \
+      (ctx)->SetStatus(weft_s_);           \
+      return;                              \
+    }                                      \
+  } while (0)
+
+#define OP_REQUIRES(ctx, cond, status) \
+  do {                                 \
+    if (!(cond)) {                     \
+      (ctx)->SetStatus(status);        \
+      return;                          \
+    }                                  \
+  } while (0)
+
+}  // namespace weft
+
+#endif  // WEFT_RUNTIME_OP_KERNEL_H_
