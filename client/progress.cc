@@ -50,15 +50,15 @@ void ProgressDisplay::Update(const TrainProgress& p) {
     return;
   }
   if (p.epoch_end) {
-    std::fprintf(out_, "epoch %d done: step %d/%d loss %.4f %s samples/s%s\n", p.epoch, p.step, p.total_steps,
-                 p.loss, Rate(p.samples_per_second).c_str(),
-                 p.test_accuracy >= 0 ? absl::StrFormat(" test accuracy %.4f", p.test_accuracy).c_str() : "");
+    absl::FPrintF(out_, "epoch %d done: step %d/%d loss %.4f %s samples/s%s\n", p.epoch, p.step, p.total_steps,
+                  p.loss, Rate(p.samples_per_second),
+                  p.test_accuracy >= 0 ? absl::StrFormat(" test accuracy %.4f", p.test_accuracy) : std::string());
     std::fflush(out_);
     return;
   }
   if (p.step >= next_plain_step_) {
-    std::fprintf(out_, "step %d/%d loss %.4f %s samples/s\n", p.step, p.total_steps, p.loss,
-                 Rate(p.samples_per_second).c_str());
+    absl::FPrintF(out_, "step %d/%d loss %.4f %s samples/s\n", p.step, p.total_steps, p.loss,
+                  Rate(p.samples_per_second));
     std::fflush(out_);
     next_plain_step_ = p.step + std::max<int64_t>(1, p.total_steps / 10);
   }

@@ -56,9 +56,9 @@ class SequentialLowering {
                                                      in.DebugString(), "; add a flatten layer before it"));
           }
           if (!v.kernel.valid()) {
-            v.kernel = b_->Variable(scope + "/kernel", DType::kFloat32, {in.dim(1), d.units()}, "glorot_uniform",
+            v.kernel = b_->Variable("kernel", DType::kFloat32, {in.dim(1), d.units()}, "glorot_uniform",
                                     job_.seed() + i);
-            if (!d.no_bias()) v.bias = b_->Variable(scope + "/bias", DType::kFloat32, {d.units()}, "zeros");
+            if (!d.no_bias()) v.bias = b_->Variable("bias", DType::kFloat32, {d.units()}, "zeros");
             Track(v);
           }
           x = b_->Op("MatMul", {x, v.kernel});
@@ -76,10 +76,10 @@ class SequentialLowering {
                                                      in.DebugString(), "; set input_shape or add a reshape layer"));
           }
           if (!v.kernel.valid()) {
-            v.kernel = b_->Variable(scope + "/kernel", DType::kFloat32,
+            v.kernel = b_->Variable("kernel", DType::kFloat32,
                                     {c.kernel_size(), c.kernel_size(), in.dim(3), c.filters()}, "glorot_uniform",
                                     job_.seed() + i);
-            v.bias = b_->Variable(scope + "/bias", DType::kFloat32, {c.filters()}, "zeros");
+            v.bias = b_->Variable("bias", DType::kFloat32, {c.filters()}, "zeros");
             Track(v);
           }
           const std::string padding = c.padding().empty() ? "SAME" : c.padding();

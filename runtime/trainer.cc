@@ -142,35 +142,38 @@ absl::StatusOr<TrainResult> LocalTrainer::Train(const std::function<void(const T
   const int every = job.eval().every_epochs();
   bool evaluated_last = false;
   Clock::time_point t0 = Clock::now();
+  // An epoch ends after per_epoch steps; the iterator's end-of-epoch marker
+  // that follows carries no work and is skipped.
+  auto end_epoch = [&]() -> absl::Status {
+    train_seconds += Seconds(t0);
+    last_epoch_loss = epoch_steps > 0 ? epoch_loss / epoch_steps : 0;
+    p.epoch_end = true;
+    p.test_accuracy = -1;
+    evaluated_last = false;
+    if (every > 0 && p.epoch % every == 0 && s_->eval_step != nullptr && !job.eval().skip()) {
+      ASSIGN_OR_RETURN(EvalResult e, Evaluate());
+      p.test_accuracy = e.accuracy;
+      result.test_accuracy = e.accuracy;
+      result.test_loss = e.loss;
+      result.test_examples = e.examples;
+      evaluated_last = true;
+    }
+    if (on_progress) on_progress(p);
+    p.epoch_end = false;
+    ++result.epochs;
+    ++p.epoch;
+    epoch_loss = 0;
+    epoch_steps = 0;
+    t0 = Clock::now();
+    return absl::OkStatus();
+  };
   while (p.step < p.total_steps) {
     if (cancelled_.load()) {
       result.state = "CANCELLED";
       break;
     }
     ASSIGN_OR_RETURN(std::optional<data::Batch> batch, it->Next());
-    if (!batch.has_value()) {  // end of an epoch
-      train_seconds += Seconds(t0);
-      last_epoch_loss = epoch_steps > 0 ? epoch_loss / epoch_steps : 0;
-      p.epoch_end = true;
-      p.test_accuracy = -1;
-      evaluated_last = false;
-      if (every > 0 && p.epoch % every == 0 && s_->eval_step != nullptr && !job.eval().skip()) {
-        ASSIGN_OR_RETURN(EvalResult e, Evaluate());
-        p.test_accuracy = e.accuracy;
-        result.test_accuracy = e.accuracy;
-        result.test_loss = e.loss;
-        result.test_examples = e.examples;
-        evaluated_last = true;
-      }
-      if (on_progress) on_progress(p);
-      p.epoch_end = false;
-      ++result.epochs;
-      ++p.epoch;
-      epoch_loss = 0;
-      epoch_steps = 0;
-      t0 = Clock::now();
-      continue;
-    }
+    if (!batch.has_value()) continue;  // the marker after an epoch's last batch
     const Tensor feeds[] = {batch->features, batch->labels};
     absl::Status s = s_->train_step->Run(feeds, &out, p.step);
     if (!s.ok()) return Annotate(s, absl::StrCat("training step ", p.step + 1));
@@ -188,9 +191,12 @@ absl::StatusOr<TrainResult> LocalTrainer::Train(const std::function<void(const T
     const double t = train_seconds + Seconds(t0);
     p.samples_per_second = t > 0 ? samples / t : 0;
     if (on_progress) on_progress(p);
+    if (epoch_steps == per_epoch) RETURN_IF_ERROR(end_epoch());
   }
-  train_seconds += Seconds(t0);
-  if (epoch_steps > 0) last_epoch_loss = epoch_loss / epoch_steps;
+  if (epoch_steps > 0) {  // a run counted in steps can stop mid-epoch
+    train_seconds += Seconds(t0);
+    last_epoch_loss = epoch_loss / epoch_steps;
+  }
   if (result.state.empty()) result.state = "SUCCEEDED";
   result.steps = p.step;
   result.train_loss = last_epoch_loss;

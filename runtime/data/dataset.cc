@@ -115,7 +115,10 @@ class BatchIterator::Producer {
         allocator_(o.allocator != nullptr ? o.allocator : CpuAllocator()),
         inv_scale_(1.0f / o.scale),
         order_(static_cast<size_t>(ds->size())),
-        epoch_(o.first_epoch) {}
+        epoch_(o.first_epoch) {
+    batch_shape_.AddDim(o.batch_size);
+    for (int64_t d : ds->example_shape()) batch_shape_.AddDim(d);
+  }
 
   bool finished() const { return finished_; }
 
@@ -131,11 +134,9 @@ class BatchIterator::Producer {
       return std::nullopt;
     }
     const int64_t elems = ds_->example_elems();
-    TensorShape shape;
-    shape.AddDim(take);
-    for (int64_t d : ds_->example_shape()) shape.AddDim(d);
+    batch_shape_.set_dim(0, take);
     Batch batch;
-    batch.features = Tensor(DType::kFloat32, shape, allocator_);
+    batch.features = Tensor(DType::kFloat32, batch_shape_, allocator_);
     batch.labels = Tensor(DType::kInt32, TensorShape{take}, allocator_);
     batch.epoch = epoch_;
     float* features = batch.features.data<float>();
@@ -166,6 +167,7 @@ class BatchIterator::Producer {
   const BatchOptions options_;
   Allocator* const allocator_;
   const float inv_scale_;
+  TensorShape batch_shape_;     // [batch, example_shape...]; dim 0 set per batch
   std::vector<int64_t> order_;  // example indices of the current epoch
   int64_t epoch_;
   int64_t pos_ = 0;  // next position in order_

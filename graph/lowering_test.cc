@@ -1,0 +1,114 @@
+#include "graph/lowering.h"
+
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+
+namespace weft {
+namespace {
+
+JobSpec Job(const std::string& model) {
+  JobSpec job;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(model, &job)) << model;
+  return job;
+}
+
+std::string Msg(const absl::Status& s) { return std::string(s.message()); }
+
+TEST(LoweringTest, MlpHasVariablesLossAndOrderedUpdates) {
+  auto tg = LowerJob(Job(R"(model { input_shape: [784] num_classes: 10
+      layer { dense { units: 32 activation: RELU } }
+      layer { dropout { rate: 0.5 } }
+      layer { dense { units: 10 activation: SOFTMAX } } }
+      optimizer { momentum { learning_rate: 0.1 momentum: 0.9 } })"));
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  EXPECT_EQ(tg->variables.size(), 4u);  // two kernels, two biases
+  const Graph& g = *tg->graph;
+  const Endpoint loss = *g.FindEndpoint(tg->loss);
+  EXPECT_EQ(loss.node->output_shape(loss.index).rank(), 0);
+  // The final softmax is folded into the loss: logits feed the cross-entropy directly.
+  EXPECT_EQ(g.FindNode("xent")->input(0).node->op(), "BiasAdd");
+  // The nodes a training step runs: everything the train op depends on.
+  std::vector<bool> in_step(g.num_nodes(), false);
+  std::vector<const Node*> work{g.FindNode(tg->train_op)};
+  while (!work.empty()) {
+    const Node* n = work.back();
+    work.pop_back();
+    if (in_step[n->id()]) continue;
+    in_step[n->id()] = true;
+    for (const Endpoint& e : n->inputs()) work.push_back(e.node);
+    for (const Node* c : n->control_inputs()) work.push_back(c);
+  }
+  // Each update waits for every training-step reader of its variable.
+  int checked = 0;
+  for (const std::string& v : tg->variables) {
+    Node* var = g.FindNode(v);
+    Node* update = nullptr;
+    for (const auto& e : var->out_edges()) {
+      if (e.dst->op() == "ApplyMomentum") update = e.dst;
+    }
+    ASSERT_NE(update, nullptr) << v;
+    for (const auto& e : var->out_edges()) {
+      if (e.dst == update || !in_step[e.dst->id()]) continue;
+      bool ordered = false;
+      for (Node* c : update->control_inputs()) ordered |= (c == e.dst);
+      EXPECT_TRUE(ordered) << e.dst->name() << " reads " << v << " but is not ordered before its update";
+    }
+    // Evaluation-only readers must not be dragged into the training step.
+    for (Node* c : update->control_inputs()) EXPECT_NE(c->name().rfind("eval/", 0), 0u) << c->name();
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4);
+  EXPECT_TRUE(in_step[g.FindNode("layer0_dense/MatMul")->id()]);
+  EXPECT_FALSE(in_step[g.FindNode("correct")->id()]);
+  // Dropout only in the training pass.
+  int dropouts = 0;
+  for (const auto& n : g.nodes()) dropouts += n->op() == "Dropout";
+  EXPECT_EQ(dropouts, 1);
+}
+
+TEST(LoweringTest, CnnShapesFlowThroughConvAndPool) {
+  auto tg = LowerJob(Job(R"(model { input_shape: [28, 28, 1] num_classes: 10
+      layer { conv2d { filters: 4 kernel_size: 3 activation: RELU } }
+      layer { max_pool { pool_size: 2 } }
+      layer { conv2d { filters: 8 kernel_size: 3 padding: "VALID" } }
+      layer { max_pool {} }
+      layer { flatten {} }
+      layer { dense { units: 10 } } } optimizer { adam {} })"));
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  // 28 -> pool 14 -> valid conv 12 -> pool 6: 6*6*8 features into the dense layer.
+  EXPECT_EQ(tg->graph->FindNode("layer5_dense/kernel")->output_shape(0), TensorShape({288, 10}));
+}
+
+TEST(LoweringTest, BadModelsNameTheLayer) {
+  auto dense_on_image = LowerJob(Job(R"(model { input_shape: [28, 28, 1] num_classes: 10
+      layer { dense { units: 10 } } })"));
+  ASSERT_FALSE(dense_on_image.ok());
+  EXPECT_NE(Msg(dense_on_image.status()).find("layer 0"), std::string::npos) << dense_on_image.status();
+  EXPECT_NE(Msg(dense_on_image.status()).find("flatten"), std::string::npos);
+
+  auto wrong_classes = LowerJob(Job(R"(model { input_shape: [784] num_classes: 10
+      layer { dense { units: 7 } } })"));
+  ASSERT_FALSE(wrong_classes.ok());
+  EXPECT_NE(Msg(wrong_classes.status()).find("num_classes=10"), std::string::npos) << wrong_classes.status();
+
+  auto bad_rate = LowerJob(Job(R"(model { input_shape: [784] num_classes: 10
+      layer { dropout { rate: 1.5 } } layer { dense { units: 10 } } })"));
+  ASSERT_FALSE(bad_rate.ok());
+  EXPECT_NE(Msg(bad_rate.status()).find("dropout.rate"), std::string::npos);
+
+  EXPECT_FALSE(LowerJob(JobSpec()).ok());
+}
+
+TEST(LoweringTest, RawGraphNeedsItsNamedNodes) {
+  auto missing = LowerJob(Job(R"(graph { graph { node { name: "x" op: "Placeholder"
+      attr { key: "dtype" value { type: DT_FLOAT } } attr { key: "shape" value { shape { dim: -1 dim: 4 } } } } }
+      features: "x" })"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(Msg(missing.status()).find("'labels' is required"), std::string::npos) << missing.status();
+  auto not_a_tensor = LowerJob(Job(R"(graph { graph { node { name: "x" op: "NoOp" } } features: "x" })"));
+  ASSERT_FALSE(not_a_tensor.ok());
+  EXPECT_NE(Msg(not_a_tensor.status()).find("'features'"), std::string::npos) << not_a_tensor.status();
+}
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,163 @@
+#include "runtime/executor.h"
+
+#include <thread>
+
+#include "graph/builder.h"
+#include "gtest/gtest.h"
+
+namespace weft {
+namespace {
+
+std::string Msg(const absl::Status& s) { return std::string(s.message()); }
+
+Tensor Filled(const TensorShape& shape, float v) {
+  Tensor t(DType::kFloat32, shape);
+  for (float& x : t.flat<float>()) x = v;
+  return t;
+}
+
+class ExecutorTest : public ::testing::Test {
+ protected:
+  Graph g_;
+  GraphBuilder b_{&g_};
+  CpuDevice device_{"/device:CPU:0", 1};
+};
+
+TEST_F(ExecutorTest, PrunesToFetchesAndCutsAtFeeds) {
+  Output x = b_.Placeholder(DType::kFloat32, {2, 2}, "x");
+  Output never = b_.Placeholder(DType::kFloat32, {2, 2}, "never_fed");
+  Output y = b_.Op("Relu", {x}, {}, "y");
+  b_.Op("Relu", {never}, {}, "other_branch");
+  Output z = b_.Op("Add", {y, y}, {}, "z");
+  ASSERT_TRUE(b_.status().ok()) << b_.status();
+
+  // Fetching z needs x and y, never the unfed placeholder of the other branch.
+  auto out = RunGraphOnce(g_, &device_, {{"x", Filled({2, 2}, -1.0f)}}, {"z"});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].data<float>()[0], 0.0f);
+
+  // Feeding y cuts x away: x is not fed, yet the step runs.
+  out = RunGraphOnce(g_, &device_, {{"y", Filled({2, 2}, 3.0f)}}, {"z", "y"});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].data<float>()[3], 6.0f);
+  EXPECT_EQ((*out)[1].data<float>()[3], 3.0f);  // a fed tensor can be fetched
+}
+
+TEST_F(ExecutorTest, ErrorsNameTheNode) {
+  Output p = b_.Placeholder(DType::kFloat32, {2}, "p");
+  b_.Op("Relu", {p}, {}, "r");
+  ASSERT_TRUE(b_.status().ok());
+  auto out = RunGraphOnce(g_, &device_, {}, {"r"});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(Msg(out.status()).find("'p' (Placeholder)"), std::string::npos) << out.status();
+  EXPECT_NE(Msg(out.status()).find("must be fed"), std::string::npos) << out.status();
+
+  auto missing = RunGraphOnce(g_, &device_, {}, {"nope"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(Msg(missing.status()).find("nope"), std::string::npos);
+}
+
+TEST_F(ExecutorTest, RejectsFeedsOfWrongDtypeOrShape) {
+  b_.Op("Relu", {b_.Placeholder(DType::kFloat32, {-1, 3}, "x")}, {}, "r");
+  ExecutorOptions opts;
+  opts.feeds = {"x"};
+  opts.fetches = {"r"};
+  auto exec = Executor::Create(&g_, &device_, opts);
+  ASSERT_TRUE(exec.ok()) << exec.status();
+  std::vector<Tensor> out;
+  const Tensor wrong_shape[] = {Filled({5, 4}, 1)};
+  absl::Status s = (*exec)->Run(wrong_shape, &out);
+  EXPECT_NE(Msg(s).find("feed 'x' must be float32[?,3], got float32[5,4]"), std::string::npos) << s;
+  const Tensor wrong_type[] = {Tensor(DType::kInt32, {5, 3})};
+  EXPECT_FALSE((*exec)->Run(wrong_type, &out).ok());
+  const Tensor good[] = {Filled({5, 3}, 2)};
+  ASSERT_TRUE((*exec)->Run(good, &out).ok());
+  EXPECT_EQ(out[0].shape(), TensorShape({5, 3}));
+}
+
+TEST_F(ExecutorTest, ConcurrentRunsOnAPoolGiveEachCallerItsOwnResult) {
+  // A wide graph: 8 independent chains summed, so the pool has parallel work.
+  Output x = b_.Placeholder(DType::kFloat32, {16, 16}, "x");
+  Output w = b_.Const(Filled({16, 16}, 0.5f), "w");
+  std::vector<Output> chains;
+  for (int c = 0; c < 8; ++c) chains.push_back(b_.Op("Relu", {b_.Op("MatMul", {x, w})}));
+  b_.Op("AddN", chains, {}, "sum");
+  ASSERT_TRUE(b_.status().ok()) << b_.status();
+  ThreadPool pool("inter_op", 4);
+  ExecutorOptions opts;
+  opts.feeds = {"x"};
+  opts.fetches = {"sum"};
+  opts.inter_op_pool = &pool;
+  auto exec = Executor::Create(&g_, &device_, opts);
+  ASSERT_TRUE(exec.ok()) << exec.status();
+
+  std::vector<std::thread> callers;
+  std::vector<int> wrong(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        const float v = static_cast<float>(t * 100 + i);
+        const Tensor feeds[] = {Filled({16, 16}, v)};
+        std::vector<Tensor> out;
+        if (!(*exec)->Run(feeds, &out, i).ok()) {
+          ++wrong[t];
+          continue;
+        }
+        // Every element: 8 chains * 16 * v * 0.5.
+        if (out[0].data<float>()[37] != 8 * 16 * v * 0.5f) ++wrong[t];
+      }
+    });
+  }
+  for (auto& c : callers) c.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(wrong[t], 0) << "caller " << t;
+}
+
+TEST_F(ExecutorTest, FailureInOneBranchAbortsTheParallelStep) {
+  Output p = b_.Placeholder(DType::kFloat32, {4}, "unfed");
+  Output x = b_.Placeholder(DType::kFloat32, {4}, "x");
+  std::vector<Output> parts;
+  for (int i = 0; i < 6; ++i) parts.push_back(b_.Op("Relu", {x}));
+  parts.push_back(b_.Op("Relu", {p}));
+  b_.Op("AddN", parts, {}, "sum");
+  ThreadPool pool("inter_op", 3);
+  ExecutorOptions opts;
+  opts.feeds = {"x"};
+  opts.fetches = {"sum"};
+  opts.inter_op_pool = &pool;
+  auto exec = Executor::Create(&g_, &device_, opts);
+  ASSERT_TRUE(exec.ok()) << exec.status();
+  for (int i = 0; i < 20; ++i) {
+    const Tensor feeds[] = {Filled({4}, 1)};
+    std::vector<Tensor> out;
+    absl::Status s = (*exec)->Run(feeds, &out);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(Msg(s).find("unfed"), std::string::npos) << s;
+  }
+}
+
+TEST_F(ExecutorTest, WarmStepsAllocateNothingNew) {
+  Output x = b_.Placeholder(DType::kFloat32, {-1, 64}, "x");
+  Output w = b_.Variable("w", DType::kFloat32, {64, 32}, "glorot_uniform", 1);
+  Output h = b_.Op("Relu", {b_.Op("MatMul", {x, w})});
+  Output loss = b_.Op("Mean", {h}, {}, "loss");
+  Output g = b_.Op("MatMul", {x, b_.Op("ReluGrad", {h, h})}, {Attr("transpose_a", true)});
+  b_.AddNode("ApplyGradientDescent", {w, g}, {Attr("learning_rate", 0.001f)}, "update", {loss.node});
+  ASSERT_TRUE(b_.status().ok()) << b_.status();
+  ExecutorOptions opts;
+  opts.feeds = {"x"};
+  opts.fetches = {"loss"};
+  opts.targets = {"update"};
+  auto exec = Executor::Create(&g_, &device_, opts);
+  ASSERT_TRUE(exec.ok()) << exec.status();
+  const Tensor feeds[] = {Filled({32, 64}, 0.25f)};
+  std::vector<Tensor> out;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*exec)->Run(feeds, &out, i).ok());
+  const float first_loss = out[0].data<float>()[0];
+  const int64_t warm = CpuAllocator()->GetStats().system_allocs;
+  for (int i = 3; i < 30; ++i) ASSERT_TRUE((*exec)->Run(feeds, &out, i).ok());
+  EXPECT_EQ(CpuAllocator()->GetStats().system_allocs, warm);
+  EXPECT_NE(out[0].data<float>()[0], first_loss);  // the update changed the variable
+}
+
+}  // namespace
+}  // namespace weft

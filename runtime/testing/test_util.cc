@@ -1,0 +1,66 @@
+#include "runtime/testing/test_util.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <numeric>
+#include <random>
+
+namespace weft {
+namespace testing {
+
+Tensor RandomTensor(const TensorShape& shape, uint64_t seed, float lo, float hi) {
+  Tensor t(DType::kFloat32, shape);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  for (float& v : t.flat<float>()) v = dist(rng);
+  return t;
+}
+
+Tensor RandomAwayFromZero(const TensorShape& shape, uint64_t seed, float margin) {
+  Tensor t(DType::kFloat32, shape);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(margin, 1.0f);
+  std::bernoulli_distribution sign(0.5);
+  for (float& v : t.flat<float>()) v = sign(rng) ? dist(rng) : -dist(rng);
+  return t;
+}
+
+Tensor DistinctTensor(const TensorShape& shape, uint64_t seed, float step) {
+  Tensor t(DType::kFloat32, shape);
+  const int64_t n = t.NumElements();
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < n; ++i) p[i] = (static_cast<float>(order[i]) - 0.5f * static_cast<float>(n)) * step;
+  return t;
+}
+
+Tensor FloatTensor(const TensorShape& shape, const std::vector<float>& values) {
+  auto t = Tensor::FromVector<float>(shape, values);
+  if (!t.ok()) std::abort();  // a bug in the test itself
+  return *std::move(t);
+}
+
+Tensor IntTensor(const TensorShape& shape, const std::vector<int32_t>& values) {
+  auto t = Tensor::FromVector<int32_t>(shape, values);
+  if (!t.ok()) std::abort();
+  return *std::move(t);
+}
+
+double MaxAbsDiff(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != DType::kFloat32 || b.dtype() != DType::kFloat32) {
+    return std::numeric_limits<double>::infinity();
+  }
+  double m = 0;
+  for (int64_t i = 0; i < a.NumElements(); ++i) {
+    const double d = std::abs(static_cast<double>(a.data<float>()[i]) - b.data<float>()[i]);
+    if (!(d <= m)) m = std::isnan(d) ? std::numeric_limits<double>::infinity() : d;
+  }
+  return m;
+}
+
+}  // namespace testing
+}  // namespace weft

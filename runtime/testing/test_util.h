@@ -1,0 +1,30 @@
+// Tensor helpers for kernel and gradient tests: seeded random fills and
+// comparisons.
+#ifndef WEFT_RUNTIME_TESTING_TEST_UTIL_H_
+#define WEFT_RUNTIME_TESTING_TEST_UTIL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "common/tensor.h"
+
+namespace weft {
+namespace testing {
+
+// Uniform in [lo, hi).
+Tensor RandomTensor(const TensorShape& shape, uint64_t seed, float lo = -1.0f, float hi = 1.0f);
+// |v| uniform in [margin, 1) with a random sign: keeps inputs off a kink at 0.
+Tensor RandomAwayFromZero(const TensorShape& shape, uint64_t seed, float margin = 0.1f);
+// A random permutation of {0, step, 2*step, ...} centred on zero: no ties, and
+// any two elements differ by at least `step`.
+Tensor DistinctTensor(const TensorShape& shape, uint64_t seed, float step = 0.05f);
+// A float32 tensor from values (sizes must agree).
+Tensor FloatTensor(const TensorShape& shape, const std::vector<float>& values);
+Tensor IntTensor(const TensorShape& shape, const std::vector<int32_t>& values);
+// max |a - b| over float32 tensors; infinity when the shapes differ.
+double MaxAbsDiff(const Tensor& a, const Tensor& b);
+
+}  // namespace testing
+}  // namespace weft
+
+#endif  // WEFT_RUNTIME_TESTING_TEST_UTIL_H_
