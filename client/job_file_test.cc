@@ -1,0 +1,75 @@
+#include "client/job_file.h"
+
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+namespace weft {
+namespace {
+
+std::string Write(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+constexpr char kValid[] = R"(name: "j"
+model { input_shape: [4] num_classes: 2 layer { dense { units: 2 } } }
+dataset { dir: "data" }
+batch_size: 8
+epochs: 1
+)";
+
+TEST(JobFileTest, ResolvesRelativeDatasetDirAgainstTheJobFile) {
+  auto job = LoadJobFile(Write("rel.pbtxt", kValid));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->dataset().dir(), ::testing::TempDir() + "/data");
+  EXPECT_TRUE(ValidateJob(*job).ok());
+}
+
+TEST(JobFileTest, TextErrorsCarryFileLineAndColumn) {
+  auto job = LoadJobFile(Write("bad.pbtxt", "name: \"j\"\nbatch_size: \"eight\"\n"));
+  ASSERT_FALSE(job.ok());
+  EXPECT_TRUE(absl::StrContains(job.status().message(), "bad.pbtxt:2:")) << job.status();
+}
+
+TEST(JobFileTest, JsonIsParsedByProtobufAndRejectsUnknownFields) {
+  auto ok = ParseJob(R"({"name": "j", "batchSize": 8, "epochs": 1})", "inline");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->batch_size(), 8);
+  auto bad = ParseJob(R"({"name": "j", "batchSise": 8})", "inline.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "inline.json")) << bad.status();
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "batchSise")) << bad.status();
+}
+
+TEST(JobFileTest, ValidationNamesTheField) {
+  struct Case {
+    const char* text;
+    const char* expect;
+  } cases[] = {
+      {"epochs: 1 dataset { dir: 'd' } model {}", "batch_size"},
+      {"batch_size: 2 dataset { dir: 'd' } model {}", "epochs or steps"},
+      {"batch_size: 2 epochs: 1 model {}", "dataset"},
+      {"batch_size: 2 epochs: 1 dataset { dir: 'd' }", "model"},
+      {"batch_size: 2 epochs: 1 model {} dataset { format: TFRECORD }", "train_files"},
+  };
+  for (const Case& c : cases) {
+    auto job = ParseJob(c.text, "case");
+    ASSERT_TRUE(job.ok()) << c.text;
+    absl::Status s = ValidateJob(*job);
+    EXPECT_FALSE(s.ok()) << c.text;
+    EXPECT_TRUE(absl::StrContains(s.message(), c.expect)) << c.text << " -> " << s;
+  }
+}
+
+TEST(JobFileTest, MissingFileIsNotFound) {
+  auto job = LoadJobFile("/nonexistent/job.pbtxt");
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(job.status().message(), "/nonexistent/job.pbtxt"));
+}
+
+}  // namespace
+}  // namespace weft
