@@ -50,30 +50,35 @@ absl::StatusOr<GradientCheckResult> ComputeGradientError(const OpBuildFn& build,
     }
   }
 
-  // The forward executor first: it tells W's shape.
-  ExecutorOptions y_opts;
-  y_opts.feeds = feed_names;
-  y_opts.fetches = {y.name()};
-  ASSIGN_OR_RETURN(auto y_exec, Executor::Create(&graph, &device, y_opts));
-  std::vector<Tensor> fetched;
-  RETURN_IF_ERROR(y_exec->Run(inputs, &fetched));
-  const TensorShape y_shape = fetched[0].shape();
-
-  Tensor w(DType::kFloat32, y_shape);
-  std::mt19937_64 rng(options.seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (float& v : w.flat<float>()) v = dist(rng);
-  const Output loss = ops::Sum(&b, ops::Mul(&b, y, b.Const(w, "W")), "L");
+  // W is fed, so the whole graph exists before any executor is built; its
+  // value needs y's run-time shape.
+  const Output w_in = b.Placeholder(DType::kFloat32, y.shape(), "W");
+  const Output loss = ops::Sum(&b, ops::Mul(&b, y, w_in), "L");
   std::vector<Output> targets;
   for (int i : check) targets.push_back(xs[i]);
   ASSIGN_OR_RETURN(std::vector<Output> grads, AddGradients(&b, loss, targets));
 
+  ExecutorOptions y_opts;
+  y_opts.feeds = feed_names;
+  y_opts.fetches = {y.name()};
+  ASSIGN_OR_RETURN(auto y_exec, Executor::Create(&graph, &device, y_opts));
   ExecutorOptions g_opts;
   g_opts.feeds = feed_names;
+  g_opts.feeds.push_back(w_in.name());
   for (const Output& g : grads) g_opts.fetches.push_back(g.name());
   ASSIGN_OR_RETURN(auto g_exec, Executor::Create(&graph, &device, g_opts));
+
+  std::vector<Tensor> fetched;
+  RETURN_IF_ERROR(y_exec->Run(inputs, &fetched));
+  Tensor w(DType::kFloat32, fetched[0].shape());
+  std::mt19937_64 rng(options.seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (float& v : w.flat<float>()) v = dist(rng);
+
+  std::vector<Tensor> g_feeds = inputs;
+  g_feeds.push_back(w);
   std::vector<Tensor> analytic;
-  RETURN_IF_ERROR(g_exec->Run(inputs, &analytic));
+  RETURN_IF_ERROR(g_exec->Run(g_feeds, &analytic));
 
   GradientCheckResult result;
   std::vector<Tensor> feeds = inputs;

@@ -2,6 +2,7 @@
 // channels, which are contiguous, so they vectorise. Padding (SAME) never
 // wins a maximum: padded positions are skipped, not read as zeros.
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -51,6 +52,35 @@ absl::StatusOr<PoolGeometry> ComputeGeometry(const Tensor& x, const PoolParams& 
   return g;
 }
 
+// best[c] = max(best[c], s[c]). Separate functions with restrict-qualified
+// parameters so gcc vectorises the channel loops without alias checks.
+void MaxInto(const float* __restrict s, float* __restrict best, int64_t nc) {
+  for (int64_t c = 0; c < nc; ++c) best[c] = s[c] > best[c] ? s[c] : best[c];
+}
+
+// v where mask is all ones, +0 where it is zero. Bit masking instead of a
+// conditional keeps the loop below free of branches gcc will not vectorise
+// (a conditional float add might trap).
+inline float KeepIf(float v, uint32_t mask) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  bits &= mask;
+  std::memcpy(&v, &bits, sizeof bits);
+  return v;
+}
+
+// Where s[c] holds the window maximum and the channel's gradient is not yet
+// routed, moves it into d[c].
+void RouteGradient(const float* __restrict s, const float* __restrict best, float* __restrict rest,
+                   float* __restrict d, int64_t nc) {
+  for (int64_t c = 0; c < nc; ++c) {
+    const uint32_t hit = 0u - static_cast<uint32_t>(s[c] == best[c]);
+    const float r = rest[c];
+    d[c] += KeepIf(r, hit);
+    rest[c] = KeepIf(r, ~hit);
+  }
+}
+
 class PoolOpBase : public OpKernel {
  public:
   explicit PoolOpBase(OpKernelConstruction* c) : OpKernel(c) { GetAttr(c, GetPoolParams(c->def()), &params_); }
@@ -81,10 +111,7 @@ class MaxPoolOp : public PoolOpBase {
             int64_t i0, i1, j0, j1;
             g.Window(oh, ow, &i0, &i1, &j0, &j1);
             for (int64_t i = i0; i < i1; ++i) {
-              for (int64_t j = j0; j < j1; ++j) {
-                const float* s = img + (i * g.w + j) * g.c;
-                for (int64_t c = 0; c < g.c; ++c) o[c] = s[c] > o[c] ? s[c] : o[c];
-              }
+              for (int64_t j = j0; j < j1; ++j) MaxInto(img + (i * g.w + j) * g.c, o, g.c);
             }
           }
         }
@@ -93,8 +120,10 @@ class MaxPoolOp : public PoolOpBase {
   }
 };
 
-// (x, y, g) -> dx. The argmax is recomputed from x: the first maximum of each
-// window in row-major window order receives the window's gradient.
+// (x, y, g) -> dx. The maximum is recomputed from x (y is only checked for
+// its shape), and each window's gradient goes to the first position, in
+// row-major window order, that holds it. Both passes over a window read and
+// write whole channel vectors, so there is no per-channel argmax to scatter.
 class MaxPoolGradOp : public PoolOpBase {
  public:
   using PoolOpBase::PoolOpBase;
@@ -117,34 +146,31 @@ class MaxPoolGradOp : public PoolOpBase {
     std::fill(dx, dx + out->NumElements(), 0.0f);
     const float* xp = x.data<float>();
     const float* gp = grad.data<float>();
+    const int64_t nc = g.c;
     ParallelFor(ctx, g.n, double(g.ho) * g.wo * g.c * g.k * g.k * 2, [&](int64_t begin, int64_t end) {
-      Tensor best_t(DType::kFloat32, TensorShape{g.c}, ctx->device()->allocator());
-      Tensor arg_t(DType::kInt64, TensorShape{g.c}, ctx->device()->allocator());
-      float* best = best_t.data<float>();
-      int64_t* arg = arg_t.data<int64_t>();
+      // best: the window's maximum per channel; rest: gradient not yet routed.
+      Tensor scratch(DType::kFloat32, TensorShape{2 * nc}, ctx->device()->allocator());
+      float* best = scratch.data<float>();
+      float* rest = best + nc;
       for (int64_t n = begin; n < end; ++n) {
-        const float* img = xp + n * g.h * g.w * g.c;
-        float* dimg = dx + n * g.h * g.w * g.c;
+        const float* img = xp + n * g.h * g.w * nc;
+        float* dimg = dx + n * g.h * g.w * nc;
         for (int64_t oh = 0; oh < g.ho; ++oh) {
           for (int64_t ow = 0; ow < g.wo; ++ow) {
             int64_t i0, i1, j0, j1;
             g.Window(oh, ow, &i0, &i1, &j0, &j1);
-            const int64_t first = i0 * g.w + j0;
-            std::copy(img + first * g.c, img + (first + 1) * g.c, best);
-            std::fill(arg, arg + g.c, first);
+            std::fill(best, best + nc, -std::numeric_limits<float>::infinity());
+            for (int64_t i = i0; i < i1; ++i) {
+              for (int64_t j = j0; j < j1; ++j) MaxInto(img + (i * g.w + j) * nc, best, nc);
+            }
+            const float* go = gp + ((n * g.ho + oh) * g.wo + ow) * nc;
+            std::copy(go, go + nc, rest);
             for (int64_t i = i0; i < i1; ++i) {
               for (int64_t j = j0; j < j1; ++j) {
-                const int64_t pos = i * g.w + j;
-                const float* s = img + pos * g.c;
-                for (int64_t c = 0; c < g.c; ++c) {
-                  const bool better = s[c] > best[c];
-                  best[c] = better ? s[c] : best[c];
-                  arg[c] = better ? pos : arg[c];
-                }
+                const int64_t pos = (i * g.w + j) * nc;
+                RouteGradient(img + pos, best, rest, dimg + pos, nc);
               }
             }
-            const float* go = gp + ((n * g.ho + oh) * g.wo + ow) * g.c;
-            for (int64_t c = 0; c < g.c; ++c) dimg[arg[c] * g.c + c] += go[c];
           }
         }
       }
