@@ -1,6 +1,10 @@
 #include "runtime/kernels/cuda/cuda_util.h"
 
+#include <cublas_api.h>
 #include <cuda_runtime.h>
+#include <cudnn.h>
+#include <library_types.h>
+#include <nccl.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -32,6 +36,22 @@ absl::StatusOr<int> DeviceCount() {
   absl::Status s = FromCuda(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
   if (!s.ok()) return s;
   return n;
+}
+
+absl::StatusOr<std::string> LibraryVersions() {
+  int runtime = 0;
+  absl::Status s = FromCuda(cudaRuntimeGetVersion(&runtime), "cudaRuntimeGetVersion");
+  if (!s.ok()) return s;
+  int major = 0, minor = 0, patch = 0;
+  if (cublasGetProperty(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS ||
+      cublasGetProperty(MINOR_VERSION, &minor) != CUBLAS_STATUS_SUCCESS ||
+      cublasGetProperty(PATCH_LEVEL, &patch) != CUBLAS_STATUS_SUCCESS) {
+    return absl::UnavailableError("cublasGetProperty failed");
+  }
+  int nccl = 0;
+  if (ncclGetVersion(&nccl) != ncclSuccess) return absl::UnavailableError("ncclGetVersion failed");
+  return absl::StrCat("CUDA runtime ", runtime, ", cuBLAS ", major, ".", minor, ".", patch, ", cuDNN ",
+                      cudnnGetVersion(), ", NCCL ", nccl);
 }
 
 absl::Status VectorAdd(const float* a, const float* b, float* out, int64_t n) {

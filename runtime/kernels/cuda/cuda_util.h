@@ -10,6 +10,7 @@
 #define WEFT_RUNTIME_KERNELS_CUDA_CUDA_UTIL_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/statusor.h"
 
@@ -21,6 +22,10 @@ bool BuiltWithCuda();
 // Number of visible GPUs; UNAVAILABLE with the driver's message when the
 // runtime cannot talk to a GPU (no driver, no device).
 absl::StatusOr<int> DeviceCount();
+// "CUDA runtime 13000, cuBLAS 13.0.0, cuDNN 91300, NCCL 22800": asks each
+// library linked under --config=cuda for its version (no GPU needed), so a
+// broken link or a missing library shows here rather than in a later issue.
+absl::StatusOr<std::string> LibraryVersions();
 // out[i] = a[i] + b[i] on GPU 0, for host arrays of n floats.
 absl::Status VectorAdd(const float* a, const float* b, float* out, int64_t n);
 

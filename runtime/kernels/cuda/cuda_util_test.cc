@@ -1,5 +1,6 @@
 #include "runtime/kernels/cuda/cuda_util.h"
 
+#include <cstdio>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -21,6 +22,20 @@ TEST(CudaTest, VectorAddOnGpu) {
   }
   ASSERT_TRUE(VectorAdd(a.data(), b.data(), out.data(), n).ok());
   for (int64_t i = 0; i < n; i += 4099) ASSERT_EQ(out[i], a[i] + b[i]) << i;
+}
+
+TEST(CudaTest, LinkedLibrariesAnswer) {
+  if (!BuiltWithCuda()) {
+    EXPECT_EQ(LibraryVersions().status().code(), absl::StatusCode::kUnimplemented);
+    GTEST_SKIP() << "built without --config=cuda";
+  }
+  auto v = LibraryVersions();
+  ASSERT_TRUE(v.ok()) << v.status();
+  for (const char* lib : {"CUDA runtime", "cuBLAS", "cuDNN", "NCCL"}) {
+    EXPECT_NE(v->find(lib), std::string::npos) << *v;
+  }
+  EXPECT_EQ(v->find(" 0"), std::string::npos) << "a library reported version 0: " << *v;
+  std::printf("%s\n", v->c_str());
 }
 
 TEST(CudaTest, ReportsWhyThereIsNoGpu) {
