@@ -137,7 +137,9 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   if (cmd == "train") return Train(flags);
   if (cmd == "ops") {
-    for (const std::string& op : OpRegistry::Global()->OpNames()) std::printf("%s\n", op.c_str());
+    for (const std::string& op : OpRegistry::Global()->OpNames()) {
+      if (op[0] != '_') std::printf("%s\n", op.c_str());  // _Send, _Recv: inserted by partitioning
+    }
     return 0;
   }
   std::fprintf(stderr, "weft: unknown command '%s'\n%s", cmd.c_str(), kUsage);

@@ -1,0 +1,158 @@
+#include "graph/placer.h"
+
+#include <map>
+#include <numeric>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "graph/device_name.h"
+
+namespace weft {
+namespace {
+
+// The inputs that `n` updates in place: the variable and its slots.
+std::vector<int> RefInputs(const Node& n) {
+  if (n.op() == "ApplyMomentum") return {0, 1};
+  if (n.op() == "ApplyAdam") return {0, 1, 2, 3};
+  if (n.op_def().stateful && absl::StartsWith(n.op(), "Apply") && n.num_inputs() > 0) return {0};
+  return {};
+}
+
+// Union-find over node ids; a group's root is its smallest id, so the
+// grouping is independent of the order unions happen in.
+class ColocationGroups {
+ public:
+  explicit ColocationGroups(int n) : parent_(n) { std::iota(parent_.begin(), parent_.end(), 0); }
+  int Find(int x) {
+    while (parent_[x] != x) {
+      parent_[x] = parent_[parent_[x]];
+      x = parent_[x];
+    }
+    return x;
+  }
+  void Union(int a, int b) {
+    a = Find(a);
+    b = Find(b);
+    if (a == b) return;
+    if (a < b) std::swap(a, b);
+    parent_[a] = b;
+  }
+
+ private:
+  std::vector<int> parent_;
+};
+
+std::string Quoted(const std::string& device) { return absl::StrCat("'", device, "'"); }
+
+}  // namespace
+
+absl::Status PlaceGraph(Graph* g, const std::vector<std::string>& devices, const std::string& default_device) {
+  if (devices.empty()) return absl::InvalidArgumentError("placement: no devices are available");
+  std::vector<DeviceName> avail;
+  std::vector<std::string> avail_names;
+  for (const std::string& d : devices) {
+    auto parsed = DeviceName::Parse(d);
+    if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("placement: ", parsed.status().message()));
+    if (!parsed->IsFullySpecified()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "placement: available device '", d, "' is not a full name (/job:J/task:T/device:TYPE:N)"));
+    }
+    avail.push_back(*parsed);
+    avail_names.push_back(parsed->ToString());
+  }
+  const std::string available = absl::StrJoin(avail_names, ", ");
+
+  auto dflt = DeviceName::Parse(default_device);
+  int default_index = -1;
+  if (dflt.ok()) {
+    for (size_t i = 0; i < avail.size() && default_index < 0; ++i) {
+      if (avail[i] == *dflt) default_index = static_cast<int>(i);
+    }
+  }
+  if (default_index < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("placement: default device '", default_device,
+                                                   "' is not one of the available devices: ", available));
+  }
+
+  const int n = g->num_nodes();
+  std::vector<DeviceName> request(n);
+  ColocationGroups groups(n);
+  for (int i = 0; i < n; ++i) {
+    const Node* node = g->node(i);
+    auto parsed = DeviceName::Parse(node->requested_device());
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("node ", node->DebugName(), ": ", parsed.status().message()));
+    }
+    request[i] = *parsed;
+    for (int k : RefInputs(*node)) {
+      if (k >= node->num_inputs()) continue;
+      // The buffer's owner: the producer, through any Identity forwarding it.
+      const Node* src = node->input(k).node;
+      groups.Union(i, src->id());
+      while (src->op() == "Identity") {
+        src = src->input(0).node;
+        groups.Union(i, src->id());
+      }
+    }
+  }
+
+  // Merge requests per group, remembering who asked, for messages.
+  struct Group {
+    DeviceName merged;
+    std::vector<int> requesters;  // members with a request, in id order
+  };
+  std::map<int, Group> by_root;  // ordered: the first error is deterministic
+  for (int i = 0; i < n; ++i) {
+    Group& grp = by_root[groups.Find(i)];
+    if (request[i].IsEmpty()) continue;
+    auto merged = DeviceName::Merge(grp.merged, request[i]);
+    if (!merged.ok()) {
+      // Each part of `merged` came from one requester, so one conflicts pairwise.
+      int other = grp.requesters.front();
+      for (int r : grp.requesters) {
+        if (!DeviceName::Merge(request[r], request[i]).ok()) {
+          other = r;
+          break;
+        }
+      }
+      const Node* a = g->node(i);
+      const Node* b = g->node(other);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node ", a->DebugName(), " requests device ", Quoted(a->requested_device()),
+          " but must be colocated with node ", b->DebugName(), ", which requests device ",
+          Quoted(b->requested_device()),
+          ": an op that updates a variable in place runs on the variable's device; drop or align one request"));
+    }
+    grp.merged = *merged;
+    grp.requesters.push_back(i);
+  }
+
+  std::map<int, int> device_of_root;  // root -> index into avail
+  for (const auto& [root, grp] : by_root) {
+    if (grp.requesters.empty()) {
+      device_of_root[root] = default_index;
+      continue;
+    }
+    int chosen = -1;
+    for (size_t d = 0; d < avail.size() && chosen < 0; ++d) {
+      if (DeviceName::IsCompatible(grp.merged, avail[d])) chosen = static_cast<int>(d);
+    }
+    if (chosen < 0) {
+      const Node* who = g->node(grp.requesters.front());
+      const std::string merged = grp.merged.ToString();
+      const bool widened = DeviceName::Parse(who->requested_device())->ToString() != merged;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node ", who->DebugName(), " requests device ", Quoted(who->requested_device()),
+          widened ? absl::StrCat(" (", Quoted(merged), " with the nodes colocated with it)") : "",
+          ", which matches none of the available devices: ", available));
+    }
+    device_of_root[root] = chosen;
+  }
+
+  for (int i = 0; i < n; ++i) g->node(i)->set_assigned_device(avail_names[device_of_root.at(groups.Find(i))]);
+  return absl::OkStatus();
+}
+
+}  // namespace weft

@@ -1,0 +1,43 @@
+// Placement: a device for every node of a graph.
+//
+// PlaceGraph sets each node's assigned_device to one of `devices`, the full
+// names of the cluster's devices ("/job:worker/task:0/device:CPU:0"), written
+// in canonical form (DeviceName::ToString), so equal devices compare equal as
+// strings.
+//
+// Rules, applied to colocation groups rather than to single nodes:
+//  * An op that updates a variable in place must run where the variable's
+//    buffer lives. The "reference inputs" of the update ops (input 0 of any
+//    stateful Apply* op; inputs 0..1 of ApplyMomentum; 0..3 of ApplyAdam, the
+//    variable and its slots) put the op and the producer of that input, and
+//    any chain of Identity nodes back from it, into one group (union-find).
+//  * A group's request is the merge of its members' requested devices. A
+//    member whose request conflicts with another's is INVALID_ARGUMENT naming
+//    both nodes and both requests.
+//  * A group with a request goes to the first device in `devices` compatible
+//    with it (the list order is the preference order: "/job:ps" picks the
+//    first ps device listed). No compatible device is INVALID_ARGUMENT naming
+//    the node and request and listing the available devices.
+//  * A group with no request goes to `default_device`, which must be one of
+//    `devices`.
+// Every node is (re)assigned; requested devices are left as they were. The
+// result depends only on the graph and the arguments.
+//
+// Thread-safety: mutates `g`; the caller must own it exclusively.
+#ifndef WEFT_GRAPH_PLACER_H_
+#define WEFT_GRAPH_PLACER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "graph/graph.h"
+
+namespace weft {
+
+// REQUIRES: g != nullptr. On error no node's assignment has changed.
+absl::Status PlaceGraph(Graph* g, const std::vector<std::string>& devices, const std::string& default_device);
+
+}  // namespace weft
+
+#endif  // WEFT_GRAPH_PLACER_H_
