@@ -1,0 +1,49 @@
+// WorkerInterface: how the master (and peers) talk to one task.
+//
+// The master drives every task through this interface, so an in-process
+// worker, a remote one over gRPC (GrpcRemoteWorker) and a test fake are
+// interchangeable. Every method is asynchronous: it returns at once and calls
+// `done` exactly once, from any thread, with the outcome; the request and
+// response must outlive the call. A remote implementation maps transport
+// failures to UNAVAILABLE naming the task, and applies a deadline to every
+// call (`timeout` where given, else its default).
+//
+// Thread-safety: implementations are thread-safe.
+#ifndef WEFT_WORKER_WORKER_INTERFACE_H_
+#define WEFT_WORKER_WORKER_INTERFACE_H_
+
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "proto/worker_service.pb.h"
+
+namespace weft {
+
+using StatusCallback = std::function<void(const absl::Status&)>;
+
+class WorkerInterface {
+ public:
+  virtual ~WorkerInterface() = default;
+
+  // "/job:worker/task:0": for messages.
+  virtual const std::string& task() const = 0;
+
+  virtual void GetStatusAsync(const GetStatusRequest* request, GetStatusResponse* response, StatusCallback done) = 0;
+  virtual void RegisterGraphAsync(const RegisterGraphRequest* request, RegisterGraphResponse* response,
+                                  StatusCallback done) = 0;
+  virtual void DeregisterGraphAsync(const DeregisterGraphRequest* request, DeregisterGraphResponse* response,
+                                    StatusCallback done) = 0;
+  // `timeout`: absl::InfiniteDuration() for none (a step may be long).
+  virtual void RunGraphAsync(const RunGraphRequest* request, RunGraphResponse* response, absl::Duration timeout,
+                             StatusCallback done) = 0;
+  virtual void AbortStepAsync(const AbortStepRequest* request, AbortStepResponse* response, StatusCallback done) = 0;
+  virtual void CleanupStepAsync(const CleanupStepRequest* request, CleanupStepResponse* response,
+                                StatusCallback done) = 0;
+};
+
+
+}  // namespace weft
+
+#endif  // WEFT_WORKER_WORKER_INTERFACE_H_
