@@ -1,0 +1,179 @@
+#include "common/cluster_spec.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace weft {
+namespace {
+
+absl::Status CheckJobName(absl::string_view name, absl::string_view where) {
+  bool ok = !name.empty() && name[0] >= 'a' && name[0] <= 'z';
+  for (char c : name) ok &= (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": job name '", name, "' must be lowercase letters, digits or '_', starting with a letter"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckAddress(absl::string_view addr, absl::string_view where) {
+  const size_t colon = addr.rfind(':');
+  int port = 0;
+  if (colon == absl::string_view::npos || colon == 0 || !absl::SimpleAtoi(addr.substr(colon + 1), &port) ||
+      port < 1 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": '", addr, "' is not host:port with a port in 1..65535"));
+  }
+  return absl::OkStatus();
+}
+
+JobDef* AddJob(ClusterDef* cluster, absl::string_view name) {
+  JobDef* job = cluster->add_job();
+  job->set_name(std::string(name));
+  return job;
+}
+
+}  // namespace
+
+std::string TaskSpec::Name() const { return absl::StrCat("/job:", job, "/task:", index); }
+
+absl::StatusOr<ClusterDef> ParseClusterFlag(absl::string_view flag) {
+  ClusterDef cluster;
+  if (absl::StripAsciiWhitespace(flag).empty()) return absl::InvalidArgumentError("--cluster is empty");
+  for (absl::string_view part : absl::StrSplit(flag, ';', absl::SkipWhitespace())) {
+    part = absl::StripAsciiWhitespace(part);
+    const size_t eq = part.find('=');
+    if (eq == absl::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("--cluster: '", part, "' is not job=host:port[,host:port...]"));
+    }
+    const absl::string_view name = part.substr(0, eq);
+    RETURN_IF_ERROR(CheckJobName(name, "--cluster"));
+    for (const JobDef& j : cluster.job()) {
+      if (j.name() == name) return absl::InvalidArgumentError(absl::StrCat("--cluster: job '", name, "' repeats"));
+    }
+    JobDef* job = AddJob(&cluster, name);
+    int index = 0;
+    for (absl::string_view addr : absl::StrSplit(part.substr(eq + 1), ',')) {
+      addr = absl::StripAsciiWhitespace(addr);
+      RETURN_IF_ERROR(CheckAddress(addr, absl::StrCat("--cluster job '", name, "' task ", index)));
+      (*job->mutable_tasks())[index++] = std::string(addr);
+    }
+  }
+  return cluster;
+}
+
+absl::StatusOr<TaskSpec> ParseTaskFlag(absl::string_view flag) {
+  TaskSpec t;
+  std::string job;
+  absl::string_view index;
+  if (absl::ConsumePrefix(&flag, "/job:")) {
+    const size_t slash = flag.find("/task:");
+    if (slash == absl::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("--task: '/job:", flag, "' lacks /task:N"));
+    }
+    job = std::string(flag.substr(0, slash));
+    index = flag.substr(slash + 6);
+  } else {
+    const size_t colon = flag.find(':');
+    if (colon == absl::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("--task: '", flag, "' is not job:index (e.g. worker:0)"));
+    }
+    job = std::string(flag.substr(0, colon));
+    index = flag.substr(colon + 1);
+  }
+  RETURN_IF_ERROR(CheckJobName(job, "--task"));
+  if (!absl::SimpleAtoi(index, &t.index) || t.index < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--task: task index '", index, "' is not a non-negative integer"));
+  }
+  t.job = job;
+  return t;
+}
+
+absl::StatusOr<ClusterConfig> ParseTfConfig(absl::string_view json) {
+  google::protobuf::Struct root;
+  auto s = google::protobuf::util::JsonStringToMessage(std::string(json), &root);
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG is not valid JSON: ", s.message().as_string()));
+  ClusterConfig config;
+  auto cluster_it = root.fields().find("cluster");
+  if (cluster_it == root.fields().end() || !cluster_it->second.has_struct_value()) {
+    return absl::InvalidArgumentError("TF_CONFIG: \"cluster\" must be an object of job -> [\"host:port\", ...]");
+  }
+  // Struct fields are a map; keep a stable order by name.
+  std::vector<std::string> names;
+  for (const auto& [name, value] : cluster_it->second.struct_value().fields()) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    const auto& value = cluster_it->second.struct_value().fields().at(name);
+    RETURN_IF_ERROR(CheckJobName(name, "TF_CONFIG cluster"));
+    if (!value.has_list_value()) {
+      return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG: cluster.", name, " must be a list of \"host:port\""));
+    }
+    JobDef* job = AddJob(&config.cluster, name);
+    int index = 0;
+    for (const auto& v : value.list_value().values()) {
+      if (!v.has_string_value()) {
+        return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG: cluster.", name, "[", index, "] must be a string"));
+      }
+      RETURN_IF_ERROR(CheckAddress(v.string_value(), absl::StrCat("TF_CONFIG cluster.", name, "[", index, "]")));
+      (*job->mutable_tasks())[index++] = v.string_value();
+    }
+  }
+  auto task_it = root.fields().find("task");
+  if (task_it != root.fields().end()) {
+    if (!task_it->second.has_struct_value()) return absl::InvalidArgumentError("TF_CONFIG: \"task\" must be an object");
+    const auto& fields = task_it->second.struct_value().fields();
+    auto type = fields.find("type");
+    auto index = fields.find("index");
+    if (type == fields.end() || !type->second.has_string_value()) {
+      return absl::InvalidArgumentError("TF_CONFIG: task.type must be a string");
+    }
+    if (index == fields.end() || !index->second.has_number_value() || index->second.number_value() < 0 ||
+        index->second.number_value() != static_cast<int>(index->second.number_value())) {
+      return absl::InvalidArgumentError("TF_CONFIG: task.index must be a non-negative integer");
+    }
+    config.task.job = type->second.string_value();
+    config.task.index = static_cast<int>(index->second.number_value());
+    RETURN_IF_ERROR(TaskAddress(config.cluster, config.task).status());
+  }
+  return config;
+}
+
+absl::StatusOr<std::string> TaskAddress(const ClusterDef& cluster, const TaskSpec& task) {
+  for (const JobDef& j : cluster.job()) {
+    if (j.name() != task.job) continue;
+    auto it = j.tasks().find(task.index);
+    if (it != j.tasks().end()) return it->second;
+    return absl::NotFoundError(
+        absl::StrCat("task ", task.Name(), " is not in the cluster: job '", task.job, "' has ", j.tasks_size(), " task(s)"));
+  }
+  return absl::NotFoundError(absl::StrCat("task ", task.Name(), " is not in the cluster: no job '", task.job, "'"));
+}
+
+int NumTasks(const ClusterDef& cluster, absl::string_view job) {
+  for (const JobDef& j : cluster.job()) {
+    if (j.name() == job) return j.tasks_size();
+  }
+  return 0;
+}
+
+std::string ClusterToFlag(const ClusterDef& cluster) {
+  std::vector<std::string> parts;
+  for (const JobDef& j : cluster.job()) {
+    std::vector<std::string> addrs;
+    for (int i = 0; i < j.tasks_size(); ++i) {
+      auto it = j.tasks().find(i);
+      addrs.push_back(it == j.tasks().end() ? std::string() : it->second);
+    }
+    parts.push_back(absl::StrCat(j.name(), "=", absl::StrJoin(addrs, ",")));
+  }
+  return absl::StrJoin(parts, ";");
+}
+
+}  // namespace weft
