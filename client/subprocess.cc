@@ -1,0 +1,122 @@
+#include "client/subprocess.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+extern char** environ;
+
+namespace weft {
+
+Subprocess::~Subprocess() {
+  if (!exited_) Terminate(absl::Seconds(1));
+}
+
+absl::Status Subprocess::Start(const std::vector<std::string>& argv, const std::string& log_path,
+                               const std::vector<std::string>& env) {
+  if (argv.empty()) return absl::InvalidArgumentError("Subprocess::Start: empty argv");
+  if (!exited_) return absl::FailedPreconditionError("Subprocess::Start: a child is already running");
+  // Everything the child needs is prepared before fork: after it, only
+  // async-signal-safe calls.
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
+  for (const std::string& e : env) env_strings.push_back(e);
+  std::vector<char*> envp;
+  for (std::string& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  int log_fd = -1;
+  if (!log_path.empty()) {
+    log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (log_fd < 0) return absl::UnavailableError(absl::StrCat("cannot open log '", log_path, "': ", std::strerror(errno)));
+  }
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    if (log_fd >= 0) ::close(log_fd);
+    return absl::ResourceExhaustedError(absl::StrCat("fork: ", std::strerror(errno)));
+  }
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(127);  // the parent died before prctl took effect
+    if (log_fd >= 0) {
+      ::dup2(log_fd, STDOUT_FILENO);
+      ::dup2(log_fd, STDERR_FILENO);
+    }
+    ::execve(args[0], args.data(), envp.data());
+    ::_exit(127);
+  }
+  if (log_fd >= 0) ::close(log_fd);
+  pid_ = pid;
+  exited_ = false;
+  status_ = 0;
+  return absl::OkStatus();
+}
+
+bool Subprocess::Running() {
+  if (exited_) return false;
+  int status = 0;
+  const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+  if (r == pid_) {
+    exited_ = true;
+    status_ = status;
+  }
+  return !exited_;
+}
+
+void Subprocess::Signal(int signal) {
+  if (Running()) ::kill(pid_, signal);
+}
+
+bool Subprocess::WaitFor(absl::Duration timeout) {
+  // waitpid has no timeout; a short sleep between checks bounds the wait
+  // without a thread per child. Used only at shutdown, never per step.
+  const absl::Time deadline = absl::Now() + timeout;
+  while (Running()) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
+}
+
+void Subprocess::Terminate(absl::Duration grace) {
+  if (!Running()) return;
+  ::kill(pid_, SIGTERM);
+  if (WaitFor(grace)) return;
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  if (::waitpid(pid_, &status, 0) == pid_) status_ = status;
+  exited_ = true;
+}
+
+absl::StatusOr<int> PickFreeLoopbackPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return absl::UnavailableError(absl::StrCat("cannot pick a loopback port: ", std::strerror(err)));
+  }
+  ::close(fd);
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
+}  // namespace weft
