@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/flags.h"
 #include "client/job_file.h"
 #include "client/progress.h"
 #include "common/status_macros.h"
@@ -40,36 +40,9 @@ void OnSignal(int) {
   if (g_trainer != nullptr) g_trainer->Cancel();
 }
 
-struct Flags {
-  std::vector<std::string> args;
-  std::string output = "text";
-  std::string log_level;
-};
-
-bool ParseFlags(int argc, char** argv, int first, Flags* f, std::string* error) {
-  for (int i = first; i < argc; ++i) {
-    std::string a = argv[i];
-    if (absl::StartsWith(a, "--output=")) {
-      f->output = a.substr(9);
-      if (f->output != "text" && f->output != "json") {
-        *error = absl::StrCat("--output must be text or json, got '", f->output, "'");
-        return false;
-      }
-    } else if (absl::StartsWith(a, "--log_level=")) {
-      f->log_level = a.substr(12);
-    } else if (absl::StartsWith(a, "--")) {
-      *error = absl::StrCat("unknown flag '", a, "'");
-      return false;
-    } else {
-      f->args.push_back(a);
-    }
-  }
-  return true;
-}
-
-int Fail(const Flags& f, const absl::Status& s) {
+int Fail(bool json, const absl::Status& s) {
   std::fprintf(stderr, "weft: %s\n", std::string(s.message()).c_str());
-  if (f.output == "json") {
+  if (json) {
     // Only state and the error: a failed run has no figures to report.
     std::string msg;
     for (char c : std::string(s.message())) {
@@ -81,20 +54,36 @@ int Fail(const Flags& f, const absl::Status& s) {
   return 1;
 }
 
-int Train(const Flags& f) {
-  if (f.args.size() != 1) {
+int Train(int argc, char** argv) {
+  auto parsed = Flags::Parse(argc, argv, 2, {"output", "log_level"}, {});
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "weft train: %s\n%s", std::string(parsed.status().message()).c_str(), kUsage);
+    return 2;
+  }
+  const Flags& f = *parsed;
+  const std::string output = f.Get("output", "text");
+  if (output != "text" && output != "json") {
+    std::fprintf(stderr, "weft train: --output must be text or json, got '%s'\n", output.c_str());
+    return 2;
+  }
+  if (f.Has("log_level") && !SetLogLevel(f.Get("log_level"))) {
+    std::fprintf(stderr, "weft: unknown log level '%s'\n", f.Get("log_level").c_str());
+    return 2;
+  }
+  const bool json = output == "json";
+  if (f.args().size() != 1) {
     std::fprintf(stderr, "weft train: expected one job file\n%s", kUsage);
     return 2;
   }
-  auto job = LoadJobFile(f.args[0]);
-  if (!job.ok()) return Fail(f, job.status());
-  if (absl::Status s = ValidateJob(*job); !s.ok()) return Fail(f, Annotate(s, f.args[0]));
+  auto job = LoadJobFile(f.args()[0]);
+  if (!job.ok()) return Fail(json, job.status());
+  if (absl::Status s = ValidateJob(*job); !s.ok()) return Fail(json, Annotate(s, f.args()[0]));
   if (job->name().empty()) {
-    std::string base = f.args[0].substr(f.args[0].rfind('/') + 1);
+    std::string base = f.args()[0].substr(f.args()[0].rfind('/') + 1);
     job->set_name(base.substr(0, base.find('.')));
   }
   auto trainer = LocalTrainer::Create(*job);
-  if (!trainer.ok()) return Fail(f, trainer.status());
+  if (!trainer.ok()) return Fail(json, trainer.status());
   g_trainer = trainer->get();
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
@@ -103,8 +92,8 @@ int Train(const Flags& f) {
   auto result = (*trainer)->Train([&](const TrainProgress& p) { display.Update(p); });
   display.Finish();
   g_trainer = nullptr;
-  if (!result.ok()) return Fail(f, result.status());
-  if (f.output == "json") {
+  if (!result.ok()) return Fail(json, result.status());
+  if (json) {
     std::printf("%s\n", result->ToJson().c_str());
   } else {
     std::printf("job %s %s: %lld steps, %lld epochs, train loss %.4f, test accuracy %.4f, %.0f samples/s, %.1f s\n",
@@ -124,18 +113,8 @@ int main(int argc, char** argv) {
     std::fprintf(argc < 2 ? stderr : stdout, "%s", kUsage);
     return argc < 2 ? 2 : 0;
   }
-  Flags flags;
-  std::string error;
-  if (!ParseFlags(argc, argv, 2, &flags, &error)) {
-    std::fprintf(stderr, "weft: %s\n%s", error.c_str(), kUsage);
-    return 2;
-  }
-  if (!flags.log_level.empty() && !SetLogLevel(flags.log_level)) {
-    std::fprintf(stderr, "weft: unknown log level '%s'\n", flags.log_level.c_str());
-    return 2;
-  }
   const std::string cmd = argv[1];
-  if (cmd == "train") return Train(flags);
+  if (cmd == "train") return Train(argc, argv);
   if (cmd == "ops") {
     for (const std::string& op : OpRegistry::Global()->OpNames()) {
       if (op[0] != '_') std::printf("%s\n", op.c_str());  // _Send, _Recv: inserted by partitioning

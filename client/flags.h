@@ -1,0 +1,38 @@
+// Command-line flags for the `weft` subcommands: `--name=value`, `--name
+// value` for flags declared as taking a value, and bare `--name` for booleans.
+// Unknown flags are errors naming the flag, so typos never pass silently.
+//
+// Thread-safety: plain values.
+#ifndef WEFT_CLIENT_FLAGS_H_
+#define WEFT_CLIENT_FLAGS_H_
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace weft {
+
+class Flags {
+ public:
+  // `valued`: flags that take a value; `boolean`: flags that do not.
+  static absl::StatusOr<Flags> Parse(int argc, char** argv, int first, const std::set<std::string>& valued,
+                                     const std::set<std::string>& boolean);
+
+  const std::vector<std::string>& args() const { return args_; }
+  bool Has(const std::string& name) const { return values_.count(name) > 0; }
+  std::string Get(const std::string& name, const std::string& dflt = "") const;
+  // INVALID_ARGUMENT naming the flag when the value is not an integer in range.
+  absl::StatusOr<int> GetInt(const std::string& name, int dflt, int min, int max) const;
+  bool GetBool(const std::string& name) const { return Has(name) && Get(name) != "false"; }
+
+ private:
+  std::vector<std::string> args_;
+  std::map<std::string, std::string> values_;
+};
+
+}  // namespace weft
+
+#endif  // WEFT_CLIENT_FLAGS_H_
