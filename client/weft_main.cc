@@ -14,8 +14,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/daemon_commands.h"
 #include "client/flags.h"
+#include "client/job_commands.h"
 #include "client/job_file.h"
+#include "client/local_command.h"
 #include "client/progress.h"
 #include "common/status_macros.h"
 #include "graph/op_registry.h"
@@ -28,11 +31,22 @@ namespace {
 constexpr char kUsage[] =
     "usage: weft <command> [args]\n"
     "\n"
-    "commands:\n"
+    "train in one process:\n"
     "  train JOB [--output=text|json] [--log_level=LEVEL]\n"
-    "      train a job file (.pbtxt or .json) in this process\n"
-    "  ops\n"
-    "      list the registered ops\n";
+    "\n"
+    "run a local cluster of processes (and optionally a job on it):\n"
+    "  local --workers=N --ps=M [JOB] [--output=text|json] [--log_dir=DIR]\n"
+    "\n"
+    "daemons (cluster from --cluster='worker=h:p,h:p;ps=h:p' or $TF_CONFIG):\n"
+    "  master --port=P | --listen=HOST:PORT [--cluster=...]\n"
+    "  worker --task=worker:I [--cluster=...] [--listen=HOST:PORT]\n"
+    "  ps     --task=ps:I     [--cluster=...] [--listen=HOST:PORT]\n"
+    "\n"
+    "jobs (master from --master=HOST:PORT or $WEFT_MASTER):\n"
+    "  submit JOB [--follow] [--output=text|json]\n"
+    "  jobs | status ID | cancel ID | devices\n"
+    "\n"
+    "  ops                                 list the registered ops\n";
 
 LocalTrainer* g_trainer = nullptr;
 
@@ -115,6 +129,15 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   if (cmd == "train") return Train(argc, argv);
+  if (cmd == "local") return RunLocalCommand(argc, argv);
+  if (cmd == "master") return RunMasterCommand(argc, argv);
+  if (cmd == "worker") return RunTaskCommand(argc, argv, "worker");
+  if (cmd == "ps") return RunTaskCommand(argc, argv, "ps");
+  if (cmd == "submit") return RunSubmitCommand(argc, argv);
+  if (cmd == "jobs") return RunJobsCommand(argc, argv);
+  if (cmd == "status") return RunStatusCommand(argc, argv);
+  if (cmd == "cancel") return RunCancelCommand(argc, argv);
+  if (cmd == "devices") return RunDevicesCommand(argc, argv);
   if (cmd == "ops") {
     for (const std::string& op : OpRegistry::Global()->OpNames()) {
       if (op[0] != '_') std::printf("%s\n", op.c_str());  // _Send, _Recv: inserted by partitioning

@@ -1,6 +1,7 @@
 #include "runtime/executor.h"
 
 #include <atomic>
+#include <optional>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
@@ -9,6 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "runtime/op_kernel.h"
+#include "runtime/rendezvous.h"
 
 namespace weft {
 namespace {
@@ -27,9 +29,17 @@ struct NodeItem {
   int num_outputs = 0;
   std::vector<int> successors;  // one entry per data or control edge
   int initial_pending = 0;
+  int async_index = -1;  // index into RunState::async_calls for async kernels
 };
 
 }  // namespace
+
+// An async kernel's call in flight: its inputs and context must outlive
+// ComputeAsync.
+struct AsyncCall {
+  absl::InlinedVector<const Tensor*, 4> inputs;
+  std::optional<OpKernelContext> ctx;
+};
 
 // One step's mutable state; reused across steps through Impl::free_states.
 struct RunState {
@@ -37,8 +47,13 @@ struct RunState {
   std::unique_ptr<std::atomic<int>[]> pending;
   std::unique_ptr<std::atomic<int>[]> slot_refs;
   std::vector<int> stack;  // ready nodes, inline mode
+  std::vector<AsyncCall> async_calls;
+  // Inline mode with async kernels: ready nodes that completions hand back
+  // to the thread running the step.
+  std::vector<int> handed_back ABSL_GUARDED_BY(mu);
   absl::Span<const Tensor> feeds;
   int64_t step_id = 0;
+  Rendezvous* rendezvous = nullptr;
   std::atomic<bool> aborted{false};
   std::atomic<int> outstanding{0};
   absl::Mutex mu;
@@ -56,16 +71,22 @@ struct Executor::Impl {
   std::vector<int> initial_slot_refs;
   std::vector<Endpoint> feed_endpoints;
   std::vector<InputSource> fetch_sources;
-  std::vector<std::pair<int, int>> output_checks;  // (item, output) pairs whose dtype kernels must honour
+  int num_async = 0;  // kernels that may finish after their Compute call returns
 
   absl::Mutex pool_mu;
   std::vector<std::unique_ptr<RunState>> free_states ABSL_GUARDED_BY(pool_mu);
 
   std::unique_ptr<RunState> AcquireState();
   void ReleaseState(std::unique_ptr<RunState> state);
-  // Runs item `i` and returns the successors it made ready, via `ready`.
-  void Process(RunState* s, int i, absl::InlinedVector<int, 8>* ready);
+  // Runs item `i`. A synchronous kernel's ready successors come back in
+  // `ready` and Process returns true; an async kernel returns false at once
+  // and its completion calls OnAsyncDone.
+  bool Process(RunState* s, int i, absl::InlinedVector<int, 8>* ready);
+  // Checks outputs, releases inputs and collects ready successors.
+  void Finish(RunState* s, int i, const absl::Status& status, absl::InlinedVector<int, 8>* ready);
+  void OnAsyncDone(RunState* s, int i);
   void ProcessAsync(RunState* s, int i);
+  void RunInlineWithAsync(RunState* s);
   void Abort(RunState* s, const absl::Status& status);
 };
 
@@ -81,6 +102,7 @@ std::unique_ptr<RunState> Executor::Impl::AcquireState() {
   auto s = std::make_unique<RunState>();
   s->slots.resize(num_slots);
   s->pending.reset(new std::atomic<int>[items.size()]);
+  s->async_calls.resize(num_async);
   s->slot_refs.reset(new std::atomic<int>[num_slots]);
   s->stack.reserve(items.size());
   return s;
@@ -88,6 +110,7 @@ std::unique_ptr<RunState> Executor::Impl::AcquireState() {
 
 void Executor::Impl::ReleaseState(std::unique_ptr<RunState> state) {
   for (Tensor& t : state->slots) t = Tensor();
+  state->rendezvous = nullptr;
   state->aborted = false;
   {
     absl::MutexLock lock(&state->mu);
@@ -98,47 +121,66 @@ void Executor::Impl::ReleaseState(std::unique_ptr<RunState> state) {
 }
 
 void Executor::Impl::Abort(RunState* s, const absl::Status& status) {
-  absl::MutexLock lock(&s->mu);
-  if (s->status.ok()) s->status = status;
-  s->aborted = true;
+  {
+    absl::MutexLock lock(&s->mu);
+    if (s->status.ok()) s->status = status;
+    s->aborted = true;
+  }
+  // Outside the lock: the rendezvous runs the waiters' callbacks.
+  if (s->rendezvous != nullptr) s->rendezvous->StartAbort(status);
 }
 
-void Executor::Impl::Process(RunState* s, int i, absl::InlinedVector<int, 8>* ready) {
+bool Executor::Impl::Process(RunState* s, int i, absl::InlinedVector<int, 8>* ready) {
   NodeItem& item = items[i];
-  if (!s->aborted.load(std::memory_order_relaxed)) {
-    absl::InlinedVector<const Tensor*, 8> inputs;
+  if (s->aborted.load(std::memory_order_relaxed)) return true;
+  OpKernelContext::Params p;
+  p.node = item.node;
+  p.device = device;
+  p.step_id = s->step_id;
+  p.rendezvous = s->rendezvous;
+  p.outputs = absl::MakeSpan(s->slots.data() + item.first_slot, item.num_outputs);
+  if (AsyncOpKernel* async = item.kernel->AsAsync()) {
+    AsyncCall& call = s->async_calls[item.async_index];
+    call.inputs.clear();
     for (const InputSource& src : item.inputs) {
-      inputs.push_back(src.fed ? &s->feeds[src.index] : &s->slots[src.index]);
+      call.inputs.push_back(src.fed ? &s->feeds[src.index] : &s->slots[src.index]);
     }
-    OpKernelContext::Params p;
-    p.node = item.node;
-    p.device = device;
-    p.step_id = s->step_id;
-    p.inputs = absl::MakeConstSpan(inputs);
-    p.outputs = absl::MakeSpan(s->slots.data() + item.first_slot, item.num_outputs);
-    OpKernelContext ctx(p);
-    item.kernel->Compute(&ctx);
-    absl::Status status = ctx.status();
-    if (status.ok()) {
-      for (int k = 0; k < item.num_outputs; ++k) {
-        const Tensor& out = s->slots[item.first_slot + k];
-        if (!out.IsInitialized() || out.dtype() != item.node->output_type(k)) {
-          status = absl::InternalError(absl::StrCat("kernel produced ", out.IsInitialized() ? "a " : "no ",
-                                                    out.IsInitialized() ? DTypeName(out.dtype()) : "", " output ", k,
-                                                    " where the graph declares ",
-                                                    DTypeName(item.node->output_type(k))));
-          break;
-        }
+    p.inputs = absl::MakeConstSpan(call.inputs);
+    call.ctx.emplace(p);
+    async->ComputeAsync(&*call.ctx, [this, s, i] { OnAsyncDone(s, i); });
+    return false;
+  }
+  absl::InlinedVector<const Tensor*, 8> inputs;
+  for (const InputSource& src : item.inputs) inputs.push_back(src.fed ? &s->feeds[src.index] : &s->slots[src.index]);
+  p.inputs = absl::MakeConstSpan(inputs);
+  OpKernelContext ctx(p);
+  item.kernel->Compute(&ctx);
+  Finish(s, i, ctx.status(), ready);
+  return true;
+}
+
+void Executor::Impl::Finish(RunState* s, int i, const absl::Status& kernel_status,
+                            absl::InlinedVector<int, 8>* ready) {
+  NodeItem& item = items[i];
+  absl::Status status = kernel_status;
+  if (status.ok()) {
+    for (int k = 0; k < item.num_outputs; ++k) {
+      const Tensor& out = s->slots[item.first_slot + k];
+      if (!out.IsInitialized() || out.dtype() != item.node->output_type(k)) {
+        status = absl::InternalError(absl::StrCat("kernel produced ", out.IsInitialized() ? "a " : "no ",
+                                                  out.IsInitialized() ? DTypeName(out.dtype()) : "", " output ", k,
+                                                  " where the graph declares ", DTypeName(item.node->output_type(k))));
+        break;
       }
     }
-    if (!status.ok()) {
-      Abort(s, absl::Status(status.code(), absl::StrCat("node ", item.node->DebugName(), ": ", status.message())));
-    }
-    // Release inputs whose last consumer this was.
-    for (const InputSource& src : item.inputs) {
-      if (!src.fed && s->slot_refs[src.index].fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        s->slots[src.index] = Tensor();
-      }
+  }
+  if (!status.ok()) {
+    Abort(s, absl::Status(status.code(), absl::StrCat("node ", item.node->DebugName(), ": ", status.message())));
+  }
+  // Release inputs whose last consumer this was.
+  for (const InputSource& src : item.inputs) {
+    if (!src.fed && s->slot_refs[src.index].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      s->slots[src.index] = Tensor();
     }
   }
   if (s->aborted.load(std::memory_order_relaxed)) return;
@@ -147,12 +189,59 @@ void Executor::Impl::Process(RunState* s, int i, absl::InlinedVector<int, 8>* re
   }
 }
 
+void Executor::Impl::OnAsyncDone(RunState* s, int i) {
+  AsyncCall& call = s->async_calls[items[i].async_index];
+  absl::InlinedVector<int, 8> ready;
+  Finish(s, i, call.ctx->status(), &ready);
+  call.ctx.reset();
+  if (options.inter_op_pool != nullptr) {
+    // Continue on the pool: the completing thread may be an RPC thread.
+    s->outstanding.fetch_add(static_cast<int>(ready.size()), std::memory_order_relaxed);
+    for (int next : ready) options.inter_op_pool->Schedule([this, s, next] { ProcessAsync(s, next); });
+    if (s->outstanding.fetch_sub(1, std::memory_order_acq_rel) == 1) s->done->Notify();
+    return;
+  }
+  // Inline mode: hand the ready nodes back to the thread running the step.
+  absl::MutexLock lock(&s->mu);
+  s->handed_back.insert(s->handed_back.end(), ready.begin(), ready.end());
+  s->outstanding.fetch_add(static_cast<int>(ready.size()) - 1, std::memory_order_acq_rel);
+}
+
+void Executor::Impl::RunInlineWithAsync(RunState* s) {
+  // `outstanding` counts nodes started and not finished. Synchronous nodes
+  // run here; an async node's completion hands its ready successors back
+  // through `handed_back`, and this thread waits only when it has nothing
+  // else to run.
+  s->stack.assign(roots.rbegin(), roots.rend());
+  s->outstanding.store(static_cast<int>(roots.size()), std::memory_order_relaxed);
+  absl::InlinedVector<int, 8> ready;
+  for (;;) {
+    while (!s->stack.empty()) {
+      const int i = s->stack.back();
+      s->stack.pop_back();
+      ready.clear();
+      if (!Process(s, i, &ready)) continue;  // async: its completion counts it done
+      s->outstanding.fetch_add(static_cast<int>(ready.size()) - 1, std::memory_order_acq_rel);
+      for (auto it = ready.rbegin(); it != ready.rend(); ++it) s->stack.push_back(*it);
+    }
+    absl::MutexLock lock(&s->mu);
+    s->mu.Await(absl::Condition(
+        +[](RunState* st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(st->mu) {
+          return !st->handed_back.empty() || st->outstanding.load(std::memory_order_acquire) == 0;
+        },
+        s));
+    if (s->handed_back.empty()) return;  // nothing outstanding
+    s->stack.assign(s->handed_back.rbegin(), s->handed_back.rend());
+    s->handed_back.clear();
+  }
+}
+
 void Executor::Impl::ProcessAsync(RunState* s, int i) {
   // Runs `i`, then keeps one newly ready node for this thread and hands the
   // rest to the pool, so a chain runs without a queue hop per node.
   for (;;) {
     absl::InlinedVector<int, 8> ready;
-    Process(s, i, &ready);
+    if (!Process(s, i, &ready)) return;  // async: its completion continues
     if (ready.empty()) break;
     s->outstanding.fetch_add(static_cast<int>(ready.size()) - 1, std::memory_order_relaxed);
     for (size_t k = 1; k < ready.size(); ++k) {
@@ -228,6 +317,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph* graph, D
     item.num_outputs = item.node->num_outputs();
     impl->num_slots += item.num_outputs;
     ASSIGN_OR_RETURN(item.kernel, KernelRegistry::Global()->Create(item.node, device));
+    if (item.kernel->AsAsync() != nullptr) item.async_index = impl->num_async++;
     impl->items.push_back(std::move(item));
   }
   impl->initial_slot_refs.assign(impl->num_slots, 0);
@@ -271,6 +361,11 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph* graph, D
 }
 
 absl::Status Executor::Run(absl::Span<const Tensor> feeds, std::vector<Tensor>* fetches, int64_t step_id) {
+  return Run(feeds, fetches, step_id, nullptr);
+}
+
+absl::Status Executor::Run(absl::Span<const Tensor> feeds, std::vector<Tensor>* fetches, int64_t step_id,
+                           Rendezvous* rendezvous) {
   Impl& m = *impl_;
   if (feeds.size() != m.feed_endpoints.size()) {
     return absl::InvalidArgumentError(
@@ -292,10 +387,14 @@ absl::Status Executor::Run(absl::Span<const Tensor> feeds, std::vector<Tensor>* 
   RunState* s = state.get();
   s->feeds = feeds;
   s->step_id = step_id;
+  s->rendezvous = rendezvous;
   for (size_t i = 0; i < m.items.size(); ++i) s->pending[i].store(m.items[i].initial_pending, std::memory_order_relaxed);
   for (int k = 0; k < m.num_slots; ++k) s->slot_refs[k].store(m.initial_slot_refs[k], std::memory_order_relaxed);
 
-  if (m.options.inter_op_pool == nullptr) {
+  if (m.options.inter_op_pool == nullptr && m.num_async > 0) {
+    m.RunInlineWithAsync(s);
+  } else if (m.options.inter_op_pool == nullptr) {
+    // The fast path: no kernel finishes later, so a plain stack suffices.
     s->stack.assign(m.roots.rbegin(), m.roots.rend());
     absl::InlinedVector<int, 8> ready;
     while (!s->stack.empty()) {

@@ -10,7 +10,10 @@
 // nothing beyond what the caching allocator serves from its cache.
 //
 // The first failing kernel aborts the step: nodes not yet started are
-// skipped and Run returns the error prefixed by the node's name and op.
+// skipped and Run returns the error prefixed by the node's name and op. A
+// step run with a rendezvous also aborts the rendezvous with that error at
+// once, so that _Recv kernels blocked in this or a peer's partition wake up
+// instead of waiting for values that will never be sent.
 //
 // Thread-safety: Run may be called concurrently (each call takes its own
 // run state); the graph and device must outlive the executor.
@@ -31,6 +34,8 @@
 
 namespace weft {
 
+class Rendezvous;
+
 struct ExecutorOptions {
   // Tensor names ("node" or "node:k") fed by the caller, in Run's feed order.
   std::vector<std::string> feeds;
@@ -50,6 +55,10 @@ class Executor {
 
   // Feeds must match options.feeds in number, dtype and (known dims of) shape.
   absl::Status Run(absl::Span<const Tensor> feeds, std::vector<Tensor>* fetches, int64_t step_id = 0);
+  // Run with the step's rendezvous, which _Send/_Recv kernels use
+  // (OpKernelContext::rendezvous()); it must outlive the call.
+  absl::Status Run(absl::Span<const Tensor> feeds, std::vector<Tensor>* fetches, int64_t step_id,
+                   Rendezvous* rendezvous);
 
   // Number of nodes the pruned graph runs each step.
   int num_nodes() const;

@@ -1,12 +1,74 @@
 #include "runtime/executor.h"
 
+#include <functional>
 #include <thread>
 
+#include "absl/synchronization/mutex.h"
 #include "graph/builder.h"
 #include "gtest/gtest.h"
+#include "runtime/op_kernel.h"
 
 namespace weft {
 namespace {
+
+// A gate that test kernels share: TestGateWait finishes only once
+// TestGateOpen has run, and it is completed from another thread, as a
+// _Recv is by an RPC thread.
+struct Gate {
+  absl::Mutex mu;
+  bool open ABSL_GUARDED_BY(mu) = false;
+  std::vector<std::function<void()>> waiters ABSL_GUARDED_BY(mu);
+  std::vector<std::thread> threads;
+  void Reset() {
+    for (auto& t : threads) t.join();
+    threads.clear();
+    absl::MutexLock lock(&mu);
+    open = false;
+  }
+};
+Gate& TheGate() {
+  static Gate* g = new Gate();
+  return *g;
+}
+
+class GateWaitOp : public AsyncOpKernel {
+ public:
+  using AsyncOpKernel::AsyncOpKernel;
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    auto finish = [ctx, done] {
+      *ctx->allocate_output(0, DType::kFloat32, {})->data<float>() = 1.0f;
+      done();
+    };
+    Gate& g = TheGate();
+    absl::MutexLock lock(&g.mu);
+    if (g.open) {
+      g.threads.emplace_back(finish);
+    } else {
+      g.waiters.push_back(finish);
+    }
+  }
+};
+
+class GateOpenOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext*) override {
+    Gate& g = TheGate();
+    absl::MutexLock lock(&g.mu);
+    g.open = true;
+    for (auto& w : g.waiters) g.threads.emplace_back(std::move(w));
+    g.waiters.clear();
+  }
+};
+
+absl::Status ScalarOut(InferenceContext* c) { return ScalarFloatShape(c); }
+absl::Status NoOut(InferenceContext*) { return absl::OkStatus(); }
+WEFT_REGISTER_OP(OpDef{.name = "TestGateWait", .num_inputs = 0, .num_outputs = 1, .stateful = true,
+                       .shape_fn = ScalarOut});
+WEFT_REGISTER_OP(OpDef{.name = "TestGateOpen", .num_inputs = 0, .num_outputs = 0, .stateful = true,
+                       .shape_fn = NoOut});
+WEFT_REGISTER_KERNEL("TestGateWait", "CPU", GateWaitOp);
+WEFT_REGISTER_KERNEL("TestGateOpen", "CPU", GateOpenOp);
 
 std::string Msg(const absl::Status& s) { return std::string(s.message()); }
 
@@ -133,6 +195,31 @@ TEST_F(ExecutorTest, FailureInOneBranchAbortsTheParallelStep) {
     ASSERT_FALSE(s.ok());
     EXPECT_NE(Msg(s).find("unfed"), std::string::npos) << s;
   }
+}
+
+TEST_F(ExecutorTest, AsyncKernelWaitingOnItsOwnGraphDoesNotBlockIt) {
+  // The waiting node comes first, so a kernel that blocked its thread would
+  // keep the opener from ever running: the step would hang.
+  Output waited = b_.Op("TestGateWait", {}, {}, "wait");
+  b_.Op("Relu", {waited}, {}, "after");
+  b_.AddNode("TestGateOpen", {}, {}, "open");
+  ASSERT_TRUE(b_.status().ok()) << b_.status();
+  ThreadPool pool("inter_op", 1);
+  for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+    ExecutorOptions opts;
+    opts.fetches = {"after"};
+    opts.targets = {"open"};
+    opts.inter_op_pool = p;
+    auto exec = Executor::Create(&g_, &device_, opts);
+    ASSERT_TRUE(exec.ok()) << exec.status();
+    for (int step = 0; step < 20; ++step) {
+      TheGate().Reset();
+      std::vector<Tensor> out;
+      ASSERT_TRUE((*exec)->Run({}, &out, step).ok()) << (p ? "pool" : "inline");
+      EXPECT_EQ(out[0].data<float>()[0], 1.0f);
+    }
+  }
+  TheGate().Reset();
 }
 
 TEST_F(ExecutorTest, WarmStepsAllocateNothingNew) {

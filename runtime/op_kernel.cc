@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "runtime/device.h"
 
 namespace weft {
@@ -19,6 +20,12 @@ Tensor* OpKernelContext::allocate_output(int i, DType dtype, const TensorShape& 
 
 ResourceMgr* OpKernelContext::resources() const { return p_.device->resources(); }
 ThreadPool* OpKernelContext::intra_op_pool() const { return p_.device->intra_op_pool(); }
+
+void AsyncOpKernel::Compute(OpKernelContext* ctx) {
+  absl::Notification done;
+  ComputeAsync(ctx, [&done] { done.Notify(); });
+  done.WaitForNotification();
+}
 
 KernelRegistry* KernelRegistry::Global() {
   static KernelRegistry* const r = new KernelRegistry();

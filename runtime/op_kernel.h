@@ -29,6 +29,7 @@
 namespace weft {
 
 class Device;
+class Rendezvous;
 
 // What a kernel sees while it is constructed.
 class OpKernelConstruction {
@@ -59,6 +60,8 @@ class OpKernelContext {
     const Node* node = nullptr;
     Device* device = nullptr;
     int64_t step_id = 0;
+    // The step's rendezvous for _Send/_Recv; nullptr outside a worker.
+    Rendezvous* rendezvous = nullptr;
     absl::Span<const Tensor* const> inputs;
     absl::Span<Tensor> outputs;  // sized to num_outputs, empty on entry
   };
@@ -67,6 +70,8 @@ class OpKernelContext {
   const Node& node() const { return *p_.node; }
   Device* device() const { return p_.device; }
   int64_t step_id() const { return p_.step_id; }
+  // nullptr when the step has none (RunGraphOnce, the single-process trainer).
+  Rendezvous* rendezvous() const { return p_.rendezvous; }
   int num_inputs() const { return static_cast<int>(p_.inputs.size()); }
   const Tensor& input(int i) const { return *p_.inputs[i]; }
   int num_outputs() const { return static_cast<int>(p_.outputs.size()); }
@@ -92,15 +97,34 @@ class OpKernelContext {
   absl::Status status_;
 };
 
+class AsyncOpKernel;
+
 class OpKernel {
  public:
   explicit OpKernel(OpKernelConstruction* ctx) : node_(&ctx->node()) {}
   virtual ~OpKernel() = default;
   virtual void Compute(OpKernelContext* ctx) = 0;
+  // Non-null for kernels that finish later (e.g. _Recv waiting for a peer).
+  virtual AsyncOpKernel* AsAsync() { return nullptr; }
   const Node& node() const { return *node_; }
 
  private:
   const Node* node_;  // owned by the graph, which outlives the kernel
+};
+
+// A kernel that may finish after ComputeAsync returns: it calls `done`
+// exactly once, from any thread, when its outputs (or its error) are set.
+// The executor keeps the context alive until then and runs other nodes
+// meanwhile, so a kernel waiting on another task never holds a thread.
+// `done` must not be called while holding a lock the kernel's caller needs.
+class AsyncOpKernel : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  using DoneCallback = std::function<void()>;
+  virtual void ComputeAsync(OpKernelContext* ctx, DoneCallback done) = 0;
+  // Blocks until ComputeAsync finishes: for callers without async support.
+  void Compute(OpKernelContext* ctx) final;
+  AsyncOpKernel* AsAsync() final { return this; }
 };
 
 using KernelFactory = std::function<std::unique_ptr<OpKernel>(OpKernelConstruction*)>;

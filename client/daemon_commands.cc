@@ -1,0 +1,162 @@
+#include "client/daemon_commands.h"
+
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "client/flags.h"
+#include "common/cluster_spec.h"
+#include "common/logging.h"
+#include "master/master_server.h"
+#include "worker/worker_server.h"
+
+namespace weft {
+namespace {
+
+int Usage(const char* cmd, absl::string_view msg) {
+  std::fprintf(stderr, "weft %s: %s\n", cmd, std::string(msg).c_str());
+  return 2;
+}
+
+// The cluster and this task, from flags or TF_CONFIG.
+absl::StatusOr<ClusterConfig> ClusterFrom(const Flags& f, bool needs_task) {
+  ClusterConfig config;
+  if (f.Has("cluster")) {
+    auto cluster = ParseClusterFlag(f.Get("cluster"));
+    if (!cluster.ok()) return cluster.status();
+    config.cluster = *std::move(cluster);
+    if (f.Has("task")) {
+      auto task = ParseTaskFlag(f.Get("task"));
+      if (!task.ok()) return task.status();
+      config.task = *task;
+    }
+  } else if (const char* tf = std::getenv("TF_CONFIG"); tf != nullptr && *tf != '\0') {
+    auto parsed = ParseTfConfig(tf);
+    if (!parsed.ok()) return parsed.status();
+    config = *std::move(parsed);
+    if (f.Has("task")) {
+      auto task = ParseTaskFlag(f.Get("task"));
+      if (!task.ok()) return task.status();
+      config.task = *task;
+    }
+  } else {
+    return absl::InvalidArgumentError("no cluster: pass --cluster=JOB=HOST:PORT,...;JOB=... or set TF_CONFIG");
+  }
+  if (needs_task) {
+    if (config.task.job.empty()) return absl::InvalidArgumentError("no task: pass --task=JOB:INDEX");
+    auto addr = TaskAddress(config.cluster, config.task);
+    if (!addr.ok()) return addr.status();
+  }
+  return config;
+}
+
+// The cluster without the master's own job: the tasks the master drives.
+ClusterDef WithoutJob(const ClusterDef& cluster, const std::string& job) {
+  ClusterDef out;
+  for (const JobDef& j : cluster.job()) {
+    if (j.name() != job) *out.add_job() = j;
+  }
+  return out;
+}
+
+}  // namespace
+
+void BlockTerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+int WaitForTerminationSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  int sig = 0;
+  while (sigwait(&set, &sig) != 0) {
+  }
+  return sig;
+}
+
+int RunTaskCommand(int argc, char** argv, const char* job) {
+  auto f = Flags::Parse(argc, argv, 2, {"task", "cluster", "listen", "intra_op_threads", "log_level"}, {});
+  if (!f.ok()) return Usage(job, f.status().message());
+  if (f->Has("log_level") && !SetLogLevel(f->Get("log_level"))) return Usage(job, "unknown --log_level");
+  auto config = ClusterFrom(*f, /*needs_task=*/true);
+  if (!config.ok()) return Usage(job, config.status().message());
+  if (config->task.job != job) {
+    return Usage(job, absl::StrCat("--task names job '", config->task.job, "'; `weft ", job, "` runs a ", job, " task"));
+  }
+  auto threads = f->GetInt("intra_op_threads", 1, 0, 1024);
+  if (!threads.ok()) return Usage(job, threads.status().message());
+  const std::string own = *TaskAddress(config->cluster, config->task);
+  std::string listen = f->Get("listen");
+  if (listen.empty()) listen = absl::StrCat("0.0.0.0:", own.substr(own.rfind(':') + 1));
+
+  SetTaskId(absl::StrCat(config->task.job, ":", config->task.index));
+  auto log = Logger(job);
+  BlockTerminationSignals();
+  worker::WorkerServerOptions opts;
+  opts.job = config->task.job;
+  opts.task_index = config->task.index;
+  opts.listen_address = listen;
+  opts.cluster = config->cluster;
+  opts.intra_op_threads = *threads;
+  auto server = worker::StartWorkerServer(opts);
+  if (!server.ok()) {
+    log->error("cannot start: {}", std::string(server.status().message()));
+    return 1;
+  }
+  log->info("{} serving on {} (cluster {})", (*server)->task(), (*server)->address(), ClusterToFlag(config->cluster));
+  const int sig = WaitForTerminationSignal();
+  log->info("signal {}: stopping", sig);
+  (*server)->Shutdown();
+  log->info("stopped");
+  return 0;
+}
+
+int RunMasterCommand(int argc, char** argv) {
+  auto f = Flags::Parse(argc, argv, 2, {"cluster", "task", "listen", "port", "log_level"}, {});
+  if (!f.ok()) return Usage("master", f.status().message());
+  if (f->Has("log_level") && !SetLogLevel(f->Get("log_level"))) return Usage("master", "unknown --log_level");
+  auto config = ClusterFrom(*f, /*needs_task=*/false);
+  if (!config.ok()) return Usage("master", config.status().message());
+  std::string listen = f->Get("listen");
+  if (listen.empty()) {
+    auto port = f->GetInt("port", -1, 0, 65535);
+    if (!port.ok()) return Usage("master", port.status().message());
+    if (*port >= 0) {
+      listen = absl::StrCat("0.0.0.0:", *port);
+    } else if (!config->task.job.empty()) {  // TF_CONFIG names the master's own task
+      auto own = TaskAddress(config->cluster, config->task);
+      if (!own.ok()) return Usage("master", own.status().message());
+      listen = absl::StrCat("0.0.0.0:", own->substr(own->rfind(':') + 1));
+    } else {
+      return Usage("master", "pass --port=P or --listen=HOST:PORT");
+    }
+  }
+  SetTaskId("0");
+  auto log = Logger("master");
+  BlockTerminationSignals();
+  master::MasterServerOptions opts;
+  opts.address = listen;
+  opts.cluster = WithoutJob(config->cluster, config->task.job.empty() ? "master" : config->task.job);
+  auto server = master::MasterServer::Start(std::move(opts));
+  if (!server.ok()) {
+    log->error("cannot start: {}", std::string(server.status().message()));
+    return 1;
+  }
+  log->info("master serving on {}", (*server)->address());
+  const int sig = WaitForTerminationSignal();
+  log->info("signal {}: stopping", sig);
+  (*server)->Shutdown();
+  log->info("stopped");
+  return 0;
+}
+
+}  // namespace weft

@@ -1,0 +1,30 @@
+// `weft master | worker | ps`: the daemons.
+//
+//   weft worker --task=worker:0 --cluster='worker=h:p,h:p;ps=h:p' [--listen=HOST:PORT]
+//   weft ps     --task=ps:0     --cluster=...                     [--listen=HOST:PORT]
+//   weft master --cluster=...   [--port=P | --listen=HOST:PORT]
+//
+// Without --cluster/--task the cluster comes from $TF_CONFIG (Kubeflow's
+// TFJob format). A worker or ps listens on its own cluster address's port on
+// every interface unless --listen says otherwise. SIGTERM or SIGINT stops a
+// daemon cleanly: calls in flight finish or are cancelled, every thread is
+// joined, and it exits 0.
+#ifndef WEFT_CLIENT_DAEMON_COMMANDS_H_
+#define WEFT_CLIENT_DAEMON_COMMANDS_H_
+
+namespace weft {
+
+int RunMasterCommand(int argc, char** argv);
+// `job` is "worker" or "ps": the default job of --task.
+int RunTaskCommand(int argc, char** argv, const char* job);
+
+// Blocks SIGINT and SIGTERM in this thread (and so in every thread it starts
+// afterwards), so that WaitForTerminationSignal can take them. Call before
+// starting any server.
+void BlockTerminationSignals();
+// Waits for SIGINT or SIGTERM; returns the signal.
+int WaitForTerminationSignal();
+
+}  // namespace weft
+
+#endif  // WEFT_CLIENT_DAEMON_COMMANDS_H_

@@ -1,0 +1,198 @@
+#include "master/grpc_master_service.h"
+
+#include <memory>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "common/grpc_util.h"
+
+namespace weft {
+namespace master {
+namespace {
+
+// Hands a unary call to `handler` and finishes it from the handler's callback.
+template <typename Request, typename Response>
+grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const Request* request, Response* response,
+                                Master* master, void (Master::*handler)(const Request*, Response*, StatusCallback)) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  (master->*handler)(request, response,
+                     [reactor](const absl::Status& s) { reactor->Finish(ToGrpcStatus(s)); });
+  return reactor;
+}
+
+// Streams a job's statuses. Lives until OnDone, which unsubscribes (waiting
+// out a delivery in progress) and deletes it. Decisions are made under mu_;
+// the gRPC calls they lead to (StartWrite, Finish) are made after releasing
+// it, so a reaction that gRPC runs inline cannot deadlock on it.
+class WatchJobReactor final : public grpc::ServerWriteReactor<JobStatus> {
+ public:
+  WatchJobReactor(JobManager* jobs, const std::string& job_id) {
+    // The first status arrives inside Watch; writes started before gRPC
+    // binds the reactor are held until it does.
+    auto watch = jobs->Watch(job_id, [this](const JobStatus& s) { OnStatus(s); });
+    Action a;
+    {
+      absl::MutexLock lock(&mu_);
+      if (watch.ok()) {
+        watch_ = *std::move(watch);
+      } else {
+        a = FinishLocked(ToGrpcStatus(watch.status()));
+      }
+    }
+    Do(a);
+  }
+
+  void OnWriteDone(bool ok) override {
+    Action a;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      // Not ok: the stream is broken, the client went away.
+      a = ok ? NextLocked() : FinishLocked(Cancelled());
+    }
+    Do(a);
+  }
+
+  void OnCancel() override {
+    Action a;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      // With a write in flight, OnWriteDone follows and finishes.
+      if (!writing_) a = FinishLocked(Cancelled());
+    }
+    Do(a);
+  }
+
+  void OnDone() override {
+    std::unique_ptr<JobWatch> watch;
+    {
+      absl::MutexLock lock(&mu_);
+      watch = std::move(watch_);
+    }
+    watch.reset();  // after this no OnStatus runs
+    delete this;
+  }
+
+ private:
+  struct Action {
+    enum { kNone, kWrite, kFinish } kind = kNone;
+    grpc::Status status;
+  };
+
+  static grpc::Status Cancelled() { return grpc::Status(grpc::StatusCode::CANCELLED, "the client stopped watching"); }
+
+  void OnStatus(const JobStatus& s) {
+    Action a;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      pending_ = s;
+      has_pending_ = true;
+      if (IsTerminal(s.state())) terminal_ = true;
+      a = NextLocked();
+    }
+    Do(a);
+  }
+
+  // What to do now that no write is in flight.
+  Action NextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finished_) return {};
+    if (cancelled_) return FinishLocked(Cancelled());
+    if (has_pending_) {
+      current_ = std::move(pending_);
+      has_pending_ = false;
+      writing_ = true;
+      return {Action::kWrite, grpc::Status::OK};
+    }
+    if (terminal_) return FinishLocked(grpc::Status::OK);
+    return {};
+  }
+
+  Action FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return {};
+    finished_ = true;
+    return {Action::kFinish, status};
+  }
+
+  void Do(const Action& a) {
+    // current_ is only reassigned once this write is done (writing_).
+    if (a.kind == Action::kWrite) StartWrite(&current_);
+    if (a.kind == Action::kFinish) Finish(a.status);
+  }
+
+  absl::Mutex mu_;
+  std::unique_ptr<JobWatch> watch_ ABSL_GUARDED_BY(mu_);
+  JobStatus current_;                       // being written; see Do
+  JobStatus pending_ ABSL_GUARDED_BY(mu_);  // newest not yet written
+  bool has_pending_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool terminal_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* GrpcMasterService::CreateSession(grpc::CallbackServerContext* ctx,
+                                                           const CreateSessionRequest* request,
+                                                           CreateSessionResponse* response) {
+  return Unary(ctx, request, response, master_, &Master::CreateSessionAsync);
+}
+
+grpc::ServerUnaryReactor* GrpcMasterService::ExtendSession(grpc::CallbackServerContext* ctx,
+                                                           const ExtendSessionRequest* request,
+                                                           ExtendSessionResponse* response) {
+  return Unary(ctx, request, response, master_, &Master::ExtendSessionAsync);
+}
+
+grpc::ServerUnaryReactor* GrpcMasterService::RunStep(grpc::CallbackServerContext* ctx, const RunStepRequest* request,
+                                                     RunStepResponse* response) {
+  return Unary(ctx, request, response, master_, &Master::RunStepAsync);
+}
+
+grpc::ServerUnaryReactor* GrpcMasterService::CloseSession(grpc::CallbackServerContext* ctx,
+                                                          const CloseSessionRequest* request,
+                                                          CloseSessionResponse* response) {
+  return Unary(ctx, request, response, master_, &Master::CloseSessionAsync);
+}
+
+grpc::ServerUnaryReactor* GrpcMasterService::ListDevices(grpc::CallbackServerContext* ctx,
+                                                         const ListDevicesRequest* request,
+                                                         ListDevicesResponse* response) {
+  return Unary(ctx, request, response, master_, &Master::ListDevicesAsync);
+}
+
+grpc::ServerUnaryReactor* GrpcMasterService::Reset(grpc::CallbackServerContext* ctx, const ResetRequest* request,
+                                                   ResetResponse* response) {
+  return Unary(ctx, request, response, master_, &Master::ResetAsync);
+}
+
+grpc::ServerUnaryReactor* GrpcMasterService::SubmitJob(grpc::CallbackServerContext* ctx,
+                                                       const SubmitJobRequest* request, SubmitJobResponse* response) {
+  return Unary(ctx, request, response, master_, &Master::SubmitJobAsync);
+}
+
+grpc::ServerUnaryReactor* GrpcMasterService::GetJob(grpc::CallbackServerContext* ctx, const GetJobRequest* request,
+                                                    JobStatus* response) {
+  return Unary(ctx, request, response, master_, &Master::GetJobAsync);
+}
+
+grpc::ServerUnaryReactor* GrpcMasterService::ListJobs(grpc::CallbackServerContext* ctx,
+                                                      const ListJobsRequest* request, ListJobsResponse* response) {
+  return Unary(ctx, request, response, master_, &Master::ListJobsAsync);
+}
+
+grpc::ServerUnaryReactor* GrpcMasterService::CancelJob(grpc::CallbackServerContext* ctx,
+                                                       const CancelJobRequest* request, CancelJobResponse* response) {
+  return Unary(ctx, request, response, master_, &Master::CancelJobAsync);
+}
+
+grpc::ServerWriteReactor<JobStatus>* GrpcMasterService::WatchJob(grpc::CallbackServerContext*,
+                                                                 const WatchJobRequest* request) {
+  return new WatchJobReactor(master_->jobs(), request->job_id());
+}
+
+}  // namespace master
+}  // namespace weft

@@ -1,0 +1,55 @@
+// GrpcMasterService: MasterService over gRPC's callback API, a thin adapter
+// that hands each call to a Master handler and finishes the call from the
+// handler's callback. WatchJob streams JobStatus messages fed by
+// JobManager::Watch: one write in flight at a time, and a status that
+// arrives meanwhile replaces any not yet written (the newest wins; the
+// terminal status is always the last one written). The stream ends OK after
+// the terminal status, NOT_FOUND for an unknown job, and CANCELLED when the
+// client goes away.
+//
+// Thread-safety: thread-safe; `master` must outlive the service and the
+// server it is registered with.
+#ifndef WEFT_MASTER_GRPC_MASTER_SERVICE_H_
+#define WEFT_MASTER_GRPC_MASTER_SERVICE_H_
+
+#include "master/master.h"
+#include "proto/master_service.grpc.pb.h"
+
+namespace weft {
+namespace master {
+
+class GrpcMasterService final : public MasterService::CallbackService {
+ public:
+  explicit GrpcMasterService(Master* master) : master_(master) {}
+
+  grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* ctx, const CreateSessionRequest* request,
+                                          CreateSessionResponse* response) override;
+  grpc::ServerUnaryReactor* ExtendSession(grpc::CallbackServerContext* ctx, const ExtendSessionRequest* request,
+                                          ExtendSessionResponse* response) override;
+  grpc::ServerUnaryReactor* RunStep(grpc::CallbackServerContext* ctx, const RunStepRequest* request,
+                                    RunStepResponse* response) override;
+  grpc::ServerUnaryReactor* CloseSession(grpc::CallbackServerContext* ctx, const CloseSessionRequest* request,
+                                         CloseSessionResponse* response) override;
+  grpc::ServerUnaryReactor* ListDevices(grpc::CallbackServerContext* ctx, const ListDevicesRequest* request,
+                                        ListDevicesResponse* response) override;
+  grpc::ServerUnaryReactor* Reset(grpc::CallbackServerContext* ctx, const ResetRequest* request,
+                                  ResetResponse* response) override;
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx, const SubmitJobRequest* request,
+                                      SubmitJobResponse* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx, const GetJobRequest* request,
+                                   JobStatus* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx, const ListJobsRequest* request,
+                                     ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx, const CancelJobRequest* request,
+                                      CancelJobResponse* response) override;
+  grpc::ServerWriteReactor<JobStatus>* WatchJob(grpc::CallbackServerContext* ctx,
+                                                const WatchJobRequest* request) override;
+
+ private:
+  Master* const master_;
+};
+
+}  // namespace master
+}  // namespace weft
+
+#endif  // WEFT_MASTER_GRPC_MASTER_SERVICE_H_

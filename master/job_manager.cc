@@ -1,0 +1,344 @@
+#include "master/job_manager.h"
+
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/job_file.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "graph/lowering.h"
+#include "master/job_runner.h"
+
+namespace weft {
+namespace master {
+
+bool IsTerminal(JobState state) { return state == SUCCEEDED || state == FAILED || state == CANCELLED; }
+
+// One subscriber. `mu` is held while its callback runs, so unsubscribing
+// waits for a delivery in progress and no delivery starts afterwards.
+class JobManager::Watcher {
+ public:
+  explicit Watcher(std::function<void(const JobStatus&)> fn) : fn_(std::move(fn)) {}
+  void Deliver(const JobStatus& s) {
+    absl::MutexLock lock(&mu_);
+    if (active_) fn_(s);
+  }
+  void Stop() {
+    absl::MutexLock lock(&mu_);
+    active_ = false;
+  }
+  absl::Mutex* mu() { return &mu_; }
+  // REQUIRES: mu() held.
+  void DeliverLocked(const JobStatus& s) { fn_(s); }
+
+ private:
+  absl::Mutex mu_;
+  bool active_ = true;
+  const std::function<void(const JobStatus&)> fn_;
+};
+
+struct JobManager::Job {
+  Job(std::string id, JobSpec spec) : id(std::move(id)), spec(std::move(spec)) {}
+
+  const std::string id;
+  const JobSpec spec;
+  std::unique_ptr<JobRunner> runner;  // null for jobs that will not run
+  // Moved out under JobManager::mu_ by whoever joins it (Shutdown, or
+  // ReapFinishedThreads once the job has finished).
+  std::thread thread;
+
+  mutable absl::Mutex mu;
+  JobStatus status ABSL_GUARDED_BY(mu);
+  absl::Time last_publish ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+  // The terminal status has been delivered to the watchers and stored.
+  bool finished ABSL_GUARDED_BY(mu) = false;
+  std::vector<std::shared_ptr<Watcher>> watchers ABSL_GUARDED_BY(mu);
+};
+
+namespace {
+
+class JobWatchImpl final : public JobWatch {
+ public:
+  using RemoveFn = std::function<void()>;
+  explicit JobWatchImpl(RemoveFn remove) : remove_(std::move(remove)) {}
+  ~JobWatchImpl() override { remove_(); }
+
+ private:
+  RemoveFn remove_;
+};
+
+}  // namespace
+
+JobManager::JobManager(JobManagerOptions options)
+    : options_(std::move(options)),
+      own_store_(options_.store == nullptr ? std::make_unique<MemoryJobStore>() : nullptr),
+      store_(options_.store != nullptr ? options_.store : own_store_.get()) {
+  auto records = store_->LoadAll();
+  if (!records.ok()) {
+    Logger("master")->error("reading the job store: {}", records.status().ToString());
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  for (JobRecord& r : *records) {
+    auto job = std::make_shared<Job>(r.status.job_id(), std::move(r.spec));
+    {
+      absl::MutexLock job_lock(&job->mu);
+      job->status = std::move(r.status);
+      job->finished = true;
+      // Resuming from checkpoints comes with fault tolerance; until then a
+      // job the previous master did not finish has failed.
+      if (!IsTerminal(job->status.state())) {
+        job->status.set_state(FAILED);
+        job->status.set_error("the master restarted while the job ran");
+        store_->Put(JobRecord{job->spec, job->status}).IgnoreError();
+      }
+    }
+    order_.push_back(job->id);
+    jobs_[job->id] = std::move(job);
+    ++next_id_;
+  }
+}
+
+JobManager::~JobManager() { Shutdown(); }
+
+absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec) {
+  RETURN_IF_ERROR(ValidateJob(spec));
+  if (spec.strategy().kind() != StrategySpec::NONE) {
+    return absl::UnimplementedError(absl::StrCat(
+        "job: strategy.kind ", StrategySpec::Kind_Name(spec.strategy().kind()),
+        " is not supported yet; use NONE (a graph model may place variables on /job:ps devices)"));
+  }
+  if (spec.strategy().steps_per_execution() > 1) {
+    return absl::UnimplementedError("job: strategy.steps_per_execution > 1 is not supported yet");
+  }
+  absl::StatusOr<TrainingGraph> training = LowerJob(spec);
+  if (!training.ok()) {
+    // Whatever lowering rejects is wrong in the job, whichever code it used.
+    return absl::InvalidArgumentError(absl::StrCat("job: ", training.status().message()));
+  }
+
+  ReapFinishedThreads();
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return absl::UnavailableError("the master is shutting down");
+  const std::string id = absl::StrCat("job-", next_id_++);
+  auto job = std::make_shared<Job>(id, spec);
+  job->runner = std::make_unique<JobRunner>(spec, *std::move(training), absl::StrCat("job/", id), options_.workers);
+  {
+    absl::MutexLock job_lock(&job->mu);
+    JobStatus& s = job->status;
+    s.set_job_id(id);
+    s.set_name(spec.name().empty() ? id : spec.name());
+    s.set_state(PENDING);
+    s.set_epochs(spec.steps() > 0 ? 0 : spec.epochs());
+    s.set_total_steps(spec.steps());
+    s.set_test_accuracy(-1);
+    s.set_test_loss(-1);
+    s.set_submit_time_unix_ms(absl::ToUnixMillis(absl::Now()));
+  }
+  Persist(job.get());
+  jobs_[id] = job;
+  order_.push_back(id);
+  job->thread = std::thread([this, j = job.get()] { RunJob(j); });
+  Logger("master")->info("job {} ('{}') submitted", id, spec.name());
+  return id;
+}
+
+std::shared_ptr<JobManager::Job> JobManager::Find(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : it->second;
+}
+
+absl::StatusOr<JobStatus> JobManager::Get(const std::string& job_id) const {
+  std::shared_ptr<Job> job = Find(job_id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  absl::MutexLock lock(&job->mu);
+  return job->status;
+}
+
+std::vector<JobStatus> JobManager::List() const {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& id : order_) jobs.push_back(jobs_.at(id));
+  }
+  std::vector<JobStatus> out;
+  for (const auto& job : jobs) {
+    absl::MutexLock lock(&job->mu);
+    out.push_back(job->status);
+  }
+  return out;
+}
+
+absl::Status JobManager::Cancel(const std::string& job_id) {
+  std::shared_ptr<Job> job = Find(job_id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  {
+    absl::MutexLock lock(&job->mu);
+    if (IsTerminal(job->status.state())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " has already ended: ", JobState_Name(job->status.state())));
+    }
+  }
+  if (job->runner != nullptr) job->runner->Cancel();
+  Logger("master")->info("job {}: cancel requested", job_id);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<JobWatch>> JobManager::Watch(const std::string& job_id,
+                                                            std::function<void(const JobStatus&)> on_status) {
+  std::shared_ptr<Job> job = Find(job_id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  auto w = std::make_shared<Watcher>(std::move(on_status));
+  {
+    // Holding the watcher's lock from before it is listed until the first
+    // status is delivered keeps a newer status from overtaking it.
+    absl::MutexLock deliver(w->mu());
+    JobStatus now;
+    {
+      absl::MutexLock lock(&job->mu);
+      job->watchers.push_back(w);
+      now = job->status;
+    }
+    w->DeliverLocked(now);
+  }
+  return std::unique_ptr<JobWatch>(new JobWatchImpl([job, w] {
+    {
+      absl::MutexLock lock(&job->mu);
+      auto& ws = job->watchers;
+      ws.erase(std::remove(ws.begin(), ws.end(), w), ws.end());
+    }
+    w->Stop();
+  }));
+}
+
+absl::StatusOr<JobStatus> JobManager::Wait(const std::string& job_id, absl::Duration timeout) {
+  std::shared_ptr<Job> job = Find(job_id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  absl::MutexLock lock(&job->mu);
+  if (!job->mu.AwaitWithTimeout(absl::Condition(&job->finished), timeout)) {
+    return absl::DeadlineExceededError(absl::StrCat("job ", job_id, " is still ", JobState_Name(job->status.state())));
+  }
+  return job->status;
+}
+
+void JobManager::ReapFinishedThreads() {
+  std::vector<std::thread> done;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, job] : jobs_) {
+      if (!job->thread.joinable()) continue;
+      absl::MutexLock job_lock(&job->mu);
+      if (job->finished) done.push_back(std::move(job->thread));
+    }
+  }
+  // Each has published its end and is returning: the joins are short.
+  for (std::thread& t : done) t.join();
+}
+
+void JobManager::Shutdown() {
+  absl::MutexLock serial(&shutdown_mu_);
+  std::vector<std::shared_ptr<Job>> jobs;
+  std::vector<std::thread> threads;
+  {
+    absl::MutexLock lock(&mu_);
+    shutting_down_ = true;
+    for (auto& [id, job] : jobs_) {
+      jobs.push_back(job);
+      if (job->thread.joinable()) threads.push_back(std::move(job->thread));
+    }
+  }
+  for (auto& job : jobs) {
+    if (job->runner != nullptr) job->runner->Cancel();
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+void JobManager::Update(Job* job, const std::function<void(JobStatus*)>& update, bool force) {
+  JobStatus snapshot;
+  std::vector<std::shared_ptr<Watcher>> watchers;
+  {
+    absl::MutexLock lock(&job->mu);
+    update(&job->status);
+    const absl::Time now = absl::Now();
+    if (!force && now - job->last_publish < options_.progress_interval) return;
+    job->last_publish = now;
+    snapshot = job->status;
+    watchers = job->watchers;
+  }
+  // Only the job's thread publishes, so watchers see statuses in order.
+  for (const auto& w : watchers) w->Deliver(snapshot);
+  if (force) Persist(job);
+  if (IsTerminal(snapshot.state())) {
+    absl::MutexLock lock(&job->mu);
+    job->finished = true;
+  }
+}
+
+void JobManager::Persist(Job* job) {
+  JobRecord r;
+  r.spec = job->spec;
+  {
+    absl::MutexLock lock(&job->mu);
+    r.status = job->status;
+  }
+  absl::Status s = store_->Put(r);
+  if (!s.ok()) Logger("master")->error("job {}: saving its record: {}", job->id, s.ToString());
+}
+
+void JobManager::RunJob(Job* job) {
+  auto log = Logger("master");
+  Update(job, [](JobStatus* s) { s->set_state(RUNNING); }, /*force=*/true);
+  absl::StatusOr<TrainResult> result = job->runner->Run([&](const TrainProgress& p) {
+    Update(
+        job,
+        [&](JobStatus* s) {
+          s->set_step(p.step);
+          s->set_total_steps(p.total_steps);
+          s->set_epoch(p.epoch);
+          s->set_epochs(p.epochs);
+          s->set_loss(p.loss);
+          if (p.epoch_end) s->set_train_loss(p.loss);
+          if (p.test_accuracy >= 0) s->set_test_accuracy(p.test_accuracy);
+          s->set_samples_per_second(p.samples_per_second);
+          s->set_wall_seconds(p.elapsed_seconds);
+        },
+        /*force=*/false);
+  });
+  const bool cancelled = job->runner->cancelled();
+  Update(
+      job,
+      [&](JobStatus* s) {
+        if (!result.ok()) {
+          s->set_state(cancelled ? CANCELLED : FAILED);
+          if (!cancelled) {
+            // "UNAVAILABLE: training step 12: task /job:worker/task:0: ...": the
+            // code tells a client whether retrying can help.
+            s->set_error(result.status().ToString());
+            s->set_error_code(static_cast<int>(result.status().code()));
+          }
+          return;
+        }
+        s->set_state(result->state == "CANCELLED" ? CANCELLED : SUCCEEDED);
+        s->set_step(result->steps);
+        s->set_epoch(result->epochs);
+        s->set_train_loss(result->train_loss);
+        s->set_test_accuracy(result->test_accuracy);
+        s->set_test_loss(result->test_loss);
+        s->set_test_examples(result->test_examples);
+        s->set_samples_per_second(result->samples_per_second);
+        s->set_wall_seconds(result->wall_seconds);
+      },
+      /*force=*/true);
+  if (result.ok()) {
+    log->info("job {} ended {}", job->id, result->state);
+  } else if (cancelled) {
+    log->info("job {} cancelled", job->id);
+  } else {
+    log->error("job {} failed: {}", job->id, result.status().ToString());
+  }
+}
+
+}  // namespace master
+}  // namespace weft

@@ -1,0 +1,116 @@
+// JobManager: the master's jobs, from submission to their end.
+//
+// Submit validates a JobSpec (client/job_file.h's ValidateJob, then lowering,
+// so a bad model names its layer or node) and returns a job id at once; the
+// job then runs on its own thread through a JobRunner. Every change of state
+// (PENDING, RUNNING, then SUCCEEDED, FAILED or CANCELLED) and, while it runs,
+// progress at most once per `progress_interval` is published to the job's
+// watchers and the state changes to the JobStore.
+//
+// Cancel stops a job after its current step, aborting that step on every
+// task; the job ends CANCELLED. A failing step ends it FAILED with the
+// error, which names the task and node.
+//
+// Thread-safety: thread-safe. Watch callbacks run on the job's thread (the
+// first one on Watch's caller); they must not block and must not destroy
+// their own JobWatch.
+#ifndef WEFT_MASTER_JOB_MANAGER_H_
+#define WEFT_MASTER_JOB_MANAGER_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "master/job_store.h"
+#include "master/worker_cache.h"
+#include "proto/job.pb.h"
+#include "proto/master_service.pb.h"
+
+namespace weft {
+namespace master {
+
+struct JobManagerOptions {
+  // The tasks jobs run on; must outlive the manager.
+  WorkerCacheInterface* workers = nullptr;
+  // Where job records go; null keeps them in a MemoryJobStore of its own.
+  // Must outlive the manager.
+  JobStoreInterface* store = nullptr;
+  // Least time between two progress updates of one job.
+  absl::Duration progress_interval = absl::Seconds(1);
+};
+
+// A Watch subscription; destroying it unsubscribes, after which its callback
+// is not running and never runs again.
+class JobWatch {
+ public:
+  virtual ~JobWatch() = default;
+};
+
+bool IsTerminal(JobState state);
+
+class JobManager {
+ public:
+  explicit JobManager(JobManagerOptions options);
+  // Shutdown().
+  ~JobManager();
+  JobManager(const JobManager&) = delete;
+  JobManager& operator=(const JobManager&) = delete;
+
+  // INVALID_ARGUMENT naming the field, layer or node at fault; UNIMPLEMENTED
+  // for a strategy other than NONE; UNAVAILABLE after Shutdown.
+  absl::StatusOr<std::string> Submit(const JobSpec& job);
+  // NOT_FOUND for an unknown id.
+  absl::StatusOr<JobStatus> Get(const std::string& job_id) const;
+  // Every job, oldest first.
+  std::vector<JobStatus> List() const;
+  // NOT_FOUND for an unknown id, FAILED_PRECONDITION for a job that has
+  // already ended. Returns at once; the job reaches CANCELLED soon after.
+  absl::Status Cancel(const std::string& job_id);
+  // Calls `on_status` with the job's status now, then at every published
+  // change until the terminal status. NOT_FOUND for an unknown id.
+  absl::StatusOr<std::unique_ptr<JobWatch>> Watch(const std::string& job_id,
+                                                  std::function<void(const JobStatus&)> on_status);
+  // Blocks until the job has ended and its watchers have been given the
+  // terminal status, or `timeout` passes (DEADLINE_EXCEEDED).
+  absl::StatusOr<JobStatus> Wait(const std::string& job_id, absl::Duration timeout = absl::InfiniteDuration());
+
+  // Cancels every job that has not ended and joins their threads; later
+  // Submit calls fail with UNAVAILABLE. Idempotent.
+  void Shutdown();
+
+ private:
+  struct Job;
+  class Watcher;
+
+  std::shared_ptr<Job> Find(const std::string& job_id) const;
+  void RunJob(Job* job);
+  // Applies `update` to the job's status; publishes it when `force` or when
+  // progress_interval has passed since the last publication.
+  void Update(Job* job, const std::function<void(JobStatus*)>& update, bool force);
+  void Persist(Job* job);
+  // Joins the threads of jobs that have finished, so a long-lived master
+  // does not accumulate them.
+  void ReapFinishedThreads();
+
+  const JobManagerOptions options_;
+  std::unique_ptr<JobStoreInterface> own_store_;
+  JobStoreInterface* const store_;
+
+  absl::Mutex shutdown_mu_;  // serialises Shutdown calls
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);
+  int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace master
+}  // namespace weft
+
+#endif  // WEFT_MASTER_JOB_MANAGER_H_

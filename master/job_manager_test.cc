@@ -1,0 +1,252 @@
+#include "master/job_manager.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "google/protobuf/text_format.h"
+#include "graph/lowering.h"
+#include "gtest/gtest.h"
+#include "master/gated_workers.h"
+#include "master/in_process_cluster.h"
+#include "runtime/data/test_files.h"
+#include "runtime/trainer.h"
+
+namespace weft {
+namespace master {
+namespace {
+
+using data::testing::IdxBytes;
+using data::testing::TempPath;
+using data::testing::WriteFile;
+
+constexpr char kPs[] = "/job:ps/task:0";
+constexpr char kW0[] = "/job:worker/task:0";
+
+// 4x4 images in 3 classes: class c lights pixels [5c, 5c + 5) over noise.
+void WriteSplit(const std::string& prefix, uint32_t n, uint32_t seed) {
+  std::vector<uint8_t> pixels, labels;
+  uint32_t state = seed;
+  auto noise = [&state] {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<uint8_t>((state >> 24) % 60);
+  };
+  for (uint32_t i = 0; i < n; ++i) {
+    const int c = static_cast<int>((i * 7 + seed) % 3);
+    labels.push_back(static_cast<uint8_t>(c));
+    for (int j = 0; j < 16; ++j) pixels.push_back(j / 5 == c ? 180 + noise() : noise());
+  }
+  WriteFile(prefix + "-images", IdxBytes({n, 4, 4}, pixels));
+  WriteFile(prefix + "-labels", IdxBytes({n}, labels));
+}
+
+std::string DataDir() {
+  static const std::string dir = [] {
+    const std::string d = TempPath("");
+    WriteSplit(d + "/train", 240, 1);
+    WriteSplit(d + "/test", 60, 2);
+    return d;
+  }();
+  return dir;
+}
+
+JobSpec ParseJob(const std::string& text) {
+  JobSpec job;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &job)) << text;
+  job.mutable_dataset()->set_dir(DataDir());
+  job.mutable_dataset()->set_train_images("train-images");
+  job.mutable_dataset()->set_train_labels("train-labels");
+  job.mutable_dataset()->set_test_images("test-images");
+  job.mutable_dataset()->set_test_labels("test-labels");
+  return job;
+}
+
+JobSpec MlpJob(int epochs = 3, int num_classes = 3) {
+  return ParseJob(absl::StrCat(R"(name: "tiny"
+      model { input_shape: [16] num_classes: )", num_classes, R"(
+              layer { dense { units: 16 activation: RELU } }
+              layer { dense { units: )", num_classes, R"( } } }
+      dataset { scale: 255 }
+      optimizer { adam { learning_rate: 0.01 } }
+      batch_size: 16 epochs: )", epochs, R"( seed: 1 intra_op_threads: 1)"));
+}
+
+// The MLP as a raw graph model with its variables requested on ps.
+JobSpec GraphJobWithVariablesOnPs(int num_classes = 3) {
+  JobSpec spec = MlpJob(3, num_classes);
+  auto tg = LowerJob(spec);
+  EXPECT_TRUE(tg.ok()) << tg.status();
+  for (const auto& n : tg->graph->nodes()) {
+    if (n->op() == "Variable") n->set_requested_device(kPs);
+  }
+  GraphModel* gm = spec.mutable_graph();  // replaces the model spec
+  *gm->mutable_graph() = tg->graph->ToGraphDef();
+  gm->set_features(tg->features);
+  gm->set_labels(tg->labels);
+  gm->set_loss(tg->loss);
+  gm->set_train_op(tg->train_op);
+  gm->set_correct(tg->correct);
+  gm->set_eval_loss(tg->eval_loss);
+  return spec;
+}
+
+class JobManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto c = InProcessCluster::Create({kPs, kW0});
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = *std::move(c);
+  }
+  std::unique_ptr<JobManager> Manager(absl::Duration interval = absl::Seconds(1)) {
+    return std::make_unique<JobManager>(JobManagerOptions{cluster_->workers(), nullptr, interval});
+  }
+
+  std::unique_ptr<InProcessCluster> cluster_;  // outlives every manager
+};
+
+TEST_F(JobManagerTest, TrainsToSucceededWithTheFiguresOfALocalRun) {
+  const JobSpec job = GraphJobWithVariablesOnPs();
+  auto jm = Manager();
+  auto id = jm->Submit(job);
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto st = jm->Wait(*id, absl::Seconds(120));
+  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_EQ(st->state(), SUCCEEDED) << st->error();
+  EXPECT_GT(st->test_accuracy(), 0.9);  // chance is 1/3
+  EXPECT_EQ(st->test_examples(), 60);
+  EXPECT_EQ(st->step(), 3 * (240 / 16));
+  EXPECT_EQ(st->epoch(), 3);
+  EXPECT_GT(st->samples_per_second(), 0);
+  EXPECT_GT(st->wall_seconds(), 0);
+  EXPECT_EQ(st->name(), "tiny");
+  // The variables and their optimizer state were on ps.
+  EXPECT_FALSE(cluster_->worker(kPs)->devices()[0]->resources()->VariableNames().empty());
+  EXPECT_TRUE(cluster_->worker(kW0)->devices()[0]->resources()->VariableNames().empty());
+
+  // The same job in one process gives the same figures.
+  auto local = LocalTrainer::Create(job);
+  ASSERT_TRUE(local.ok()) << local.status();
+  auto want = (*local)->Train();
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_EQ(st->step(), want->steps);
+  EXPECT_EQ(st->epoch(), want->epochs);
+  EXPECT_NEAR(st->train_loss(), want->train_loss, 1e-5);
+  EXPECT_NEAR(st->test_accuracy(), want->test_accuracy, 1e-9);
+  EXPECT_NEAR(st->test_loss(), want->test_loss, 1e-5);
+
+  // Listed, and gettable by id.
+  std::vector<JobStatus> all = jm->List();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].job_id(), *id);
+  EXPECT_EQ(jm->Get(*id)->state(), SUCCEEDED);
+}
+
+TEST_F(JobManagerTest, InvalidJobsAreRejectedAtSubmit) {
+  auto jm = Manager();
+  JobSpec no_batch = MlpJob();
+  no_batch.set_batch_size(0);
+  auto s = jm->Submit(no_batch);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.status().message(), "batch_size")) << s.status();
+
+  JobSpec bad_layer = MlpJob();
+  bad_layer.mutable_model()->mutable_layer(1)->mutable_dense()->set_units(0);
+  s = jm->Submit(bad_layer);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.status().message(), "layer")) << s.status();
+
+  JobSpec ps_strategy = MlpJob();
+  ps_strategy.mutable_strategy()->set_kind(StrategySpec::PARAMETER_SERVER);
+  s = jm->Submit(ps_strategy);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(absl::StrContains(s.status().message(), "strategy")) << s.status();
+
+  EXPECT_TRUE(jm->List().empty());
+  EXPECT_EQ(jm->Get("job-404").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(jm->Cancel("job-404").code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobManagerTest, CancelStopsARunningJob) {
+  auto jm = Manager(absl::Milliseconds(1));
+  absl::Notification running;
+  auto id = jm->Submit(MlpJob(/*epochs=*/100000));
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto watch = jm->Watch(*id, [&](const JobStatus& s) {
+    if (s.state() == RUNNING && s.step() > 0 && !running.HasBeenNotified()) running.Notify();
+  });
+  ASSERT_TRUE(watch.ok());
+  ASSERT_TRUE(running.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_TRUE(jm->Cancel(*id).ok());
+  auto st = jm->Wait(*id, absl::Seconds(60));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->state(), CANCELLED);
+  EXPECT_LT(st->step(), st->total_steps());
+  EXPECT_EQ(jm->Cancel(*id).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(JobManagerTest, WatchSeesRunningThenTheTerminalState) {
+  // The job cannot get past creating its session until the gate opens, so
+  // the watch starts while it is PENDING or RUNNING. A long interval: only
+  // changes of state are published.
+  GatedWorkers gated(cluster_->workers());
+  JobManager manager(JobManagerOptions{&gated, nullptr, absl::Hours(1)});
+  JobManager* jm = &manager;
+  absl::Mutex mu;
+  std::vector<JobStatus> seen;
+  auto id = jm->Submit(MlpJob(/*epochs=*/2));
+  ASSERT_TRUE(id.ok());
+  auto watch = jm->Watch(*id, [&](const JobStatus& s) {
+    absl::MutexLock lock(&mu);
+    seen.push_back(s);
+  });
+  ASSERT_TRUE(watch.ok());
+  gated.Open();
+  ASSERT_EQ(jm->Wait(*id, absl::Seconds(60))->state(), SUCCEEDED);
+  watch->reset();
+  absl::MutexLock lock(&mu);
+  ASSERT_GE(seen.size(), 2u);
+  ASSERT_LE(seen.size(), 3u);  // [PENDING,] RUNNING, SUCCEEDED
+  EXPECT_EQ(seen[seen.size() - 2].state(), RUNNING);
+  EXPECT_EQ(seen.back().state(), SUCCEEDED);
+  EXPECT_GT(seen.back().test_accuracy(), 0.5);
+  for (size_t i = 1; i < seen.size(); ++i) EXPECT_GT(seen[i].state(), seen[i - 1].state()) << i;
+
+  // Watching an ended job gives its final status once.
+  int calls = 0;
+  auto late = jm->Watch(*id, [&](const JobStatus& s) {
+    ++calls;
+    EXPECT_EQ(s.state(), SUCCEEDED);
+  });
+  ASSERT_TRUE(late.ok());
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(jm->Watch("job-404", [](const JobStatus&) {}).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobManagerTest, AKernelErrorFailsTheJobNamingTaskAndNode) {
+  // Two classes in the graph, three in the data: the loss kernel rejects label 2.
+  auto jm = Manager();
+  auto id = jm->Submit(GraphJobWithVariablesOnPs(/*num_classes=*/2));
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto st = jm->Wait(*id, absl::Seconds(60));
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->state(), FAILED);
+  EXPECT_TRUE(absl::StrContains(st->error(), "task /job:worker/task:0: ")) << st->error();
+  EXPECT_TRUE(absl::StrContains(st->error(), "(SparseSoftmaxCrossEntropyWithLogits)")) << st->error();
+  EXPECT_TRUE(absl::StrContains(st->error(), "outside the valid range")) << st->error();
+}
+
+TEST_F(JobManagerTest, ShutdownCancelsRunningJobsAndRefusesNewOnes) {
+  auto jm = Manager();
+  auto id = jm->Submit(MlpJob(/*epochs=*/100000));
+  ASSERT_TRUE(id.ok());
+  jm->Shutdown();
+  EXPECT_EQ(jm->Get(*id)->state(), CANCELLED);
+  EXPECT_EQ(jm->Submit(MlpJob()).status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace master
+}  // namespace weft

@@ -1,0 +1,69 @@
+// JobRunner: the master's step driver for one job.
+//
+// It creates a MasterSession over the job's training graph (nodes without a
+// requested device run on the session's default device, worker 0; a raw
+// graph model may put variables on "/job:ps" tasks), loads the dataset on
+// the master and feeds each batch through the step's feeds, loops over
+// epochs or steps exactly as runtime/trainer.cc does, evaluates as the job
+// asks and at the end, and reports the same figures as LocalTrainer
+// (TrainResult). The data pipeline moves to the workers with the
+// distribution strategies.
+//
+// Thread-safety: Run is called once, from one thread; Cancel and cancelled
+// may be called from any thread.
+#ifndef WEFT_MASTER_JOB_RUNNER_H_
+#define WEFT_MASTER_JOB_RUNNER_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "graph/lowering.h"
+#include "master/master_session.h"
+#include "master/worker_cache.h"
+#include "proto/job.pb.h"
+#include "runtime/trainer.h"
+
+namespace weft {
+namespace master {
+
+class JobRunner {
+ public:
+  // `training` is LowerJob(job). `session_handle` names the job's session to
+  // the tasks. `workers` must outlive the runner.
+  JobRunner(JobSpec job, TrainingGraph training, std::string session_handle, WorkerCacheInterface* workers);
+  ~JobRunner();
+
+  // Trains to the job's end. `on_progress` (optional) runs after every step
+  // on the calling thread. Returns state SUCCEEDED or CANCELLED; an error
+  // names the task, node or file at fault.
+  absl::StatusOr<TrainResult> Run(const std::function<void(const TrainProgress&)>& on_progress = nullptr);
+
+  // Stops the run after the current step, aborting that step on every task.
+  void Cancel();
+  bool cancelled() const { return cancelled_.load(); }
+
+ private:
+  struct Data;
+  absl::StatusOr<TrainResult> Train(MasterSession* session, const Data& data,
+                                    const std::function<void(const TrainProgress&)>& on_progress);
+  absl::StatusOr<EvalResult> Evaluate(MasterSession* session, const Data& data);
+
+  const JobSpec job_;
+  const TrainingGraph training_;
+  const std::string session_handle_;
+  WorkerCacheInterface* const workers_;
+  std::atomic<bool> cancelled_{false};
+  absl::Mutex mu_;
+  // Set while Run uses it, so Cancel can abort its steps.
+  std::unique_ptr<MasterSession> session_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace master
+}  // namespace weft
+
+#endif  // WEFT_MASTER_JOB_RUNNER_H_

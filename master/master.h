@@ -1,0 +1,99 @@
+// Master: the master's request handlers, free of gRPC.
+//
+// It holds the interactive sessions (handle -> MasterSession), the
+// JobManager, and the cluster's tasks through a WorkerCacheInterface. Each
+// handler has the shape `XAsync(request, response, done)`: it returns at
+// once and calls `done` exactly once with the outcome. Work that blocks
+// (graph registration, steps, asking the tasks for devices, lowering a job)
+// runs on the master's own thread pool, never on the caller's thread, so a
+// gRPC reaction can call a handler directly.
+//
+// Errors: NOT_FOUND for an unknown session or job; INVALID_ARGUMENT for a bad
+// graph, feed or job; a task's failure names the task; UNAVAILABLE once the
+// master is shutting down.
+//
+// Thread-safety: thread-safe.
+#ifndef WEFT_MASTER_MASTER_H_
+#define WEFT_MASTER_MASTER_H_
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/thread_pool.h"
+#include "master/job_manager.h"
+#include "master/job_store.h"
+#include "master/master_session.h"
+#include "master/worker_cache.h"
+#include "proto/master_service.pb.h"
+#include "worker/worker_interface.h"
+
+namespace weft {
+namespace master {
+
+struct MasterOptions {
+  // The cluster's tasks; must outlive the Master.
+  WorkerCacheInterface* workers = nullptr;
+  // Job records; null keeps them in memory. Must outlive the Master.
+  JobStoreInterface* store = nullptr;
+  // Threads for blocking handler work (session steps, device listing).
+  int num_threads = 4;
+  // Least time between two progress updates of a running job.
+  absl::Duration progress_interval = absl::Seconds(1);
+  // For interactive sessions (jobs use the defaults).
+  MasterSessionOptions session_options;
+};
+
+class Master {
+ public:
+  explicit Master(MasterOptions options);
+  // Shutdown().
+  ~Master();
+  Master(const Master&) = delete;
+  Master& operator=(const Master&) = delete;
+
+  void CreateSessionAsync(const CreateSessionRequest* request, CreateSessionResponse* response, StatusCallback done);
+  void ExtendSessionAsync(const ExtendSessionRequest* request, ExtendSessionResponse* response, StatusCallback done);
+  void RunStepAsync(const RunStepRequest* request, RunStepResponse* response, StatusCallback done);
+  void CloseSessionAsync(const CloseSessionRequest* request, CloseSessionResponse* response, StatusCallback done);
+  // Every device of every task (GetStatus on each, in parallel).
+  void ListDevicesAsync(const ListDevicesRequest* request, ListDevicesResponse* response, StatusCallback done);
+  // Closes every session. Jobs are not affected.
+  void ResetAsync(const ResetRequest* request, ResetResponse* response, StatusCallback done);
+
+  void SubmitJobAsync(const SubmitJobRequest* request, SubmitJobResponse* response, StatusCallback done);
+  void GetJobAsync(const GetJobRequest* request, JobStatus* response, StatusCallback done);
+  void ListJobsAsync(const ListJobsRequest* request, ListJobsResponse* response, StatusCallback done);
+  void CancelJobAsync(const CancelJobRequest* request, CancelJobResponse* response, StatusCallback done);
+
+  // For WatchJob, which streams: see JobManager::Watch.
+  JobManager* jobs() { return &jobs_; }
+
+  // Cancels running jobs and waits for them, aborts running steps, closes
+  // every session and waits for handler work in flight. Later calls answer
+  // UNAVAILABLE. Idempotent.
+  void Shutdown();
+
+ private:
+  // Runs `fn` on the pool, or answers UNAVAILABLE when shutting down.
+  void Schedule(StatusCallback done, std::function<absl::Status()> fn);
+  absl::StatusOr<std::shared_ptr<MasterSession>> FindSession(const std::string& handle) const;
+  absl::Status CloseAllSessions();
+
+  const MasterOptions options_;
+  JobManager jobs_;
+
+  mutable absl::Mutex mu_;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, std::shared_ptr<MasterSession>> sessions_ ABSL_GUARDED_BY(mu_);
+  // Reset by Shutdown, after which nothing is scheduled.
+  std::unique_ptr<ThreadPool> pool_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace master
+}  // namespace weft
+
+#endif  // WEFT_MASTER_MASTER_H_

@@ -1,0 +1,89 @@
+#include "master/master_server.h"
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/grpc_util.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "worker/grpc_channel_cache.h"
+#include "worker/grpc_remote_worker.h"
+
+namespace weft {
+namespace master {
+
+WorkerFactory GrpcWorkerFactory(absl::Duration timeout) {
+  auto channels = std::make_shared<worker::ChannelCache>();
+  return [channels, timeout](const std::string& task, const std::string& address) {
+    return std::make_unique<worker::GrpcRemoteWorker>(task, channels->Get(address), timeout);
+  };
+}
+
+absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOptions options) {
+  const size_t colon = options.address.rfind(':');
+  if (colon == std::string::npos || colon + 1 == options.address.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("master address '", options.address, "' is not host:port"));
+  }
+  std::unique_ptr<MasterServer> s(new MasterServer());
+  s->host_ = options.address.substr(0, colon);
+  s->shutdown_deadline_ = options.shutdown_deadline;
+  WorkerCacheInterface* workers = options.workers;
+  if (workers == nullptr) {
+    WorkerFactory factory = options.worker_factory ? options.worker_factory : GrpcWorkerFactory();
+    ASSIGN_OR_RETURN(s->own_workers_, WorkerCache::Create(options.cluster, std::move(factory)));
+    workers = s->own_workers_.get();
+  }
+  MasterOptions mo;
+  mo.workers = workers;
+  mo.store = options.store;
+  mo.num_threads = options.num_threads;
+  mo.progress_interval = options.progress_interval;
+  s->master_ = std::make_unique<Master>(std::move(mo));
+  s->service_ = std::make_unique<GrpcMasterService>(s->master_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  ConfigureServer(&builder);
+  builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &s->port_);
+  builder.RegisterService(s->service_.get());
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->port_ == 0) {
+    s->master_->Shutdown();
+    return absl::UnavailableError(absl::StrCat("the master cannot listen on ", options.address));
+  }
+  Logger("master")->info("master listening on {} ({} task(s))", s->address(), workers->ListTasks().size());
+  return s;
+}
+
+MasterServer::~MasterServer() { Shutdown(); }
+
+std::string MasterServer::address() const {
+  const std::string host = host_.empty() || host_ == "0.0.0.0" || host_ == "[::]" ? "localhost" : host_;
+  return absl::StrCat(host, ":", port_);
+}
+
+void MasterServer::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  if (server_ != nullptr) {
+    // Jobs first: their end closes the WatchJob streams, which would
+    // otherwise hold the server open until the deadline.
+    master_->jobs()->Shutdown();
+    server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(shutdown_deadline_));
+    master_->Shutdown();
+    server_->Wait();
+    Logger("master")->info("master stopped");
+  }
+  done_.Notify();
+}
+
+void MasterServer::Wait() { done_.WaitForNotification(); }
+
+}  // namespace master
+}  // namespace weft

@@ -1,0 +1,143 @@
+// MasterSession: one graph run across the cluster's tasks.
+//
+// A session holds a graph (Create, then Extend to add nodes) and runs steps
+// on it. For each distinct (feeds, fetches, targets) signature it prunes the
+// graph to what the step needs (graph/prune.h), places every node on a
+// device of the cluster (graph/placer.h: a requested device wins, nodes
+// without one go to the default device), partitions it per device, inserting
+// _Send/_Recv pairs on cut edges (graph/partition.h), and registers each
+// partition with its task, all tasks in parallel. The handles are cached, so
+// later steps with that signature only run.
+//
+// A step draws a fresh step id (a random base plus a counter, so ids from
+// different sessions do not collide in a task's rendezvous), sends RunGraph
+// to every partition in parallel with each feed routed to the partition
+// holding its `_feed/...` placeholder, and gathers the fetches from the
+// partitions that hold them. When any partition fails, every other task of
+// the step gets AbortStep, so no _Recv waits forever for a peer that will not
+// send; the step returns the root cause prefixed by its task
+// ("task /job:worker/task:1: node 'x' (MatMul): ..."): the first error that
+// is neither an abort nor a _Recv relaying a peer's failure, else the first
+// error. Every step, failed or not, ends with CleanupStep on all its tasks.
+//
+// Thread-safety: thread-safe; concurrent Run calls run concurrent steps.
+#ifndef WEFT_MASTER_MASTER_SESSION_H_
+#define WEFT_MASTER_MASTER_SESSION_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/tensor.h"
+#include "graph/graph.h"
+#include "master/worker_cache.h"
+#include "proto/graph.pb.h"
+
+namespace weft {
+namespace master {
+
+struct MasterSessionOptions {
+  // Device of nodes that request none. Empty: "/job:worker/task:0/device:CPU:0"
+  // when the cluster has it, else the first device of a "worker" task, else
+  // the first device.
+  std::string default_device;
+  // Deadline of one RunGraph call (one step on one task).
+  absl::Duration step_timeout = absl::InfiniteDuration();
+};
+
+class MasterSession {
+ public:
+  // Asks every task for its devices (GetStatus) and checks `graph_def`.
+  // `handle` names the session to the tasks. `workers` must outlive the
+  // session. INVALID_ARGUMENT for a bad graph; a task's error names the task.
+  static absl::StatusOr<std::unique_ptr<MasterSession>> Create(std::string handle, const GraphDef& graph_def,
+                                                               WorkerCacheInterface* workers,
+                                                               MasterSessionOptions options = {});
+  // Closes the session if Close has not been called.
+  ~MasterSession();
+  MasterSession(const MasterSession&) = delete;
+  MasterSession& operator=(const MasterSession&) = delete;
+
+  const std::string& handle() const { return handle_; }
+  // Every device of the cluster, canonical names, in placement preference order.
+  const std::vector<std::string>& devices() const { return devices_; }
+  const std::string& default_device() const { return default_device_; }
+
+  // Adds nodes, which may read the session's existing nodes. A name already
+  // in the graph, or a node the graph rejects, is INVALID_ARGUMENT and leaves
+  // the graph as it was. Registered signatures stay valid: new nodes cannot
+  // change what an existing step needs.
+  absl::Status Extend(const GraphDef& graph_def);
+
+  // Runs one step: feeds are (tensor name, value); fetches tensor names;
+  // targets node names. `outputs` receives one tensor per fetch, in order.
+  absl::Status Run(const std::vector<std::pair<std::string, Tensor>>& feeds, const std::vector<std::string>& fetches,
+                   const std::vector<std::string>& targets, std::vector<Tensor>* outputs);
+
+  // Sends AbortStep with `reason` to every task of every step running now, so
+  // those Run calls return promptly with an error. Returns at once.
+  void AbortRunningSteps(const absl::Status& reason);
+
+  // Waits for running steps, then deregisters every graph on every task.
+  // Later Run and Extend calls fail with FAILED_PRECONDITION. Idempotent;
+  // returns the first deregistration error (graphs are released either way).
+  absl::Status Close();
+
+  // Signatures registered so far (each costs one RegisterGraph per partition).
+  int num_signatures() const;
+
+ private:
+  struct Partition;
+  struct Plan;
+  struct PlanEntry;
+  class Step;
+
+  MasterSession(std::string handle, std::unique_ptr<Graph> graph, WorkerCacheInterface* workers,
+                MasterSessionOptions options, std::vector<std::string> devices,
+                std::map<std::string, std::string> device_task, std::string default_device);
+
+  // The plan of a signature, building and registering it on first use.
+  absl::StatusOr<std::shared_ptr<const Plan>> GetPlan(const std::vector<std::string>& feeds,
+                                                      const std::vector<std::string>& fetches,
+                                                      const std::vector<std::string>& targets);
+  absl::StatusOr<std::shared_ptr<Plan>> BuildPlan(const Graph& graph, const std::vector<std::string>& feeds,
+                                                  const std::vector<std::string>& fetches,
+                                                  const std::vector<std::string>& targets);
+  absl::Status Register(Plan* plan);
+  // Deregisters the partitions of `plan` that have a handle.
+  absl::Status Deregister(const Plan& plan);
+  absl::Status RunPlan(const Plan& plan, const std::vector<std::pair<std::string, Tensor>>& feeds,
+                       std::vector<Tensor>* outputs);
+  void CleanupStep(const Plan& plan, int64_t step_id);
+
+  const std::string handle_;
+  WorkerCacheInterface* const workers_;
+  const MasterSessionOptions options_;
+  const std::vector<std::string> devices_;
+  const std::map<std::string, std::string> device_task_;  // device -> its task
+  const std::string default_device_;
+  const uint64_t step_id_base_;
+  std::atomic<uint64_t> step_counter_{0};
+
+  mutable absl::Mutex mu_;
+  // Replaced as a whole by Extend; plans being built hold the old one.
+  std::shared_ptr<const Graph> graph_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<PlanEntry>> plans_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int64_t, std::shared_ptr<Step>> running_ ABSL_GUARDED_BY(mu_);
+  int active_runs_ ABSL_GUARDED_BY(mu_) = 0;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace master
+}  // namespace weft
+
+#endif  // WEFT_MASTER_MASTER_SESSION_H_

@@ -1,0 +1,344 @@
+#include "master/master_session.h"
+
+#include <map>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/tensor_proto_coding.h"
+#include "graph/builder.h"
+#include "gtest/gtest.h"
+#include "master/fake_worker.h"
+#include "master/worker_cache.h"
+
+namespace weft {
+namespace master {
+namespace {
+
+// A task that registers anything, answers every fetch with a scalar 7, and
+// records what the master asked. With `fail_run` its RunGraph fails; with
+// `block_run` RunGraph completes only when AbortStep arrives (as a partition
+// whose _Recv waits for a peer that failed).
+class RecordingWorker : public FakeWorker {
+ public:
+  explicit RecordingWorker(std::string task) : FakeWorker(std::move(task)) {}
+
+  absl::Status fail_run;
+  bool block_run = false;
+
+  void GetStatusAsync(const GetStatusRequest*, GetStatusResponse* response, StatusCallback done) override {
+    response->set_task(task());
+    DeviceAttributes* d = response->add_device();
+    d->set_name(task() + "/device:CPU:0");
+    d->set_device_type("CPU");
+    done(absl::OkStatus());
+  }
+  void RegisterGraphAsync(const RegisterGraphRequest* request, RegisterGraphResponse* response,
+                          StatusCallback done) override {
+    {
+      absl::MutexLock lock(&mu_);
+      registered_.push_back(*request);
+      response->set_graph_handle(absl::StrCat("g", registered_.size()));
+    }
+    done(absl::OkStatus());
+  }
+  void DeregisterGraphAsync(const DeregisterGraphRequest* request, DeregisterGraphResponse*,
+                            StatusCallback done) override {
+    {
+      absl::MutexLock lock(&mu_);
+      deregistered_.push_back(request->graph_handle());
+    }
+    done(absl::OkStatus());
+  }
+  void RunGraphAsync(const RunGraphRequest* request, RunGraphResponse* response, absl::Duration,
+                     StatusCallback done) override {
+    {
+      absl::MutexLock lock(&mu_);
+      runs_.push_back(*request);
+      if (block_run) {
+        blocked_[request->step_id()] = std::move(done);
+        return;
+      }
+    }
+    if (!fail_run.ok()) {
+      done(fail_run);
+      return;
+    }
+    for (const std::string& key : request->recv_key()) {
+      NamedTensorProto* t = response->add_recv();
+      t->set_name(key);
+      TensorToProto(Tensor::Scalar<float>(7.0f), t->mutable_tensor());
+    }
+    done(absl::OkStatus());
+  }
+  void AbortStepAsync(const AbortStepRequest* request, AbortStepResponse*, StatusCallback done) override {
+    StatusCallback blocked;
+    {
+      absl::MutexLock lock(&mu_);
+      aborts_.push_back(*request);
+      auto it = blocked_.find(request->step_id());
+      if (it != blocked_.end()) {
+        blocked = std::move(it->second);
+        blocked_.erase(it);
+      }
+    }
+    if (blocked) blocked(absl::AbortedError(absl::StrCat("step aborted: ", request->message())));
+    done(absl::OkStatus());
+  }
+  void CleanupStepAsync(const CleanupStepRequest* request, CleanupStepResponse*, StatusCallback done) override {
+    {
+      absl::MutexLock lock(&mu_);
+      cleanups_.push_back(request->step_id());
+    }
+    done(absl::OkStatus());
+  }
+
+  std::vector<RegisterGraphRequest> registered() {
+    absl::MutexLock lock(&mu_);
+    return registered_;
+  }
+  std::vector<std::string> deregistered() {
+    absl::MutexLock lock(&mu_);
+    return deregistered_;
+  }
+  std::vector<RunGraphRequest> runs() {
+    absl::MutexLock lock(&mu_);
+    return runs_;
+  }
+  std::vector<AbortStepRequest> aborts() {
+    absl::MutexLock lock(&mu_);
+    return aborts_;
+  }
+  std::vector<int64_t> cleanups() {
+    absl::MutexLock lock(&mu_);
+    return cleanups_;
+  }
+  int blocked() {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(blocked_.size());
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<RegisterGraphRequest> registered_;
+  std::vector<std::string> deregistered_;
+  std::vector<RunGraphRequest> runs_;
+  std::vector<AbortStepRequest> aborts_;
+  std::vector<int64_t> cleanups_;
+  std::map<int64_t, StatusCallback> blocked_;
+};
+
+// A fake cluster of RecordingWorkers.
+struct FakeCluster {
+  explicit FakeCluster(const std::vector<std::string>& tasks) {
+    cache = *WorkerCache::CreateLocal(tasks, [this](const std::string& task, const std::string&) {
+      auto w = std::make_unique<RecordingWorker>(task);
+      workers[task] = w.get();
+      return w;
+    });
+    for (const std::string& t : tasks) cache->GetOrCreateWorker(t);
+  }
+  RecordingWorker* operator[](const std::string& task) { return workers.at(task); }
+
+  std::map<std::string, RecordingWorker*> workers;
+  std::unique_ptr<WorkerCache> cache;
+};
+
+constexpr char kPs[] = "/job:ps/task:0";
+constexpr char kW0[] = "/job:worker/task:0";
+constexpr char kW1[] = "/job:worker/task:1";
+
+// x (fed, worker 0) -> MatMul with w (ps) -> Relu on worker 1 -> out.
+GraphDef ThreeTaskGraph() {
+  Graph g;
+  GraphBuilder b(&g);
+  Output x = b.Placeholder(DType::kFloat32, {2, 3}, "x");
+  b.set_device(kPs);
+  Output w = b.Variable("w", DType::kFloat32, {3, 4}, "glorot_uniform", 5);
+  b.set_device("");
+  Output y = b.Op("MatMul", {x, w}, {}, "y");
+  b.set_device(kW1);
+  b.Op("Relu", {y}, {}, "out");
+  EXPECT_TRUE(b.status().ok()) << b.status();
+  return g.ToGraphDef();
+}
+
+Tensor Ones(const TensorShape& shape) {
+  Tensor t(DType::kFloat32, shape);
+  for (int64_t i = 0; i < t.NumElements(); ++i) t.data<float>()[i] = 1.0f;
+  return t;
+}
+
+TEST(MasterSessionTest, RegistersOncePerSignatureOnEveryTaskItUses) {
+  FakeCluster c({kPs, kW0, kW1});
+  auto s = MasterSession::Create("s", ThreeTaskGraph(), c.cache.get());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->default_device(), "/job:worker/task:0/device:CPU:0");
+  std::vector<Tensor> out;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE((*s)->Run({{"x", Ones({2, 3})}}, {"out"}, {}, &out).ok());
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].data<float>()[0], 7.0f);
+  }
+  for (const char* t : {kPs, kW0, kW1}) EXPECT_EQ(c[t]->registered().size(), 1u) << t;
+  EXPECT_EQ((*s)->num_signatures(), 1);
+
+  // The feed went to worker 0, which holds its placeholder; the fetch to worker 1.
+  const RegisterGraphRequest w0 = c[kW0]->registered()[0];
+  ASSERT_EQ(w0.feed_size(), 1);
+  EXPECT_EQ(w0.feed(0), "_feed/x_0");
+  EXPECT_EQ(w0.fetch_size(), 0);
+  const RegisterGraphRequest w1 = c[kW1]->registered()[0];
+  ASSERT_EQ(w1.fetch_size(), 1);
+  EXPECT_EQ(w1.fetch(0), "out");
+  // The ps partition only sends: its _Send is a target so that it runs.
+  const RegisterGraphRequest ps = c[kPs]->registered()[0];
+  ASSERT_EQ(ps.target_size(), 1);
+  EXPECT_TRUE(absl::StartsWith(ps.target(0), "_send/w_0/")) << ps.target(0);
+  for (const NodeDef& n : ps.graph_def().node()) EXPECT_EQ(n.device(), "/job:ps/task:0/device:CPU:0");
+  const RunGraphRequest run = c[kW0]->runs().back();
+  ASSERT_EQ(run.send_size(), 1);
+  EXPECT_EQ(run.send(0).name(), "_feed/x_0");
+
+  // Every step has a fresh id, the same on every task, and is cleaned up everywhere.
+  std::set<int64_t> ids;
+  for (const RunGraphRequest& r : c[kW1]->runs()) ids.insert(r.step_id());
+  EXPECT_EQ(ids.size(), 3u);
+  for (const char* t : {kPs, kW0, kW1}) {
+    std::vector<int64_t> cleaned = c[t]->cleanups();
+    EXPECT_EQ(std::set<int64_t>(cleaned.begin(), cleaned.end()), ids) << t;
+  }
+
+  // A second signature registers again; the first stays cached.
+  ASSERT_TRUE((*s)->Run({{"x", Ones({2, 3})}}, {"y"}, {}, &out).ok());
+  ASSERT_TRUE((*s)->Run({{"x", Ones({2, 3})}}, {"out"}, {}, &out).ok());
+  EXPECT_EQ((*s)->num_signatures(), 2);
+  EXPECT_EQ(c[kW0]->registered().size(), 2u);
+  EXPECT_EQ(c[kW1]->registered().size(), 1u);  // "y" does not need worker 1
+
+  // Close deregisters every graph registered.
+  ASSERT_TRUE((*s)->Close().ok());
+  for (const char* t : {kPs, kW0, kW1}) {
+    EXPECT_EQ(c[t]->deregistered().size(), c[t]->registered().size()) << t;
+  }
+  absl::Status after = (*s)->Run({{"x", Ones({2, 3})}}, {"out"}, {}, &out);
+  EXPECT_EQ(after.code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(MasterSessionTest, ConcurrentFirstRunsRegisterOnce) {
+  FakeCluster c({kPs, kW0, kW1});
+  auto s = *MasterSession::Create("s", ThreeTaskGraph(), c.cache.get());
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      std::vector<Tensor> out;
+      if (s->Run({{"x", Ones({2, 3})}}, {"out"}, {}, &out).ok()) ++ok;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 4);
+  for (const char* t : {kPs, kW0, kW1}) EXPECT_EQ(c[t]->registered().size(), 1u) << t;
+}
+
+TEST(MasterSessionTest, FailingTaskAbortsTheStepOnEveryOtherTask) {
+  FakeCluster c({kPs, kW0, kW1});
+  c[kW1]->fail_run = absl::InvalidArgumentError("node 'out' (Relu): the input has NaN");
+  c[kW0]->block_run = true;  // would wait forever without AbortStep
+  c[kPs]->block_run = true;
+  auto s = *MasterSession::Create("s", ThreeTaskGraph(), c.cache.get());
+  std::vector<Tensor> out;
+  absl::Status st = s->Run({{"x", Ones({2, 3})}}, {"out"}, {}, &out);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "task /job:worker/task:1: node 'out' (Relu): the input has NaN");
+
+  const int64_t step = c[kW1]->runs().back().step_id();
+  for (const char* t : {kPs, kW0}) {
+    ASSERT_EQ(c[t]->aborts().size(), 1u) << t;
+    EXPECT_EQ(c[t]->aborts()[0].step_id(), step);
+    EXPECT_EQ(c[t]->aborts()[0].code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+    EXPECT_EQ(c[t]->blocked(), 0) << t;
+  }
+  EXPECT_TRUE(c[kW1]->aborts().empty());  // the failed task aborts its own step
+  for (const char* t : {kPs, kW0, kW1}) EXPECT_EQ(c[t]->cleanups(), std::vector<int64_t>{step}) << t;
+}
+
+TEST(MasterSessionTest, AbortRunningStepsUnblocksARun) {
+  FakeCluster c({kPs, kW0, kW1});
+  for (const char* t : {kPs, kW0, kW1}) c[t]->block_run = true;
+  auto s = *MasterSession::Create("s", ThreeTaskGraph(), c.cache.get());
+  absl::Status st;
+  std::thread runner([&] {
+    std::vector<Tensor> out;
+    st = s->Run({{"x", Ones({2, 3})}}, {"out"}, {}, &out);
+  });
+  // Wait until every task holds the step, then abort it.
+  while (c[kPs]->blocked() + c[kW0]->blocked() + c[kW1]->blocked() < 3) std::this_thread::yield();
+  s->AbortRunningSteps(absl::CancelledError("job cancelled"));
+  runner.join();
+  EXPECT_FALSE(st.ok());
+  EXPECT_TRUE(absl::StrContains(st.message(), "job cancelled")) << st;
+  for (const char* t : {kPs, kW0, kW1}) {
+    ASSERT_EQ(c[t]->aborts().size(), 1u) << t;
+    EXPECT_EQ(c[t]->aborts()[0].code(), static_cast<int>(absl::StatusCode::kCancelled));
+  }
+}
+
+TEST(MasterSessionTest, FetchingAFedTensorAndUnusedFeeds) {
+  FakeCluster c({kW0});
+  Graph g;
+  GraphBuilder b(&g);
+  Output a = b.Placeholder(DType::kFloat32, {2}, "a");
+  b.Placeholder(DType::kFloat32, {2}, "x");
+  b.Op("Relu", {a}, {}, "r");
+  ASSERT_TRUE(b.status().ok());
+  auto s = *MasterSession::Create("s", g.ToGraphDef(), c.cache.get());
+  std::vector<Tensor> out;
+  // "x" is fed but nothing needs it: it is not sent anywhere.
+  ASSERT_TRUE(s->Run({{"a", Ones({2})}, {"x", Ones({2})}}, {"r", "a"}, {}, &out).ok());
+  const RegisterGraphRequest r = c[kW0]->registered()[0];
+  EXPECT_EQ(std::vector<std::string>(r.fetch().begin(), r.fetch().end()),
+            (std::vector<std::string>{"r", "_feed/a_0"}));
+  EXPECT_EQ(std::vector<std::string>(r.feed().begin(), r.feed().end()), std::vector<std::string>{"_feed/a_0"});
+  EXPECT_EQ(c[kW0]->runs().back().send_size(), 1);
+
+  absl::Status twice = s->Run({{"a", Ones({2})}, {"a", Ones({2})}}, {"r"}, {}, &out);
+  EXPECT_EQ(twice.code(), absl::StatusCode::kInvalidArgument);
+  absl::Status unknown = s->Run({}, {"nope"}, {}, &out);
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(unknown.message(), "nope")) << unknown;
+}
+
+TEST(MasterSessionTest, ExtendAddsNodesAndRejectsDuplicates) {
+  FakeCluster c({kW0});
+  Graph g;
+  GraphBuilder b(&g);
+  b.Placeholder(DType::kFloat32, {2}, "a");
+  auto s = *MasterSession::Create("s", g.ToGraphDef(), c.cache.get());
+  GraphDef more;
+  NodeDef* n = more.add_node();
+  n->set_name("r");
+  n->set_op("Relu");
+  n->add_input("a");
+  ASSERT_TRUE(s->Extend(more).ok());
+  std::vector<Tensor> out;
+  EXPECT_TRUE(s->Run({{"a", Ones({2})}}, {"r"}, {}, &out).ok());
+  absl::Status dup = s->Extend(more);
+  EXPECT_EQ(dup.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(dup.message(), "'r'")) << dup;
+}
+
+TEST(MasterSessionTest, TaskErrorsAtCreateNameTheTask) {
+  auto cache = *WorkerCache::CreateLocal({kW0}, [](const std::string& task, const std::string&) {
+    return std::make_unique<FakeWorker>(task);  // GetStatus: UNIMPLEMENTED
+  });
+  Graph g;
+  auto s = MasterSession::Create("s", g.ToGraphDef(), cache.get());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(absl::StartsWith(s.status().message(), "task /job:worker/task:0: ")) << s.status();
+}
+
+}  // namespace
+}  // namespace master
+}  // namespace weft

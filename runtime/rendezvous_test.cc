@@ -1,0 +1,199 @@
+#include "runtime/rendezvous.h"
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+
+namespace weft {
+namespace {
+
+Tensor Scalar(float v) { return Tensor::Scalar<float>(v); }
+
+TEST(LocalRendezvousTest, SendThenRecv) {
+  LocalRendezvous r;
+  ASSERT_TRUE(r.Send("k", Scalar(3), false).ok());
+  EXPECT_EQ(r.NumPending(), 1);
+  Tensor v;
+  bool dead = true;
+  ASSERT_TRUE(r.Recv("k", &v, &dead).ok());
+  EXPECT_EQ(*v.data<float>(), 3.0f);
+  EXPECT_FALSE(dead);
+  EXPECT_EQ(r.NumPending(), 0);
+}
+
+TEST(LocalRendezvousTest, RecvThenSendSharesTheBuffer) {
+  LocalRendezvous r;
+  Tensor sent = Scalar(7);
+  absl::Notification got;
+  Tensor v;
+  r.RecvAsync("k", [&](const absl::Status& s, const Tensor& t, bool dead) {
+    EXPECT_TRUE(s.ok()) << s;
+    v = t;
+    got.Notify();
+  });
+  EXPECT_FALSE(got.HasBeenNotified());
+  ASSERT_TRUE(r.Send("k", sent, false).ok());
+  ASSERT_TRUE(got.HasBeenNotified());  // runs on the sender's thread
+  EXPECT_TRUE(v.SharesBufferWith(sent));
+  EXPECT_EQ(r.NumPending(), 0);
+}
+
+TEST(LocalRendezvousTest, BlockingRecvWakesOnSendFromAnotherThread) {
+  LocalRendezvous r;
+  std::thread sender([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    ASSERT_TRUE(r.Send("k", Scalar(1), false).ok());
+  });
+  Tensor v;
+  bool dead;
+  EXPECT_TRUE(r.Recv("k", &v, &dead).ok());
+  EXPECT_EQ(*v.data<float>(), 1.0f);
+  sender.join();
+}
+
+TEST(LocalRendezvousTest, DuplicateSendOrRecvIsAnError) {
+  LocalRendezvous r;
+  ASSERT_TRUE(r.Send("k", Scalar(1), false).ok());
+  EXPECT_EQ(r.Send("k", Scalar(2), false).code(), absl::StatusCode::kAlreadyExists);
+
+  r.RecvAsync("j", [](const absl::Status&, const Tensor&, bool) {});
+  absl::Status second;
+  r.RecvAsync("j", [&](const absl::Status& s, const Tensor&, bool) { second = s; });
+  EXPECT_EQ(second.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(second.message().find("'j'"), absl::string_view::npos) << second;
+}
+
+TEST(LocalRendezvousTest, AbortWakesWaitingReceiversAndFailsLaterCalls) {
+  LocalRendezvous r;
+  constexpr int kWaiters = 4;
+  std::vector<absl::Status> got(kWaiters);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kWaiters; ++i) {
+    threads.emplace_back([&, i] {
+      Tensor v;
+      bool dead;
+      got[i] = r.Recv(absl::StrCat("k", i), &v, &dead);
+    });
+  }
+  while (r.NumPending() < kWaiters) absl::SleepFor(absl::Milliseconds(1));  // test-only wait for the setup
+  r.StartAbort(absl::AbortedError("peer died"));
+  for (auto& t : threads) t.join();
+  for (const absl::Status& s : got) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+    EXPECT_EQ(s.message(), "peer died");
+  }
+  EXPECT_EQ(r.Send("x", Scalar(1), false).code(), absl::StatusCode::kAborted);
+  Tensor v;
+  bool dead;
+  EXPECT_EQ(r.Recv("x", &v, &dead).code(), absl::StatusCode::kAborted);
+  // The first abort wins.
+  r.StartAbort(absl::InternalError("later"));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kAborted);
+}
+
+TEST(LocalRendezvousTest, ConcurrentSendersAndReceiversOnManyKeys) {
+  LocalRendezvous r;
+  constexpr int kThreads = 4;
+  constexpr int kKeysPerThread = 500;
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    // Senders go in ascending key order, receivers in descending order, so
+    // both orders of arrival happen.
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kKeysPerThread; ++i) {
+        const int k = t * kKeysPerThread + i;
+        if (!r.Send(absl::StrCat("key", k), Scalar(static_cast<float>(k)), false).ok()) ++wrong;
+      }
+    });
+    threads.emplace_back([&, t] {
+      for (int i = kKeysPerThread - 1; i >= 0; --i) {
+        const int k = t * kKeysPerThread + i;
+        Tensor v;
+        bool dead;
+        absl::Status s = r.Recv(absl::StrCat("key", k), &v, &dead);
+        if (!s.ok() || *v.data<float>() != static_cast<float>(k)) ++wrong;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(r.NumPending(), 0);
+}
+
+TEST(ParseRendezvousKeyTest, RoundTripsTheFiveParts) {
+  auto k = ParseRendezvousKey("/job:a/task:0/device:CPU:0;00000000000000ff;/job:b/task:1/device:CPU:0;x:1;42");
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_EQ(k->send_device, "/job:a/task:0/device:CPU:0");
+  EXPECT_EQ(k->incarnation, 255u);
+  EXPECT_EQ(k->recv_device, "/job:b/task:1/device:CPU:0");
+  EXPECT_EQ(k->tensor_name, "x:1");
+  EXPECT_EQ(k->step_id, 42);
+
+  EXPECT_EQ(ParseRendezvousKey("a;1;b;x").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseRendezvousKey("a;zz;b;x;1").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseRendezvousKey("a;1;b;x;step").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RendezvousMgrTest, OneRendezvousPerStepUntilCleanup) {
+  RendezvousMgr mgr;
+  auto a = mgr.Find(1);
+  EXPECT_EQ(mgr.Find(1), a);
+  EXPECT_NE(mgr.Find(2), a);
+  EXPECT_EQ(mgr.NumSteps(), 2);
+
+  absl::Status waiter;
+  a->RecvAsync("k", [&](const absl::Status& s, const Tensor&, bool) { waiter = s; });
+  mgr.Cleanup(1);
+  EXPECT_EQ(waiter.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(mgr.NumSteps(), 1);
+  EXPECT_NE(mgr.Find(1), a);  // a fresh one for a reused id
+  mgr.Cleanup(1);
+  mgr.Cleanup(2);
+  mgr.Cleanup(99);  // unknown: nothing to do
+  EXPECT_EQ(mgr.NumSteps(), 0);
+}
+
+TEST(RendezvousMgrTest, AbortStepWakesReceiversAndAffectsOnlyThatStep) {
+  RendezvousMgr mgr;
+  absl::Status waiter;
+  mgr.Find(5)->RecvAsync("k", [&](const absl::Status& s, const Tensor&, bool) { waiter = s; });
+  mgr.AbortStep(5, absl::AbortedError("step 5 failed on /job:ps/task:0"));
+  EXPECT_EQ(waiter.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(mgr.Find(5)->Send("k2", Scalar(1), false).code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(mgr.Find(6)->Send("k2", Scalar(1), false).ok());
+
+  // Aborting a step not seen yet makes it fail on arrival.
+  mgr.AbortStep(7, absl::AbortedError("early"));
+  EXPECT_EQ(mgr.Find(7)->Send("k", Scalar(1), false).code(), absl::StatusCode::kAborted);
+}
+
+TEST(RendezvousMgrTest, AbortAllCoversLiveAndFutureSteps) {
+  RendezvousMgr mgr;
+  absl::Status waiter;
+  mgr.Find(1)->RecvAsync("k", [&](const absl::Status& s, const Tensor&, bool) { waiter = s; });
+  mgr.AbortAll(absl::UnavailableError("shutting down"));
+  EXPECT_EQ(waiter.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(mgr.Find(2)->Send("k", Scalar(1), false).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(mgr.NumSteps(), 0);
+}
+
+TEST(RendezvousMgrTest, UsesTheFactory) {
+  std::vector<int64_t> made;
+  RendezvousMgr mgr([&](int64_t step) {
+    made.push_back(step);
+    return std::make_shared<LocalRendezvous>();
+  });
+  mgr.Find(3);
+  mgr.Find(3);
+  mgr.Find(4);
+  EXPECT_EQ(made, (std::vector<int64_t>{3, 4}));
+}
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,229 @@
+// A master, two workers and a parameter server as separate `weft`
+// processes on loopback, driven through the client library as a user's
+// program would.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/job_file.h"
+#include "client/master_client.h"
+#include "client/subprocess.h"
+#include "common/tensor.h"
+#include "graph/builder.h"
+#include "gtest/gtest.h"
+#include "runtime/data/test_files.h"
+#include "runtime/device.h"
+#include "runtime/executor.h"
+
+namespace weft {
+namespace {
+
+using data::testing::Gzip;
+using data::testing::IdxBytes;
+using data::testing::TempPath;
+using data::testing::WriteFile;
+
+std::string WeftBinary() {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* ws = std::getenv("TEST_WORKSPACE");
+  return absl::StrCat(srcdir ? srcdir : ".", "/", ws ? ws : "weft", "/client/weft");
+}
+
+// A synthetic 3-class problem: class c brightens the c-th third of a
+// 12-pixel image.
+std::string WriteData(const std::string& name, int n) {
+  const std::string dir = TempPath(name);
+  ::mkdir(dir.c_str(), 0755);
+  std::vector<uint8_t> pixels(static_cast<size_t>(n) * 12), labels(n);
+  uint32_t r = 12345;
+  for (int i = 0; i < n; ++i) {
+    const int c = i % 3;
+    labels[i] = static_cast<uint8_t>(c);
+    for (int p = 0; p < 12; ++p) {
+      r = r * 1103515245u + 12345u;
+      pixels[static_cast<size_t>(i) * 12 + p] = static_cast<uint8_t>((p / 4 == c ? 170 : 20) + (r >> 24) % 60);
+    }
+  }
+  for (const char* split : {"train", "t10k"}) {
+    WriteFile(absl::StrCat(dir, "/", split, "-images-idx3-ubyte.gz"),
+              Gzip(IdxBytes({static_cast<uint32_t>(n), 3, 4}, pixels)));
+    WriteFile(absl::StrCat(dir, "/", split, "-labels-idx1-ubyte.gz"), Gzip(IdxBytes({static_cast<uint32_t>(n)}, labels)));
+  }
+  return dir;
+}
+
+JobSpec Job(const std::string& dir, int epochs) {
+  auto job = ParseJob(absl::StrCat(R"(name: "cluster-job"
+      model { input_shape: [12] num_classes: 3 layer { dense { units: 16 activation: RELU } } layer { dense { units: 3 } } }
+      dataset { dir: ")", dir, R"(" } optimizer { sgd { learning_rate: 0.1 } } batch_size: 8 seed: 2 epochs: )", epochs),
+                      "test");
+  EXPECT_TRUE(job.ok()) << job.status();
+  return *job;
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::vector<std::string> addrs;
+    for (int i = 0; i < 4; ++i) addrs.push_back(absl::StrCat("127.0.0.1:", PickFreeLoopbackPort().value()));
+    cluster_ = absl::StrCat("worker=", addrs[0], ",", addrs[1], ";ps=", addrs[2]);
+    master_addr_ = addrs[3];
+    Start("ps-0", {"ps", "--task=ps:0", "--cluster=" + cluster_, "--listen=" + addrs[2]});
+    Start("worker-0", {"worker", "--task=worker:0", "--cluster=" + cluster_, "--listen=" + addrs[0]});
+    Start("worker-1", {"worker", "--task=worker:1", "--cluster=" + cluster_, "--listen=" + addrs[1]});
+    Start("master", {"master", "--cluster=" + cluster_, "--listen=" + master_addr_});
+    client_ = MasterClient::Create(master_addr_);
+    // Bounded start-up probe: the master lists a device of every task.
+    for (int i = 0; i < 300; ++i) {
+      auto devices = client_->ListDevices();
+      if (devices.ok() && devices->size() >= 3) return;
+      for (auto& [name, p] : procs_) ASSERT_TRUE(p->Running()) << name << " exited during start-up";
+      procs_[0].second->WaitFor(absl::Milliseconds(100));
+    }
+    FAIL() << "the cluster did not come up";
+  }
+
+  void TearDown() override {
+    for (auto& [name, p] : procs_) {
+      if (!p->Running()) continue;
+      p->Signal(SIGTERM);
+      ASSERT_TRUE(p->WaitFor(absl::Seconds(30))) << name << " did not stop on SIGTERM";
+      EXPECT_TRUE(WIFEXITED(p->exit_status()) && WEXITSTATUS(p->exit_status()) == 0)
+          << name << " exit status " << p->exit_status();
+    }
+  }
+
+  void Start(const std::string& name, std::vector<std::string> args) {
+    args.insert(args.begin(), WeftBinary());
+    auto p = std::make_unique<Subprocess>();
+    ASSERT_TRUE(p->Start(args, TempPath(name + ".log")).ok());
+    procs_.emplace_back(name, std::move(p));
+  }
+  Subprocess* Proc(const std::string& name) {
+    for (auto& [n, p] : procs_) {
+      if (n == name) return p.get();
+    }
+    return nullptr;
+  }
+
+  // Watches until the job ends; `on_running` is called once, at the first
+  // status with a step done.
+  JobStatus WatchToEnd(const std::string& id, const std::function<void()>& on_running = nullptr) {
+    JobStatus last;
+    bool fired = false;
+    absl::Status s = client_->WatchJob(id, [&](const JobStatus& st) {
+      last = st;
+      if (!fired && on_running && st.state() == RUNNING && st.step() > 0) {
+        fired = true;
+        on_running();
+      }
+    });
+    EXPECT_TRUE(s.ok()) << s;
+    return last;
+  }
+
+  std::string cluster_, master_addr_;
+  std::vector<std::pair<std::string, std::unique_ptr<Subprocess>>> procs_;
+  std::unique_ptr<MasterClient> client_;
+};
+
+TEST_F(ClusterTest, SubmittedJobCompletes) {
+  auto id = client_->SubmitJob(Job(WriteData("data_ok", 480), 3));
+  ASSERT_TRUE(id.ok()) << id.status();
+  JobStatus st = WatchToEnd(*id);
+  EXPECT_EQ(st.state(), SUCCEEDED) << st.error();
+  EXPECT_EQ(st.step(), 3 * 480 / 8);
+  EXPECT_GT(st.test_accuracy(), 0.9) << st.DebugString();  // chance is 1/3
+  auto listed = client_->ListJobs();
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->size(), 1u);
+}
+
+TEST_F(ClusterTest, SessionGraphAcrossPsAndTwoWorkersMatchesOneProcess) {
+  Graph g;
+  GraphBuilder b(&g);
+  b.set_device("/job:worker/task:0");
+  Output x = b.Placeholder(DType::kFloat32, {4, 3}, "x");
+  b.set_device("/job:ps/task:0");
+  Output w = b.Variable("w", DType::kFloat32, {3, 5}, "glorot_uniform", 7);
+  b.set_device("/job:worker/task:0");
+  Output y = b.Op("MatMul", {x, w}, {}, "y");
+  b.set_device("/job:worker/task:1");
+  b.Op("Relu", {y}, {}, "z");
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  Tensor feed(DType::kFloat32, {4, 3});
+  for (int i = 0; i < 12; ++i) feed.data<float>()[i] = 0.25f * (i - 5);
+
+  auto session = RemoteSession::Create(client_.get(), g.ToGraphDef());
+  ASSERT_TRUE(session.ok()) << session.status();
+  auto remote = (*session)->Run({{"x", feed}}, {"z", "y"});
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  CpuDevice device("/device:CPU:0", 1);
+  auto local = RunGraphOnce(g, &device, {{"x", feed}}, {"z", "y"});
+  ASSERT_TRUE(local.ok()) << local.status();
+  for (int k = 0; k < 2; ++k) {
+    ASSERT_EQ((*remote)[k].shape(), (*local)[k].shape());
+    for (int i = 0; i < (*local)[k].NumElements(); ++i) {
+      EXPECT_NEAR((*remote)[k].data<float>()[i], (*local)[k].data<float>()[i], 1e-6) << k << "," << i;
+    }
+  }
+  EXPECT_TRUE((*session)->Close().ok());
+}
+
+TEST_F(ClusterTest, CancelStopsTheJobAndTheClusterKeepsServing) {
+  const std::string data = WriteData("data_cancel", 480);
+  auto id = client_->SubmitJob(Job(data, 1000));
+  ASSERT_TRUE(id.ok()) << id.status();
+  JobStatus st = WatchToEnd(*id, [&] { EXPECT_TRUE(client_->CancelJob(*id).ok()); });
+  EXPECT_EQ(st.state(), CANCELLED);
+  EXPECT_LT(st.step(), st.total_steps());
+  // Every task still serves: a fresh job completes.
+  auto again = client_->SubmitJob(Job(data, 1));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(WatchToEnd(*again).state(), SUCCEEDED);
+}
+
+TEST_F(ClusterTest, KillingAWorkerFailsTheStepNamingTheTask) {
+  // Put the job's compute on worker 0, then kill it mid-job.
+  auto id = client_->SubmitJob(Job(WriteData("data_kill", 480), 1000));
+  ASSERT_TRUE(id.ok()) << id.status();
+  JobStatus st = WatchToEnd(*id, [&] { Proc("worker-0")->Signal(SIGKILL); });
+  EXPECT_EQ(st.state(), FAILED);
+  EXPECT_TRUE(absl::StrContains(st.error(), "/job:worker/task:0")) << st.error();
+  EXPECT_EQ(st.error_code(), static_cast<int>(absl::StatusCode::kUnavailable)) << st.error();
+  EXPECT_TRUE(absl::StartsWith(st.error(), "UNAVAILABLE: ")) << st.error();
+  // The master keeps serving.
+  auto jobs = client_->ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  Proc("worker-0")->WaitFor(absl::Seconds(10));
+}
+
+TEST_F(ClusterTest, BadRequestsGetTheirCodes) {
+  EXPECT_EQ(client_->GetJob("job-404").status().code(), absl::StatusCode::kNotFound);
+  JobSpec bad = Job(WriteData("data_bad", 48), 1);
+  bad.set_batch_size(0);
+  EXPECT_EQ(client_->SubmitJob(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  GraphDef cyclic;
+  auto* a = cyclic.add_node();
+  a->set_name("a");
+  a->set_op("Identity");
+  a->add_input("b");
+  auto* bnode = cyclic.add_node();
+  bnode->set_name("b");
+  bnode->set_op("Identity");
+  bnode->add_input("a");
+  auto session = RemoteSession::Create(client_.get(), cyclic);
+  ASSERT_FALSE(session.ok());
+  EXPECT_EQ(session.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(session.status().message(), "cycle")) << session.status();
+}
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,75 @@
+// GraphMgr: the partitions registered on one task, and how a step runs them.
+//
+// Register parses a partition (RegisterGraphRequest.graph_def, every node on
+// one of this task's devices), builds its executor for the registered feeds,
+// fetches and targets, and returns a new handle. Every _Send node of the
+// partition is a target too, whether registered or not: a step runs what the
+// fetches and targets need plus what peers wait for. Run executes a registered
+// graph for a step: validates the fed values against the registered feeds,
+// runs the executor `iterations` times with step ids step_id, step_id+1, ...
+// all on the one rendezvous given, and returns the requested fetches of the
+// last iteration.
+//
+// Threads: all graphs share the worker's inter-op pool (or run inline on the
+// caller without one). _Recv is asynchronous, so a step waiting for a value
+// holds no thread, and steps of one graph may run concurrently.
+//
+// Thread-safety: thread-safe. Run may be called concurrently, also for one
+// handle; Deregister while a step runs takes effect when the step ends.
+#ifndef WEFT_WORKER_GRAPH_MGR_H_
+#define WEFT_WORKER_GRAPH_MGR_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/thread_pool.h"
+#include "proto/worker_service.pb.h"
+#include "runtime/device.h"
+#include "runtime/rendezvous.h"
+
+namespace weft {
+namespace worker {
+
+class GraphMgr {
+ public:
+  // `devices` (borrowed, at least one) and `inter_op_pool` (borrowed, may be
+  // nullptr: run inline) outlive the GraphMgr. `task` names this task in
+  // messages.
+  GraphMgr(std::string task, std::vector<Device*> devices, ThreadPool* inter_op_pool);
+  ~GraphMgr();
+
+  // INVALID_ARGUMENT naming the node for a node on another task's device or
+  // a graph spanning two devices, and the graph's or executor's errors.
+  absl::StatusOr<std::string> Register(const RegisterGraphRequest& request);
+  // NOT_FOUND naming the handle when it is not registered.
+  absl::Status Deregister(const std::string& handle);
+  // REQUIRES: rendezvous outlives the call.
+  absl::Status Run(const RunGraphRequest& request, Rendezvous* rendezvous, RunGraphResponse* response);
+
+  int NumGraphs() const;
+
+ private:
+  struct Item;
+
+  absl::StatusOr<std::shared_ptr<Item>> Find(const std::string& handle) const;
+
+  const std::string task_;
+  const std::vector<Device*> devices_;
+  ThreadPool* const inter_op_pool_;
+  const std::string handle_prefix_;  // random per GraphMgr
+
+  mutable absl::Mutex mu_;
+  int64_t next_handle_ ABSL_GUARDED_BY(mu_) = 0;
+  // Shared with running steps, which keep a deregistered graph alive.
+  absl::flat_hash_map<std::string, std::shared_ptr<Item>> graphs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace worker
+}  // namespace weft
+
+#endif  // WEFT_WORKER_GRAPH_MGR_H_

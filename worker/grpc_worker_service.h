@@ -1,0 +1,54 @@
+// GrpcWorkerService: WorkerService over gRPC's callback API, a thin adapter
+// onto the Worker core.
+//
+// Each method hands its request to the Worker and returns the reactor at
+// once; the Worker's callback finishes it, from whatever thread completes the
+// work, so no reaction ever blocks. RecvTensor is a raw method: its reply is
+// the ByteBuffer of worker/tensor_coding.h whose payload slice points into the
+// sender's tensor buffer. A RecvTensor whose client goes away is finished
+// with CANCELLED at once; the value, when it comes, is dropped.
+//
+// Thread-safety: thread-safe; `worker` (borrowed) outlives the service and
+// the server it is registered with.
+#ifndef WEFT_WORKER_GRPC_WORKER_SERVICE_H_
+#define WEFT_WORKER_GRPC_WORKER_SERVICE_H_
+
+#include "proto/worker_service.grpc.pb.h"
+#include "worker/worker.h"
+
+namespace weft {
+namespace worker {
+
+using GrpcWorkerServiceBase = WorkerService::WithCallbackMethod_GetStatus<
+    WorkerService::WithCallbackMethod_RegisterGraph<WorkerService::WithCallbackMethod_DeregisterGraph<
+        WorkerService::WithCallbackMethod_RunGraph<WorkerService::WithRawCallbackMethod_RecvTensor<
+            WorkerService::WithCallbackMethod_AbortStep<WorkerService::WithCallbackMethod_CleanupStep<
+                WorkerService::Service>>>>>>>;
+
+class GrpcWorkerService final : public GrpcWorkerServiceBase {
+ public:
+  explicit GrpcWorkerService(Worker* worker) : worker_(worker) {}
+
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx, const GetStatusRequest* request,
+                                      GetStatusResponse* response) override;
+  grpc::ServerUnaryReactor* RegisterGraph(grpc::CallbackServerContext* ctx, const RegisterGraphRequest* request,
+                                          RegisterGraphResponse* response) override;
+  grpc::ServerUnaryReactor* DeregisterGraph(grpc::CallbackServerContext* ctx, const DeregisterGraphRequest* request,
+                                            DeregisterGraphResponse* response) override;
+  grpc::ServerUnaryReactor* RunGraph(grpc::CallbackServerContext* ctx, const RunGraphRequest* request,
+                                     RunGraphResponse* response) override;
+  grpc::ServerUnaryReactor* RecvTensor(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* AbortStep(grpc::CallbackServerContext* ctx, const AbortStepRequest* request,
+                                      AbortStepResponse* response) override;
+  grpc::ServerUnaryReactor* CleanupStep(grpc::CallbackServerContext* ctx, const CleanupStepRequest* request,
+                                        CleanupStepResponse* response) override;
+
+ private:
+  Worker* const worker_;
+};
+
+}  // namespace worker
+}  // namespace weft
+
+#endif  // WEFT_WORKER_GRPC_WORKER_SERVICE_H_

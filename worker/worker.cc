@@ -1,0 +1,153 @@
+#include "worker/worker.h"
+
+#include <utility>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "graph/device_name.h"
+
+namespace weft {
+namespace worker {
+namespace {
+
+uint64_t NewIncarnation() {
+  absl::BitGen gen;
+  uint64_t id = 0;
+  while (id == 0) id = absl::Uniform<uint64_t>(gen);
+  return id;
+}
+
+}  // namespace
+
+Worker::Worker(const WorkerOptions& options)
+    : task_(TaskName(options.job, options.task_index)),
+      incarnation_(NewIncarnation()),
+      rendezvous_mgr_([this, puller = options.puller](int64_t step_id) -> std::shared_ptr<Rendezvous> {
+        return RemoteRendezvous::Create(task_, step_id, puller);
+      }) {
+  for (int i = 0; i < std::max(options.num_cpu_devices, 1); ++i) {
+    devices_.push_back(
+        std::make_unique<CpuDevice>(absl::StrCat(task_, "/device:CPU:", i), options.intra_op_threads));
+    device_ptrs_.push_back(devices_.back().get());
+  }
+  if (options.inter_op_threads > 0) {
+    inter_op_pool_ = std::make_unique<ThreadPool>(task_ + "/inter_op", options.inter_op_threads);
+  }
+  graph_mgr_ = std::make_unique<GraphMgr>(task_, device_ptrs_, inter_op_pool_.get());
+  compute_pool_ = std::make_unique<ThreadPool>(task_ + "/compute", std::max(options.compute_threads, 1));
+}
+
+Worker::~Worker() { Shutdown(); }
+
+absl::Status Worker::ShuttingDown() const {
+  return absl::UnavailableError(absl::StrCat("task ", task_, " is shutting down"));
+}
+
+void Worker::Schedule(std::function<void()> fn, const StatusCallback& done) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!shutting_down_) {
+      compute_pool_->Schedule(std::move(fn));
+      return;
+    }
+  }
+  done(ShuttingDown());
+}
+
+void Worker::Shutdown() {
+  absl::MutexLock shutdown_lock(&shutdown_mu_);
+  if (compute_pool_ == nullptr) return;
+  {
+    absl::MutexLock lock(&mu_);
+    shutting_down_ = true;
+  }
+  // No Schedule reaches the pool from here on; aborting wakes every blocked
+  // _Recv, so the running steps return and the pool can be joined.
+  rendezvous_mgr_.AbortAll(ShuttingDown());
+  compute_pool_.reset();
+}
+
+void Worker::GetStatusAsync(const GetStatusRequest*, GetStatusResponse* response, StatusCallback done) {
+  response->set_task(task_);
+  response->set_incarnation(incarnation_);
+  for (Device* d : device_ptrs_) {
+    DeviceAttributes* a = response->add_device();
+    a->set_name(d->name());
+    a->set_device_type(d->device_type());
+    a->set_memory_limit(0);
+    a->set_incarnation(incarnation_);
+  }
+  done(absl::OkStatus());
+}
+
+void Worker::RegisterGraphAsync(const RegisterGraphRequest* request, RegisterGraphResponse* response,
+                                StatusCallback done) {
+  Schedule(
+      [this, request, response, done] {
+        auto handle = graph_mgr_->Register(*request);
+        if (!handle.ok()) return done(handle.status());
+        response->set_graph_handle(*handle);
+        Logger("worker")->debug("registered {} ({} nodes)", *handle, request->graph_def().node_size());
+        done(absl::OkStatus());
+      },
+      done);
+}
+
+void Worker::DeregisterGraphAsync(const DeregisterGraphRequest* request, DeregisterGraphResponse*,
+                                  StatusCallback done) {
+  Schedule([this, request, done] { done(graph_mgr_->Deregister(request->graph_handle())); }, done);
+}
+
+void Worker::RunGraphAsync(const RunGraphRequest* request, RunGraphResponse* response, StatusCallback done) {
+  Schedule(
+      [this, request, response, done] {
+        const int64_t step_id = request->step_id();
+        std::shared_ptr<Rendezvous> rendezvous = rendezvous_mgr_.Find(step_id);
+        absl::Status s = graph_mgr_->Run(*request, rendezvous.get(), response);
+        if (!s.ok()) {
+          // Peers pulling this step's values, and its other partitions here,
+          // must not wait for values that will never come.
+          rendezvous_mgr_.AbortStep(step_id, s);
+          Logger("worker")->debug("step {} failed: {}", step_id, s.ToString());
+        }
+        done(s);
+      },
+      done);
+}
+
+void Worker::AbortStepAsync(const AbortStepRequest* request, AbortStepResponse*, StatusCallback done) {
+  absl::StatusCode code = static_cast<absl::StatusCode>(request->code());
+  if (code == absl::StatusCode::kOk) code = absl::StatusCode::kAborted;
+  const std::string message =
+      request->message().empty() ? absl::StrCat("step ", request->step_id(), " aborted") : request->message();
+  rendezvous_mgr_.AbortStep(request->step_id(), absl::Status(code, message));
+  done(absl::OkStatus());
+}
+
+void Worker::CleanupStepAsync(const CleanupStepRequest* request, CleanupStepResponse*, StatusCallback done) {
+  rendezvous_mgr_.Cleanup(request->step_id());
+  done(absl::OkStatus());
+}
+
+void Worker::RecvTensorAsync(const RecvTensorRequest* request, Rendezvous::DoneCallback done) {
+  auto key = ParseRendezvousKey(request->rendezvous_key());
+  if (!key.ok()) return done(key.status(), Tensor(), false);
+  auto device = DeviceName::Parse(key->send_device);
+  if (!device.ok()) return done(device.status(), Tensor(), false);
+  if (TaskName(device->job, device->task) != task_) {
+    return done(absl::InvalidArgumentError(absl::StrCat("RecvTensor for '", key->tensor_name, "' sent on ",
+                                                        key->send_device, " reached task ", task_)),
+                Tensor(), false);
+  }
+  if (key->incarnation != 0 && key->incarnation != incarnation_) {
+    return done(absl::AbortedError(absl::StrCat("task ", task_, " restarted: '", key->tensor_name,
+                                                "' was sent by incarnation ", absl::Hex(key->incarnation),
+                                                ", this is ", absl::Hex(incarnation_))),
+                Tensor(), false);
+  }
+  rendezvous_mgr_.Find(request->step_id())->RecvLocalAsync(request->rendezvous_key(), std::move(done));
+}
+
+}  // namespace worker
+}  // namespace weft

@@ -1,0 +1,118 @@
+// Worker: one task's side of the distributed runtime, without any RPC.
+//
+// A Worker owns the task's CPU devices ("/job:J/task:T/device:CPU:i"), its
+// registered partitions (GraphMgr) and the rendezvous of its live steps. Its
+// handlers have the shape `XAsync(request, response, done)`: GetStatus,
+// AbortStep, CleanupStep and RecvTensor complete on the caller's thread
+// without blocking; RegisterGraph, DeregisterGraph and RunGraph run on the
+// worker's compute pool, so a gRPC reaction that calls them never blocks.
+//
+// Steps: RunGraph(step_id, iterations=K) runs the partition K times with step
+// ids step_id..step_id+K-1 on the rendezvous of step_id. A failure aborts that
+// rendezvous (waking every _Recv of the step here, and the peers' pulls of its
+// values). AbortStep does the same on the master's order; CleanupStep drops
+// the rendezvous when the step is over on every task.
+//
+// RecvTensor serves a peer's pull: it waits in the step's local table until
+// the value is sent or the step aborts. A key whose send device is on another
+// task is INVALID_ARGUMENT; one naming another incarnation of this task
+// (nonzero and different) is ABORTED, since that value was lost in a restart.
+//
+// Shutdown (also run by the destructor) fails every live and later step with
+// UNAVAILABLE, rejects new work, and waits for running steps to return.
+//
+// Thread-safety: thread-safe.
+#ifndef WEFT_WORKER_WORKER_H_
+#define WEFT_WORKER_WORKER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "common/thread_pool.h"
+#include "proto/worker_service.pb.h"
+#include "runtime/device.h"
+#include "runtime/rendezvous.h"
+#include "worker/graph_mgr.h"
+#include "worker/remote_rendezvous.h"
+#include "worker/worker_interface.h"
+
+namespace weft {
+namespace worker {
+
+struct WorkerOptions {
+  std::string job = "worker";
+  int task_index = 0;
+  int num_cpu_devices = 1;
+  // Threads inside one kernel, per device (0: one per core).
+  int intra_op_threads = 1;
+  // Threads that run independent nodes of the task's steps in parallel,
+  // shared by all steps (0: each step runs inline on its compute thread).
+  int inter_op_threads = 2;
+  // RunGraph/RegisterGraph calls that run at once.
+  int compute_threads = 4;
+  // Pulls values sent on other tasks; nullptr for a task without peers.
+  // Borrowed: must outlive the worker.
+  TensorPullerInterface* puller = nullptr;
+};
+
+class Worker {
+ public:
+  explicit Worker(const WorkerOptions& options);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // "/job:worker/task:0"
+  const std::string& task() const { return task_; }
+  // Random, nonzero, fixed for the worker's lifetime.
+  uint64_t incarnation() const { return incarnation_; }
+  const std::vector<Device*>& devices() const { return device_ptrs_; }
+
+  void GetStatusAsync(const GetStatusRequest* request, GetStatusResponse* response, StatusCallback done);
+  void RegisterGraphAsync(const RegisterGraphRequest* request, RegisterGraphResponse* response, StatusCallback done);
+  void DeregisterGraphAsync(const DeregisterGraphRequest* request, DeregisterGraphResponse* response,
+                            StatusCallback done);
+  void RunGraphAsync(const RunGraphRequest* request, RunGraphResponse* response, StatusCallback done);
+  void AbortStepAsync(const AbortStepRequest* request, AbortStepResponse* response, StatusCallback done);
+  void CleanupStepAsync(const CleanupStepRequest* request, CleanupStepResponse* response, StatusCallback done);
+  // `done` gets the value (sharing the sender's buffer) or the failure.
+  void RecvTensorAsync(const RecvTensorRequest* request, Rendezvous::DoneCallback done);
+
+  // Idempotent. Returns once no step is running and none can start.
+  // REQUIRES: not called from a callback of this worker (it joins them).
+  void Shutdown();
+
+  // For tests and monitoring.
+  RendezvousMgr* rendezvous_mgr() { return &rendezvous_mgr_; }
+  int NumGraphs() const { return graph_mgr_->NumGraphs(); }
+
+ private:
+  // Runs `fn` on the compute pool, or fails `done` with UNAVAILABLE once the
+  // worker is shutting down.
+  void Schedule(std::function<void()> fn, const StatusCallback& done);
+  absl::Status ShuttingDown() const;
+
+  const std::string task_;
+  const uint64_t incarnation_;
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::vector<Device*> device_ptrs_;
+  std::unique_ptr<ThreadPool> inter_op_pool_;
+  std::unique_ptr<GraphMgr> graph_mgr_;
+  RendezvousMgr rendezvous_mgr_;
+
+  absl::Mutex shutdown_mu_;  // serialises Shutdown; taken before mu_
+  absl::Mutex mu_;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  // Set in the constructor; reset (joined) by Shutdown under shutdown_mu_.
+  // Schedule uses it under mu_ only while !shutting_down_.
+  std::unique_ptr<ThreadPool> compute_pool_;
+};
+
+}  // namespace worker
+}  // namespace weft
+
+#endif  // WEFT_WORKER_WORKER_H_

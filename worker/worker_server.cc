@@ -1,0 +1,71 @@
+#include "worker/worker_server.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_util.h"
+#include "common/logging.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+
+namespace weft {
+namespace worker {
+
+WorkerServer::WorkerServer(const WorkerServerOptions& options) : shutdown_grace_(options.shutdown_grace) {
+  puller_ = std::make_unique<GrpcTensorPuller>(options.cluster, &channels_, options.recv_tensor_timeout);
+  WorkerOptions w;
+  w.job = options.job;
+  w.task_index = options.task_index;
+  w.num_cpu_devices = options.num_cpu_devices;
+  w.intra_op_threads = options.intra_op_threads;
+  w.inter_op_threads = options.inter_op_threads;
+  w.compute_threads = options.compute_threads;
+  w.puller = puller_.get();
+  worker_ = std::make_unique<Worker>(w);
+  service_ = std::make_unique<GrpcWorkerService>(worker_.get());
+}
+
+WorkerServer::~WorkerServer() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<WorkerServer>> StartWorkerServer(const WorkerServerOptions& options) {
+  std::unique_ptr<WorkerServer> s(new WorkerServer(options));
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  ConfigureServer(&builder);
+  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &s->port_);
+  builder.RegisterService(s->service_.get());
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->port_ == 0) {
+    s->server_.reset();
+    s->worker_->Shutdown();
+    return absl::UnavailableError(
+        absl::StrCat("task ", s->task(), " could not listen on ", options.listen_address));
+  }
+  const size_t colon = options.listen_address.rfind(':');
+  s->address_ = absl::StrCat(options.listen_address.substr(0, colon), ":", s->port_);
+  s->server_->GetHealthCheckService()->SetServingStatus(true);
+  Logger("worker")->info("task {} serving on {}", s->task(), s->address_);
+  return s;
+}
+
+void WorkerServer::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return;
+  stopped_ = true;
+  if (server_ != nullptr) server_->GetHealthCheckService()->SetServingStatus(false);
+  worker_->Shutdown();
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(shutdown_grace_));
+    server_->Wait();
+  }
+  Logger("worker")->info("task {} stopped", worker_->task());
+}
+
+void WorkerServer::Wait() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&stopped_));
+}
+
+}  // namespace worker
+}  // namespace weft

@@ -1,0 +1,91 @@
+// WorkerServer: a task's gRPC server, what `weft worker` and `weft ps` run.
+//
+// It owns the Worker core, the WorkerService adapter, the standard health
+// service (grpc.health.v1, SERVING while up), the channels to its peers and
+// the puller that the remote rendezvous uses to fetch their tensors.
+//
+// Shutdown stops in this order: health turns NOT_SERVING; the Worker aborts
+// every step with UNAVAILABLE (completing pending _Recv kernels and
+// RecvTensor calls) and joins its threads; the gRPC server stops, letting
+// in-flight calls finish until `shutdown_grace` and cancelling the rest.
+//
+// Thread-safety: thread-safe. Shutdown may be called from any thread except
+// a gRPC or worker callback; the destructor calls it.
+#ifndef WEFT_WORKER_WORKER_SERVER_H_
+#define WEFT_WORKER_WORKER_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/server.h"
+#include "proto/cluster.pb.h"
+#include "worker/grpc_channel_cache.h"
+#include "worker/grpc_remote_worker.h"
+#include "worker/grpc_worker_service.h"
+#include "worker/worker.h"
+
+namespace weft {
+namespace worker {
+
+struct WorkerServerOptions {
+  std::string job = "worker";
+  int task_index = 0;
+  // "host:port"; port 0 picks a free one (see WorkerServer::port()).
+  std::string listen_address = "0.0.0.0:0";
+  // Peer addresses, for pulling tensors. May be empty for a lone task.
+  ClusterDef cluster;
+  int num_cpu_devices = 1;
+  int intra_op_threads = 1;
+  int inter_op_threads = 2;
+  int compute_threads = 4;
+  absl::Duration recv_tensor_timeout = kDefaultRecvTensorTimeout;
+  absl::Duration shutdown_grace = absl::Seconds(5);
+};
+
+class WorkerServer {
+ public:
+  ~WorkerServer();
+
+  const std::string& task() const { return worker_->task(); }
+  // The bound port, and "host:port" with it.
+  int port() const { return port_; }
+  const std::string& address() const { return address_; }
+  Worker* worker() { return worker_.get(); }
+  // Replaces the peer addresses used to pull tensors.
+  void SetCluster(const ClusterDef& cluster) { puller_->SetCluster(cluster); }
+
+  // Idempotent; returns once every thread the server started is joined.
+  void Shutdown();
+  // Blocks until Shutdown (from another thread) completes.
+  void Wait();
+
+ private:
+  friend absl::StatusOr<std::unique_ptr<WorkerServer>> StartWorkerServer(const WorkerServerOptions&);
+  explicit WorkerServer(const WorkerServerOptions& options);
+
+  const absl::Duration shutdown_grace_;
+  // Declared in dependency order: destroyed server first, channels last.
+  ChannelCache channels_;
+  std::unique_ptr<GrpcTensorPuller> puller_;
+  std::unique_ptr<Worker> worker_;
+  std::unique_ptr<GrpcWorkerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::string address_;
+
+  absl::Mutex mu_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Builds and starts the server. UNAVAILABLE naming the address when it cannot
+// be bound.
+absl::StatusOr<std::unique_ptr<WorkerServer>> StartWorkerServer(const WorkerServerOptions& options);
+
+}  // namespace worker
+}  // namespace weft
+
+#endif  // WEFT_WORKER_WORKER_SERVER_H_

@@ -1,0 +1,395 @@
+#include "worker/worker.h"
+
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
+#include "common/tensor_proto_coding.h"
+#include "graph/builder.h"
+#include "graph/partition.h"
+#include "gtest/gtest.h"
+#include "runtime/executor.h"
+#include "runtime/testing/test_util.h"
+#include "worker/local_worker.h"
+#include "worker/worker_test_util.h"
+
+namespace weft {
+namespace worker {
+namespace {
+
+using testing::kTask0;
+using testing::kTask0Cpu;
+using testing::kTask1;
+using testing::kTask1Cpu;
+using testing::MakeRegisterRequest;
+using testing::WaitFor;
+
+void AddFeed(RunGraphRequest* r, const std::string& name, const Tensor& t) {
+  NamedTensorProto* s = r->add_send();
+  s->set_name(name);
+  TensorToProto(t, s->mutable_tensor());
+}
+
+Tensor Fetched(const RunGraphResponse& r, const std::string& name) {
+  for (const NamedTensorProto& t : r.recv()) {
+    if (t.name() == name) return TensorFromProto(t.tensor()).value();
+  }
+  ADD_FAILURE() << "no fetch " << name;
+  return Tensor();
+}
+
+WorkerOptions Options(int task) {
+  WorkerOptions o;
+  o.task_index = task;
+  return o;
+}
+
+// Two tasks in one process, connected by direct calls.
+class WorkerTest : public ::testing::Test {
+ protected:
+  WorkerTest() {
+    WorkerOptions o0 = Options(0), o1 = Options(1);
+    o0.puller = o1.puller = &puller_;
+    w0_ = std::make_unique<Worker>(o0);
+    w1_ = std::make_unique<Worker>(o1);
+    puller_.AddWorker(w0_.get());
+    puller_.AddWorker(w1_.get());
+    lw0_ = std::make_unique<LocalWorker>(w0_.get());
+    lw1_ = std::make_unique<LocalWorker>(w1_.get());
+  }
+  ~WorkerTest() override {
+    w0_->Shutdown();
+    w1_->Shutdown();
+  }
+
+  absl::StatusOr<std::string> Register(WorkerInterface* w, const RegisterGraphRequest& req) {
+    RegisterGraphResponse resp;
+    absl::Status s = WaitFor([&](StatusCallback d) { w->RegisterGraphAsync(&req, &resp, d); });
+    if (!s.ok()) return s;
+    return resp.graph_handle();
+  }
+  absl::Status Run(WorkerInterface* w, const RunGraphRequest& req, RunGraphResponse* resp) {
+    return WaitFor([&](StatusCallback d) { w->RunGraphAsync(&req, resp, absl::InfiniteDuration(), d); });
+  }
+
+  InProcessTensorPuller puller_;
+  std::unique_ptr<Worker> w0_, w1_;
+  std::unique_ptr<LocalWorker> lw0_, lw1_;
+};
+
+TEST_F(WorkerTest, GetStatusReportsTaskIncarnationAndDevices) {
+  GetStatusRequest req;
+  GetStatusResponse resp;
+  ASSERT_TRUE(WaitFor([&](StatusCallback d) { lw0_->GetStatusAsync(&req, &resp, d); }).ok());
+  EXPECT_EQ(resp.task(), kTask0);
+  EXPECT_NE(resp.incarnation(), 0u);
+  EXPECT_EQ(resp.incarnation(), w0_->incarnation());
+  EXPECT_NE(w0_->incarnation(), w1_->incarnation());
+  ASSERT_EQ(resp.device_size(), 1);
+  EXPECT_EQ(resp.device(0).name(), kTask0Cpu);
+  EXPECT_EQ(resp.device(0).device_type(), "CPU");
+}
+
+class SingleTaskGraph : public WorkerTest {
+ protected:
+  void SetUp() override {
+    Graph g;
+    GraphBuilder b(&g);
+    b.set_device(kTask0Cpu);
+    Output x = b.Placeholder(DType::kFloat32, {2, 2}, "x");
+    Output w = b.Const(weft::testing::FloatTensor({2, 2}, {1, 2, 3, 4}), "w");
+    Output y = b.Op("MatMul", {x, w}, {}, "y");
+    b.Op("Relu", {y}, {}, "r");
+    ASSERT_TRUE(b.status().ok()) << b.status();
+    auto h = Register(lw0_.get(), MakeRegisterRequest(g.ToGraphDef(), {"x"}, {"y", "r"}));
+    ASSERT_TRUE(h.ok()) << h.status();
+    handle_ = *h;
+  }
+  RunGraphRequest Request(const Tensor& x) {
+    RunGraphRequest r;
+    r.set_graph_handle(handle_);
+    r.set_step_id(1);
+    AddFeed(&r, "x", x);
+    return r;
+  }
+  std::string handle_;
+};
+
+TEST_F(SingleTaskGraph, RunsWithFeedsAndFetches) {
+  RunGraphRequest req = Request(weft::testing::FloatTensor({2, 2}, {1, 0, 0, -1}));
+  RunGraphResponse resp;
+  ASSERT_TRUE(Run(lw0_.get(), req, &resp).ok());
+  ASSERT_EQ(resp.recv_size(), 2);
+  EXPECT_EQ(weft::testing::MaxAbsDiff(Fetched(resp, "y"), weft::testing::FloatTensor({2, 2}, {1, 2, -3, -4})), 0);
+  EXPECT_EQ(weft::testing::MaxAbsDiff(Fetched(resp, "r"), weft::testing::FloatTensor({2, 2}, {1, 2, 0, 0})), 0);
+
+  // recv_key picks a subset, in the order asked.
+  req.add_recv_key("r");
+  resp.Clear();
+  ASSERT_TRUE(Run(lw0_.get(), req, &resp).ok());
+  ASSERT_EQ(resp.recv_size(), 1);
+  EXPECT_EQ(resp.recv(0).name(), "r");
+}
+
+TEST_F(SingleTaskGraph, BadFeedsAndFetchesAreInvalidArgumentNamingThem) {
+  RunGraphResponse resp;
+  RunGraphRequest wrong_dtype = Request(weft::testing::IntTensor({2, 2}, {1, 2, 3, 4}));
+  absl::Status s = Run(lw0_.get(), wrong_dtype, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "feed 'x'")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "task /job:worker/task:0")) << s;
+
+  RunGraphRequest missing;
+  missing.set_graph_handle(handle_);
+  s = Run(lw0_.get(), missing, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "feed 'x' has no value")) << s;
+
+  RunGraphRequest unknown = Request(weft::testing::FloatTensor({2, 2}, {1, 2, 3, 4}));
+  AddFeed(&unknown, "nope", Tensor::Scalar<float>(1));
+  s = Run(lw0_.get(), unknown, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "'nope'")) << s;
+
+  RunGraphRequest bad_fetch = Request(weft::testing::FloatTensor({2, 2}, {1, 2, 3, 4}));
+  bad_fetch.add_recv_key("zzz");
+  s = Run(lw0_.get(), bad_fetch, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "'zzz'")) << s;
+}
+
+TEST_F(SingleTaskGraph, UnknownOrDeregisteredHandleIsNotFound) {
+  RunGraphRequest req = Request(weft::testing::FloatTensor({2, 2}, {1, 2, 3, 4}));
+  req.set_graph_handle("no_such_graph");
+  RunGraphResponse resp;
+  absl::Status s = Run(lw0_.get(), req, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "'no_such_graph'")) << s;
+
+  DeregisterGraphRequest dereg;
+  dereg.set_graph_handle(handle_);
+  DeregisterGraphResponse dresp;
+  ASSERT_TRUE(WaitFor([&](StatusCallback d) { lw0_->DeregisterGraphAsync(&dereg, &dresp, d); }).ok());
+  EXPECT_EQ(w0_->NumGraphs(), 0);
+  EXPECT_EQ(Run(lw0_.get(), Request(weft::testing::FloatTensor({2, 2}, {1, 2, 3, 4})), &resp).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(WaitFor([&](StatusCallback d) { lw0_->DeregisterGraphAsync(&dereg, &dresp, d); }).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(WorkerTest, RegisterRejectsAnotherTasksDevice) {
+  Graph g;
+  GraphBuilder b(&g);
+  b.set_device(kTask1Cpu);
+  b.ScalarConst(1.0f, "c");
+  ASSERT_TRUE(b.status().ok());
+  auto h = Register(lw0_.get(), MakeRegisterRequest(g.ToGraphDef(), {}, {"c"}));
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(h.status().message(), "node 'c'")) << h.status();
+}
+
+TEST_F(WorkerTest, IterationsRunTheStepThatManyTimes) {
+  Graph g;
+  GraphBuilder b(&g);
+  Output v = b.Variable("v", DType::kFloat32, {2}, "ones");
+  Output grad = b.Const(weft::testing::FloatTensor({2}, {1, 2}), "grad");
+  b.Op("ApplyGradientDescent", {v, grad}, {Attr("learning_rate", 0.5f)}, "apply");
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  auto h = Register(lw0_.get(), MakeRegisterRequest(g.ToGraphDef(), {}, {"apply"}));
+  ASSERT_TRUE(h.ok()) << h.status();
+
+  RunGraphRequest req;
+  req.set_graph_handle(*h);
+  req.set_step_id(10);
+  req.set_iterations(3);
+  RunGraphResponse resp;
+  ASSERT_TRUE(Run(lw0_.get(), req, &resp).ok());
+  // v = 1 - 3 * 0.5 * grad
+  EXPECT_EQ(weft::testing::MaxAbsDiff(Fetched(resp, "apply"), weft::testing::FloatTensor({2}, {-0.5f, -2.0f})), 0);
+
+  req.set_iterations(1);
+  req.set_step_id(13);
+  resp.Clear();
+  ASSERT_TRUE(Run(lw0_.get(), req, &resp).ok());
+  EXPECT_EQ(weft::testing::MaxAbsDiff(Fetched(resp, "apply"), weft::testing::FloatTensor({2}, {-1.0f, -3.0f})), 0);
+
+  req.set_iterations(-1);
+  EXPECT_EQ(Run(lw0_.get(), req, &resp).code(), absl::StatusCode::kInvalidArgument);
+}
+
+class TwoTasks : public WorkerTest {
+ protected:
+  void SetUp() override {
+    auto split = testing::BuildSplitGraph(3, 4, 2, /*seed=*/7);
+    ASSERT_TRUE(split.ok()) << split.status();
+    split_ = *std::move(split);
+    auto h0 = Register(lw0_.get(), MakeRegisterRequest(split_.part0, {"x"}, {"z"}));
+    auto h1 = Register(lw1_.get(), MakeRegisterRequest(split_.part1, {}, {"y"}));
+    ASSERT_TRUE(h0.ok()) << h0.status();
+    ASSERT_TRUE(h1.ok()) << h1.status();
+    req0_.set_graph_handle(*h0);
+    req1_.set_graph_handle(*h1);
+  }
+
+  // Runs both partitions of `step` at once.
+  void RunStep(int64_t step, const Tensor& x, absl::Status* s0, absl::Status* s1, RunGraphResponse* r0,
+               RunGraphResponse* r1) {
+    req0_.set_step_id(step);
+    req1_.set_step_id(step);
+    req0_.clear_send();
+    AddFeed(&req0_, "x", x);
+    std::thread t1([&] { *s1 = Run(lw1_.get(), req1_, r1); });
+    *s0 = Run(lw0_.get(), req0_, r0);
+    t1.join();
+  }
+
+  testing::SplitGraph split_;
+  RunGraphRequest req0_, req1_;
+};
+
+TEST_F(TwoTasks, PartitionedStepMatchesTheWholeGraph) {
+  CpuDevice cpu("/device:CPU:0", 1);
+  for (int64_t step = 1; step <= 3; ++step) {
+    Tensor x = weft::testing::RandomTensor({3, 4}, step);
+    absl::Status s0, s1;
+    RunGraphResponse r0, r1;
+    RunStep(step, x, &s0, &s1, &r0, &r1);
+    ASSERT_TRUE(s0.ok()) << s0;
+    ASSERT_TRUE(s1.ok()) << s1;
+    auto want = RunGraphOnce(*split_.whole, &cpu, {{"x", x}}, {"z", "y"});
+    ASSERT_TRUE(want.ok()) << want.status();
+    EXPECT_LE(weft::testing::MaxAbsDiff(Fetched(r0, "z"), (*want)[0]), 1e-6);
+    EXPECT_LE(weft::testing::MaxAbsDiff(Fetched(r1, "y"), (*want)[1]), 1e-6);
+    for (WorkerInterface* w : {static_cast<WorkerInterface*>(lw0_.get()), static_cast<WorkerInterface*>(lw1_.get())}) {
+      CleanupStepRequest c;
+      c.set_step_id(step);
+      CleanupStepResponse cr;
+      ASSERT_TRUE(WaitFor([&](StatusCallback d) { w->CleanupStepAsync(&c, &cr, d); }).ok());
+    }
+  }
+  EXPECT_EQ(w0_->rendezvous_mgr()->NumSteps(), 0);
+  EXPECT_EQ(w1_->rendezvous_mgr()->NumSteps(), 0);
+}
+
+// The round trip x -> task 1 -> task 0 with no inter-op threads and one
+// compute thread per task: every partition runs inline, and only an
+// asynchronous _Recv lets task 0 reach its _Send while its _Recv waits.
+TEST(WorkerInlineTest, RoundTripRunsWithoutInterOpThreads) {
+  InProcessTensorPuller puller;
+  WorkerOptions o0 = Options(0), o1 = Options(1);
+  for (WorkerOptions* o : {&o0, &o1}) {
+    o->inter_op_threads = 0;
+    o->compute_threads = 1;
+    o->puller = &puller;
+  }
+  Worker w0(o0), w1(o1);
+  puller.AddWorker(&w0);
+  puller.AddWorker(&w1);
+  LocalWorker lw0(&w0), lw1(&w1);
+  auto split = testing::BuildSplitGraph(3, 4, 2, /*seed=*/5);
+  ASSERT_TRUE(split.ok()) << split.status();
+  RegisterGraphRequest reg0 = MakeRegisterRequest(split->part0, {"x"}, {"z"});
+  RegisterGraphRequest reg1 = MakeRegisterRequest(split->part1, {}, {"y"});
+  RegisterGraphResponse h0, h1;
+  ASSERT_TRUE(WaitFor([&](StatusCallback d) { lw0.RegisterGraphAsync(&reg0, &h0, d); }).ok());
+  ASSERT_TRUE(WaitFor([&](StatusCallback d) { lw1.RegisterGraphAsync(&reg1, &h1, d); }).ok());
+  RunGraphRequest req0, req1;
+  req0.set_graph_handle(h0.graph_handle());
+  req1.set_graph_handle(h1.graph_handle());
+  req0.set_step_id(1);
+  req1.set_step_id(1);
+  Tensor x = weft::testing::RandomTensor({3, 4}, 1);
+  AddFeed(&req0, "x", x);
+  RunGraphResponse r0, r1;
+  absl::Notification n1;
+  absl::Status s1;
+  lw1.RunGraphAsync(&req1, &r1, absl::InfiniteDuration(), [&](const absl::Status& s) {
+    s1 = s;
+    n1.Notify();
+  });
+  absl::Status s0 =
+      WaitFor([&](StatusCallback d) { lw0.RunGraphAsync(&req0, &r0, absl::InfiniteDuration(), d); });
+  n1.WaitForNotification();
+  ASSERT_TRUE(s0.ok()) << s0;
+  ASSERT_TRUE(s1.ok()) << s1;
+  CpuDevice cpu("/device:CPU:0", 1);
+  auto want = RunGraphOnce(*split->whole, &cpu, {{"x", x}}, {"z"});
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_LE(weft::testing::MaxAbsDiff(Fetched(r0, "z"), (*want)[0]), 1e-6);
+}
+
+// Task 1 waits for h, which task 0 never sends (it is not run): AbortStep must
+// wake the blocked _Recv with the abort's status.
+TEST_F(TwoTasks, AbortStepWakesABlockedRecv) {
+  req1_.set_step_id(5);
+  absl::Notification finished;
+  absl::Status s1;
+  RunGraphResponse r1;
+  lw1_->RunGraphAsync(&req1_, &r1, absl::InfiniteDuration(), [&](const absl::Status& s) {
+    s1 = s;
+    finished.Notify();
+  });
+  // The pull reaches task 0's table once the _Recv waits.
+  while (w0_->rendezvous_mgr()->NumSteps() == 0) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_FALSE(finished.WaitForNotificationWithTimeout(absl::Milliseconds(50)));
+
+  AbortStepRequest abort;
+  abort.set_step_id(5);
+  abort.set_code(static_cast<int>(absl::StatusCode::kAborted));
+  abort.set_message("task /job:worker/task:0 failed");
+  AbortStepResponse ar;
+  ASSERT_TRUE(WaitFor([&](StatusCallback d) { lw1_->AbortStepAsync(&abort, &ar, d); }).ok());
+  ASSERT_TRUE(finished.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(s1.code(), absl::StatusCode::kAborted) << s1;
+  EXPECT_TRUE(absl::StrContains(s1.message(), "task /job:worker/task:0 failed")) << s1;
+  EXPECT_TRUE(absl::StrContains(s1.message(), "_Recv")) << s1;
+}
+
+// A bad feed fails task 0's step before it sends h; the failure aborts task
+// 0's rendezvous, which fails task 1's pull, so task 1 does not hang either.
+TEST_F(TwoTasks, AFailureOnOneTaskFailsThePeerInsteadOfHangingIt) {
+  absl::Status s0, s1;
+  RunGraphResponse r0, r1;
+  RunStep(9, weft::testing::FloatTensor({1}, {1}), &s0, &s1, &r0, &r1);
+  EXPECT_EQ(s0.code(), absl::StatusCode::kInvalidArgument) << s0;
+  EXPECT_EQ(s1.code(), absl::StatusCode::kInvalidArgument) << s1;
+  EXPECT_TRUE(absl::StrContains(s1.message(), "feed 'x'")) << s1;
+}
+
+TEST_F(TwoTasks, RecvTensorChecksTheKeysTaskAndIncarnation) {
+  auto recv = [&](Worker* w, const std::string& key) {
+    RecvTensorRequest r;
+    r.set_step_id(1);
+    r.set_rendezvous_key(key);
+    absl::Status out;
+    w->RecvTensorAsync(&r, [&](const absl::Status& s, const Tensor&, bool) { out = s; });
+    return out;
+  };
+  absl::Status s = recv(w0_.get(), RendezvousKey(kTask1Cpu, 0, kTask0Cpu, "a:0", 1));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  s = recv(w0_.get(), RendezvousKey(kTask0Cpu, w0_->incarnation() + 1, kTask1Cpu, "a:0", 1));
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_EQ(recv(w0_.get(), "garbage").code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(TwoTasks, ShutdownFailsABlockedStepAndLaterCalls) {
+  req1_.set_step_id(3);
+  absl::Notification finished;
+  absl::Status s1;
+  RunGraphResponse r1;
+  lw1_->RunGraphAsync(&req1_, &r1, absl::InfiniteDuration(), [&](const absl::Status& s) {
+    s1 = s;
+    finished.Notify();
+  });
+  while (w0_->rendezvous_mgr()->NumSteps() == 0) absl::SleepFor(absl::Milliseconds(1));
+  w1_->Shutdown();  // returns only once the step has
+  ASSERT_TRUE(finished.HasBeenNotified());
+  EXPECT_EQ(s1.code(), absl::StatusCode::kUnavailable) << s1;
+  RunGraphResponse again;
+  EXPECT_EQ(Run(lw1_.get(), req1_, &again).code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace worker
+}  // namespace weft
