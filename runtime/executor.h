@@ -45,6 +45,9 @@ struct ExecutorOptions {
   std::vector<std::string> targets;
   // Runs independent nodes in parallel; nullptr runs everything on the caller.
   ThreadPool* inter_op_pool = nullptr;
+  // Where Variable ops keep their values; nullptr uses the device's. A worker
+  // gives each session its own, so two jobs never share weights.
+  ResourceMgr* resources = nullptr;
 };
 
 class Executor {

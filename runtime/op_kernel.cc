@@ -18,7 +18,9 @@ Tensor* OpKernelContext::allocate_output(int i, DType dtype, const TensorShape& 
   return &p_.outputs[i];
 }
 
-ResourceMgr* OpKernelContext::resources() const { return p_.device->resources(); }
+ResourceMgr* OpKernelContext::resources() const {
+  return p_.resources != nullptr ? p_.resources : p_.device->resources();
+}
 ThreadPool* OpKernelContext::intra_op_pool() const { return p_.device->intra_op_pool(); }
 
 void AsyncOpKernel::Compute(OpKernelContext* ctx) {

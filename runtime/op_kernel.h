@@ -60,6 +60,8 @@ class OpKernelContext {
     const Node* node = nullptr;
     Device* device = nullptr;
     int64_t step_id = 0;
+    // Variables' home; nullptr means the device's.
+    ResourceMgr* resources = nullptr;
     // The step's rendezvous for _Send/_Recv; nullptr outside a worker.
     Rendezvous* rendezvous = nullptr;
     absl::Span<const Tensor* const> inputs;

@@ -20,6 +20,10 @@ struct GraphMgr::Item {
   std::unique_ptr<Graph> graph;
   std::vector<std::string> feeds;
   std::vector<std::string> fetches;
+  // The session's variables on this device; declared before the executor,
+  // whose kernels use them.
+  std::shared_ptr<ResourceMgr> resources;
+  std::string resources_key;
   std::unique_ptr<Executor> executor;  // declared after the graph it runs
 };
 
@@ -82,6 +86,16 @@ absl::StatusOr<std::string> GraphMgr::Register(const RegisterGraphRequest& reque
     }
   }
   opts.inter_op_pool = inter_op_pool_;
+  // Each session keeps its own variables, so a second job on the same task
+  // starts from its own initial values, not from the first job's weights.
+  item->resources_key = absl::StrCat(request.session_handle(), "@", device->name());
+  {
+    absl::MutexLock lock(&mu_);
+    auto& slot = session_resources_[item->resources_key];
+    if (slot == nullptr) slot = std::make_shared<ResourceMgr>();
+    item->resources = slot;
+  }
+  opts.resources = item->resources.get();
   item->feeds = opts.feeds;
   item->fetches = opts.fetches;
   ASSIGN_OR_RETURN(item->executor, Executor::Create(item->graph.get(), device, std::move(opts)));
@@ -102,6 +116,9 @@ absl::Status GraphMgr::Deregister(const std::string& handle) {
     }
     item = std::move(it->second);
     graphs_.erase(it);
+    // The session's last graph on this device takes its variables along.
+    auto res = session_resources_.find(item->resources_key);
+    if (res != session_resources_.end() && res->second.use_count() == 2) session_resources_.erase(res);
   }
   return absl::OkStatus();
 }

@@ -67,6 +67,8 @@ class GraphMgr {
   int64_t next_handle_ ABSL_GUARDED_BY(mu_) = 0;
   // Shared with running steps, which keep a deregistered graph alive.
   absl::flat_hash_map<std::string, std::shared_ptr<Item>> graphs_ ABSL_GUARDED_BY(mu_);
+  // "session@device" -> that session's variables; shared by its graphs.
+  absl::flat_hash_map<std::string, std::shared_ptr<ResourceMgr>> session_resources_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace worker

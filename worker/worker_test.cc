@@ -189,6 +189,42 @@ TEST_F(WorkerTest, RegisterRejectsAnotherTasksDevice) {
   EXPECT_TRUE(absl::StrContains(h.status().message(), "node 'c'")) << h.status();
 }
 
+TEST_F(WorkerTest, SessionsKeepTheirOwnVariables) {
+  // The same variable name in two sessions, with different shapes: each
+  // session sees its own; graphs of one session share theirs.
+  auto graph = [](int64_t n) {
+    Graph g;
+    GraphBuilder b(&g);
+    Output v = b.Variable("v", DType::kFloat32, {n}, "ones");
+    b.Op("ApplyGradientDescent", {v, b.Const(weft::testing::FloatTensor({n}, std::vector<float>(n, 1.0f)), "g")},
+         {Attr("learning_rate", 1.0f)}, "apply");
+    EXPECT_TRUE(b.status().ok()) << b.status();
+    return g.ToGraphDef();
+  };
+  auto reg = [&](const std::string& session, int64_t n) {
+    RegisterGraphRequest r = MakeRegisterRequest(graph(n), {}, {"apply"});
+    r.set_session_handle(session);
+    return Register(lw0_.get(), r);
+  };
+  auto run = [&](const std::string& handle) {
+    RunGraphRequest req;
+    req.set_graph_handle(handle);
+    req.set_step_id(1);
+    RunGraphResponse resp;
+    EXPECT_TRUE(Run(lw0_.get(), req, &resp).ok());
+    return Fetched(resp, "apply");
+  };
+  auto a1 = reg("session-a", 2);
+  auto a2 = reg("session-a", 2);
+  auto b1 = reg("session-b", 3);
+  ASSERT_TRUE(a1.ok() && a2.ok() && b1.ok()) << a1.status() << b1.status();
+  EXPECT_EQ(run(*a1).data<float>()[0], 0.0f);   // 1 - 1
+  EXPECT_EQ(run(*a2).data<float>()[0], -1.0f);  // the same variable, updated again
+  Tensor b = run(*b1);                          // its own [3] variable, fresh
+  EXPECT_EQ(b.shape(), TensorShape({3}));
+  EXPECT_EQ(b.data<float>()[0], 0.0f);
+}
+
 TEST_F(WorkerTest, IterationsRunTheStepThatManyTimes) {
   Graph g;
   GraphBuilder b(&g);
