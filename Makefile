@@ -36,7 +36,7 @@ test: deps
 
 demo: deps
 	$(BAZEL) build $(BAZEL_FLAGS) //client:weft
-	"$$($(BAZEL) info bazel-bin 2>/dev/null)/client/weft" train examples/fmnist_mlp.pbtxt
+	"$$($(BAZEL) info bazel-bin 2>/dev/null)/client/weft" local --workers=2 --ps=1 examples/fmnist_mlp.pbtxt
 
 bench: deps
 	@tools/install_deps.sh $(BENCH_PACKAGES)
