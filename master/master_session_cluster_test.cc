@@ -63,8 +63,8 @@ TEST(MasterSessionClusterTest, PartitionedGraphMatchesOneProcess) {
     EXPECT_LE(MaxAbsDiff(got[i], (*want)[i]), 1e-6) << i;
   }
   // The variable lives on the ps task only.
-  EXPECT_EQ(cluster->worker(kPs)->devices()[0]->resources()->VariableNames(), std::vector<std::string>{"w"});
-  EXPECT_TRUE(cluster->worker(kW0)->devices()[0]->resources()->VariableNames().empty());
+  EXPECT_EQ(cluster->worker(kPs)->VariableNames(), std::vector<std::string>{"w"});
+  EXPECT_TRUE(cluster->worker(kW0)->VariableNames().empty());
 }
 
 TEST(MasterSessionClusterTest, TrainingWithVariablesOnPsMatchesOneProcess) {
@@ -107,12 +107,12 @@ TEST(MasterSessionClusterTest, TrainingWithVariablesOnPsMatchesOneProcess) {
     EXPECT_LE(MaxAbsDiff(got[i], (*want)[i]), 1e-6) << tg->variables[i];
   }
   // Variables and their updates ran on ps; workers hold none.
-  const std::vector<std::string> on_ps = cluster->worker(kPs)->devices()[0]->resources()->VariableNames();
+  const std::vector<std::string> on_ps = cluster->worker(kPs)->VariableNames();
   for (const std::string& v : tg->variables) {
     EXPECT_NE(std::find(on_ps.begin(), on_ps.end(), v), on_ps.end()) << v;
   }
   EXPECT_GT(on_ps.size(), tg->variables.size());  // the momentum slots too
-  EXPECT_TRUE(cluster->worker(kW0)->devices()[0]->resources()->VariableNames().empty());
+  EXPECT_TRUE(cluster->worker(kW0)->VariableNames().empty());
   EXPECT_EQ(s->num_signatures(), 2);
 }
 

@@ -123,6 +123,17 @@ absl::Status GraphMgr::Deregister(const std::string& handle) {
   return absl::OkStatus();
 }
 
+std::vector<std::string> GraphMgr::VariableNames() const {
+  std::vector<std::string> names;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, res] : session_resources_) {
+    for (std::string& n : res->VariableNames()) names.push_back(std::move(n));
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
+}
+
 absl::StatusOr<std::shared_ptr<GraphMgr::Item>> GraphMgr::Find(const std::string& handle) const {
   absl::MutexLock lock(&mu_);
   auto it = graphs_.find(handle);

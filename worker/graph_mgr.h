@@ -48,6 +48,8 @@ class GraphMgr {
   absl::StatusOr<std::string> Register(const RegisterGraphRequest& request);
   // NOT_FOUND naming the handle when it is not registered.
   absl::Status Deregister(const std::string& handle);
+  // Names of the variables every live session holds on this task, sorted.
+  std::vector<std::string> VariableNames() const;
   // REQUIRES: rendezvous outlives the call.
   absl::Status Run(const RunGraphRequest& request, Rendezvous* rendezvous, RunGraphResponse* response);
 

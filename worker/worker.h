@@ -89,6 +89,8 @@ class Worker {
   // For tests and monitoring.
   RendezvousMgr* rendezvous_mgr() { return &rendezvous_mgr_; }
   int NumGraphs() const { return graph_mgr_->NumGraphs(); }
+  // Variables held by the live sessions on this task (for tests and tools).
+  std::vector<std::string> VariableNames() const { return graph_mgr_->VariableNames(); }
 
  private:
   // Runs `fn` on the compute pool, or fails `done` with UNAVAILABLE once the
