@@ -208,8 +208,9 @@ absl::StatusOr<TrainResult> LocalTrainer::Train(const std::function<void(const T
     result.test_examples = e.examples;
   }
   result.wall_seconds = Seconds(s_->created);
-  log->info("'{}' {}: {} steps, loss {:.4f}, test accuracy {:.4f}, {:.0f} samples/s", job.name(), result.state,
-            result.steps, result.train_loss, result.test_accuracy, result.samples_per_second);
+  // Debug: callers print their own summary, and a progress bar may still own the line.
+  log->debug("'{}' {}: {} steps, loss {:.4f}, test accuracy {:.4f}, {:.0f} samples/s", job.name(), result.state,
+             result.steps, result.train_loss, result.test_accuracy, result.samples_per_second);
   return result;
 }
 
