@@ -131,3 +131,6 @@ FACTS="$TMP/facts.txt"
   --markdown "$TMP/section.md" > "$TMP/summary.txt"
 "$PYTHON" "$BENCH/bench_md.py" "$OUT" mlp-single --before mlp-single-profile < "$TMP/section.md"
 echo "$(cat "$TMP/summary.txt") -> ${OUT#"$REPO"/}"
+
+# The distributed-runtime benchmarks (issue 3): RecvTensor and the no-op step.
+"$BENCH/transfer.sh"

@@ -25,6 +25,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/master_client.h"
@@ -148,14 +149,16 @@ int Transfer(MasterClient* client, const std::map<std::string, std::string>& f) 
     CheckOk((*session)->Close(), "CloseSession");
 
     const Stats st = Summarize(t);
+    std::string each;
+    for (double x : t) absl::StrAppend(&each, each.empty() ? "" : ", ", absl::StrFormat("%.2f", x * 1e3));
     std::printf(
         "{\"kind\": \"transfer\", \"mib\": %lld, \"bytes\": %lld, \"steps\": %d, \"ms_min\": %.3f, "
         "\"ms_median\": %.3f, \"ms_max\": %.3f, \"GBps_median\": %.4f, \"GBps_best\": %.4f, "
         "\"sender_idle_rss_kib\": %ld, \"sender_hwm_before_kib\": %ld, \"sender_hwm_after_kib\": %ld, "
-        "\"sender_peak_above_idle_kib\": %ld, \"peak_reset\": %s, \"check_sum\": %.1f, \"expected_sum\": %lld}\n",
+        "\"sender_peak_above_idle_kib\": %ld, \"peak_reset\": %s, \"check_sum\": %.1f, \"expected_sum\": %lld, \"ms_each\": [%s]}\n",
         static_cast<long long>(mib), static_cast<long long>(bytes), steps, st.min * 1e3, st.p50 * 1e3, st.max * 1e3,
         bytes / st.p50 / 1e9, bytes / st.min / 1e9, idle_kib, hwm_before, hwm_after, hwm_after - idle_kib,
-        reset ? "true" : "false", sum, static_cast<long long>(n));
+        reset ? "true" : "false", sum, static_cast<long long>(n), each.c_str());
     std::fflush(stdout);
   }
   return 0;

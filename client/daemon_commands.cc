@@ -98,7 +98,7 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
   std::string listen = f->Get("listen");
   if (listen.empty()) listen = absl::StrCat("0.0.0.0:", own.substr(own.rfind(':') + 1));
 
-  SetTaskId(absl::StrCat(config->task.job, ":", config->task.index));
+  SetTaskId(absl::StrCat(config->task.index));  // loggers are named by role: "worker:1"
   auto log = Logger(job);
   BlockTerminationSignals();
   worker::WorkerServerOptions opts;
