@@ -51,7 +51,6 @@ class JobRunner {
   struct Data;
   absl::StatusOr<TrainResult> Train(MasterSession* session, const Data& data,
                                     const std::function<void(const TrainProgress&)>& on_progress);
-  absl::StatusOr<EvalResult> Evaluate(MasterSession* session, const Data& data);
 
   const JobSpec job_;
   const TrainingGraph training_;

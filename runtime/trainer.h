@@ -17,42 +17,9 @@
 
 #include "absl/status/statusor.h"
 #include "proto/job.pb.h"
+#include "runtime/training_loop.h"
 
 namespace weft {
-
-struct TrainProgress {
-  int64_t step = 0;         // steps done
-  int64_t total_steps = 0;
-  int64_t epoch = 0;        // current epoch, from 1
-  int64_t epochs = 0;       // epochs in the job (0 when the job counts steps)
-  double loss = 0;          // mean loss over the current epoch so far
-  double samples_per_second = 0;
-  double elapsed_seconds = 0;
-  bool epoch_end = false;   // set on the update that closes an epoch
-  double test_accuracy = -1;  // when an evaluation just ran
-};
-
-struct EvalResult {
-  double accuracy = 0;
-  double loss = 0;
-  int64_t examples = 0;
-};
-
-struct TrainResult {
-  std::string state;  // SUCCEEDED or CANCELLED
-  std::string job;
-  int64_t steps = 0;
-  int64_t epochs = 0;              // epochs completed (fractional runs round down)
-  double train_loss = 0;           // mean loss over the last epoch's steps
-  double test_accuracy = -1;       // -1 when evaluation was skipped
-  double test_loss = -1;
-  int64_t test_examples = 0;
-  double samples_per_second = 0;   // training steps only
-  double wall_seconds = 0;         // the whole run, loading and evaluation included
-
-  // One JSON object with every field above.
-  std::string ToJson() const;
-};
 
 class LocalTrainer {
  public:
@@ -72,6 +39,8 @@ class LocalTrainer {
  private:
   struct State;
   explicit LocalTrainer(std::unique_ptr<State> state);
+  // How a step and an evaluation batch run in this process.
+  TrainingLoopHooks Hooks(const std::function<void(const TrainProgress&)>& on_progress);
   std::unique_ptr<State> s_;
   std::atomic<bool> cancelled_{false};
 };

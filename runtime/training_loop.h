@@ -1,0 +1,83 @@
+// The training loop that `weft train` and the master's jobs share.
+//
+// RunTrainingLoop walks a job's epochs or steps over the training split
+// (seeded shuffle, batches, prefetch), runs one step per batch through
+// `hooks.step`, which returns the batch's loss, and evaluates as the job asks
+// and at the end through `hooks.evaluate`. It reports progress after every
+// step and stops, with state CANCELLED, once `*hooks.cancelled` is set. Only
+// how a step and an evaluation batch run differs between the two callers: an
+// executor in this process, or a MasterSession over a cluster.
+//
+// Thread-safety: a call runs on the caller's thread; `cancelled` may be set
+// from any thread.
+#ifndef WEFT_RUNTIME_TRAINING_LOOP_H_
+#define WEFT_RUNTIME_TRAINING_LOOP_H_
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/job.pb.h"
+#include "runtime/data/dataset.h"
+
+namespace weft {
+
+struct TrainProgress {
+  int64_t step = 0;         // steps done
+  int64_t total_steps = 0;
+  int64_t epoch = 0;        // current epoch, from 1
+  int64_t epochs = 0;       // epochs in the job (0 when the job counts steps)
+  double loss = 0;          // mean loss over the current epoch so far
+  double samples_per_second = 0;
+  double elapsed_seconds = 0;
+  bool epoch_end = false;   // set on the update that closes an epoch
+  double test_accuracy = -1;  // when an evaluation just ran
+};
+
+struct EvalResult {
+  double accuracy = 0;
+  double loss = 0;
+  int64_t examples = 0;
+};
+
+struct TrainResult {
+  std::string state;  // SUCCEEDED or CANCELLED
+  std::string job;
+  int64_t steps = 0;
+  int64_t epochs = 0;              // epochs completed (fractional runs round down)
+  double train_loss = 0;           // mean loss over the last epoch's steps
+  double test_accuracy = -1;       // -1 when evaluation was skipped
+  double test_loss = -1;
+  int64_t test_examples = 0;
+  double samples_per_second = 0;   // training steps only
+  double wall_seconds = 0;         // the whole run, loading and evaluation included
+
+  // One JSON object with every field above.
+  std::string ToJson() const;
+};
+
+struct TrainingLoopHooks {
+  // Runs one training step on `batch`; returns its loss.
+  std::function<absl::StatusOr<float>(const data::Batch& batch)> step;
+  // Runs one evaluation batch; returns {correct predictions, summed loss}.
+  // Null: the job is not evaluated.
+  std::function<absl::StatusOr<std::pair<double, double>>(const data::Batch& batch)> eval_batch;
+  std::function<void(const TrainProgress&)> on_progress;  // may be null
+  const std::atomic<bool>* cancelled = nullptr;           // may be null
+};
+
+// Trains `job` on `train`, evaluating on `test` (may be empty). `started` is
+// when the run began (loading included), for wall_seconds.
+absl::StatusOr<TrainResult> RunTrainingLoop(const JobSpec& job, const data::InMemoryDataset& train,
+                                            const data::InMemoryDataset& test, const TrainingLoopHooks& hooks,
+                                            std::chrono::steady_clock::time_point started);
+
+// Accuracy and mean loss over all of `test`, in batches of 500.
+absl::StatusOr<EvalResult> EvaluateDataset(const JobSpec& job, const data::InMemoryDataset& test,
+                                           const TrainingLoopHooks& hooks);
+
+}  // namespace weft
+
+#endif  // WEFT_RUNTIME_TRAINING_LOOP_H_
