@@ -123,12 +123,8 @@ int FollowJob(MasterClient* client, const std::string& job_id, bool json) {
   if (last.state() == FAILED) {
     std::fprintf(stderr, "weft: job %s failed: %s\n", job_id.c_str(), last.error().c_str());
     if (json) {
-      std::string msg;
-      for (char c : last.error()) {
-        if (c == '"' || c == '\\') msg += '\\';
-        msg += (c == '\n' ? ' ' : c);
-      }
-      std::printf("{\"state\": \"FAILED\", \"job_id\": \"%s\", \"error\": \"%s\"}\n", job_id.c_str(), msg.c_str());
+      std::printf("{\"state\": \"FAILED\", \"job_id\": %s, \"error\": %s}\n", JsonString(job_id).c_str(),
+                  JsonString(last.error()).c_str());
     }
     return 1;
   }

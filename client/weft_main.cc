@@ -58,12 +58,7 @@ int Fail(bool json, const absl::Status& s) {
   std::fprintf(stderr, "weft: %s\n", std::string(s.message()).c_str());
   if (json) {
     // Only state and the error: a failed run has no figures to report.
-    std::string msg;
-    for (char c : std::string(s.message())) {
-      if (c == '"' || c == '\\') msg += '\\';
-      msg += (c == '\n' ? ' ' : c);
-    }
-    std::printf("{\"state\": \"FAILED\", \"error\": \"%s\"}\n", msg.c_str());
+    std::printf("{\"state\": \"FAILED\", \"error\": %s}\n", JsonString(s.message()).c_str());
   }
   return 1;
 }

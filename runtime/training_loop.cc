@@ -14,6 +14,8 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
+}  // namespace
+
 std::string JsonString(absl::string_view s) {
   std::string out = "\"";
   for (char c : s) {
@@ -32,8 +34,6 @@ std::string JsonString(absl::string_view s) {
   }
   return out + "\"";
 }
-
-}  // namespace
 
 std::string TrainResult::ToJson() const {
   return absl::StrFormat(

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "proto/job.pb.h"
 #include "runtime/data/dataset.h"
 
@@ -57,6 +58,9 @@ struct TrainResult {
   // One JSON object with every field above.
   std::string ToJson() const;
 };
+
+// `s` as a JSON string literal, quotes included.
+std::string JsonString(absl::string_view s);
 
 struct TrainingLoopHooks {
   // Runs one training step on `batch`; returns its loss.
