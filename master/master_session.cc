@@ -552,19 +552,36 @@ absl::Status MasterSession::RunPlan(const Plan& plan, const std::vector<std::pai
 }
 
 void MasterSession::CleanupStep(const Plan& plan, int64_t step_id) {
+  // Fire and forget: the step's result does not depend on the cleanup, so
+  // the client gets its answer one round trip sooner. Close waits for the
+  // calls still under way, so none outlives the session's workers.
+  struct Cleanup {
+    std::vector<CleanupStepRequest> requests;
+    std::vector<CleanupStepResponse> responses;
+    std::vector<std::string> tasks;
+    std::atomic<int> pending{0};
+  };
   const size_t n = plan.tasks.size();
-  std::vector<CleanupStepRequest> requests(n);
-  std::vector<CleanupStepResponse> responses(n);
-  absl::BlockingCounter pending(static_cast<int>(n));
+  if (n == 0) return;
+  auto c = std::make_shared<Cleanup>();
+  c->requests.resize(n);
+  c->responses.resize(n);
+  c->tasks = plan.tasks;
+  c->pending.store(static_cast<int>(n));
+  {
+    absl::MutexLock lock(&mu_);
+    ++pending_cleanups_;
+  }
   for (size_t i = 0; i < n; ++i) {
-    requests[i].set_step_id(step_id);
+    c->requests[i].set_step_id(step_id);
     WorkerInterface* w = workers_->GetOrCreateWorker(plan.tasks[i]);
-    w->CleanupStepAsync(&requests[i], &responses[i], [&, i](const absl::Status& s) {
-      if (!s.ok()) Logger("master")->warn("CleanupStep {} on {}: {}", step_id, plan.tasks[i], s.ToString());
-      pending.DecrementCount();
+    w->CleanupStepAsync(&c->requests[i], &c->responses[i], [this, c, i, step_id](const absl::Status& s) {
+      if (!s.ok()) Logger("master")->warn("CleanupStep {} on {}: {}", step_id, c->tasks[i], s.ToString());
+      if (c->pending.fetch_sub(1) != 1) return;
+      absl::MutexLock lock(&mu_);
+      --pending_cleanups_;
     });
   }
-  pending.Wait();
 }
 
 void MasterSession::AbortRunningSteps(const absl::Status& reason) {
@@ -581,6 +598,7 @@ absl::Status MasterSession::Close() {
     if (closed_) return absl::OkStatus();
     closed_ = true;
     mu_.Await(absl::Condition(+[](int* n) { return *n == 0; }, &active_runs_));
+    mu_.Await(absl::Condition(+[](int* n) { return *n == 0; }, &pending_cleanups_));
     plans.swap(plans_);
   }
   absl::Status first;

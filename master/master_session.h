@@ -18,7 +18,8 @@
 // send; the step returns the root cause prefixed by its task
 // ("task /job:worker/task:1: node 'x' (MatMul): ..."): the first error that
 // is neither an abort nor a _Recv relaying a peer's failure, else the first
-// error. Every step, failed or not, ends with CleanupStep on all its tasks.
+// error. Every step, failed or not, ends with CleanupStep on all its tasks,
+// sent without waiting for the answers (Close waits for them).
 //
 // Thread-safety: thread-safe; concurrent Run calls run concurrent steps.
 #ifndef WEFT_MASTER_MASTER_SESSION_H_
@@ -134,6 +135,8 @@ class MasterSession {
   absl::flat_hash_map<std::string, std::shared_ptr<PlanEntry>> plans_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, std::shared_ptr<Step>> running_ ABSL_GUARDED_BY(mu_);
   int active_runs_ ABSL_GUARDED_BY(mu_) = 0;
+  // CleanupStep rounds still in flight; Close waits for them.
+  int pending_cleanups_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
