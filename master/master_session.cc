@@ -501,6 +501,7 @@ absl::Status MasterSession::RunPlan(const Plan& plan, const std::vector<std::pai
                                     std::vector<Tensor>* outputs) {
   const int64_t step_id = static_cast<int64_t>(step_id_base_ + step_counter_.fetch_add(1));
   auto step = std::make_shared<Step>(step_id, &plan);
+  std::set<std::string> carriers;
   for (size_t i = 0; i < plan.parts.size(); ++i) {
     RunGraphRequest* r = step->request(static_cast<int>(i));
     r->set_session_handle(handle_);
@@ -508,6 +509,10 @@ absl::Status MasterSession::RunPlan(const Plan& plan, const std::vector<std::pai
     r->set_step_id(step_id);
     r->set_iterations(1);
     for (const std::string& f : plan.parts[i].fetches) r->add_recv_key(f);
+    // One partition per task carries the task's deferred cleanups.
+    if (carriers.insert(plan.parts[i].task).second) {
+      for (int64_t id : TakeDeferredCleanup(plan.parts[i].task)) r->add_cleanup_step_id(id);
+    }
   }
   for (size_t k = 0; k < feeds.size(); ++k) {
     const auto& [part, name] = plan.feed_routes[k];
@@ -529,7 +534,7 @@ absl::Status MasterSession::RunPlan(const Plan& plan, const std::vector<std::pai
   // No AbortStep can start now; wait for those under way so none reaches a
   // task after its CleanupStep.
   step->WaitAborts();
-  CleanupStep(plan, step_id);
+  DeferCleanup(plan, step_id);
   RETURN_IF_ERROR(step->status());
 
   outputs->clear();
@@ -551,37 +556,51 @@ absl::Status MasterSession::RunPlan(const Plan& plan, const std::vector<std::pai
   return absl::OkStatus();
 }
 
-void MasterSession::CleanupStep(const Plan& plan, int64_t step_id) {
-  // Fire and forget: the step's result does not depend on the cleanup, so
-  // the client gets its answer one round trip sooner. Close waits for the
+void MasterSession::DeferCleanup(const Plan& plan, int64_t step_id) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> flush;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& task : plan.tasks) {
+      std::vector<int64_t>& ids = deferred_cleanup_[task];
+      ids.push_back(step_id);
+      // A task that this session's recent steps leave out is told directly.
+      if (ids.size() >= kMaxDeferredCleanups) flush.emplace_back(task, std::move(ids));
+    }
+    for (const auto& [task, ids] : flush) deferred_cleanup_.erase(task);
+  }
+  for (auto& [task, ids] : flush) SendCleanup(task, std::move(ids));
+}
+
+std::vector<int64_t> MasterSession::TakeDeferredCleanup(const std::string& task) {
+  absl::MutexLock lock(&mu_);
+  auto it = deferred_cleanup_.find(task);
+  if (it == deferred_cleanup_.end()) return {};
+  std::vector<int64_t> ids = std::move(it->second);
+  deferred_cleanup_.erase(it);
+  return ids;
+}
+
+void MasterSession::SendCleanup(const std::string& task, std::vector<int64_t> step_ids) {
+  if (step_ids.empty()) return;
+  // Fire and forget: no step's result depends on it. Close waits for the
   // calls still under way, so none outlives the session's workers.
-  struct Cleanup {
-    std::vector<CleanupStepRequest> requests;
-    std::vector<CleanupStepResponse> responses;
-    std::vector<std::string> tasks;
-    std::atomic<int> pending{0};
+  struct Call {
+    CleanupStepRequest request;
+    CleanupStepResponse response;
   };
-  const size_t n = plan.tasks.size();
-  if (n == 0) return;
-  auto c = std::make_shared<Cleanup>();
-  c->requests.resize(n);
-  c->responses.resize(n);
-  c->tasks = plan.tasks;
-  c->pending.store(static_cast<int>(n));
+  auto call = std::make_shared<Call>();
+  call->request.set_step_id(step_ids[0]);
+  for (size_t i = 1; i < step_ids.size(); ++i) call->request.add_more_step_id(step_ids[i]);
   {
     absl::MutexLock lock(&mu_);
     ++pending_cleanups_;
   }
-  for (size_t i = 0; i < n; ++i) {
-    c->requests[i].set_step_id(step_id);
-    WorkerInterface* w = workers_->GetOrCreateWorker(plan.tasks[i]);
-    w->CleanupStepAsync(&c->requests[i], &c->responses[i], [this, c, i, step_id](const absl::Status& s) {
-      if (!s.ok()) Logger("master")->warn("CleanupStep {} on {}: {}", step_id, c->tasks[i], s.ToString());
-      if (c->pending.fetch_sub(1) != 1) return;
-      absl::MutexLock lock(&mu_);
-      --pending_cleanups_;
-    });
-  }
+  WorkerInterface* w = workers_->GetOrCreateWorker(task);
+  w->CleanupStepAsync(&call->request, &call->response, [this, call, task](const absl::Status& s) {
+    if (!s.ok()) Logger("master")->warn("CleanupStep {} on {}: {}", call->request.step_id(), task, s.ToString());
+    absl::MutexLock lock(&mu_);
+    --pending_cleanups_;
+  });
 }
 
 void MasterSession::AbortRunningSteps(const absl::Status& reason) {
@@ -593,13 +612,19 @@ void MasterSession::AbortRunningSteps(const absl::Status& reason) {
 
 absl::Status MasterSession::Close() {
   absl::flat_hash_map<std::string, std::shared_ptr<PlanEntry>> plans;
+  absl::flat_hash_map<std::string, std::vector<int64_t>> deferred;
   {
     absl::MutexLock lock(&mu_);
     if (closed_) return absl::OkStatus();
     closed_ = true;
     mu_.Await(absl::Condition(+[](int* n) { return *n == 0; }, &active_runs_));
-    mu_.Await(absl::Condition(+[](int* n) { return *n == 0; }, &pending_cleanups_));
     plans.swap(plans_);
+    deferred.swap(deferred_cleanup_);
+  }
+  for (auto& [task, ids] : deferred) SendCleanup(task, std::move(ids));
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(+[](int* n) { return *n == 0; }, &pending_cleanups_));
   }
   absl::Status first;
   for (auto& [key, entry] : plans) {

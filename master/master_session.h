@@ -18,8 +18,9 @@
 // send; the step returns the root cause prefixed by its task
 // ("task /job:worker/task:1: node 'x' (MatMul): ..."): the first error that
 // is neither an abort nor a _Recv relaying a peer's failure, else the first
-// error. Every step, failed or not, ends with CleanupStep on all its tasks,
-// sent without waiting for the answers (Close waits for them).
+// error. Every step, failed or not, is cleaned up on all its tasks: the
+// cleanup rides on the task's next RunGraph, or is sent as CleanupStep at
+// Close (which waits for those calls).
 //
 // Thread-safety: thread-safe; concurrent Run calls run concurrent steps.
 #ifndef WEFT_MASTER_MASTER_SESSION_H_
@@ -118,7 +119,14 @@ class MasterSession {
   absl::Status Deregister(const Plan& plan);
   absl::Status RunPlan(const Plan& plan, const std::vector<std::pair<std::string, Tensor>>& feeds,
                        std::vector<Tensor>* outputs);
-  void CleanupStep(const Plan& plan, int64_t step_id);
+  // A finished step's cleanup rides on the next RunGraph to each of its tasks
+  // (RunGraphRequest.cleanup_step_id), so a task holds at most the steps that
+  // ended since its last RunGraph; Close sends the rest as CleanupStep, as
+  // does a task's list reaching kMaxDeferredCleanups (many concurrent Runs).
+  static constexpr size_t kMaxDeferredCleanups = 32;
+  void DeferCleanup(const Plan& plan, int64_t step_id);
+  std::vector<int64_t> TakeDeferredCleanup(const std::string& task);
+  void SendCleanup(const std::string& task, std::vector<int64_t> step_ids);
 
   const std::string handle_;
   WorkerCacheInterface* const workers_;
@@ -135,7 +143,8 @@ class MasterSession {
   absl::flat_hash_map<std::string, std::shared_ptr<PlanEntry>> plans_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, std::shared_ptr<Step>> running_ ABSL_GUARDED_BY(mu_);
   int active_runs_ ABSL_GUARDED_BY(mu_) = 0;
-  // CleanupStep rounds still in flight; Close waits for them.
+  // Ended steps not yet cleaned up, by task; CleanupStep calls in flight.
+  absl::flat_hash_map<std::string, std::vector<int64_t>> deferred_cleanup_ ABSL_GUARDED_BY(mu_);
   int pending_cleanups_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };

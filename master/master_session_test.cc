@@ -56,6 +56,7 @@ class RecordingWorker : public FakeWorker {
     {
       absl::MutexLock lock(&mu_);
       runs_.push_back(*request);
+      for (int64_t id : request->cleanup_step_id()) cleanups_.push_back(id);
       if (block_run) {
         blocked_[request->step_id()] = std::move(done);
         return;
@@ -90,6 +91,7 @@ class RecordingWorker : public FakeWorker {
     {
       absl::MutexLock lock(&mu_);
       cleanups_.push_back(request->step_id());
+      for (int64_t id : request->more_step_id()) cleanups_.push_back(id);
     }
     done(absl::OkStatus());
   }
@@ -201,13 +203,17 @@ TEST(MasterSessionTest, RegistersOncePerSignatureOnEveryTaskItUses) {
   ASSERT_EQ(run.send_size(), 1);
   EXPECT_EQ(run.send(0).name(), "_feed/x_0");
 
-  // Every step has a fresh id, the same on every task, and is cleaned up everywhere.
+  // Every step has a fresh id, the same on every task. Each task has been
+  // told to clean up the earlier steps in the RunGraph of the latest one.
   std::set<int64_t> ids;
   for (const RunGraphRequest& r : c[kW1]->runs()) ids.insert(r.step_id());
   EXPECT_EQ(ids.size(), 3u);
   for (const char* t : {kPs, kW0, kW1}) {
     std::vector<int64_t> cleaned = c[t]->cleanups();
-    EXPECT_EQ(std::set<int64_t>(cleaned.begin(), cleaned.end()), ids) << t;
+    std::set<int64_t> earlier = ids;
+    earlier.erase(c[t]->runs().back().step_id());
+    EXPECT_EQ(std::set<int64_t>(cleaned.begin(), cleaned.end()), earlier) << t;
+    EXPECT_EQ(cleaned.size(), earlier.size()) << t;  // once each
   }
 
   // A second signature registers again; the first stays cached.
@@ -217,10 +223,15 @@ TEST(MasterSessionTest, RegistersOncePerSignatureOnEveryTaskItUses) {
   EXPECT_EQ(c[kW0]->registered().size(), 2u);
   EXPECT_EQ(c[kW1]->registered().size(), 1u);  // "y" does not need worker 1
 
-  // Close deregisters every graph registered.
+  // Close deregisters every graph registered and cleans up every step.
   ASSERT_TRUE((*s)->Close().ok());
   for (const char* t : {kPs, kW0, kW1}) {
     EXPECT_EQ(c[t]->deregistered().size(), c[t]->registered().size()) << t;
+    std::set<int64_t> all;
+    for (const RunGraphRequest& r : c[t]->runs()) all.insert(r.step_id());
+    std::vector<int64_t> cleaned = c[t]->cleanups();
+    EXPECT_EQ(std::set<int64_t>(cleaned.begin(), cleaned.end()), all) << t;
+    EXPECT_EQ(cleaned.size(), all.size()) << t;
   }
   absl::Status after = (*s)->Run({{"x", Ones({2, 3})}}, {"out"}, {}, &out);
   EXPECT_EQ(after.code(), absl::StatusCode::kFailedPrecondition);
@@ -261,6 +272,7 @@ TEST(MasterSessionTest, FailingTaskAbortsTheStepOnEveryOtherTask) {
     EXPECT_EQ(c[t]->blocked(), 0) << t;
   }
   EXPECT_TRUE(c[kW1]->aborts().empty());  // the failed task aborts its own step
+  ASSERT_TRUE(s->Close().ok());
   for (const char* t : {kPs, kW0, kW1}) EXPECT_EQ(c[t]->cleanups(), std::vector<int64_t>{step}) << t;
 }
 

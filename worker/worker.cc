@@ -100,6 +100,7 @@ void Worker::DeregisterGraphAsync(const DeregisterGraphRequest* request, Deregis
 }
 
 void Worker::RunGraphAsync(const RunGraphRequest* request, RunGraphResponse* response, StatusCallback done) {
+  for (int64_t id : request->cleanup_step_id()) rendezvous_mgr_.Cleanup(id);
   Schedule(
       [this, request, response, done] {
         const int64_t step_id = request->step_id();
@@ -127,6 +128,7 @@ void Worker::AbortStepAsync(const AbortStepRequest* request, AbortStepResponse*,
 
 void Worker::CleanupStepAsync(const CleanupStepRequest* request, CleanupStepResponse*, StatusCallback done) {
   rendezvous_mgr_.Cleanup(request->step_id());
+  for (int64_t id : request->more_step_id()) rendezvous_mgr_.Cleanup(id);
   done(absl::OkStatus());
 }
 

@@ -308,6 +308,26 @@ TEST_F(TwoTasks, PartitionedStepMatchesTheWholeGraph) {
   EXPECT_EQ(w1_->rendezvous_mgr()->NumSteps(), 0);
 }
 
+// The master piggybacks the cleanup of ended steps on the next RunGraph.
+TEST_F(TwoTasks, RunGraphDropsTheStepsItIsToldToCleanUp) {
+  absl::Status s0, s1;
+  RunGraphResponse r0, r1;
+  RunStep(1, weft::testing::RandomTensor({3, 4}, 1), &s0, &s1, &r0, &r1);
+  ASSERT_TRUE(s0.ok() && s1.ok()) << s0 << s1;
+  RunStep(2, weft::testing::RandomTensor({3, 4}, 2), &s0, &s1, &r0, &r1);
+  ASSERT_TRUE(s0.ok() && s1.ok()) << s0 << s1;
+  ASSERT_EQ(w0_->rendezvous_mgr()->NumSteps(), 2);
+  ASSERT_EQ(w1_->rendezvous_mgr()->NumSteps(), 2);
+  req0_.add_cleanup_step_id(1);
+  req0_.add_cleanup_step_id(2);
+  req1_.add_cleanup_step_id(1);
+  req1_.add_cleanup_step_id(2);
+  RunStep(3, weft::testing::RandomTensor({3, 4}, 3), &s0, &s1, &r0, &r1);
+  ASSERT_TRUE(s0.ok() && s1.ok()) << s0 << s1;
+  EXPECT_EQ(w0_->rendezvous_mgr()->NumSteps(), 1);  // step 3's own
+  EXPECT_EQ(w1_->rendezvous_mgr()->NumSteps(), 1);
+}
+
 // The round trip x -> task 1 -> task 0 with no inter-op threads and one
 // compute thread per task: every partition runs inline, and only an
 // asynchronous _Recv lets task 0 reach its _Send while its _Recv waits.
