@@ -1,6 +1,9 @@
 #include "common/tensor.h"
 
+#include <unistd.h>
+
 #include <cstring>
+#include <new>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -44,6 +47,38 @@ std::string TensorShape::DebugString() const {
 Tensor::Tensor(DType dtype, const TensorShape& shape, Allocator* allocator)
     : dtype_(dtype), shape_(shape), num_elements_(shape.num_elements()) {
   buf_ = allocator->Allocate(static_cast<size_t>(num_elements_) * DTypeSize(dtype));
+}
+
+size_t Tensor::MaxTensorBytes() {
+  static const size_t max_bytes = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page_size = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page_size <= 0) return size_t{1} << 40;
+    return static_cast<size_t>(pages) * static_cast<size_t>(page_size);
+  }();
+  return max_bytes;
+}
+
+absl::StatusOr<Tensor> Tensor::Allocate(DType dtype, const TensorShape& shape, Allocator* allocator) {
+  if (!shape.IsFullyDefined()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot allocate ", DTypeName(dtype), shape.DebugString(), ": the shape is not fully defined"));
+  }
+  // Counted in long double so that no product of dimensions can wrap.
+  long double bytes = DTypeSize(dtype);
+  for (int64_t d : shape.dims()) bytes *= static_cast<long double>(d);
+  if (bytes > static_cast<long double>(MaxTensorBytes())) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "tensor ", DTypeName(dtype), shape.DebugString(), " needs ", static_cast<double>(bytes),
+        " bytes, more than this machine's ", MaxTensorBytes(), " bytes of memory"));
+  }
+  try {
+    return Tensor(dtype, shape, allocator);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat("out of memory allocating tensor ", DTypeName(dtype),
+                                                     shape.DebugString(), " (", static_cast<double>(bytes),
+                                                     " bytes)"));
+  }
 }
 
 Tensor& Tensor::operator=(const Tensor& o) {

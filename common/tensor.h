@@ -58,6 +58,14 @@ class Tensor {
   Tensor() = default;
   // Allocates an uninitialised payload. REQUIRES: shape is fully defined.
   Tensor(DType dtype, const TensorShape& shape, Allocator* allocator = CpuAllocator());
+  // The same for a shape that comes from outside (a graph, a peer): an
+  // unknown dimension is INVALID_ARGUMENT, a payload larger than
+  // MaxTensorBytes() or one the system cannot allocate RESOURCE_EXHAUSTED,
+  // each naming the dtype, shape and bytes, instead of ending the process.
+  static absl::StatusOr<Tensor> Allocate(DType dtype, const TensorShape& shape,
+                                         Allocator* allocator = CpuAllocator());
+  // The largest payload Allocate accepts: this machine's physical memory.
+  static size_t MaxTensorBytes();
   ~Tensor() { if (buf_ != nullptr) buf_->Unref(); }
 
   Tensor(const Tensor& o) : dtype_(o.dtype_), shape_(o.shape_), num_elements_(o.num_elements_), buf_(o.buf_) {

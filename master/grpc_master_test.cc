@@ -200,6 +200,39 @@ TEST_F(GrpcMasterTest, RemoteSessionRunsAPartitionedGraph) {
   EXPECT_EQ(client_->CloseSession(handle).code(), absl::StatusCode::kNotFound);
 }
 
+// A variable larger than the machine's memory: RESOURCE_EXHAUSTED naming the
+// task and the node, and every daemon keeps serving.
+TEST_F(GrpcMasterTest, OversizedTensorIsResourceExhaustedNamingTaskAndNode) {
+  Graph g;
+  GraphBuilder b(&g);
+  b.set_device(kPs);
+  Output huge = b.Variable("huge", DType::kFloat32, {int64_t{1} << 19, int64_t{1} << 20}, "zeros", 1);  // 2 TiB
+  b.set_device("");
+  b.Op("Sum", {huge}, {}, "total");
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  auto session = RemoteSession::Create(client_.get(), g.ToGraphDef());
+  ASSERT_TRUE(session.ok()) << session.status();
+  auto got = (*session)->Run({}, {"total"});
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kResourceExhausted) << got.status();
+  EXPECT_TRUE(absl::StartsWith(got.status().message(), absl::StrCat("task ", kPs, ": "))) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), "'huge'")) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), "float32[524288,1048576]")) << got.status();
+  ASSERT_TRUE((*session)->Close().ok());
+
+  // The same tasks still run a step.
+  Graph small;
+  GraphBuilder sb(&small);
+  sb.set_device(kPs);
+  Output w = sb.Variable("w", DType::kFloat32, {2, 2}, "ones", 1);
+  sb.set_device("");
+  sb.Op("Sum", {w}, {}, "total");
+  auto ok_session = RemoteSession::Create(client_.get(), small.ToGraphDef());
+  ASSERT_TRUE(ok_session.ok()) << ok_session.status();
+  auto total = (*ok_session)->Run({}, {"total"});
+  ASSERT_TRUE(total.ok()) << total.status();
+  EXPECT_EQ((*total)[0].flat<float>()[0], 4.0f);
+}
+
 TEST_F(GrpcMasterTest, ClientCancellingAWatchEndsTheStream) {
   auto id = client_->SubmitJob(TinyJob(100000));
   ASSERT_TRUE(id.ok());

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/status_macros.h"
 #include "runtime/device.h"
 
 namespace weft {
@@ -14,7 +15,12 @@ Tensor* OpKernelContext::allocate_output(int i, DType dtype, const TensorShape& 
     SetStatus(absl::InternalError(absl::StrCat("output ", i, " shape ", shape.DebugString(), " is not fully defined")));
     return nullptr;
   }
-  p_.outputs[i] = Tensor(dtype, shape, p_.device->allocator());
+  absl::StatusOr<Tensor> t = Tensor::Allocate(dtype, shape, p_.device->allocator());
+  if (!t.ok()) {
+    SetStatus(Annotate(t.status(), absl::StrCat("output ", i)));
+    return nullptr;
+  }
+  p_.outputs[i] = *std::move(t);
   return &p_.outputs[i];
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace weft {
 
@@ -19,7 +20,9 @@ absl::StatusOr<Tensor> ResourceMgr::LookupOrCreateVariable(const std::string& na
     }
     return it->second;
   }
-  Tensor t(dtype, shape);
+  absl::StatusOr<Tensor> allocated = Tensor::Allocate(dtype, shape);
+  if (!allocated.ok()) return Annotate(allocated.status(), absl::StrCat("variable '", name, "'"));
+  Tensor t = *std::move(allocated);
   absl::Status s = init(&t);
   if (!s.ok()) return s;
   variables_.emplace(name, t);
