@@ -11,6 +11,7 @@
 #include "common/cluster_spec.h"
 #include "common/logging.h"
 #include "master/master_server.h"
+#include "ps/ps_service.h"
 #include "worker/worker_server.h"
 
 namespace weft {
@@ -107,6 +108,9 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
   opts.listen_address = listen;
   opts.cluster = config->cluster;
   opts.intra_op_threads = *threads;
+  // A ps task also serves the ParameterServer service (shard list, save,
+  // restore) beside the WorkerService.
+  if (config->task.job == "ps") opts.extra_services.push_back(ps::PsServiceFactory());
   auto server = worker::StartWorkerServer(opts);
   if (!server.ok()) {
     log->error("cannot start: {}", std::string(server.status().message()));

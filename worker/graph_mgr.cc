@@ -1,6 +1,7 @@
 #include "worker/graph_mgr.h"
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 
 #include "absl/random/random.h"
@@ -132,6 +133,30 @@ std::vector<std::string> GraphMgr::VariableNames() const {
   std::sort(names.begin(), names.end());
   names.erase(std::unique(names.begin(), names.end()), names.end());
   return names;
+}
+
+std::vector<GraphMgr::SessionResources> GraphMgr::ListSessionResources() const {
+  std::vector<SessionResources> out;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, res] : session_resources_) {
+      // The key is "session@device"; a device name has no '@'.
+      const size_t at = key.rfind('@');
+      out.push_back(SessionResources{key.substr(0, at), key.substr(at + 1), res});
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const SessionResources& a, const SessionResources& b) {
+    return std::tie(a.session_handle, a.device) < std::tie(b.session_handle, b.device);
+  });
+  return out;
+}
+
+std::vector<GraphMgr::SessionResources> GraphMgr::ListSessionResources(const std::string& session_handle) const {
+  std::vector<SessionResources> all = ListSessionResources();
+  all.erase(std::remove_if(all.begin(), all.end(),
+                           [&](const SessionResources& r) { return r.session_handle != session_handle; }),
+            all.end());
+  return all;
 }
 
 absl::StatusOr<std::shared_ptr<GraphMgr::Item>> GraphMgr::Find(const std::string& handle) const {

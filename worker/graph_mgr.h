@@ -50,6 +50,18 @@ class GraphMgr {
   absl::Status Deregister(const std::string& handle);
   // Names of the variables every live session holds on this task, sorted.
   std::vector<std::string> VariableNames() const;
+
+  // A live session's variable store on one device. Holding `resources` keeps
+  // the store alive after the session's last graph is deregistered.
+  struct SessionResources {
+    std::string session_handle;
+    std::string device;
+    std::shared_ptr<ResourceMgr> resources;
+  };
+  // The variable stores of the live sessions on this task, sorted by
+  // (session, device); only `session_handle`'s when it is given.
+  std::vector<SessionResources> ListSessionResources() const;
+  std::vector<SessionResources> ListSessionResources(const std::string& session_handle) const;
   // REQUIRES: rendezvous outlives the call.
   absl::Status Run(const RunGraphRequest& request, Rendezvous* rendezvous, RunGraphResponse* response);
 

@@ -91,6 +91,12 @@ class Worker {
   int NumGraphs() const { return graph_mgr_->NumGraphs(); }
   // Variables held by the live sessions on this task (for tests and tools).
   std::vector<std::string> VariableNames() const { return graph_mgr_->VariableNames(); }
+  // The variable stores of the live sessions (all, or one session's), for the
+  // ps's ParameterServer service and tools. See GraphMgr::SessionResources.
+  std::vector<GraphMgr::SessionResources> ListSessionResources() const { return graph_mgr_->ListSessionResources(); }
+  std::vector<GraphMgr::SessionResources> ListSessionResources(const std::string& session_handle) const {
+    return graph_mgr_->ListSessionResources(session_handle);
+  }
 
  private:
   // Runs `fn` on the compute pool, or fails `done` with UNAVAILABLE once the

@@ -24,6 +24,7 @@ WorkerServer::WorkerServer(const WorkerServerOptions& options) : shutdown_grace_
   w.puller = puller_.get();
   worker_ = std::make_unique<Worker>(w);
   service_ = std::make_unique<GrpcWorkerService>(worker_.get());
+  for (const ExtraServiceFactory& make : options.extra_services) extra_services_.push_back(make(worker_.get()));
 }
 
 WorkerServer::~WorkerServer() { Shutdown(); }
@@ -35,6 +36,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> StartWorkerServer(const WorkerServ
   ConfigureServer(&builder);
   builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &s->port_);
   builder.RegisterService(s->service_.get());
+  for (auto& extra : s->extra_services_) builder.RegisterService(extra->service());
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     s->server_.reset();
@@ -55,6 +57,7 @@ void WorkerServer::Shutdown() {
   stopped_ = true;
   if (server_ != nullptr) server_->GetHealthCheckService()->SetServingStatus(false);
   worker_->Shutdown();
+  for (auto& extra : extra_services_) extra->Shutdown();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(shutdown_grace_));
     server_->Wait();

@@ -4,18 +4,26 @@
 // service (grpc.health.v1, SERVING while up), the channels to its peers and
 // the puller that the remote rendezvous uses to fetch their tensors.
 //
+// Extra services (WorkerServerOptions::extra_services) are served beside the
+// WorkerService on the same port: `weft ps` adds the ParameterServer service
+// (ps/ps_service.h) this way, so the worker package does not depend on ps/.
+//
 // Shutdown stops in this order: health turns NOT_SERVING; the Worker aborts
 // every step with UNAVAILABLE (completing pending _Recv kernels and
-// RecvTensor calls) and joins its threads; the gRPC server stops, letting
+// RecvTensor calls) and joins its threads; each extra service rejects new
+// calls and finishes its running ones; the gRPC server stops, letting
 // in-flight calls finish until `shutdown_grace` and cancelling the rest.
+// Extra services are destroyed after the gRPC server and before the Worker.
 //
 // Thread-safety: thread-safe. Shutdown may be called from any thread except
 // a gRPC or worker callback; the destructor calls it.
 #ifndef WEFT_WORKER_WORKER_SERVER_H_
 #define WEFT_WORKER_WORKER_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -31,6 +39,22 @@
 namespace weft {
 namespace worker {
 
+// A gRPC service served beside the WorkerService, built on the server's
+// Worker.
+class ExtraService {
+ public:
+  virtual ~ExtraService() = default;
+  // Registered with the gRPC server; owned by this object.
+  virtual grpc::Service* service() = 0;
+  // Called once by WorkerServer::Shutdown, after the Worker stopped and
+  // before the gRPC server stops: rejects new calls and finishes the running
+  // ones.
+  virtual void Shutdown() = 0;
+};
+
+// Builds an extra service; the Worker outlives it.
+using ExtraServiceFactory = std::function<std::unique_ptr<ExtraService>(Worker* worker)>;
+
 struct WorkerServerOptions {
   std::string job = "worker";
   int task_index = 0;
@@ -44,6 +68,8 @@ struct WorkerServerOptions {
   int compute_threads = 4;
   absl::Duration recv_tensor_timeout = kDefaultRecvTensorTimeout;
   absl::Duration shutdown_grace = absl::Seconds(5);
+  // Services served beside the WorkerService (the ps's ParameterServer).
+  std::vector<ExtraServiceFactory> extra_services;
 };
 
 class WorkerServer {
@@ -73,6 +99,7 @@ class WorkerServer {
   std::unique_ptr<GrpcTensorPuller> puller_;
   std::unique_ptr<Worker> worker_;
   std::unique_ptr<GrpcWorkerService> service_;
+  std::vector<std::unique_ptr<ExtraService>> extra_services_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string address_;

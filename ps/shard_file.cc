@@ -1,0 +1,214 @@
+#include "ps/shard_file.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/crc32c.h"
+#include "common/status_macros.h"
+#include "common/tensor_proto_coding.h"
+#include "proto/checkpoint.pb.h"
+
+namespace weft {
+namespace ps {
+namespace {
+
+uint64_t AlignUp(uint64_t n) { return (n + kShardAlignment - 1) / kShardAlignment * kShardAlignment; }
+
+void PutU32(char* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+uint32_t GetU32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(p[i])) << (8 * i);
+  return v;
+}
+
+absl::Status Corrupt(const std::string& path, absl::string_view what) {
+  return absl::DataLossError(absl::StrCat("shard file ", path, ": ", what));
+}
+
+absl::Status CorruptEntry(const std::string& path, const std::string& name, absl::string_view what) {
+  return absl::DataLossError(absl::StrCat("shard file ", path, ", variable '", name, "': ", what));
+}
+
+}  // namespace
+
+absl::StatusOr<ShardFileInfo> WriteShard(Env* env, const std::string& path, const Shard& shard) {
+  // Snapshot first: the checksum must describe exactly the bytes written,
+  // even if a step updates a variable meanwhile.
+  std::vector<Tensor> snapshots;
+  snapshots.reserve(shard.tensors.size());
+  absl::flat_hash_set<absl::string_view> names;
+  ShardHeader header;
+  header.set_owner_task(shard.owner_task);
+  header.set_global_step(shard.global_step);
+  for (const ShardTensor& t : shard.tensors) {
+    if (t.name.empty()) return absl::InvalidArgumentError(absl::StrCat("shard ", path, ": a variable has no name"));
+    if (!names.insert(t.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("shard ", path, ": variable '", t.name, "' is given twice"));
+    }
+    if (!t.value.IsInitialized()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard ", path, ": variable '", t.name, "' has no value (uninitialised tensor)"));
+    }
+    snapshots.push_back(t.value.DeepCopy());
+    const Tensor& v = snapshots.back();
+    ShardEntry* e = header.add_entry();
+    e->set_name(t.name);
+    e->set_dtype(DTypeToProto(v.dtype()));
+    ShapeToProto(v.shape(), e->mutable_shape());
+    e->set_length(v.TotalBytes());
+    e->set_crc32c(Crc32c(v.raw_data(), v.TotalBytes()));
+    e->set_device(t.device);
+    e->set_offset(1);  // placeholder: nonzero, so that it takes its final size
+  }
+  header.set_file_size(1);
+
+  // fixed64 fields serialise to the same size whatever their nonzero value,
+  // so the header's size is known before the offsets are.
+  const uint64_t header_size = header.ByteSizeLong();
+  uint64_t at = AlignUp(kShardPrefixBytes + header_size);
+  for (ShardEntry& e : *header.mutable_entry()) {
+    e.set_offset(at);
+    at = AlignUp(at + e.length());
+  }
+  // The file ends right after the last payload, without trailing padding.
+  uint64_t end = AlignUp(kShardPrefixBytes + header_size);
+  if (header.entry_size() > 0) {
+    const ShardEntry& last = header.entry(header.entry_size() - 1);
+    end = last.offset() + last.length();
+  }
+  header.set_file_size(end);
+  if (header_size > UINT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("shard ", path, ": header of ", header_size, " bytes is too big"));
+  }
+  std::string header_bytes;
+  if (!header.SerializeToString(&header_bytes) || header_bytes.size() != header_size) {
+    return absl::InternalError(absl::StrCat("shard ", path, ": header layout changed while serialising"));
+  }
+
+  char prefix[kShardPrefixBytes];
+  std::memcpy(prefix, kShardMagic, 8);
+  PutU32(prefix + 8, kShardFormatVersion);
+  PutU32(prefix + 12, static_cast<uint32_t>(header_size));
+  PutU32(prefix + 16, MaskCrc32c(Crc32c(header_bytes.data(), header_bytes.size())));
+
+  static const char kZeros[kShardAlignment] = {};
+  std::vector<absl::string_view> pieces;
+  pieces.emplace_back(prefix, sizeof prefix);
+  pieces.emplace_back(header_bytes);
+  uint64_t written = kShardPrefixBytes + header_size;
+  for (int i = 0; i < header.entry_size(); ++i) {
+    const ShardEntry& e = header.entry(i);
+    if (e.offset() > written) pieces.emplace_back(kZeros, e.offset() - written);
+    if (e.length() > 0) pieces.emplace_back(static_cast<const char*>(snapshots[i].raw_data()), e.length());
+    written = e.offset() + e.length();
+  }
+  if (end > written) pieces.emplace_back(kZeros, end - written);  // only with no entries
+
+  ShardFileInfo info;
+  for (absl::string_view p : pieces) {
+    info.crc32c = Crc32cExtend(info.crc32c, p.data(), p.size());
+    info.size += p.size();
+  }
+  RETURN_IF_ERROR(WriteFileAtomically(env, path, pieces));
+  return info;
+}
+
+absl::StatusOr<Shard> ReadShard(Env* env, const std::string& path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, env->NewRandomAccessFile(path));
+  const uint64_t size = file->Size();
+  if (size < kShardPrefixBytes) {
+    return Corrupt(path, absl::StrCat("truncated: ", size, " bytes, shorter than the ", kShardPrefixBytes,
+                                      "-byte prefix"));
+  }
+  char prefix[kShardPrefixBytes];
+  RETURN_IF_ERROR(file->Read(0, sizeof prefix, prefix));
+  if (std::memcmp(prefix, kShardMagic, 8) != 0) return Corrupt(path, "bad magic: not a weft shard file");
+  const uint32_t version = GetU32(prefix + 8);
+  if (version != kShardFormatVersion) {
+    return absl::FailedPreconditionError(absl::StrCat("shard file ", path, " has format version ", version,
+                                                      "; this build reads version ", kShardFormatVersion));
+  }
+  const uint64_t header_size = GetU32(prefix + 12);
+  if (header_size > size - kShardPrefixBytes) {
+    return Corrupt(path, absl::StrCat("truncated: the header needs ", header_size, " bytes, the file has ",
+                                      size - kShardPrefixBytes, " after the prefix"));
+  }
+  std::string header_bytes(header_size, '\0');
+  RETURN_IF_ERROR(file->Read(kShardPrefixBytes, header_size, header_bytes.data()));
+  if (UnmaskCrc32c(GetU32(prefix + 16)) != Crc32c(header_bytes.data(), header_bytes.size())) {
+    return Corrupt(path, "header checksum mismatch");
+  }
+  ShardHeader header;
+  if (!header.ParseFromString(header_bytes)) return Corrupt(path, "header does not parse");
+  if (header.file_size() != size) {
+    return Corrupt(path, absl::StrCat("the header records ", header.file_size(), " bytes but the file has ", size,
+                                      size < header.file_size() ? " (truncated)" : " (trailing data)"));
+  }
+
+  // Validate every entry before reading any payload.
+  const uint64_t data_start = kShardPrefixBytes + header_size;
+  absl::flat_hash_set<absl::string_view> names;
+  std::vector<std::pair<uint64_t, int>> by_offset;
+  std::vector<std::pair<DType, TensorShape>> types;
+  for (int i = 0; i < header.entry_size(); ++i) {
+    const ShardEntry& e = header.entry(i);
+    if (e.name().empty()) return Corrupt(path, absl::StrCat("entry ", i, " has no name"));
+    if (!names.insert(e.name()).second) return CorruptEntry(path, e.name(), "appears twice");
+    auto dtype = DTypeFromProto(e.dtype());
+    if (!dtype.ok() || *dtype == DType::kInvalid) {
+      return CorruptEntry(path, e.name(), absl::StrCat("invalid dtype ", e.dtype()));
+    }
+    auto shape = ShapeFromProto(e.shape());
+    if (!shape.ok()) return CorruptEntry(path, e.name(), shape.status().message());
+    if (!shape->IsFullyDefined()) {
+      return CorruptEntry(path, e.name(), absl::StrCat("shape ", shape->DebugString(), " is not fully defined"));
+    }
+    const uint64_t bytes = static_cast<uint64_t>(shape->num_elements()) * DTypeSize(*dtype);
+    if (e.length() != bytes) {
+      return CorruptEntry(path, e.name(), absl::StrCat(DTypeName(*dtype), shape->DebugString(), " needs ", bytes,
+                                                       " bytes but the entry records ", e.length()));
+    }
+    if (e.offset() < data_start || e.offset() > size || e.length() > size - e.offset()) {
+      return CorruptEntry(path, e.name(), absl::StrCat("bytes [", e.offset(), ", +", e.length(),
+                                                       ") lie outside the payload area [", data_start, ", ", size,
+                                                       ")"));
+    }
+    by_offset.emplace_back(e.offset(), i);
+    types.emplace_back(*dtype, *std::move(shape));
+  }
+  std::sort(by_offset.begin(), by_offset.end());
+  for (size_t k = 1; k < by_offset.size(); ++k) {
+    const ShardEntry& prev = header.entry(by_offset[k - 1].second);
+    const ShardEntry& cur = header.entry(by_offset[k].second);
+    if (cur.offset() < prev.offset() + prev.length()) {
+      return CorruptEntry(path, cur.name(), absl::StrCat("overlaps variable '", prev.name(), "'"));
+    }
+  }
+
+  Shard shard;
+  shard.owner_task = header.owner_task();
+  shard.global_step = header.global_step();
+  shard.tensors.reserve(header.entry_size());
+  for (int i = 0; i < header.entry_size(); ++i) {
+    const ShardEntry& e = header.entry(i);
+    Tensor t(types[i].first, types[i].second);
+    if (e.length() > 0) {
+      absl::Status s = file->Read(e.offset(), e.length(), static_cast<char*>(t.raw_data()));
+      if (!s.ok()) return Annotate(s, absl::StrCat("variable '", e.name(), "'"));
+    }
+    if (Crc32c(t.raw_data(), e.length()) != e.crc32c()) {
+      return CorruptEntry(path, e.name(), "payload checksum mismatch");
+    }
+    shard.tensors.push_back(ShardTensor{e.name(), std::move(t), e.device()});
+  }
+  return shard;
+}
+
+}  // namespace ps
+}  // namespace weft
