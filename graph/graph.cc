@@ -86,8 +86,9 @@ absl::StatusOr<Node*> Graph::AddNode(NodeDef def) {
     ctx.input_types.push_back(e.node->output_type(e.index));
     ctx.input_shapes.push_back(e.node->output_shape(e.index));
   }
-  ctx.output_types.assign(od.num_outputs, DType::kInvalid);
-  ctx.output_shapes.assign(od.num_outputs, TensorShape{});
+  const int n_out = od.num_outputs < 0 ? n_in : od.num_outputs;
+  ctx.output_types.assign(n_out, DType::kInvalid);
+  ctx.output_shapes.assign(n_out, TensorShape{});
   absl::Status s = od.shape_fn(&ctx);
   if (!s.ok()) {
     std::vector<std::string> ins;
@@ -96,7 +97,7 @@ absl::StatusOr<Node*> Graph::AddNode(NodeDef def) {
     }
     return absl::Status(s.code(), absl::StrCat(where, ": ", s.message(), " (inputs: ", absl::StrJoin(ins, ", "), ")"));
   }
-  for (int i = 0; i < od.num_outputs; ++i) {
+  for (int i = 0; i < n_out; ++i) {
     if (ctx.output_types[i] == DType::kInvalid) {
       return absl::InternalError(absl::StrCat(where, ": shape function left output ", i, " without a dtype"));
     }

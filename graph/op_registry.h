@@ -52,7 +52,7 @@ using GradFn = std::function<absl::Status(GradContext*)>;
 struct OpDef {
   std::string name;
   int num_inputs = 0;   // -1: one or more (variadic)
-  int num_outputs = 1;
+  int num_outputs = 1;  // -1: one per input (with num_inputs -1)
   // Has effects beyond its outputs (variables, randomness): kept when it is a
   // target, never merged with a twin, never evaluated at graph-build time.
   bool stateful = false;

@@ -49,6 +49,9 @@ absl::Status IdentityGrad(GradContext* c) {
 WEFT_REGISTER_OP(OpDef{.name = "Placeholder", .num_inputs = 0, .num_outputs = 1, .shape_fn = PlaceholderShape});
 WEFT_REGISTER_OP(OpDef{.name = "Const", .num_inputs = 0, .num_outputs = 1, .shape_fn = ConstShape});
 // Outputs the variable's value, sharing its buffer; update ops write through it.
+// Attrs: dtype, shape, initializer, seed, init_value; optional shared_name
+// (the variable's name in its task, default the node's) and init_name (the
+// name its random initial values are drawn for, default shared_name).
 WEFT_REGISTER_OP(
     OpDef{.name = "Variable", .num_inputs = 0, .num_outputs = 1, .stateful = true, .shape_fn = VariableShape});
 WEFT_REGISTER_OP(OpDef{

@@ -43,7 +43,10 @@ class VariableOp : public OpKernel {
     auto init = GetStringAttrOr(c->def(), "initializer", "zeros");
     auto seed = GetIntAttrOr(c->def(), "seed", 0);
     auto value = GetFloatAttrOr(c->def(), "init_value", 0.0f);
-    for (const absl::Status& s : {dtype.status(), shape.status(), init.status(), seed.status(), value.status()}) {
+    auto shared = GetStringAttrOr(c->def(), "shared_name", "");
+    auto init_name = GetStringAttrOr(c->def(), "init_name", "");
+    for (const absl::Status& s : {dtype.status(), shape.status(), init.status(), seed.status(), value.status(),
+                                  shared.status(), init_name.status()}) {
       if (!s.ok()) {
         c->SetStatus(s);
         return;
@@ -54,11 +57,17 @@ class VariableOp : public OpKernel {
     initializer_ = *init;
     seed_ = *seed;
     init_value_ = *value;
+    // Replicas of one variable on different tasks (a strategy's copies) keep
+    // its name; without the attr the node's name is the variable's.
+    resource_name_ = shared->empty() ? c->def().name() : *shared;
+    // Copies of one variable under different names (one per local device)
+    // draw the same initial values when they share an init_name.
+    init_name_ = init_name->empty() ? resource_name_ : *init_name;
   }
 
   void Compute(OpKernelContext* ctx) override {
     auto var = ctx->resources()->LookupOrCreateVariable(
-        ctx->node().name(), dtype_, shape_, [this](Tensor* t) { return Initialize(t); });
+        resource_name_, dtype_, shape_, [this](Tensor* t) { return Initialize(t); });
     OP_REQUIRES_OK(ctx, var.status());
     ctx->set_output(0, *std::move(var));
   }
@@ -91,7 +100,7 @@ class VariableOp : public OpKernel {
     } else if (r == 1) {
       fan_in = fan_out = static_cast<double>(shape_.dim(0));
     }
-    std::mt19937_64 rng(static_cast<uint64_t>(seed_) * 0x9E3779B97F4A7C15ull + std::hash<std::string>()(node().name()));
+    std::mt19937_64 rng(static_cast<uint64_t>(seed_) * 0x9E3779B97F4A7C15ull + std::hash<std::string>()(init_name_));
     if (initializer_ == "glorot_uniform") {
       const double limit = std::sqrt(6.0 / (fan_in + fan_out));
       std::uniform_real_distribution<double> dist(-limit, limit);
@@ -113,6 +122,8 @@ class VariableOp : public OpKernel {
   std::string initializer_;
   int64_t seed_ = 0;
   float init_value_ = 0;
+  std::string resource_name_;
+  std::string init_name_;
 };
 
 class IdentityOp : public OpKernel {

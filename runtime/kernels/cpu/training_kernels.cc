@@ -1,9 +1,18 @@
 // CPU kernels for the optimizer updates (graph/ops/training_ops.cc). Each
 // writes into its variable inputs' buffers, which are the variables' own, and
 // forwards `var` as output 0.
+//
+// Updates of one variable from concurrent steps (asynchronous replicas on a
+// parameter server) are serialised by a lock chosen by the variable's buffer,
+// so no update is lost; reads by other steps are not blocked (a replica may
+// read a variable halfway through another's update, as in Hogwild).
 #include <cmath>
 
+#include <array>
+#include <cstdint>
+
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "runtime/kernels/cpu/kernel_util.h"
 #include "runtime/op_kernel.h"
 
@@ -34,6 +43,23 @@ float* Mutable(OpKernelContext* ctx, int i) {
   return alias.data<float>();
 }
 
+// Held while an update writes its variable (input 0) and slots.
+class UpdateLock {
+ public:
+  explicit UpdateLock(const Tensor& var) : mu_(&Stripe(var.raw_data())) { mu_->Lock(); }
+  ~UpdateLock() { mu_->Unlock(); }
+  UpdateLock(const UpdateLock&) = delete;
+  UpdateLock& operator=(const UpdateLock&) = delete;
+
+ private:
+  static absl::Mutex& Stripe(const void* p) {
+    static std::array<absl::Mutex, 64> stripes;
+    const auto key = reinterpret_cast<uintptr_t>(p) >> 6;  // buffers are 64-byte aligned
+    return stripes[(key ^ (key >> 7) ^ (key >> 13)) % stripes.size()];
+  }
+  absl::Mutex* mu_;
+};
+
 class ApplyGradientDescentOp : public OpKernel {
  public:
   explicit ApplyGradientDescentOp(OpKernelConstruction* c) : OpKernel(c) {
@@ -41,6 +67,7 @@ class ApplyGradientDescentOp : public OpKernel {
   }
   void Compute(OpKernelContext* ctx) override {
     OP_REQUIRES_OK(ctx, CheckLikeVar(ctx, {{1, "grad"}}));
+    UpdateLock lock(ctx->input(0));
     float* var = Mutable(ctx, 0);
     const float* grad = ctx->input(1).data<float>();
     const float lr = lr_;
@@ -63,6 +90,7 @@ class ApplyMomentumOp : public OpKernel {
   }
   void Compute(OpKernelContext* ctx) override {
     OP_REQUIRES_OK(ctx, CheckLikeVar(ctx, {{1, "accum"}, {2, "grad"}}));
+    UpdateLock lock(ctx->input(0));
     float* var = Mutable(ctx, 0);
     float* accum = Mutable(ctx, 1);
     const float* grad = ctx->input(2).data<float>();
@@ -104,6 +132,7 @@ class ApplyAdamOp : public OpKernel {
     OP_REQUIRES(ctx, t_in.dtype() == DType::kFloat32 && t_in.NumElements() == 1,
                 absl::InvalidArgumentError(absl::StrCat("t must be a float32 scalar, got ", DTypeName(t_in.dtype()),
                                                         t_in.shape().DebugString())));
+    UpdateLock lock(ctx->input(0));
     float* t = Mutable(ctx, 3);
     *t += 1.0f;
     const double step = *t;

@@ -1,0 +1,42 @@
+// Collective ops, inserted by the master's strategy rewrites (master/strategy.h).
+//
+// CollectiveAllReduce(t_0, ..., t_k-1) -> (r_0, ..., r_k-1)
+//   Every member of a group of `group_size` replicas (one per task) runs the
+//   op with the same `group_key` and `instance_key` and the same shapes; each
+//   r_i is the element-wise sum of t_i over the group, divided by group_size
+//   when `mean` is true. The k inputs form one fused bucket: they travel and
+//   are reduced together. float32 only. The kernel lives with the worker's
+//   collectives (worker/collective), which hold the group's membership.
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "graph/attr.h"
+#include "graph/op_registry.h"
+
+namespace weft {
+namespace {
+
+absl::Status AllReduceShape(InferenceContext* c) {
+  ASSIGN_OR_RETURN(int64_t group_size, GetIntAttr(c->node, "group_size"));
+  if (group_size < 1) return c->Error(absl::StrCat("group_size ", group_size, " must be at least 1"));
+  RETURN_IF_ERROR(GetIntAttr(c->node, "group_key").status());
+  RETURN_IF_ERROR(GetIntAttr(c->node, "instance_key").status());
+  RETURN_IF_ERROR(GetBoolAttrOr(c->node, "mean", false).status());
+  for (size_t i = 0; i < c->input_types.size(); ++i) {
+    if (c->input_types[i] != DType::kFloat32) {
+      return c->Error(absl::StrCat("input ", i, " is ", DTypeName(c->input_types[i]), "; all-reduce takes float32"));
+    }
+    c->output_types[i] = DType::kFloat32;
+    c->output_shapes[i] = c->input_shapes[i];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+WEFT_REGISTER_OP(OpDef{.name = "CollectiveAllReduce",
+                       .num_inputs = -1,
+                       .num_outputs = -1,
+                       .stateful = true,  // talks to peers: never merged or folded
+                       .shape_fn = AllReduceShape});
+
+}  // namespace weft

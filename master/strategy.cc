@@ -1,0 +1,411 @@
+#include "master/strategy.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "graph/attr.h"
+
+namespace weft {
+namespace master {
+namespace {
+
+bool IsUpdate(const NodeDef& n) { return absl::StartsWith(n.op(), "Apply"); }
+
+// One optimizer update: the variables it writes (the variable first, then
+// its slots) and the gradient it applies (its last data input).
+struct Update {
+  const NodeDef* node = nullptr;
+  std::vector<std::string> vars;
+  int grad_input = 0;
+  std::string grad;  // tensor name
+  int64_t bytes = 0;  // the variable's (not its slots')
+};
+
+int64_t VariableBytes(const NodeDef& v) {
+  auto shape = GetShapeAttr(v, "shape");
+  auto dtype = GetTypeAttr(v, "dtype");
+  if (!shape.ok() || !dtype.ok() || !shape->IsFullyDefined()) return 0;
+  return shape->num_elements() * static_cast<int64_t>(DTypeSize(*dtype));
+}
+
+std::string NodeOf(const std::string& input) {
+  std::string name;
+  int index = 0;
+  if (!ParseTensorName(input, &name, &index).ok()) return input;
+  return name;
+}
+
+// `input` ("x", "x:1" or "^x") with its node renamed by `rename`.
+std::string RenameInput(const std::string& input, const std::function<std::string(const std::string&)>& rename) {
+  if (absl::StartsWith(input, "^")) return absl::StrCat("^", rename(input.substr(1)));
+  const size_t colon = input.rfind(':');
+  if (colon == std::string::npos) return rename(input);
+  return absl::StrCat(rename(input.substr(0, colon)), input.substr(colon));
+}
+
+std::string TaskOf(const std::string& device) {
+  const size_t d = device.find("/device:");
+  return d == std::string::npos ? device : device.substr(0, d);
+}
+
+class Rewriter {
+ public:
+  Rewriter(const TrainingGraph& training, const StrategyOptions& options)
+      : training_(training), options_(options), n_(static_cast<int>(options.replica_devices.size())) {}
+
+  absl::StatusOr<ReplicatedGraph> Run() {
+    RETURN_IF_ERROR(Check());
+    in_ = training_.graph->ToGraphDef();
+    for (const NodeDef& n : in_.node()) by_name_[n.name()] = &n;
+    RETURN_IF_ERROR(FindUpdates());
+    switch (options_.kind) {
+      case StrategySpec::MULTI_WORKER_MIRRORED:
+        Mirrored(/*collective=*/true);
+        break;
+      case StrategySpec::MIRRORED:
+        Mirrored(/*collective=*/false);
+        break;
+      case StrategySpec::PARAMETER_SERVER:
+        Shared(options_.sync);
+        break;
+      case StrategySpec::CENTRAL_STORAGE:
+        Shared(/*sync=*/true);
+        break;
+      default:
+        break;
+    }
+    ReplicatedGraph out;
+    ASSIGN_OR_RETURN(out.graph, Graph::FromGraphDef(out_));
+    for (int r = 0; r < n_; ++r) {
+      ReplicaNames names;
+      names.features = ReplicaName(r, training_.features);
+      names.labels = ReplicaName(r, training_.labels);
+      names.loss = RenameInput(training_.loss, [r](const std::string& s) { return ReplicaName(r, s); });
+      names.train_op = replica_train_[r];
+      out.replicas.push_back(std::move(names));
+    }
+    out.train_op = train_op_;
+    out.loss = loss_;
+    auto on_replica0 = [](const std::string& t) {
+      return t.empty() ? t : RenameInput(t, [](const std::string& s) { return ReplicaName(0, s); });
+    };
+    out.correct = on_replica0(training_.correct);
+    out.eval_loss = on_replica0(training_.eval_loss);
+    for (const auto& [var, node] : variable_node_) {
+      out.variable_node[var] = node;
+      out.variable_device[var] = out.graph->FindNode(node)->def().device();
+    }
+    out.num_buckets = num_buckets_;
+    return out;
+  }
+
+ private:
+  absl::Status Check() const {
+    if (training_.graph == nullptr) return absl::InvalidArgumentError("strategy: no training graph");
+    switch (options_.kind) {
+      case StrategySpec::MULTI_WORKER_MIRRORED:
+      case StrategySpec::MIRRORED:
+        break;
+      case StrategySpec::PARAMETER_SERVER:
+      case StrategySpec::CENTRAL_STORAGE:
+        if (options_.variable_devices.empty()) {
+          return absl::InvalidArgumentError(absl::StrCat("strategy ", StrategySpec::Kind_Name(options_.kind),
+                                                         " needs at least one device for its variables"));
+        }
+        break;
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("strategy ", StrategySpec::Kind_Name(options_.kind), " is not a distribution strategy"));
+    }
+    if (n_ < 1) return absl::InvalidArgumentError("strategy: no replica devices");
+    if (options_.kind == StrategySpec::MULTI_WORKER_MIRRORED) {
+      std::set<std::string> tasks;
+      for (const std::string& d : options_.replica_devices) tasks.insert(TaskOf(d));
+      if (tasks.size() != options_.replica_devices.size()) {
+        return absl::InvalidArgumentError(
+            "MULTI_WORKER_MIRRORED runs one replica per task; use MIRRORED for several devices of one task");
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status FindUpdates() {
+    for (const NodeDef& n : in_.node()) {
+      if (n.op() == "Variable") variables_.push_back(n.name());
+      if (!IsUpdate(n)) continue;
+      Update u;
+      u.node = &n;
+      int data_inputs = 0;
+      for (const std::string& in : n.input()) data_inputs += absl::StartsWith(in, "^") ? 0 : 1;
+      if (data_inputs < 2) {
+        return absl::InvalidArgumentError(absl::StrCat("strategy: update '", n.name(), "' (", n.op(),
+                                                       ") needs a variable and a gradient input"));
+      }
+      u.grad_input = data_inputs - 1;
+      u.grad = n.input(u.grad_input);
+      for (int i = 0; i < u.grad_input; ++i) {
+        const std::string var = NodeOf(n.input(i));
+        auto it = by_name_.find(var);
+        if (it == by_name_.end() || it->second->op() != "Variable") {
+          return absl::InvalidArgumentError(absl::StrCat("strategy: input ", i, " of update '", n.name(), "' (",
+                                                         n.op(), ") is '", n.input(i), "', not a variable"));
+        }
+        u.vars.push_back(var);
+      }
+      u.bytes = VariableBytes(*by_name_[u.vars[0]]);
+      updates_.push_back(std::move(u));
+      update_names_.insert(n.name());
+    }
+    if (updates_.empty()) return absl::InvalidArgumentError("strategy: the graph has no optimizer updates");
+    return absl::OkStatus();
+  }
+
+  // Replica r's copy of node `n` (renamed inputs, replica's device).
+  NodeDef* Copy(const NodeDef& n, int r, const std::function<std::string(const std::string&)>& rename) {
+    NodeDef* c = out_.add_node();
+    *c = n;
+    c->set_name(ReplicaName(r, n.name()));
+    c->set_device(options_.replica_devices[r]);
+    for (std::string& in : *c->mutable_input()) in = RenameInput(in, rename);
+    return c;
+  }
+
+  NodeDef* Add(const std::string& name, const std::string& op, const std::string& device,
+               std::vector<std::string> inputs) {
+    NodeDef* n = out_.add_node();
+    n->set_name(name);
+    n->set_op(op);
+    n->set_device(device);
+    for (std::string& in : inputs) n->add_input(std::move(in));
+    return n;
+  }
+
+  void SetAttr(NodeDef* n, std::pair<std::string, AttrValue> attr) { (*n->mutable_attr())[attr.first] = attr.second; }
+
+  // The mean loss over replicas, on replica 0's device.
+  void MeanLoss() {
+    std::vector<std::string> losses;
+    for (int r = 0; r < n_; ++r) {
+      losses.push_back(RenameInput(training_.loss, [r](const std::string& s) { return ReplicaName(r, s); }));
+    }
+    const std::string& dev = options_.replica_devices[0];
+    if (n_ == 1) {
+      Add("loss", "Identity", dev, {losses[0]});
+    } else {
+      Add("loss/sum", "AddN", dev, losses);
+      NodeDef* scale = Add("loss/scale", "Const", dev, {});
+      SetAttr(scale, Attr("value", Tensor::Scalar<float>(1.0f / static_cast<float>(n_))));
+      Add("loss", "Mul", dev, {"loss/sum", "loss/scale"});
+    }
+    loss_ = "loss";
+  }
+
+  // `sum` scaled by 1/n_ as node `name` on `device`; returns its tensor name.
+  std::string Mean(const std::string& name, const std::string& device, std::vector<std::string> terms) {
+    if (terms.size() == 1) return terms[0];
+    Add(name + "/sum", "AddN", device, std::move(terms));
+    NodeDef* scale = Add(name + "/scale", "Const", device, {});
+    SetAttr(scale, Attr("value", Tensor::Scalar<float>(1.0f / static_cast<float>(n_))));
+    Add(name, "Mul", device, {name + "/sum", name + "/scale"});
+    return name;
+  }
+
+  void Mirrored(bool collective) {
+    auto rename_for = [](int r) { return [r](const std::string& s) { return ReplicaName(r, s); }; };
+    // Buckets of updates, in graph order, each about fusion_bytes.
+    std::vector<std::vector<int>> buckets;
+    if (collective) {
+      int64_t filled = 0;
+      for (int i = 0; i < static_cast<int>(updates_.size()); ++i) {
+        if (buckets.empty() || (filled > 0 && filled + updates_[i].bytes > options_.fusion_bytes)) {
+          buckets.emplace_back();
+          filled = 0;
+        }
+        buckets.back().push_back(i);
+        filled += updates_[i].bytes;
+      }
+      num_buckets_ = static_cast<int>(buckets.size());
+    }
+    absl::flat_hash_map<const NodeDef*, std::vector<NodeDef*>> update_copies;
+    for (int r = 0; r < n_; ++r) {
+      for (const NodeDef& n : in_.node()) {
+        if (n.name() == training_.train_op) continue;
+        NodeDef* c = Copy(n, r, rename_for(r));
+        if (n.op() == "Variable") {
+          if (collective) {
+            SetAttr(c, Attr("shared_name", n.name()));  // one copy per task
+          } else {
+            SetAttr(c, Attr("init_name", n.name()));  // copies in one task
+          }
+          if (r == 0) variable_node_[n.name()] = c->name();
+        }
+        if (IsUpdate(n)) update_copies[&n].push_back(c);
+      }
+      // The replica's train op runs its updates.
+      NodeDef* train = Add(ReplicaName(r, "train"), "NoOp", options_.replica_devices[r], {});
+      for (const Update& u : updates_) train->add_input("^" + ReplicaName(r, u.node->name()));
+      replica_train_.push_back(train->name());
+    }
+    if (collective) {
+      for (int r = 0; r < n_; ++r) {
+        for (size_t b = 0; b < buckets.size(); ++b) {
+          NodeDef* ar = Add(ReplicaName(r, absl::StrCat("allreduce/bucket_", b)), "CollectiveAllReduce",
+                            options_.replica_devices[r], {});
+          int k = 0;
+          for (int i : buckets[b]) {
+            const Update& u = updates_[i];
+            ar->add_input(RenameInput(u.grad, rename_for(r)));
+            NodeDef* c = update_copies[u.node][r];
+            c->set_input(u.grad_input, k == 0 ? ar->name() : absl::StrCat(ar->name(), ":", k));
+            ++k;
+          }
+          SetAttr(ar, Attr("group_size", static_cast<int64_t>(n_)));
+          SetAttr(ar, Attr("group_key", options_.group_key));
+          SetAttr(ar, Attr("instance_key", static_cast<int64_t>(b + 1)));
+          SetAttr(ar, Attr("mean", true));
+        }
+      }
+    } else {
+      // In-process all-reduce: the mean on the first device, read by all.
+      for (const Update& u : updates_) {
+        std::vector<std::string> terms;
+        for (int r = 0; r < n_; ++r) terms.push_back(RenameInput(u.grad, rename_for(r)));
+        const std::string mean = Mean(absl::StrCat("allreduce/", u.node->name()), options_.replica_devices[0], terms);
+        for (int r = 0; r < n_; ++r) update_copies[u.node][r]->set_input(u.grad_input, mean);
+      }
+    }
+    NodeDef* train = Add("train", "NoOp", options_.replica_devices[0], {});
+    for (const std::string& t : replica_train_) train->add_input("^" + t);
+    train_op_ = "train";
+    MeanLoss();
+  }
+
+  // Variables (and their updates) on variable_devices, spread by bytes: the
+  // largest group first onto the least-loaded device.
+  std::map<std::string, std::string> SpreadVariables() {
+    // Union the variables that one update writes, so they stay together.
+    std::map<std::string, std::string> parent;
+    std::function<std::string(const std::string&)> find = [&](const std::string& v) {
+      auto it = parent.find(v);
+      if (it == parent.end() || it->second == v) return v;
+      return it->second = find(it->second);
+    };
+    for (const std::string& v : variables_) parent[v] = v;
+    for (const Update& u : updates_) {
+      for (size_t i = 1; i < u.vars.size(); ++i) parent[find(u.vars[i])] = find(u.vars[0]);
+    }
+    std::map<std::string, std::pair<int64_t, std::vector<std::string>>> groups;
+    for (const std::string& v : variables_) {
+      auto& g = groups[find(v)];
+      g.first += VariableBytes(*by_name_[v]);
+      g.second.push_back(v);
+    }
+    std::vector<std::pair<int64_t, std::vector<std::string>>> order;
+    for (auto& [root, g] : groups) order.push_back(g);
+    std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::vector<int64_t> load(options_.variable_devices.size(), 0);
+    std::map<std::string, std::string> device_of;
+    for (const auto& [bytes, vars] : order) {
+      const size_t d = std::min_element(load.begin(), load.end()) - load.begin();
+      load[d] += bytes;
+      for (const std::string& v : vars) device_of[v] = options_.variable_devices[d];
+    }
+    return device_of;
+  }
+
+  void Shared(bool sync) {
+    const std::map<std::string, std::string> device_of = SpreadVariables();
+    absl::flat_hash_set<std::string> shared(variables_.begin(), variables_.end());
+    auto rename_for = [&shared](int r) {
+      return [r, &shared](const std::string& s) { return shared.contains(s) ? s : ReplicaName(r, s); };
+    };
+    for (const std::string& v : variables_) {
+      NodeDef* c = out_.add_node();
+      *c = *by_name_[v];
+      c->set_device(device_of.at(v));
+      variable_node_[v] = v;
+    }
+    // Everything but the variables, the updates and the train op, per replica.
+    for (int r = 0; r < n_; ++r) {
+      for (const NodeDef& n : in_.node()) {
+        if (shared.contains(n.name()) || update_names_.contains(n.name()) || n.name() == training_.train_op) continue;
+        Copy(n, r, rename_for(r));
+      }
+    }
+    auto replica_inputs = [&](const NodeDef& update, int r, NodeDef* out) {
+      // Control inputs (reads the update must follow) from replica r.
+      for (const std::string& in : update.input()) {
+        if (absl::StartsWith(in, "^")) out->add_input(RenameInput(in, rename_for(r)));
+      }
+    };
+    if (sync) {
+      NodeDef* train = Add("train", "NoOp", options_.replica_devices[0], {});
+      for (const Update& u : updates_) {
+        const std::string& dev = device_of.at(u.vars[0]);
+        std::vector<std::string> terms;
+        for (int r = 0; r < n_; ++r) terms.push_back(RenameInput(u.grad, rename_for(r)));
+        const std::string mean = Mean(absl::StrCat("aggregate/", u.node->name()), dev, terms);
+        NodeDef* c = out_.add_node();
+        c->set_name(u.node->name());
+        c->set_op(u.node->op());
+        c->set_device(dev);
+        *c->mutable_attr() = u.node->attr();
+        for (int i = 0; i < u.grad_input; ++i) c->add_input(u.node->input(i));
+        c->add_input(mean);
+        for (int r = 0; r < n_; ++r) replica_inputs(*u.node, r, c);
+        train->add_input("^" + u.node->name());
+      }
+      for (int r = 0; r < n_; ++r) replica_train_.push_back("train");
+      train_op_ = "train";
+      MeanLoss();
+    } else {
+      for (int r = 0; r < n_; ++r) {
+        NodeDef* train = Add(ReplicaName(r, "train"), "NoOp", options_.replica_devices[r], {});
+        for (const Update& u : updates_) {
+          NodeDef* c = out_.add_node();
+          c->set_name(ReplicaName(r, u.node->name()));
+          c->set_op(u.node->op());
+          c->set_device(device_of.at(u.vars[0]));
+          *c->mutable_attr() = u.node->attr();
+          for (int i = 0; i < u.grad_input; ++i) c->add_input(u.node->input(i));
+          c->add_input(RenameInput(u.grad, rename_for(r)));
+          replica_inputs(*u.node, r, c);
+          train->add_input("^" + c->name());
+        }
+        replica_train_.push_back(train->name());
+      }
+    }
+  }
+
+  const TrainingGraph& training_;
+  const StrategyOptions& options_;
+  const int n_;
+  GraphDef in_;
+  GraphDef out_;
+  absl::flat_hash_map<std::string, const NodeDef*> by_name_;
+  std::vector<std::string> variables_;
+  std::vector<Update> updates_;
+  absl::flat_hash_set<std::string> update_names_;
+  std::map<std::string, std::string> variable_node_;
+  std::vector<std::string> replica_train_;
+  std::string train_op_;
+  std::string loss_;
+  int num_buckets_ = 0;
+};
+
+}  // namespace
+
+std::string ReplicaName(int r, const std::string& name) { return absl::StrCat("replica_", r, "/", name); }
+
+absl::StatusOr<ReplicatedGraph> ApplyStrategy(const TrainingGraph& training, const StrategyOptions& options) {
+  return Rewriter(training, options).Run();
+}
+
+}  // namespace master
+}  // namespace weft

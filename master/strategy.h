@@ -1,0 +1,102 @@
+// Distribution strategies as graph rewrites (DESIGN.md section 4).
+//
+// ApplyStrategy takes one replica's training graph (graph/lowering.h) and
+// returns the replicated graph with every node on a device, ready for the
+// master's prune, place and partition. It needs no RPC, so it is tested on
+// its own (strategy_test.cc).
+//
+// Each replica r is a copy of the one-replica graph under the prefix
+// "replica_r/" on replica_devices[r]. What is shared, and how gradients meet,
+// depends on the strategy:
+//
+//   MULTI_WORKER_MIRRORED  every replica keeps its own copy of each variable
+//     (same name and initial values in each task, attr shared_name). The
+//     gradients feeding the updates are grouped into buckets of about
+//     fusion_bytes, in a fixed order, and each bucket goes through one
+//     CollectiveAllReduce (mean) per replica, so every copy gets the same
+//     update.
+//   MIRRORED  copies of each variable on each local device of one task
+//     (distinct names, identical initial values via init_name); the mean
+//     gradient is summed in process (AddN, scaled by 1/N) on the first
+//     device and every copy applies it.
+//   PARAMETER_SERVER, sync  variables and their updates live on the ps
+//     devices, spread by bytes (a variable stays with its optimizer slots and
+//     update); each update applies the mean of the N replicas' gradients, on
+//     the ps, once per step.
+//   PARAMETER_SERVER, async  as above, but each replica has its own update
+//     ops with its own gradient and its own train op: replicas step at their
+//     own pace (the master runs one step loop per replica).
+//   CENTRAL_STORAGE  the sync parameter-server rewrite with the variables on
+//     one device of the worker (its CPU) and the replicas on its devices.
+//
+// Sync strategies end in one `train` target that runs every replica, and a
+// `loss` that is the mean of the replicas' losses.
+//
+// Thread-safety: ApplyStrategy is a pure function.
+#ifndef WEFT_MASTER_STRATEGY_H_
+#define WEFT_MASTER_STRATEGY_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "graph/graph.h"
+#include "graph/lowering.h"
+#include "proto/job.pb.h"
+
+namespace weft {
+namespace master {
+
+struct StrategyOptions {
+  StrategySpec::Kind kind = StrategySpec::NONE;
+  bool sync = true;  // PARAMETER_SERVER only; the others are always sync
+  // One replica per device, e.g. "/job:worker/task:1/device:CPU:0".
+  std::vector<std::string> replica_devices;
+  // Where shared variables live (PARAMETER_SERVER: the ps tasks' CPUs;
+  // CENTRAL_STORAGE: one device). Unused by the mirrored strategies.
+  std::vector<std::string> variable_devices;
+  // Target bucket size for fused all-reduce (MULTI_WORKER_MIRRORED).
+  int64_t fusion_bytes = 4 << 20;
+  // Identifies the job's collective group on the workers.
+  int64_t group_key = 1;
+};
+
+struct ReplicaNames {
+  std::string features;  // the replica's input placeholders
+  std::string labels;
+  std::string loss;
+  std::string train_op;  // runs this replica's step (async PS: alone)
+};
+
+struct ReplicatedGraph {
+  std::unique_ptr<Graph> graph;
+  std::vector<ReplicaNames> replicas;
+  // Sync: runs one step of every replica. Async: empty; use the replicas'.
+  std::string train_op;
+  std::string loss;       // sync: mean of the replicas' losses
+  std::string correct;    // evaluation on replica 0 ("" when none)
+  std::string eval_loss;
+  // Each variable of the one-replica graph: the node holding its value (the
+  // shared one, or replica 0's copy) and that node's device.
+  std::map<std::string, std::string> variable_node;
+  std::map<std::string, std::string> variable_device;
+  // Number of CollectiveAllReduce buckets per replica (mirrored across tasks).
+  int num_buckets = 0;
+};
+
+// INVALID_ARGUMENT for an unknown or NONE strategy, no replica devices, a
+// parameter-server strategy without variable devices, or a graph whose
+// updates this rewrite cannot read (an update whose inputs are not variables
+// plus a gradient).
+absl::StatusOr<ReplicatedGraph> ApplyStrategy(const TrainingGraph& training, const StrategyOptions& options);
+
+// The name of node `name` in replica r.
+std::string ReplicaName(int r, const std::string& name);
+
+}  // namespace master
+}  // namespace weft
+
+#endif  // WEFT_MASTER_STRATEGY_H_

@@ -1,0 +1,339 @@
+// The strategy rewrites, run on in-process clusters: synchronous strategies
+// with N replicas and global batch B end k steps with the variables of
+// single-process training at batch B; asynchronous replicas lose no update.
+#include "master/strategy.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <cmath>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/text_format.h"
+#include "graph/builder.h"
+#include "graph/lowering.h"
+#include "gtest/gtest.h"
+#include "master/in_process_cluster.h"
+#include "master/master_session.h"
+#include "runtime/testing/test_util.h"
+
+namespace weft {
+namespace master {
+namespace {
+
+using ::weft::testing::RandomTensor;
+
+constexpr int kExample = 6;
+constexpr int kClasses = 3;
+constexpr int kBatch = 8;  // global
+constexpr int kSteps = 3;
+
+JobSpec MlpJob(const std::string& optimizer) {
+  JobSpec job;
+  const std::string text = absl::StrCat(R"pb(
+    name: "strategy-test"
+    model {
+      input_shape: [ 6 ]
+      num_classes: 3
+      layer { dense { units: 8 activation: RELU } }
+      layer { dense { units: 5 activation: TANH } }
+      layer { dense { units: 3 } }
+    }
+    batch_size: 8
+    seed: 3
+  )pb",
+                                        optimizer);
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &job));
+  return job;
+}
+
+Tensor Labels(int64_t n, uint64_t seed) {
+  Tensor t(DType::kInt32, TensorShape({n}));
+  for (int64_t i = 0; i < n; ++i) t.flat<int32_t>()[i] = static_cast<int32_t>((i * 7 + seed) % kClasses);
+  return t;
+}
+
+// Rows [begin, end) of a [n, ...] tensor.
+Tensor Rows(const Tensor& t, int64_t begin, int64_t end) {
+  std::vector<int64_t> dims(t.shape().dims().begin(), t.shape().dims().end());
+  const int64_t row = t.NumElements() / dims[0];
+  dims[0] = end - begin;
+  Tensor out(t.dtype(), TensorShape(dims));
+  const size_t bytes = DTypeSize(t.dtype()) * static_cast<size_t>(row);
+  std::memcpy(out.raw_data(), static_cast<const char*>(t.raw_data()) + bytes * begin, bytes * (end - begin));
+  return out;
+}
+
+double RelDiff(const Tensor& a, const Tensor& b) {
+  double num = 0, den = 0;
+  auto x = a.flat<float>();
+  auto y = b.flat<float>();
+  for (size_t i = 0; i < x.size(); ++i) {
+    num = std::max(num, std::abs(static_cast<double>(x[i]) - y[i]));
+    den = std::max(den, std::abs(static_cast<double>(y[i])));
+  }
+  return num / std::max(den, 1e-12);
+}
+
+struct Trained {
+  std::vector<Tensor> variables;  // in TrainingGraph::variables order
+  std::vector<float> losses;
+};
+
+// k steps of the one-replica graph on one task at the global batch.
+Trained SingleProcess(const TrainingGraph& tg) {
+  auto cluster = *InProcessCluster::Create({"/job:worker/task:0"});
+  auto session = MasterSession::Create("single", tg.graph->ToGraphDef(), cluster->workers());
+  EXPECT_TRUE(session.ok()) << session.status();
+  Trained run;
+  std::vector<Tensor> out;
+  for (int step = 0; step < kSteps; ++step) {
+    const Tensor x = RandomTensor({kBatch, kExample}, 100 + step);
+    const Tensor y = Labels(kBatch, step);
+    EXPECT_TRUE((*session)->Run({{tg.features, x}, {tg.labels, y}}, {tg.loss}, {tg.train_op}, &out).ok());
+    run.losses.push_back(out[0].flat<float>()[0]);
+  }
+  EXPECT_TRUE((*session)->Run({}, tg.variables, {}, &run.variables).ok());
+  return run;
+}
+
+std::vector<Tensor> Initial(const TrainingGraph& tg) {
+  auto cluster = *InProcessCluster::Create({"/job:worker/task:0"});
+  auto session = MasterSession::Create("initial", tg.graph->ToGraphDef(), cluster->workers());
+  std::vector<Tensor> out;
+  EXPECT_TRUE((*session)->Run({}, tg.variables, {}, &out).ok());
+  return out;
+}
+
+struct Layout {
+  std::vector<std::string> tasks;
+  StrategyOptions options;
+  int devices_per_task = 1;
+};
+
+Layout For(StrategySpec::Kind kind, int n) {
+  Layout s;
+  s.options.kind = kind;
+  s.options.fusion_bytes = 64;  // several buckets even for this small model
+  switch (kind) {
+    case StrategySpec::PARAMETER_SERVER:
+      s.tasks = {"/job:ps/task:0", "/job:ps/task:1"};
+      s.options.variable_devices = {"/job:ps/task:0/device:CPU:0", "/job:ps/task:1/device:CPU:0"};
+      for (int r = 0; r < n; ++r) {
+        s.tasks.push_back(absl::StrCat("/job:worker/task:", r));
+        s.options.replica_devices.push_back(absl::StrCat("/job:worker/task:", r, "/device:CPU:0"));
+      }
+      break;
+    case StrategySpec::MIRRORED:
+    case StrategySpec::CENTRAL_STORAGE:
+      s.tasks = {"/job:worker/task:0"};
+      s.devices_per_task = n;
+      for (int d = 0; d < n; ++d) {
+        s.options.replica_devices.push_back(absl::StrCat("/job:worker/task:0/device:CPU:", d));
+      }
+      s.options.variable_devices = {"/job:worker/task:0/device:CPU:0"};
+      break;
+    default:
+      break;
+  }
+  return s;
+}
+
+Trained Replicated(const TrainingGraph& tg, const Layout& setup, ReplicatedGraph* rg_out = nullptr) {
+  auto rg = ApplyStrategy(tg, setup.options);
+  EXPECT_TRUE(rg.ok()) << rg.status();
+  worker::WorkerOptions wo;
+  wo.num_cpu_devices = setup.devices_per_task;
+  auto cluster = *InProcessCluster::Create(setup.tasks, wo);
+  auto session = MasterSession::Create("replicated", rg->graph->ToGraphDef(), cluster->workers());
+  EXPECT_TRUE(session.ok()) << session.status();
+  const int n = static_cast<int>(rg->replicas.size());
+  Trained run;
+  std::vector<Tensor> out;
+  for (int step = 0; step < kSteps; ++step) {
+    const Tensor x = RandomTensor({kBatch, kExample}, 100 + step);
+    const Tensor y = Labels(kBatch, step);
+    std::vector<std::pair<std::string, Tensor>> feeds;
+    for (int r = 0; r < n; ++r) {
+      const int64_t b = kBatch / n * r, e = kBatch / n * (r + 1);
+      feeds.emplace_back(rg->replicas[r].features, Rows(x, b, e));
+      feeds.emplace_back(rg->replicas[r].labels, Rows(y, b, e));
+    }
+    absl::Status s = (*session)->Run(feeds, {rg->loss}, {rg->train_op}, &out);
+    EXPECT_TRUE(s.ok()) << s;
+    if (s.ok()) run.losses.push_back(out[0].flat<float>()[0]);
+  }
+  std::vector<std::string> fetch;
+  for (const std::string& v : tg.variables) fetch.push_back(rg->variable_node.at(v));
+  EXPECT_TRUE((*session)->Run({}, fetch, {}, &run.variables).ok());
+  if (rg_out != nullptr) *rg_out = *std::move(rg);
+  return run;
+}
+
+class SyncStrategyTest : public ::testing::TestWithParam<std::tuple<StrategySpec::Kind, int, std::string>> {};
+
+TEST_P(SyncStrategyTest, MatchesSingleProcessTrainingAtTheGlobalBatch) {
+  const auto [kind, n, optimizer] = GetParam();
+  auto tg = LowerJob(MlpJob(optimizer));
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  const Trained want = SingleProcess(*tg);
+  const Trained got = Replicated(*tg, For(kind, n));
+  ASSERT_EQ(got.variables.size(), want.variables.size());
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (size_t i = 0; i < want.variables.size(); ++i) {
+    EXPECT_LE(RelDiff(got.variables[i], want.variables[i]), 1e-5) << tg->variables[i];
+  }
+  for (size_t i = 0; i < want.losses.size(); ++i) EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5) << "step " << i;
+  // Training moved every variable: the comparison is not of initial states.
+  const std::vector<Tensor> initial = Initial(*tg);
+  for (size_t i = 0; i < want.variables.size(); ++i) {
+    EXPECT_GT(RelDiff(want.variables[i], initial[i]), 1e-4) << tg->variables[i];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Strategies, SyncStrategyTest,
+    ::testing::Combine(::testing::Values(StrategySpec::PARAMETER_SERVER, StrategySpec::MIRRORED,
+                                         StrategySpec::CENTRAL_STORAGE),
+                       ::testing::Values(2, 4),
+                       ::testing::Values("optimizer { sgd { learning_rate: 0.3 } }",
+                                         "optimizer { adam { learning_rate: 0.01 } }")),
+    [](const auto& info) {
+      return absl::StrCat(StrategySpec::Kind_Name(std::get<0>(info.param)), "_", std::get<1>(info.param), "_",
+                          absl::StrContains(std::get<2>(info.param), "adam") ? "adam" : "sgd");
+    });
+
+TEST(StrategyTest, ParameterServerSpreadsVariablesByBytesAndKeepsSlotsTogether) {
+  auto tg = LowerJob(MlpJob("optimizer { adam { learning_rate: 0.01 } }"));
+  ASSERT_TRUE(tg.ok());
+  Layout s = For(StrategySpec::PARAMETER_SERVER, 2);
+  auto rg = ApplyStrategy(*tg, s.options);
+  ASSERT_TRUE(rg.ok()) << rg.status();
+  int64_t load[2] = {0, 0};
+  for (const auto& n : rg->graph->nodes()) {
+    if (!absl::StartsWith(n->op(), "Apply")) continue;
+    // An update sits with every variable it writes.
+    for (int i = 0; i + 1 < n->num_inputs(); ++i) {
+      EXPECT_EQ(n->input(i).node->def().device(), n->def().device()) << n->name();
+    }
+    const int64_t bytes = n->input(0).node->output_shape(0).num_elements() * 4;
+    load[n->def().device() == s.options.variable_devices[0] ? 0 : 1] += bytes;
+  }
+  EXPECT_GT(load[0], 0);
+  EXPECT_GT(load[1], 0);
+  // Balanced: the two ps differ by less than the largest variable (the 6x8
+  // kernel, 192 bytes) out of 476 bytes of variables.
+  EXPECT_EQ(load[0] + load[1], 476);
+  EXPECT_LT(std::abs(load[0] - load[1]), 192);
+}
+
+TEST(StrategyTest, BadOptionsAreInvalidArgument) {
+  auto tg = LowerJob(MlpJob("optimizer { sgd { learning_rate: 0.3 } }"));
+  ASSERT_TRUE(tg.ok());
+  StrategyOptions o;
+  o.kind = StrategySpec::NONE;
+  o.replica_devices = {"/job:worker/task:0/device:CPU:0"};
+  EXPECT_EQ(ApplyStrategy(*tg, o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.kind = StrategySpec::PARAMETER_SERVER;  // no variable devices
+  auto s = ApplyStrategy(*tg, o);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.status().message(), "PARAMETER_SERVER")) << s.status();
+  o.kind = StrategySpec::MULTI_WORKER_MIRRORED;
+  o.replica_devices = {"/job:worker/task:0/device:CPU:0", "/job:worker/task:0/device:CPU:1"};
+  s = ApplyStrategy(*tg, o);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.status().message(), "MIRRORED")) << s.status();
+}
+
+TEST(StrategyTest, MultiWorkerMirroredFusesGradientsIntoOrderedBuckets) {
+  auto tg = LowerJob(MlpJob("optimizer { sgd { learning_rate: 0.3 } }"));
+  ASSERT_TRUE(tg.ok());
+  StrategyOptions o;
+  o.kind = StrategySpec::MULTI_WORKER_MIRRORED;
+  o.replica_devices = {"/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0"};
+  o.fusion_bytes = 200;  // kernels 192, 160, 60 bytes; biases 32, 20, 12
+  auto rg = ApplyStrategy(*tg, o);
+  ASSERT_TRUE(rg.ok()) << rg.status();
+  ASSERT_GT(rg->num_buckets, 1);
+  for (int b = 0; b < rg->num_buckets; ++b) {
+    const Node* a0 = rg->graph->FindNode(ReplicaName(0, absl::StrCat("allreduce/bucket_", b)));
+    const Node* a1 = rg->graph->FindNode(ReplicaName(1, absl::StrCat("allreduce/bucket_", b)));
+    ASSERT_NE(a0, nullptr);
+    ASSERT_NE(a1, nullptr);
+    // Both replicas reduce the same gradients, in the same order, under one key.
+    ASSERT_EQ(a0->num_inputs(), a1->num_inputs());
+    int64_t bytes = 0;
+    for (int i = 0; i < a0->num_inputs(); ++i) {
+      EXPECT_EQ(ReplicaName(0, a1->input(i).node->name().substr(std::string("replica_1/").size())),
+                a0->input(i).node->name());
+      EXPECT_EQ(a0->output_shape(i), a1->output_shape(i));
+      bytes += a0->output_shape(i).num_elements() * 4;
+    }
+    EXPECT_TRUE(a0->num_inputs() == 1 || bytes <= 200) << "bucket " << b << ": " << bytes << " bytes";
+    EXPECT_EQ(a0->def().device(), o.replica_devices[0]);
+    EXPECT_EQ(a1->def().device(), o.replica_devices[1]);
+  }
+  // Each task's copy of a variable keeps the variable's name.
+  const Node* w1 = rg->graph->FindNode(ReplicaName(1, tg->variables[0]));
+  ASSERT_NE(w1, nullptr);
+  EXPECT_EQ(w1->def().attr().at("shared_name").s(), tg->variables[0]);
+}
+
+// Asynchronous replicas step concurrently; the ps serialises each
+// variable's updates, so after N replicas x K steps of a constant gradient
+// the variable has moved by exactly N*K*lr*grad.
+TEST(StrategyTest, AsyncParameterServerLosesNoUpdate) {
+  Graph g;
+  GraphBuilder b(&g);
+  Output x = b.Placeholder(DType::kFloat32, {-1, 4}, "features");
+  b.Placeholder(DType::kInt32, {-1}, "labels");
+  Output w = b.Variable("w", DType::kFloat32, {4096}, "zeros");
+  Output loss = b.Op("Sum", {x}, {}, "loss");
+  Output grad = b.Op("Add", {b.Op("Mul", {w, b.ScalarConst(0.0f)}), b.ScalarConst(1.0f)}, {}, "grad");
+  b.Op("ApplyGradientDescent", {w, grad}, {Attr("learning_rate", 1.0f)}, "update");
+  b.Op("NoOp", {}, {}, "train");
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  TrainingGraph tg;
+  tg.graph = *Graph::FromGraphDef(g.ToGraphDef());
+  tg.features = "features";
+  tg.labels = "labels";
+  tg.loss = "loss";
+  tg.train_op = "train";
+  tg.variables = {"w"};
+  (void)loss;
+
+  constexpr int kReplicas = 3, kEach = 40;
+  Layout s = For(StrategySpec::PARAMETER_SERVER, kReplicas);
+  s.options.sync = false;
+  auto rg = ApplyStrategy(tg, s.options);
+  ASSERT_TRUE(rg.ok()) << rg.status();
+  EXPECT_TRUE(rg->train_op.empty());
+  auto cluster = *InProcessCluster::Create(s.tasks);
+  auto session = MasterSession::Create("async", rg->graph->ToGraphDef(), cluster->workers());
+  ASSERT_TRUE(session.ok()) << session.status();
+  std::vector<std::thread> replicas;
+  std::atomic<int> failures{0};
+  for (int r = 0; r < kReplicas; ++r) {
+    replicas.emplace_back([&, r] {
+      std::vector<Tensor> out;
+      for (int i = 0; i < kEach; ++i) {
+        absl::Status st = (*session)->Run({{rg->replicas[r].features, RandomTensor({2, 4}, i)}},
+                                          {rg->replicas[r].loss}, {rg->replicas[r].train_op}, &out);
+        if (!st.ok()) ++failures;
+      }
+    });
+  }
+  for (auto& t : replicas) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  std::vector<Tensor> got;
+  ASSERT_TRUE((*session)->Run({}, {rg->variable_node.at("w")}, {}, &got).ok());
+  for (float v : got[0].flat<float>()) ASSERT_EQ(v, -static_cast<float>(kReplicas * kEach));
+}
+
+}  // namespace
+}  // namespace master
+}  // namespace weft
