@@ -49,9 +49,66 @@ std::vector<std::string> ResourceMgr::VariableNames() const {
   return names;
 }
 
+absl::StatusOr<std::shared_ptr<void>> ResourceMgr::LookupOrCreateErased(
+    const std::string& name, std::type_index type,
+    const std::function<absl::StatusOr<std::shared_ptr<void>>()>& create) {
+  std::shared_ptr<Slot> slot;
+  {
+    absl::MutexLock lock(&mu_);
+    std::shared_ptr<Slot>& s = resources_[name];
+    if (s == nullptr) s = std::make_shared<Slot>();
+    slot = s;
+  }
+  // Created under the slot's lock only, so a slow `create` (loading a data
+  // set) holds up nobody but callers of the same name.
+  absl::MutexLock lock(&slot->mu);
+  if (slot->value != nullptr) {
+    if (slot->type != type) {
+      return absl::FailedPreconditionError(absl::StrCat("resource '", name, "' exists as ", slot->type.name(),
+                                                        ", not as the requested ", type.name()));
+    }
+    return slot->value;
+  }
+  absl::StatusOr<std::shared_ptr<void>> made = create();
+  if (!made.ok()) return made.status();
+  if (*made == nullptr) {
+    return absl::InternalError(absl::StrCat("creating resource '", name, "' returned null"));
+  }
+  slot->value = *made;
+  slot->type = type;
+  return slot->value;
+}
+
+std::vector<std::string> ResourceMgr::ResourceNames() const {
+  std::vector<std::shared_ptr<Slot>> slots;
+  std::vector<std::string> names;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [n, s] : resources_) {
+      names.push_back(n);
+      slots.push_back(s);
+    }
+  }
+  // A slot whose creation failed holds no resource; one being created is
+  // waited for.
+  std::vector<std::string> out;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    absl::MutexLock lock(&slots[i]->mu);
+    if (slots[i]->value != nullptr) out.push_back(names[i]);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 void ResourceMgr::Clear() {
-  absl::MutexLock lock(&mu_);
-  variables_.clear();
+  absl::flat_hash_map<std::string, std::shared_ptr<Slot>> resources;
+  {
+    absl::MutexLock lock(&mu_);
+    variables_.clear();
+    resources.swap(resources_);
+  }
+  // Destroyed outside the lock: a resource's destructor may take a while
+  // (joining an input pipeline's thread).
 }
 
 }  // namespace weft

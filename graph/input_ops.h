@@ -1,0 +1,68 @@
+// Building the InputBatch op (graph/ops/data_ops.cc): a node that reads one
+// shard of a job's dataset on the task it is placed on, so that batches never
+// pass through the master.
+//
+//   ops::InputBatchOptions o;
+//   o.train = true;
+//   o.batch_size = 64;
+//   o.shard_index = replica;
+//   o.num_shards = num_replicas;
+//   o.example_shape = training_graph.example_shape;
+//   o.num_classes = 10;
+//   ops::InputBatchOutputs in = ops::InputBatch(&b, job.dataset(), o);
+//   // in.features / in.labels replace the `features` / `labels` placeholders.
+//
+// The `dataset` attribute holds the DatasetSpec as base64 of its binary
+// serialisation: AttrValue.s is a proto3 `string`, which must be valid UTF-8
+// on the wire, so raw proto bytes are not safe in it.
+//
+// Thread-safety: as GraphBuilder (not thread-safe); the codec functions are
+// thread-safe.
+#ifndef WEFT_GRAPH_INPUT_OPS_H_
+#define WEFT_GRAPH_INPUT_OPS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/tensor.h"
+#include "graph/builder.h"
+#include "proto/job.pb.h"
+
+namespace weft {
+
+// The `dataset` attribute's encoding of a DatasetSpec, and back.
+// DecodeDatasetSpecAttr: INVALID_ARGUMENT for text that is not base64 of a
+// DatasetSpec.
+std::string EncodeDatasetSpecAttr(const DatasetSpec& spec);
+absl::StatusOr<DatasetSpec> DecodeDatasetSpecAttr(absl::string_view attr);
+
+namespace ops {
+
+struct InputBatchOptions {
+  bool train = true;  // train split (shuffled, repeating) or test split (one pass, then an empty batch)
+  int64_t batch_size = 32;
+  // This node reads examples i with i % num_shards == shard_index.
+  int64_t shard_index = 0;
+  int64_t num_shards = 1;
+  uint64_t seed = 0;          // shuffle seed; the order is a function of (seed, epoch)
+  TensorShape example_shape;  // one example's shape; fully defined, rank >= 1
+  int64_t num_classes = 0;    // labels must be below it; 0 checks nothing
+};
+
+struct InputBatchOutputs {
+  Output features;  // float32 [?, example_shape...]
+  Output labels;    // int32 [?]
+  Output epoch;     // int64 scalar: the epoch (or test pass) the batch belongs to
+};
+
+// Adds an InputBatch node; after an error the outputs are invalid and
+// b->status() holds it (bad options are reported by the op's shape function).
+InputBatchOutputs InputBatch(GraphBuilder* b, const DatasetSpec& dataset, const InputBatchOptions& options,
+                             absl::string_view name = "InputBatch");
+
+}  // namespace ops
+}  // namespace weft
+
+#endif  // WEFT_GRAPH_INPUT_OPS_H_
