@@ -67,22 +67,46 @@ absl::StatusOr<EvalResult> EvaluateDataset(const JobSpec& job, const data::InMem
 absl::StatusOr<TrainResult> RunTrainingLoop(const JobSpec& job, const data::InMemoryDataset& train,
                                             const data::InMemoryDataset& test, const TrainingLoopHooks& hooks,
                                             Clock::time_point started) {
-  auto log = Logger("train");
-  TrainResult result;
-  result.job = job.name();
   data::BatchOptions opts = data::BatchOptionsFromSpec(job.dataset(), job.batch_size(), job.seed(), true);
   if (job.steps() == 0) opts.num_epochs = job.epochs();
   ASSIGN_OR_RETURN(auto it, data::BatchIterator::Create(&train, opts));
-  const int64_t per_epoch = it->batches_per_epoch();
+  StepSource source;
+  source.examples = train.size();
+  source.batches_per_epoch = it->batches_per_epoch();
+  source.step = [&]() -> absl::StatusOr<StepResult> {
+    for (;;) {
+      ASSIGN_OR_RETURN(std::optional<data::Batch> batch, it->Next());
+      if (!batch.has_value()) continue;  // the marker after an epoch's last batch
+      ASSIGN_OR_RETURN(float loss, hooks.step(*batch));
+      return StepResult{loss, batch->size()};
+    }
+  };
+  if (hooks.eval_batch != nullptr && test.size() > 0) {
+    source.evaluate = [&]() { return EvaluateDataset(job, test, hooks); };
+  }
+  return RunTrainingLoop(job, source, hooks.on_progress, hooks.cancelled, started);
+}
+
+absl::StatusOr<TrainResult> RunTrainingLoop(const JobSpec& job, const StepSource& source,
+                                            const std::function<void(const TrainProgress&)>& on_progress,
+                                            const std::atomic<bool>* cancelled_flag, Clock::time_point started) {
+  auto log = Logger("train");
+  TrainResult result;
+  result.job = job.name();
+  const int64_t per_epoch = source.batches_per_epoch;
+  if (per_epoch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("job '", job.name(), "': ", source.examples,
+                                                   " training examples do not make one batch"));
+  }
   TrainProgress p;
   p.total_steps = job.steps() > 0 ? job.steps() : per_epoch * job.epochs();
   p.epochs = job.steps() > 0 ? (job.steps() + per_epoch - 1) / per_epoch : job.epochs();
   p.epoch = 1;
-  log->info("training '{}': {} steps, {} examples per epoch, batch {}", job.name(), p.total_steps, train.size(),
+  log->info("training '{}': {} steps, {} examples per epoch, batch {}", job.name(), p.total_steps, source.examples,
             job.batch_size());
 
-  const bool evaluate = hooks.eval_batch != nullptr && test.size() > 0 && !job.eval().skip();
-  auto cancelled = [&] { return hooks.cancelled != nullptr && hooks.cancelled->load(); };
+  const bool evaluate = source.evaluate != nullptr && !job.eval().skip();
+  auto cancelled = [&] { return cancelled_flag != nullptr && cancelled_flag->load(); };
   double epoch_loss = 0, last_epoch_loss = 0;
   int64_t epoch_steps = 0;
   int64_t samples = 0;
@@ -95,8 +119,6 @@ absl::StatusOr<TrainResult> RunTrainingLoop(const JobSpec& job, const data::InMe
     result.test_examples = e.examples;
   };
   Clock::time_point t0 = Clock::now();
-  // An epoch ends after per_epoch steps; the iterator's end-of-epoch marker
-  // that follows carries no work and is skipped.
   auto end_epoch = [&]() -> absl::Status {
     train_seconds += Seconds(t0);
     last_epoch_loss = epoch_steps > 0 ? epoch_loss / epoch_steps : 0;
@@ -104,12 +126,12 @@ absl::StatusOr<TrainResult> RunTrainingLoop(const JobSpec& job, const data::InMe
     p.test_accuracy = -1;
     evaluated_last = false;
     if (every > 0 && p.epoch % every == 0 && evaluate) {
-      ASSIGN_OR_RETURN(EvalResult e, EvaluateDataset(job, test, hooks));
+      ASSIGN_OR_RETURN(EvalResult e, source.evaluate());
       p.test_accuracy = e.accuracy;
       record_eval(e);
       evaluated_last = true;
     }
-    if (hooks.on_progress) hooks.on_progress(p);
+    if (on_progress) on_progress(p);
     p.epoch_end = false;
     ++result.epochs;
     ++p.epoch;
@@ -123,29 +145,27 @@ absl::StatusOr<TrainResult> RunTrainingLoop(const JobSpec& job, const data::InMe
       result.state = "CANCELLED";
       break;
     }
-    ASSIGN_OR_RETURN(std::optional<data::Batch> batch, it->Next());
-    if (!batch.has_value()) continue;  // the marker after an epoch's last batch
-    absl::StatusOr<float> loss = hooks.step(*batch);
-    if (!loss.ok()) {
+    absl::StatusOr<StepResult> step = source.step();
+    if (!step.ok()) {
       if (cancelled()) {  // the step was aborted by a cancel
         result.state = "CANCELLED";
         break;
       }
-      return Annotate(loss.status(), absl::StrCat("training step ", p.step + 1));
+      return Annotate(step.status(), absl::StrCat("training step ", p.step + 1));
     }
-    if (!std::isfinite(*loss)) {
-      return absl::FailedPreconditionError(absl::StrCat("the loss became ", *loss, " at step ", p.step + 1,
+    if (!std::isfinite(step->loss)) {
+      return absl::FailedPreconditionError(absl::StrCat("the loss became ", step->loss, " at step ", p.step + 1,
                                                         "; lower the learning rate"));
     }
     ++p.step;
     ++epoch_steps;
-    epoch_loss += *loss;
-    samples += batch->size();
+    epoch_loss += step->loss;
+    samples += step->examples;
     p.loss = epoch_loss / epoch_steps;
     p.elapsed_seconds = Seconds(started);
     const double t = train_seconds + Seconds(t0);
     p.samples_per_second = t > 0 ? samples / t : 0;
-    if (hooks.on_progress) hooks.on_progress(p);
+    if (on_progress) on_progress(p);
     if (epoch_steps == per_epoch) RETURN_IF_ERROR(end_epoch());
   }
   if (epoch_steps > 0) {  // a run counted in steps (or cancelled) can stop mid-epoch
@@ -157,7 +177,7 @@ absl::StatusOr<TrainResult> RunTrainingLoop(const JobSpec& job, const data::InMe
   result.train_loss = last_epoch_loss;
   result.samples_per_second = train_seconds > 0 ? samples / train_seconds : 0;
   if (!evaluated_last && evaluate && result.state == "SUCCEEDED") {
-    ASSIGN_OR_RETURN(EvalResult e, EvaluateDataset(job, test, hooks));
+    ASSIGN_OR_RETURN(EvalResult e, source.evaluate());
     record_eval(e);
   }
   result.wall_seconds = Seconds(started);

@@ -72,6 +72,25 @@ struct TrainingLoopHooks {
   const std::atomic<bool>* cancelled = nullptr;           // may be null
 };
 
+// Where a loop's steps come from when the data is not in this process (the
+// replicas of a distributed job read their own shards on their tasks).
+struct StepResult {
+  float loss = 0;
+  int64_t examples = 0;  // examples the step trained on
+};
+struct StepSource {
+  int64_t examples = 0;           // training examples in an epoch
+  int64_t batches_per_epoch = 0;  // steps in an epoch
+  std::function<absl::StatusOr<StepResult>()> step;
+  std::function<absl::StatusOr<EvalResult>()> evaluate;  // null: not evaluated
+};
+
+// The loop over steps from `source`: epochs, progress, evaluation, cancel.
+absl::StatusOr<TrainResult> RunTrainingLoop(const JobSpec& job, const StepSource& source,
+                                            const std::function<void(const TrainProgress&)>& on_progress,
+                                            const std::atomic<bool>* cancelled,
+                                            std::chrono::steady_clock::time_point started);
+
 // Trains `job` on `train`, evaluating on `test` (may be empty). `started` is
 // when the run began (loading included), for wall_seconds.
 absl::StatusOr<TrainResult> RunTrainingLoop(const JobSpec& job, const data::InMemoryDataset& train,
