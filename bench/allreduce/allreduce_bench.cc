@@ -1,0 +1,174 @@
+// One rank of a ring all-reduce benchmark over the gRPC transport.
+//
+//   allreduce_bench --rank=R --addresses=h:p,h:p,... --bytes=N --reps=K
+//                   [--warmup=W] [--chunk_bytes=C] [--timeout_s=T]
+//                   [--inline_reduce=false]
+//
+// Serves CollectiveService on addresses[R], then all-reduces a float32
+// tensor of N bytes W + K times. Each repetition starts after a one-element
+// all-reduce (a barrier), as the gloo peer's does, and counts the slowest
+// rank's time. Rank 0 prints one JSON line: median_ms, min_ms, max_ms and
+// busbw_GBps = bytes * 2(n-1)/n / median (nccl-tests). Exits non-zero, with
+// the reason on stderr, when a collective fails or the first result is wrong.
+#include <malloc.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/grpc_util.h"
+#include "common/tensor.h"
+#include "common/thread_pool.h"
+#include "grpcpp/grpcpp.h"
+#include "worker/collective/collective_executor.h"
+#include "worker/collective/grpc_collective_service.h"
+#include "worker/collective/grpc_collective_transport.h"
+
+namespace weft {
+namespace collective {
+namespace {
+
+struct Flags {
+  int rank = 0;
+  std::vector<std::string> addresses;
+  int64_t bytes = 64 << 20;
+  int reps = 10;
+  int warmup = 2;
+  int64_t chunk_bytes = kDefaultChunkBytes;
+  int timeout_s = 120;
+  bool inline_reduce = false;  // reduce on gRPC's thread, no compute pool
+};
+
+bool ParseFlags(int argc, char** argv, Flags* f) {
+  for (int i = 1; i < argc; ++i) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(argv[i], absl::MaxSplits('=', 1));
+    const std::string& k = kv.first;
+    const std::string& v = kv.second;
+    bool ok = true;
+    if (k == "--rank") ok = absl::SimpleAtoi(v, &f->rank);
+    else if (k == "--addresses") f->addresses = absl::StrSplit(v, ',', absl::SkipEmpty());
+    else if (k == "--bytes") ok = absl::SimpleAtoi(v, &f->bytes);
+    else if (k == "--reps") ok = absl::SimpleAtoi(v, &f->reps);
+    else if (k == "--warmup") ok = absl::SimpleAtoi(v, &f->warmup);
+    else if (k == "--chunk_bytes") ok = absl::SimpleAtoi(v, &f->chunk_bytes);
+    else if (k == "--timeout_s") ok = absl::SimpleAtoi(v, &f->timeout_s);
+    else if (k == "--inline_reduce") ok = absl::SimpleAtob(v, &f->inline_reduce);
+    else ok = false;
+    if (!ok) {
+      std::fprintf(stderr, "allreduce_bench: bad flag %s\n", argv[i]);
+      return false;
+    }
+  }
+  if (f->addresses.empty() || f->rank < 0 || f->rank >= static_cast<int>(f->addresses.size()) || f->reps < 1 ||
+      f->bytes < 4 || f->chunk_bytes < 4) {
+    std::fprintf(stderr, "allreduce_bench: need --rank in [0, n), --addresses (n of them), --bytes >= 4, --reps >= 1\n");
+    return false;
+  }
+  return true;
+}
+
+int Run(const Flags& f) {
+  const int n = static_cast<int>(f.addresses.size());
+  CollectiveMailbox mailbox;
+  GrpcCollectiveService service(&mailbox);
+  grpc::ServerBuilder builder;
+  ConfigureServer(&builder);
+  ConfigureCollectiveServer(&builder);
+  builder.AddListeningPort(f.addresses[f.rank], grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) {
+    std::fprintf(stderr, "allreduce_bench: rank %d cannot serve on %s\n", f.rank, f.addresses[f.rank].c_str());
+    return 1;
+  }
+  ThreadPool pool("reduce", 1);
+  auto transport = std::make_unique<GrpcCollectiveTransport>();
+  auto executor = std::make_unique<CollectiveExecutor>(transport.get(), &mailbox, CollectiveExecutor::Options{f.inline_reduce ? nullptr : &pool});
+
+  CollectiveParams params;
+  params.group.group_key = 1;
+  params.group.rank = f.rank;
+  for (int r = 0; r < n; ++r) params.group.members.push_back({absl::StrCat("/job:worker/task:", r), f.addresses[r]});
+  params.chunk_bytes = static_cast<size_t>(f.chunk_bytes);
+  params.timeout = absl::Seconds(f.timeout_s);
+  auto run = [&](int64_t instance, int64_t step, Tensor* t) {
+    CollectiveParams p = params;
+    p.instance_key = instance;
+    p.step_id = step;
+    absl::Status s = executor->AllReduce(p, t);
+    if (!s.ok()) std::fprintf(stderr, "allreduce_bench: rank %d: %s\n", f.rank, s.ToString().c_str());
+    return s.ok();
+  };
+
+  Tensor data(DType::kFloat32, TensorShape{f.bytes / 4});
+  Tensor token(DType::kFloat32, TensorShape{1});
+  std::vector<double> times;
+  const int total = f.warmup + f.reps;
+  for (int i = 0; i < total; ++i) {
+    if (i <= 1) std::fill(data.flat<float>().begin(), data.flat<float>().end(), static_cast<float>(f.rank));
+    if (!run(/*instance=*/1, i, &token)) return 1;  // barrier
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!run(/*instance=*/2, i, &data)) return 1;
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i == 0) {
+      const float want = n * (n - 1) / 2.0f;
+      for (float v : data.flat<float>()) {
+        if (v != want) {
+          std::fprintf(stderr, "allreduce_bench: rank %d got %g, expected %g\n", f.rank, v, want);
+          return 1;
+        }
+      }
+    }
+    if (i >= f.warmup) times.push_back(dt);
+  }
+  // The slowest rank's time per repetition: everyone's times, summed over a
+  // tensor where each rank fills only its own row.
+  Tensor all(DType::kFloat32, TensorShape{n, f.reps});
+  std::fill(all.flat<float>().begin(), all.flat<float>().end(), 0.f);
+  for (int k = 0; k < f.reps; ++k) all.flat<float>()[f.rank * f.reps + k] = static_cast<float>(times[k] * 1e3);
+  if (!run(/*instance=*/3, 0, &all)) return 1;
+  std::vector<double> ms(f.reps, 0.0);
+  for (int r = 0; r < n; ++r) {
+    for (int k = 0; k < f.reps; ++k) ms[k] = std::max<double>(ms[k], all.flat<float>()[r * f.reps + k]);
+  }
+  std::sort(ms.begin(), ms.end());
+  const double median = ms[ms.size() / 2];
+  if (f.rank == 0) {
+    std::printf(
+        "{\"impl\":\"weft-grpc-ring\",\"ranks\":%d,\"bytes\":%lld,\"chunk_bytes\":%lld,\"reps\":%d,"
+        "\"median_ms\":%.3f,\"min_ms\":%.3f,\"max_ms\":%.3f,\"busbw_GBps\":%.3f}\n",
+        n, static_cast<long long>(f.bytes), static_cast<long long>(f.chunk_bytes), f.reps, median, ms.front(),
+        ms.back(), f.bytes * 2.0 * (n - 1) / n / (median * 1e-3) / 1e9);
+    std::fflush(stdout);
+  }
+  // A last barrier so that no rank closes its streams while a peer still
+  // needs a chunk from them.
+  if (!run(/*instance=*/4, 0, &token)) return 1;
+  executor.reset();
+  transport.reset();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return 0;
+}
+
+}  // namespace
+}  // namespace collective
+}  // namespace weft
+
+int main(int argc, char** argv) {
+  // gRPC receives into freshly malloc'ed slices that the reduction frees on
+  // another thread. With glibc's defaults every free of a chunk trims the
+  // arena (madvise + a TLB shootdown on every core), which made a 64 MiB
+  // all-reduce ~7x slower. A daemon doing collectives wants the same
+  // settings (or a caching malloc).
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  weft::collective::Flags flags;
+  if (!weft::collective::ParseFlags(argc, argv, &flags)) return 2;
+  return weft::collective::Run(flags);
+}

@@ -1,0 +1,87 @@
+// CollectiveMailbox: where chunks sent to this process wait for the
+// collective that consumes them, and where that collective waits for them.
+//
+// Transports Deliver every chunk that arrives; the collective engine asks for
+// each chunk it needs with RecvAsync. Whichever comes second completes the
+// hand-off, so chunks may arrive before their collective has started here
+// (they are buffered, owned by their transport's slices) or after (the
+// callback is waiting). An entry lives only between those two events, so a
+// collective that finishes leaves nothing behind.
+//
+// Failure: AbortCollective, AbortStep and Abort fail the waiting receives
+// they cover with the given status and drop their buffered chunks. Chunks and
+// receives that come later for an aborted collective or step are dropped or
+// failed at once, until CleanupStep(step_id) forgets the abort (the master
+// sends CleanupStep after every step). Abort covers everything until Reset.
+//
+// Thread-safety: thread-safe. Callbacks run outside the lock, on the thread
+// that called Deliver, RecvAsync or an Abort*.
+#ifndef WEFT_WORKER_COLLECTIVE_COLLECTIVE_MAILBOX_H_
+#define WEFT_WORKER_COLLECTIVE_COLLECTIVE_MAILBOX_H_
+
+#include <cstdint>
+#include <optional>
+#include <tuple>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "worker/collective/collective_types.h"
+
+namespace weft {
+namespace collective {
+
+class CollectiveMailbox {
+ public:
+  CollectiveMailbox() = default;
+  CollectiveMailbox(const CollectiveMailbox&) = delete;
+  CollectiveMailbox& operator=(const CollectiveMailbox&) = delete;
+
+  // A chunk arrived. A second chunk under the same key replaces nothing: it
+  // is dropped as a duplicate (it can only come from a misbehaving peer).
+  void Deliver(const ChunkKey& key, ReceivedChunk chunk);
+  // Calls `done` with the chunk under `key` once it is here. REQUIRES: at
+  // most one RecvAsync per key.
+  void RecvAsync(const ChunkKey& key, RecvCallback done);
+
+  // Fails the collective of `key` (its group, instance and step; round, chunk
+  // and src_rank are ignored). REQUIRES: !status.ok().
+  void AbortCollective(const ChunkKey& key, const absl::Status& status);
+  void AbortStep(int64_t step_id, const absl::Status& status);
+  void Abort(const absl::Status& status);
+  // Lifts Abort (not per-step or per-collective aborts).
+  void Reset();
+  // Drops the step's buffered chunks and forgets its aborts.
+  void CleanupStep(int64_t step_id);
+
+  // Buffered chunks plus waiting receives plus remembered aborts (for tests:
+  // zero once every step is finished and cleaned up).
+  size_t NumEntries() const;
+
+ private:
+  using CollectiveId = std::tuple<int64_t, int64_t, int64_t>;  // group, instance, step
+  static CollectiveId IdOf(const ChunkKey& k) { return {k.group_key, k.instance_key, k.step_id}; }
+
+  struct Entry {
+    std::optional<ReceivedChunk> chunk;  // arrived first
+    RecvCallback waiter;                 // asked first
+  };
+
+  // The abort covering `key`, if any.
+  const absl::Status* AbortedLocked(const ChunkKey& key) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Removes the entries `pred` selects, collecting their waiters.
+  template <typename Pred>
+  void TakeEntriesLocked(Pred pred, std::vector<RecvCallback>* waiters) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<ChunkKey, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<CollectiveId, absl::Status> aborted_collectives_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int64_t, absl::Status> aborted_steps_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Status> aborted_all_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace collective
+}  // namespace weft
+
+#endif  // WEFT_WORKER_COLLECTIVE_COLLECTIVE_MAILBOX_H_

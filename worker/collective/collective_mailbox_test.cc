@@ -1,0 +1,100 @@
+#include "worker/collective/collective_mailbox.h"
+
+#include <memory>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace weft {
+namespace collective {
+namespace {
+
+ReceivedChunk Chunk(const std::string& bytes) {
+  auto owner = std::make_shared<std::string>(bytes);
+  ReceivedChunk c;
+  c.pieces.emplace_back(*owner);
+  c.owner = owner;
+  return c;
+}
+
+ChunkKey Key(int64_t step, int round, int chunk = 0) { return ChunkKey{1, 2, step, round, chunk, 0}; }
+
+TEST(CollectiveMailboxTest, DeliverThenReceiveAndReceiveThenDeliver) {
+  CollectiveMailbox mailbox;
+  mailbox.Deliver(Key(1, 0), Chunk("early"));
+  std::string got;
+  mailbox.RecvAsync(Key(1, 0), [&](const absl::Status& s, ReceivedChunk c) {
+    ASSERT_TRUE(s.ok()) << s;
+    got = std::string(c.pieces[0]);
+  });
+  EXPECT_EQ(got, "early");
+  mailbox.RecvAsync(Key(1, 1), [&](const absl::Status& s, ReceivedChunk c) {
+    ASSERT_TRUE(s.ok()) << s;
+    got = std::string(c.pieces[0]);
+  });
+  EXPECT_EQ(mailbox.NumEntries(), 1u);
+  mailbox.Deliver(Key(1, 1), Chunk("late"));
+  EXPECT_EQ(got, "late");
+  EXPECT_EQ(mailbox.NumEntries(), 0u);
+}
+
+TEST(CollectiveMailboxTest, AbortStepWakesWaitersDropsChunksUntilCleanup) {
+  CollectiveMailbox mailbox;
+  absl::Status woken;
+  mailbox.RecvAsync(Key(5, 0), [&](const absl::Status& s, ReceivedChunk) { woken = s; });
+  mailbox.Deliver(Key(5, 1), Chunk("x"));
+  mailbox.Deliver(Key(6, 0), Chunk("other step"));
+  mailbox.AbortStep(5, absl::AbortedError("step 5 failed on task 3"));
+  EXPECT_EQ(woken.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(woken.message(), "step 5 failed on task 3");
+
+  mailbox.Deliver(Key(5, 2), Chunk("late arrival"));  // dropped
+  absl::Status later;
+  mailbox.RecvAsync(Key(5, 3), [&](const absl::Status& s, ReceivedChunk) { later = s; });
+  EXPECT_EQ(later.code(), absl::StatusCode::kAborted);
+
+  // Step 6 is untouched.
+  bool got6 = false;
+  mailbox.RecvAsync(Key(6, 0), [&](const absl::Status& s, ReceivedChunk) { got6 = s.ok(); });
+  EXPECT_TRUE(got6);
+
+  EXPECT_EQ(mailbox.NumEntries(), 1u);  // the remembered abort
+  mailbox.CleanupStep(5);
+  EXPECT_EQ(mailbox.NumEntries(), 0u);
+}
+
+TEST(CollectiveMailboxTest, AbortCollectiveLeavesOtherCollectivesAlone) {
+  CollectiveMailbox mailbox;
+  absl::Status a, b;
+  bool b_called = false;
+  mailbox.RecvAsync(ChunkKey{1, 2, 9, 0, 0, 0}, [&](const absl::Status& s, ReceivedChunk) { a = s; });
+  mailbox.RecvAsync(ChunkKey{1, 3, 9, 0, 0, 0}, [&](const absl::Status& s, ReceivedChunk) {
+    b = s;
+    b_called = true;
+  });
+  mailbox.AbortCollective(ChunkKey{1, 2, 9, 5, 5, 5}, absl::DeadlineExceededError("late"));
+  EXPECT_EQ(a.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_FALSE(b_called);
+  mailbox.Deliver(ChunkKey{1, 3, 9, 0, 0, 0}, Chunk("y"));
+  EXPECT_TRUE(b_called);
+  EXPECT_TRUE(b.ok());
+  mailbox.CleanupStep(9);
+  EXPECT_EQ(mailbox.NumEntries(), 0u);
+}
+
+TEST(CollectiveMailboxTest, AbortCoversEverythingUntilReset) {
+  CollectiveMailbox mailbox;
+  absl::Status s1, s2;
+  mailbox.RecvAsync(Key(1, 0), [&](const absl::Status& s, ReceivedChunk) { s1 = s; });
+  mailbox.Abort(absl::CancelledError("shutting down"));
+  EXPECT_EQ(s1.code(), absl::StatusCode::kCancelled);
+  mailbox.RecvAsync(Key(2, 0), [&](const absl::Status& s, ReceivedChunk) { s2 = s; });
+  EXPECT_EQ(s2.code(), absl::StatusCode::kCancelled);
+  mailbox.Reset();
+  mailbox.Deliver(Key(3, 0), Chunk("z"));
+  EXPECT_EQ(mailbox.NumEntries(), 1u);
+}
+
+}  // namespace
+}  // namespace collective
+}  // namespace weft

@@ -1,0 +1,87 @@
+// Helpers shared by the collective tests: seeded random inputs, the
+// reference sum (computed in double), groups and async fan-out over ranks.
+//
+// Thread-safety: test-only helpers; RunOnAllRanks is called from one thread.
+#ifndef WEFT_WORKER_COLLECTIVE_COLLECTIVE_TEST_UTIL_H_
+#define WEFT_WORKER_COLLECTIVE_COLLECTIVE_TEST_UTIL_H_
+
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/tensor.h"
+#include "gtest/gtest.h"
+#include "worker/collective/collective_types.h"
+
+namespace weft {
+namespace collective {
+namespace testing {
+
+inline CollectiveGroup MakeGroup(int n, int rank, const std::vector<std::string>& addresses = {},
+                                 int64_t group_key = 7) {
+  CollectiveGroup g;
+  g.group_key = group_key;
+  g.rank = rank;
+  for (int i = 0; i < n; ++i) {
+    g.members.push_back({absl::StrCat("/job:worker/task:", i), addresses.empty() ? "" : addresses[i]});
+  }
+  return g;
+}
+
+// float32 in [-1, 1), seeded by (seed, rank).
+inline Tensor RandomFloats(int64_t n, uint32_t seed, int rank) {
+  Tensor t(DType::kFloat32, TensorShape{n});
+  std::mt19937 rng(seed * 131 + rank);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  for (float& v : t.flat<float>()) v = dist(rng);
+  return t;
+}
+
+// Element-wise sum over `inputs` in double.
+inline std::vector<double> ReferenceSum(const std::vector<Tensor>& inputs) {
+  std::vector<double> sum(inputs.empty() ? 0 : inputs[0].NumElements(), 0.0);
+  for (const Tensor& t : inputs) {
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += t.flat<float>()[i];
+  }
+  return sum;
+}
+
+// Expects `t` to hold `ref` within float tolerance; reports the first miss.
+inline void ExpectNear(const Tensor& t, const std::vector<double>& ref, const std::string& what) {
+  ASSERT_EQ(t.NumElements(), static_cast<int64_t>(ref.size())) << what;
+  const float* v = t.data<float>();
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (std::abs(v[i] - ref[i]) > 1e-5 + 1e-6 * std::abs(ref[i])) {
+      ADD_FAILURE() << what << ": element " << i << " is " << v[i] << ", expected " << ref[i];
+      return;
+    }
+  }
+}
+
+// Starts fn(rank, done) for every rank and waits for all the dones; returns
+// each rank's status.
+inline std::vector<absl::Status> RunOnAllRanks(int n, const std::function<void(int, StatusCallback)>& fn) {
+  std::vector<absl::Status> statuses(n);
+  std::vector<std::unique_ptr<absl::Notification>> done;
+  for (int r = 0; r < n; ++r) done.push_back(std::make_unique<absl::Notification>());
+  for (int r = 0; r < n; ++r) {
+    fn(r, [&statuses, &done, r](const absl::Status& s) {
+      statuses[r] = s;
+      done[r]->Notify();
+    });
+  }
+  for (auto& d : done) d->WaitForNotification();
+  return statuses;
+}
+
+}  // namespace testing
+}  // namespace collective
+}  // namespace weft
+
+#endif  // WEFT_WORKER_COLLECTIVE_COLLECTIVE_TEST_UTIL_H_

@@ -1,0 +1,50 @@
+// GrpcCollectiveService: the receiving end of collective chunks, a thin gRPC
+// adapter that decodes each chunk of an Exchange stream (chunk_coding.h) and
+// delivers it, still in gRPC's slices, to a CollectiveMailbox.
+//
+// Register it on any grpc::ServerBuilder (the worker server's, or a server
+// of its own in tests and benchmarks):
+//
+//   CollectiveMailbox mailbox;
+//   GrpcCollectiveService service(&mailbox);
+//   grpc::ServerBuilder builder;
+//   ConfigureServer(&builder);            // common/grpc_util.h
+//   ConfigureCollectiveServer(&builder);  // bulk-transfer HTTP/2 settings
+//   builder.RegisterService(&service);
+//
+// Each stream's reactor reads one chunk at a time and hands it over; it never
+// blocks (a waiting collective's reduction runs on its executor's pool). A
+// malformed chunk ends the stream with DATA_LOSS.
+//
+// Thread-safety: thread-safe; `mailbox` (borrowed) outlives the service and
+// the server it is registered with.
+#ifndef WEFT_WORKER_COLLECTIVE_GRPC_COLLECTIVE_SERVICE_H_
+#define WEFT_WORKER_COLLECTIVE_GRPC_COLLECTIVE_SERVICE_H_
+
+#include "grpcpp/grpcpp.h"
+#include "proto/collective_service.grpc.pb.h"
+#include "worker/collective/collective_mailbox.h"
+
+namespace weft {
+namespace collective {
+
+class GrpcCollectiveService final
+    : public CollectiveService::WithRawCallbackMethod_Exchange<CollectiveService::Service> {
+ public:
+  explicit GrpcCollectiveService(CollectiveMailbox* mailbox) : mailbox_(mailbox) {}
+
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Exchange(grpc::CallbackServerContext* ctx) override;
+
+ private:
+  CollectiveMailbox* const mailbox_;
+};
+
+// Server-side HTTP/2 settings for bulk chunks (frame size, flow-control
+// window). They apply to every service on the server; all are harmless to
+// small RPCs.
+void ConfigureCollectiveServer(grpc::ServerBuilder* builder);
+
+}  // namespace collective
+}  // namespace weft
+
+#endif  // WEFT_WORKER_COLLECTIVE_GRPC_COLLECTIVE_SERVICE_H_
