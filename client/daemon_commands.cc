@@ -85,7 +85,8 @@ int WaitForTerminationSignal() {
 }
 
 int RunTaskCommand(int argc, char** argv, const char* job) {
-  auto f = Flags::Parse(argc, argv, 2, {"task", "cluster", "listen", "intra_op_threads", "log_level"}, {});
+  auto f = Flags::Parse(argc, argv, 2, {"task", "cluster", "listen", "intra_op_threads", "cpu_devices", "log_level"},
+                        {});
   if (!f.ok()) return Usage(job, f.status().message());
   if (f->Has("log_level") && !SetLogLevel(f->Get("log_level"))) return Usage(job, "unknown --log_level");
   auto config = ClusterFrom(*f, /*needs_task=*/true);
@@ -95,6 +96,10 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
   }
   auto threads = f->GetInt("intra_op_threads", 1, 0, 1024);
   if (!threads.ok()) return Usage(job, threads.status().message());
+  // Virtual CPU devices: what MIRRORED and CENTRAL_STORAGE replicate over
+  // on a machine without GPUs.
+  auto cpus = f->GetInt("cpu_devices", 1, 1, 64);
+  if (!cpus.ok()) return Usage(job, cpus.status().message());
   const std::string own = *TaskAddress(config->cluster, config->task);
   std::string listen = f->Get("listen");
   if (listen.empty()) listen = absl::StrCat("0.0.0.0:", own.substr(own.rfind(':') + 1));
@@ -108,6 +113,7 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
   opts.listen_address = listen;
   opts.cluster = config->cluster;
   opts.intra_op_threads = *threads;
+  opts.num_cpu_devices = static_cast<int>(*cpus);
   // A ps task also serves the ParameterServer service (shard list, save,
   // restore) beside the WorkerService.
   if (config->task.job == "ps") opts.extra_services.push_back(ps::PsServiceFactory());

@@ -88,18 +88,20 @@ void StopAll(std::vector<Task>* tasks) {
 }  // namespace
 
 int RunLocalCommand(int argc, char** argv) {
-  auto f = Flags::Parse(argc, argv, 2, {"workers", "ps", "output", "log_dir", "log_level"}, {});
+  auto f = Flags::Parse(argc, argv, 2, {"workers", "ps", "cpu_devices", "output", "log_dir", "log_level"}, {});
   if (!f.ok()) {
     std::fprintf(stderr, "weft local: %s\n", std::string(f.status().message()).c_str());
     return 2;
   }
   auto workers = f->GetInt("workers", 1, 1, 64);
   auto ps = f->GetInt("ps", 0, 0, 64);
+  auto cpus = f->GetInt("cpu_devices", 1, 1, 64);
   const std::string output = f->Get("output", "text");
-  if (!workers.ok() || !ps.ok() || (output != "text" && output != "json") || f->args().size() > 1) {
+  if (!workers.ok() || !ps.ok() || !cpus.ok() || (output != "text" && output != "json") || f->args().size() > 1) {
     std::fprintf(stderr, "weft local: %s\n",
                  !workers.ok() ? std::string(workers.status().message()).c_str()
                  : !ps.ok()    ? std::string(ps.status().message()).c_str()
+                 : !cpus.ok()  ? std::string(cpus.status().message()).c_str()
                  : f->args().size() > 1 ? "expected at most one job file"
                                         : "--output must be text or json");
     return 2;
@@ -174,7 +176,8 @@ int RunLocalCommand(int argc, char** argv) {
   }
   for (int i = 0; i < *workers && s.ok(); ++i) {
     s = start(absl::StrCat("worker:", i), {self, "worker", absl::StrCat("--task=worker:", i),
-                                           "--cluster=" + cluster, "--listen=" + worker_addrs[i]});
+                                           "--cluster=" + cluster, "--listen=" + worker_addrs[i],
+                                           absl::StrCat("--cpu_devices=", *cpus)});
   }
   if (s.ok()) s = start("master:0", {self, "master", "--cluster=" + cluster, "--listen=" + master_addr});
   auto client = MasterClient::Create(master_addr);

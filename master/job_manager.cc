@@ -104,11 +104,6 @@ JobManager::~JobManager() { Shutdown(); }
 
 absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec) {
   RETURN_IF_ERROR(ValidateJob(spec));
-  if (spec.strategy().kind() != StrategySpec::NONE) {
-    return absl::UnimplementedError(absl::StrCat(
-        "job: strategy.kind ", StrategySpec::Kind_Name(spec.strategy().kind()),
-        " is not supported yet; use NONE (a graph model may place variables on /job:ps devices)"));
-  }
   if (spec.strategy().steps_per_execution() > 1) {
     return absl::UnimplementedError("job: strategy.steps_per_execution > 1 is not supported yet");
   }

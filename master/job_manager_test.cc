@@ -158,11 +158,11 @@ TEST_F(JobManagerTest, InvalidJobsAreRejectedAtSubmit) {
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(s.status().message(), "layer")) << s.status();
 
-  JobSpec ps_strategy = MlpJob();
-  ps_strategy.mutable_strategy()->set_kind(StrategySpec::PARAMETER_SERVER);
-  s = jm->Submit(ps_strategy);
+  JobSpec many_steps = MlpJob();
+  many_steps.mutable_strategy()->set_steps_per_execution(4);
+  s = jm->Submit(many_steps);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_TRUE(absl::StrContains(s.status().message(), "strategy")) << s.status();
+  EXPECT_TRUE(absl::StrContains(s.status().message(), "steps_per_execution")) << s.status();
 
   EXPECT_TRUE(jm->List().empty());
   EXPECT_EQ(jm->Get("job-404").status().code(), absl::StatusCode::kNotFound);

@@ -1,5 +1,7 @@
 #include "master/job_runner.h"
 
+#include "master/distributed_job.h"
+
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -43,6 +45,7 @@ void JobRunner::Cancel() {
 }
 
 absl::StatusOr<TrainResult> JobRunner::Run(const std::function<void(const TrainProgress&)>& on_progress) {
+  if (job_.strategy().kind() != StrategySpec::NONE) return RunDistributed(on_progress);
   Data d;
   d.created = Clock::now();
   d.can_evaluate = !training_.correct.empty();
@@ -106,6 +109,145 @@ absl::StatusOr<TrainResult> JobRunner::Train(MasterSession* session, const Data&
   hooks.on_progress = on_progress;
   hooks.cancelled = &cancelled_;
   return RunTrainingLoop(job_, d.train, d.test, hooks, d.created);
+}
+
+// A job with a strategy: the replicated graph, each replica reading its
+// shard on its task; sync steps run every replica at once, async replicas
+// each run their own steps on a thread, as fast as they go.
+absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(const TrainProgress&)>& on_progress) {
+  const Clock::time_point created = Clock::now();
+  ASSIGN_OR_RETURN(std::vector<DeviceAttributes> attrs, ListClusterDevices(workers_));
+  std::vector<std::string> devices;
+  for (const DeviceAttributes& a : attrs) devices.push_back(a.name());
+  ASSIGN_OR_RETURN(DistributedPlan plan, PlanDistributedJob(job_, training_, devices));
+  // The master reads the training split only to count it (the epoch's steps).
+  const std::vector<int64_t> shape(training_.example_shape.dims().begin(), training_.example_shape.dims().end());
+  const int64_t num_classes = job_.has_model() ? job_.model().num_classes() : 0;
+  ASSIGN_OR_RETURN(data::InMemoryDataset train, data::LoadDataset(job_.dataset(), /*train=*/true, shape, num_classes));
+  const int64_t train_examples = train.size();
+  train = data::InMemoryDataset();
+  if (cancelled_.load()) {
+    TrainResult r;
+    r.state = "CANCELLED";
+    r.job = job_.name();
+    r.wall_seconds = Seconds(created);
+    return r;
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<MasterSession> owned, MasterSession::Create(session_handle_, plan.graph, workers_));
+  MasterSession* session = owned.get();
+  {
+    absl::MutexLock lock(&mu_);
+    session_ = std::move(owned);
+  }
+  Logger("master")->info("job '{}': {} with {} replica(s) of batch {}", job_.name(),
+                         StrategySpec::Kind_Name(job_.strategy().kind()), plan.num_replicas, plan.replica_batch);
+
+  StepSource source;
+  source.examples = train_examples;
+  // Async replicas take turns in the count: an epoch is the steps that
+  // together see each example once.
+  const int64_t step_examples = plan.sync ? job_.batch_size() : plan.replica_batch;
+  source.batches_per_epoch = (train_examples / plan.num_replicas) / plan.replica_batch *
+                             (plan.sync ? 1 : plan.num_replicas);
+  const ReplicatedGraph& rg = plan.replicated;
+  std::unique_ptr<AsyncReplicas> async;
+  if (plan.sync) {
+    source.step = [&, out = std::vector<Tensor>()]() mutable -> absl::StatusOr<StepResult> {
+      RETURN_IF_ERROR(session->Run({}, {rg.loss}, {rg.train_op}, &out));
+      return StepResult{out[0].data<float>()[0], step_examples};
+    };
+  } else {
+    const int64_t total = job_.steps() > 0 ? job_.steps() : source.batches_per_epoch * job_.epochs();
+    async = std::make_unique<AsyncReplicas>(session, rg, total, step_examples, &cancelled_);
+    source.step = [&]() { return async->Next(); };
+  }
+  if (!plan.eval_correct.empty()) {
+    source.evaluate = [&, out = std::vector<Tensor>()]() mutable -> absl::StatusOr<EvalResult> {
+      std::vector<std::string> fetches = {plan.eval_labels, plan.eval_correct};
+      if (!plan.eval_loss.empty()) fetches.push_back(plan.eval_loss);
+      double correct = 0, loss = 0;
+      EvalResult e;
+      for (;;) {
+        if (cancelled_.load()) return absl::CancelledError("job cancelled during evaluation");
+        RETURN_IF_ERROR(Annotate(session->Run({}, fetches, {}, &out), "evaluation"));
+        const int64_t n = out[0].NumElements();
+        if (n == 0) break;  // the end of the test pass
+        correct += out[1].data<float>()[0];
+        if (out.size() > 2) loss += out[2].data<float>()[0];
+        e.examples += n;
+      }
+      if (e.examples > 0) {
+        e.accuracy = correct / static_cast<double>(e.examples);
+        e.loss = loss / static_cast<double>(e.examples);
+      }
+      return e;
+    };
+  }
+  absl::StatusOr<TrainResult> result = RunTrainingLoop(job_, source, on_progress, &cancelled_, created);
+  async.reset();  // joins the replicas' threads
+  {
+    absl::MutexLock lock(&mu_);
+    owned = std::move(session_);
+  }
+  absl::Status closed = owned->Close();
+  if (!closed.ok()) Logger("master")->warn("job '{}': closing its session: {}", job_.name(), closed.ToString());
+  if (result.ok()) result->wall_seconds = Seconds(created);
+  return result;
+}
+
+JobRunner::AsyncReplicas::AsyncReplicas(MasterSession* session, const ReplicatedGraph& rg, int64_t total_steps,
+                                        int64_t step_examples, const std::atomic<bool>* cancelled)
+    : session_(session), step_examples_(step_examples), cancelled_(cancelled), remaining_(total_steps) {
+  for (size_t r = 0; r < rg.replicas.size(); ++r) {
+    threads_.emplace_back([this, names = rg.replicas[r]] { Loop(names); });
+  }
+}
+
+JobRunner::AsyncReplicas::~AsyncReplicas() {
+  {
+    absl::MutexLock lock(&mu_);
+    remaining_ = 0;
+  }
+  for (std::thread& t : threads_) t.join();
+}
+
+void JobRunner::AsyncReplicas::Loop(const ReplicaNames& names) {
+  std::vector<Tensor> out;
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (remaining_ <= 0 || cancelled_->load()) return;
+      --remaining_;  // a ticket: exactly total_steps steps run
+      ++active_;
+    }
+    absl::Status s = session_->Run({}, {names.loss}, {names.train_op}, &out);
+    absl::MutexLock lock(&mu_);
+    --active_;
+    if (!s.ok()) {
+      done_.push_back(s);
+      remaining_ = 0;  // the first failure ends the job
+      return;
+    }
+    done_.push_back(StepResult{out[0].data<float>()[0], step_examples_});
+  }
+}
+
+bool JobRunner::AsyncReplicas::Ready() const {
+  return !done_.empty() || cancelled_->load() || (remaining_ <= 0 && active_ == 0);
+}
+
+absl::StatusOr<StepResult> JobRunner::AsyncReplicas::Next() {
+  absl::MutexLock lock(&mu_);
+  // A cancel sets an atomic without this mutex, so wake up to look.
+  while (!mu_.AwaitWithTimeout(absl::Condition(this, &AsyncReplicas::Ready), absl::Milliseconds(100))) {
+  }
+  if (done_.empty()) {
+    if (cancelled_->load()) return absl::CancelledError("job cancelled");
+    return absl::InternalError("the asynchronous replicas stopped before the job's last step");
+  }
+  absl::StatusOr<StepResult> r = std::move(done_.front());
+  done_.pop_front();
+  return r;
 }
 
 }  // namespace master

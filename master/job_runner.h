@@ -17,16 +17,21 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <deque>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "graph/lowering.h"
 #include "master/master_session.h"
+#include "master/strategy.h"
 #include "master/worker_cache.h"
 #include "proto/job.pb.h"
 #include "runtime/trainer.h"
+#include "runtime/training_loop.h"
 
 namespace weft {
 namespace master {
@@ -51,6 +56,31 @@ class JobRunner {
   struct Data;
   absl::StatusOr<TrainResult> Train(MasterSession* session, const Data& data,
                                     const std::function<void(const TrainProgress&)>& on_progress);
+  absl::StatusOr<TrainResult> RunDistributed(const std::function<void(const TrainProgress&)>& on_progress);
+
+  // Asynchronous replicas: one thread per replica runs its steps back to
+  // back until `total_steps` have been taken between them; Next hands the
+  // training loop their results in the order they finish.
+  class AsyncReplicas {
+   public:
+    AsyncReplicas(MasterSession* session, const ReplicatedGraph& rg, int64_t total_steps, int64_t step_examples,
+                  const std::atomic<bool>* cancelled);
+    ~AsyncReplicas();  // stops handing out steps and joins the threads
+    absl::StatusOr<StepResult> Next();
+
+   private:
+    void Loop(const ReplicaNames& names);
+    bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+    MasterSession* const session_;
+    const int64_t step_examples_;
+    const std::atomic<bool>* const cancelled_;
+    absl::Mutex mu_;
+    int64_t remaining_ ABSL_GUARDED_BY(mu_);
+    int active_ ABSL_GUARDED_BY(mu_) = 0;
+    std::deque<absl::StatusOr<StepResult>> done_ ABSL_GUARDED_BY(mu_);
+    std::vector<std::thread> threads_;
+  };
 
   const JobSpec job_;
   const TrainingGraph training_;

@@ -1,0 +1,237 @@
+#include "master/distributed_job.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <set>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "graph/builder.h"
+#include "graph/device_name.h"
+#include "graph/input_ops.h"
+
+namespace weft {
+namespace master {
+namespace {
+
+constexpr int64_t kEvalBatch = 500;
+
+struct Cluster {
+  // task -> its devices, in order; tasks of each job by index.
+  std::map<std::string, std::vector<std::string>> devices_of_task;
+  std::vector<std::string> workers;
+  std::vector<std::string> ps;
+};
+
+absl::StatusOr<Cluster> ReadCluster(const std::vector<std::string>& devices) {
+  Cluster c;
+  std::map<std::pair<std::string, int>, std::vector<DeviceName>> by_task;
+  for (const std::string& d : devices) {
+    ASSIGN_OR_RETURN(DeviceName name, DeviceName::Parse(d));
+    by_task[{name.job, name.task}].push_back(name);
+  }
+  for (auto& [task, names] : by_task) {
+    // CPUs after accelerators, each by id.
+    std::sort(names.begin(), names.end(), [](const DeviceName& a, const DeviceName& b) {
+      if ((a.type == "CPU") != (b.type == "CPU")) return a.type != "CPU";
+      return a.id < b.id;
+    });
+    const std::string t = TaskName(task.first, task.second);
+    for (const DeviceName& n : names) c.devices_of_task[t].push_back(n.ToString());
+    if (task.first == "worker") c.workers.push_back(t);
+    if (task.first == "ps") c.ps.push_back(t);
+  }
+  return c;
+}
+
+std::string CpuOf(const Cluster& c, const std::string& task) {
+  for (const std::string& d : c.devices_of_task.at(task)) {
+    if (d.find("/device:CPU:") != std::string::npos) return d;
+  }
+  return c.devices_of_task.at(task).front();
+}
+
+absl::Status Missing(const JobSpec& job, absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("job '", job.name(), "': strategy ", StrategySpec::Kind_Name(job.strategy().kind()), " ", what));
+}
+
+NodeDef* FindDef(GraphDef* g, const std::string& name) {
+  for (NodeDef& n : *g->mutable_node()) {
+    if (n.name() == name) return &n;
+  }
+  return nullptr;
+}
+
+// The InputBatch node `name` on `device`, built through the op's helper.
+absl::StatusOr<NodeDef> InputNode(const JobSpec& job, const TrainingGraph& training, const std::string& name,
+                                  const std::string& device, const ops::InputBatchOptions& options) {
+  Graph scratch;
+  GraphBuilder b(&scratch);
+  ops::InputBatch(&b, job.dataset(), options, name);
+  RETURN_IF_ERROR(b.status());
+  const GraphDef built = scratch.ToGraphDef();
+  for (const NodeDef& n : built.node()) {
+    if (n.name() == name) {
+      NodeDef out = n;
+      out.set_device(device);
+      return out;
+    }
+  }
+  return absl::InternalError(absl::StrCat("InputBatch helper made no node '", name, "'"));
+}
+
+// Turns placeholder `name` into Identity(`source`).
+absl::Status Rewire(GraphDef* g, const std::string& name, const std::string& source) {
+  NodeDef* n = FindDef(g, name);
+  if (n == nullptr) return absl::InternalError(absl::StrCat("replicated graph has no '", name, "'"));
+  n->set_op("Identity");
+  n->clear_input();
+  n->add_input(source);
+  n->mutable_attr()->clear();
+  return absl::OkStatus();
+}
+
+std::string NodeOf(const std::string& tensor) {
+  std::string node;
+  int index = 0;
+  if (!ParseTensorName(tensor, &node, &index).ok()) return tensor;
+  return node;
+}
+
+}  // namespace
+
+absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const TrainingGraph& training,
+                                                   const std::vector<std::string>& devices) {
+  ASSIGN_OR_RETURN(Cluster cluster, ReadCluster(devices));
+  const StrategySpec& spec = job.strategy();
+  StrategyOptions o;
+  o.kind = spec.kind();
+  o.sync = spec.kind() != StrategySpec::PARAMETER_SERVER || spec.sync();
+  if (spec.fusion_bytes() > 0) o.fusion_bytes = spec.fusion_bytes();
+  o.group_key = 1;
+  switch (spec.kind()) {
+    case StrategySpec::PARAMETER_SERVER:
+      if (cluster.ps.empty()) return Missing(job, "needs ps tasks (weft local --ps=M, or ps= in the cluster)");
+      if (cluster.workers.empty()) return Missing(job, "needs worker tasks");
+      for (const std::string& w : cluster.workers) o.replica_devices.push_back(cluster.devices_of_task[w].front());
+      for (const std::string& p : cluster.ps) o.variable_devices.push_back(CpuOf(cluster, p));
+      break;
+    case StrategySpec::MULTI_WORKER_MIRRORED:
+      if (cluster.workers.empty()) return Missing(job, "needs worker tasks");
+      for (const std::string& w : cluster.workers) o.replica_devices.push_back(cluster.devices_of_task[w].front());
+      break;
+    case StrategySpec::MIRRORED:
+    case StrategySpec::CENTRAL_STORAGE: {
+      if (cluster.workers.empty()) return Missing(job, "needs a worker task");
+      const std::vector<std::string>& local = cluster.devices_of_task[cluster.workers[0]];
+      const int n = spec.num_devices() > 0 ? spec.num_devices() : static_cast<int>(local.size());
+      if (n > static_cast<int>(local.size())) {
+        return Missing(job, absl::StrCat("asks for ", n, " devices but ", cluster.workers[0], " has ",
+                                         local.size(), " (start it with --cpu_devices=", n, ")"));
+      }
+      o.replica_devices.assign(local.begin(), local.begin() + n);
+      o.variable_devices = {CpuOf(cluster, cluster.workers[0])};
+      break;
+    }
+    default:
+      return Missing(job, "is not a distribution strategy");
+  }
+  const int n = static_cast<int>(o.replica_devices.size());
+  if (job.batch_size() % n != 0) {
+    return Missing(job, absl::StrCat("splits batch_size ", job.batch_size(), " over ", n,
+                                     " replicas; make it a multiple of ", n));
+  }
+  DistributedPlan plan;
+  plan.num_replicas = n;
+  plan.replica_batch = job.batch_size() / n;
+  plan.sync = o.sync;
+  ASSIGN_OR_RETURN(plan.replicated, ApplyStrategy(training, o));
+  plan.graph = plan.replicated.graph->ToGraphDef();
+  const int64_t num_classes = job.has_model() ? job.model().num_classes() : 0;
+
+  for (int r = 0; r < n; ++r) {
+    ops::InputBatchOptions in;
+    in.train = true;
+    in.batch_size = plan.replica_batch;
+    in.shard_index = r;
+    in.num_shards = n;
+    in.seed = job.seed();
+    in.example_shape = training.example_shape;
+    in.num_classes = num_classes;
+    const std::string name = ReplicaName(r, "input");
+    ASSIGN_OR_RETURN(NodeDef node, InputNode(job, training, name, o.replica_devices[r], in));
+    *plan.graph.add_node() = std::move(node);
+    RETURN_IF_ERROR(Rewire(&plan.graph, plan.replicated.replicas[r].features, name));
+    RETURN_IF_ERROR(Rewire(&plan.graph, plan.replicated.replicas[r].labels, name + ":1"));
+  }
+
+  // Evaluation: replica 0's forward pass to `correct` and `eval_loss`,
+  // copied under "eval/" and fed by the test split on replica 0's task.
+  if (!plan.replicated.correct.empty() && !job.eval().skip()) {
+    absl::flat_hash_map<std::string, const NodeDef*> by_name;
+    for (const NodeDef& nd : plan.graph.node()) by_name[nd.name()] = &nd;
+    const std::string features = plan.replicated.replicas[0].features;
+    const std::string labels = plan.replicated.replicas[0].labels;
+    absl::flat_hash_set<std::string> copy;
+    std::deque<std::string> todo = {NodeOf(plan.replicated.correct)};
+    if (!plan.replicated.eval_loss.empty()) todo.push_back(NodeOf(plan.replicated.eval_loss));
+    while (!todo.empty()) {
+      const std::string name = todo.front();
+      todo.pop_front();
+      if (copy.contains(name) || name == features || name == labels) continue;
+      auto it = by_name.find(name);
+      if (it == by_name.end()) return absl::InternalError(absl::StrCat("evaluation reads unknown node '", name, "'"));
+      if (it->second->op() == "Variable") continue;  // shared with training
+      copy.insert(name);
+      for (const std::string& in : it->second->input()) todo.push_back(NodeOf(in[0] == '^' ? in.substr(1) : in));
+    }
+    auto eval_name = [&](const std::string& node) {
+      if (node == features) return std::string("eval/input");
+      if (node == labels) return std::string("eval/input:1");
+      return copy.contains(node) ? absl::StrCat("eval/", node) : node;
+    };
+    std::vector<NodeDef> added;
+    for (const NodeDef& nd : plan.graph.node()) {
+      if (!copy.contains(nd.name())) continue;
+      NodeDef c = nd;
+      c.set_name(absl::StrCat("eval/", nd.name()));
+      for (std::string& in : *c.mutable_input()) {
+        if (in[0] == '^') {
+          in = "^" + eval_name(in.substr(1));
+          continue;
+        }
+        const size_t colon = in.rfind(':');
+        const std::string node = colon == std::string::npos ? in : in.substr(0, colon);
+        const std::string suffix = colon == std::string::npos ? "" : in.substr(colon);
+        const std::string renamed = eval_name(node);
+        if (node == labels) {
+          in = renamed;  // eval/input:1
+        } else {
+          in = renamed + suffix;
+        }
+      }
+      added.push_back(std::move(c));
+    }
+    for (NodeDef& c : added) *plan.graph.add_node() = std::move(c);
+    ops::InputBatchOptions in;
+    in.train = false;
+    in.batch_size = kEvalBatch;
+    in.seed = job.seed();
+    in.example_shape = training.example_shape;
+    in.num_classes = num_classes;
+    ASSIGN_OR_RETURN(NodeDef node, InputNode(job, training, "eval/input", o.replica_devices[0], in));
+    *plan.graph.add_node() = std::move(node);
+    plan.eval_correct = absl::StrCat("eval/", plan.replicated.correct);
+    if (!plan.replicated.eval_loss.empty()) plan.eval_loss = absl::StrCat("eval/", plan.replicated.eval_loss);
+    plan.eval_labels = "eval/input:1";
+  }
+  return plan;
+}
+
+}  // namespace master
+}  // namespace weft

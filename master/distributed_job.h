@@ -1,0 +1,54 @@
+// A job with a distribution strategy, planned for a cluster: the replicated
+// graph (master/strategy.h) with each replica's `features` and `labels`
+// placeholders replaced by an InputBatch that reads the replica's shard on its
+// own task, plus an evaluation copy of replica 0's forward pass reading the
+// test split there. No example passes through the master.
+//
+// Replica devices, by strategy:
+//   PARAMETER_SERVER, MULTI_WORKER_MIRRORED  the first device of each worker
+//     task (variables, for PS, on the ps tasks' CPUs);
+//   MIRRORED, CENTRAL_STORAGE  the devices of worker 0 (num_devices of them,
+//     default all; `weft worker --cpu_devices=N` gives a task N CPUs), with
+//     CENTRAL_STORAGE's variables on its first CPU.
+// The job's batch_size is the global batch, split evenly across replicas.
+//
+// Thread-safety: PlanDistributedJob is a pure function.
+#ifndef WEFT_MASTER_DISTRIBUTED_JOB_H_
+#define WEFT_MASTER_DISTRIBUTED_JOB_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "graph/lowering.h"
+#include "master/strategy.h"
+#include "proto/graph.pb.h"
+#include "proto/job.pb.h"
+
+namespace weft {
+namespace master {
+
+struct DistributedPlan {
+  GraphDef graph;
+  ReplicatedGraph replicated;   // names (its graph is the rewrite's, before inputs)
+  int num_replicas = 0;
+  int64_t replica_batch = 0;    // examples per replica per step
+  bool sync = true;
+  // Evaluation on replica 0's task: fetch these per step until `eval_labels`
+  // has no rows (the end of the test pass). Empty when the job has none.
+  std::string eval_correct;
+  std::string eval_loss;
+  std::string eval_labels;
+};
+
+// INVALID_ARGUMENT when the cluster lacks what the strategy needs (ps tasks,
+// workers, devices) or the global batch does not split evenly; the message
+// names the strategy and what is missing.
+absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const TrainingGraph& training,
+                                                   const std::vector<std::string>& devices);
+
+}  // namespace master
+}  // namespace weft
+
+#endif  // WEFT_MASTER_DISTRIBUTED_JOB_H_

@@ -1,0 +1,95 @@
+// Planning a distributed job: inputs on each replica's task, an evaluation
+// copy reading the test split, and clear errors for a cluster that lacks
+// what the strategy needs.
+#include "master/distributed_job.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "graph/attr.h"
+#include "graph/lowering.h"
+#include "gtest/gtest.h"
+
+namespace weft {
+namespace master {
+namespace {
+
+JobSpec Job(StrategySpec::Kind kind) {
+  JobSpec job;
+  job.set_name("plan");
+  ModelSpec* m = job.mutable_model();
+  m->add_input_shape(6);
+  m->set_num_classes(3);
+  m->add_layer()->mutable_dense()->set_units(4);
+  m->add_layer()->mutable_dense()->set_units(3);
+  job.mutable_dataset()->set_dir("/nonexistent");
+  job.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1f);
+  job.set_batch_size(8);
+  job.set_epochs(1);
+  job.mutable_strategy()->set_kind(kind);
+  job.mutable_strategy()->set_sync(true);
+  return job;
+}
+
+const std::vector<std::string> kDevices = {
+    "/job:worker/task:0/device:CPU:0", "/job:worker/task:0/device:CPU:1", "/job:worker/task:1/device:CPU:0",
+    "/job:worker/task:1/device:CPU:1", "/job:ps/task:0/device:CPU:0"};
+
+TEST(DistributedJobTest, EachReplicaReadsItsShardOnItsTaskAndEvaluationReadsTheTestSplit) {
+  for (auto kind : {StrategySpec::PARAMETER_SERVER, StrategySpec::MULTI_WORKER_MIRRORED, StrategySpec::MIRRORED,
+                    StrategySpec::CENTRAL_STORAGE}) {
+    SCOPED_TRACE(StrategySpec::Kind_Name(kind));
+    const JobSpec job = Job(kind);
+    auto tg = LowerJob(job);
+    ASSERT_TRUE(tg.ok()) << tg.status();
+    auto plan = PlanDistributedJob(job, *tg, kDevices);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->num_replicas, 2);
+    EXPECT_EQ(plan->replica_batch, 4);
+    auto g = Graph::FromGraphDef(plan->graph);
+    ASSERT_TRUE(g.ok()) << g.status();
+    for (int r = 0; r < 2; ++r) {
+      const Node* in = (*g)->FindNode(ReplicaName(r, "input"));
+      ASSERT_NE(in, nullptr);
+      EXPECT_EQ(in->op(), "InputBatch");
+      EXPECT_EQ(*GetIntAttr(in->def(), "shard_index"), r);
+      EXPECT_EQ(*GetIntAttr(in->def(), "num_shards"), 2);
+      EXPECT_EQ(*GetIntAttr(in->def(), "batch_size"), 4);
+      const Node* features = (*g)->FindNode(plan->replicated.replicas[r].features);
+      ASSERT_NE(features, nullptr);
+      EXPECT_EQ(features->op(), "Identity");
+      EXPECT_EQ(features->input(0).node, in);
+      EXPECT_EQ(in->def().device(), features->def().device());
+    }
+    const Node* eval_in = (*g)->FindNode("eval/input");
+    ASSERT_NE(eval_in, nullptr);
+    EXPECT_FALSE(*GetBoolAttr(eval_in->def(), "train"));
+    ASSERT_NE((*g)->FindNode(plan->eval_correct), nullptr) << plan->eval_correct;
+  }
+}
+
+TEST(DistributedJobTest, AClusterWithoutWhatTheStrategyNeedsIsInvalidArgument) {
+  JobSpec job = Job(StrategySpec::PARAMETER_SERVER);
+  auto tg = LowerJob(job);
+  ASSERT_TRUE(tg.ok());
+  auto plan = PlanDistributedJob(job, *tg, {"/job:worker/task:0/device:CPU:0"});
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(plan.status().message(), "ps tasks")) << plan.status();
+
+  job.set_batch_size(7);
+  plan = PlanDistributedJob(job, *tg, kDevices);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(plan.status().message(), "batch_size 7")) << plan.status();
+
+  job = Job(StrategySpec::MIRRORED);
+  job.mutable_strategy()->set_num_devices(3);
+  plan = PlanDistributedJob(job, *tg, kDevices);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(plan.status().message(), "--cpu_devices=3")) << plan.status();
+}
+
+}  // namespace
+}  // namespace master
+}  // namespace weft
