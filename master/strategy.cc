@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "graph/attr.h"
 
@@ -253,6 +254,9 @@ class Rewriter {
       replica_train_.push_back(train->name());
     }
     if (collective) {
+      std::vector<std::string> tasks;
+      for (const std::string& d : options_.replica_devices) tasks.push_back(TaskOf(d));
+      const std::string group_tasks = absl::StrJoin(tasks, ",");
       for (int r = 0; r < n_; ++r) {
         for (size_t b = 0; b < buckets.size(); ++b) {
           NodeDef* ar = Add(ReplicaName(r, absl::StrCat("allreduce/bucket_", b)), "CollectiveAllReduce",
@@ -269,6 +273,7 @@ class Rewriter {
           SetAttr(ar, Attr("group_key", options_.group_key));
           SetAttr(ar, Attr("instance_key", static_cast<int64_t>(b + 1)));
           SetAttr(ar, Attr("mean", true));
+          SetAttr(ar, Attr("group_tasks", group_tasks));
         }
       }
     } else {

@@ -139,6 +139,7 @@ bool Executor::Impl::Process(RunState* s, int i, absl::InlinedVector<int, 8>* re
   p.step_id = s->step_id;
   p.rendezvous = s->rendezvous;
   p.resources = options.resources;
+  p.collectives = options.collectives;
   p.outputs = absl::MakeSpan(s->slots.data() + item.first_slot, item.num_outputs);
   if (AsyncOpKernel* async = item.kernel->AsAsync()) {
     AsyncCall& call = s->async_calls[item.async_index];

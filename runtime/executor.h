@@ -30,6 +30,7 @@
 #include "common/tensor.h"
 #include "common/thread_pool.h"
 #include "graph/graph.h"
+#include "runtime/collective_runtime.h"
 #include "runtime/device.h"
 
 namespace weft {
@@ -48,6 +49,8 @@ struct ExecutorOptions {
   // Where Variable ops keep their values; nullptr uses the device's. A worker
   // gives each session its own, so two jobs never share weights.
   ResourceMgr* resources = nullptr;
+  // What collective kernels use (a worker's); nullptr outside a worker.
+  CollectiveRuntime* collectives = nullptr;
 };
 
 class Executor {

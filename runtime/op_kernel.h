@@ -24,6 +24,7 @@
 #include "common/thread_pool.h"
 #include "graph/attr.h"
 #include "graph/graph.h"
+#include "runtime/collective_runtime.h"
 #include "runtime/resource_mgr.h"
 
 namespace weft {
@@ -64,6 +65,8 @@ class OpKernelContext {
     ResourceMgr* resources = nullptr;
     // The step's rendezvous for _Send/_Recv; nullptr outside a worker.
     Rendezvous* rendezvous = nullptr;
+    // The task's collectives (CollectiveAllReduce); nullptr outside a worker.
+    CollectiveRuntime* collectives = nullptr;
     absl::Span<const Tensor* const> inputs;
     absl::Span<Tensor> outputs;  // sized to num_outputs, empty on entry
   };
@@ -74,6 +77,7 @@ class OpKernelContext {
   int64_t step_id() const { return p_.step_id; }
   // nullptr when the step has none (RunGraphOnce, the single-process trainer).
   Rendezvous* rendezvous() const { return p_.rendezvous; }
+  CollectiveRuntime* collectives() const { return p_.collectives; }
   int num_inputs() const { return static_cast<int>(p_.inputs.size()); }
   const Tensor& input(int i) const { return *p_.inputs[i]; }
   int num_outputs() const { return static_cast<int>(p_.outputs.size()); }

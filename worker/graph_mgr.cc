@@ -28,10 +28,12 @@ struct GraphMgr::Item {
   std::unique_ptr<Executor> executor;  // declared after the graph it runs
 };
 
-GraphMgr::GraphMgr(std::string task, std::vector<Device*> devices, ThreadPool* inter_op_pool)
+GraphMgr::GraphMgr(std::string task, std::vector<Device*> devices, ThreadPool* inter_op_pool,
+                   CollectiveRuntime* collectives)
     : task_(std::move(task)),
       devices_(std::move(devices)),
       inter_op_pool_(inter_op_pool),
+      collectives_(collectives),
       // A restarted task must not accept a handle from its previous life.
       handle_prefix_(absl::StrCat("g", absl::Hex(absl::Uniform<uint32_t>(absl::BitGen())), "_")) {}
 
@@ -87,6 +89,7 @@ absl::StatusOr<std::string> GraphMgr::Register(const RegisterGraphRequest& reque
     }
   }
   opts.inter_op_pool = inter_op_pool_;
+  opts.collectives = collectives_;
   // Each session keeps its own variables, so a second job on the same task
   // starts from its own initial values, not from the first job's weights.
   item->resources_key = absl::StrCat(request.session_handle(), "@", device->name());

@@ -29,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/thread_pool.h"
 #include "proto/worker_service.pb.h"
+#include "runtime/collective_runtime.h"
 #include "runtime/device.h"
 #include "runtime/rendezvous.h"
 
@@ -40,7 +41,8 @@ class GraphMgr {
   // `devices` (borrowed, at least one) and `inter_op_pool` (borrowed, may be
   // nullptr: run inline) outlive the GraphMgr. `task` names this task in
   // messages.
-  GraphMgr(std::string task, std::vector<Device*> devices, ThreadPool* inter_op_pool);
+  GraphMgr(std::string task, std::vector<Device*> devices, ThreadPool* inter_op_pool,
+           CollectiveRuntime* collectives = nullptr);
   ~GraphMgr();
 
   // INVALID_ARGUMENT naming the node for a node on another task's device or
@@ -75,6 +77,7 @@ class GraphMgr {
   const std::string task_;
   const std::vector<Device*> devices_;
   ThreadPool* const inter_op_pool_;
+  CollectiveRuntime* const collectives_;
   const std::string handle_prefix_;  // random per GraphMgr
 
   mutable absl::Mutex mu_;

@@ -23,6 +23,7 @@ uint64_t NewIncarnation() {
 Worker::Worker(const WorkerOptions& options)
     : task_(TaskName(options.job, options.task_index)),
       incarnation_(NewIncarnation()),
+      collectives_(options.collectives),
       rendezvous_mgr_([this, puller = options.puller](int64_t step_id) -> std::shared_ptr<Rendezvous> {
         return RemoteRendezvous::Create(task_, step_id, puller);
       }) {
@@ -34,7 +35,7 @@ Worker::Worker(const WorkerOptions& options)
   if (options.inter_op_threads > 0) {
     inter_op_pool_ = std::make_unique<ThreadPool>(task_ + "/inter_op", options.inter_op_threads);
   }
-  graph_mgr_ = std::make_unique<GraphMgr>(task_, device_ptrs_, inter_op_pool_.get());
+  graph_mgr_ = std::make_unique<GraphMgr>(task_, device_ptrs_, inter_op_pool_.get(), options.collectives);
   compute_pool_ = std::make_unique<ThreadPool>(task_ + "/compute", std::max(options.compute_threads, 1));
 }
 
@@ -100,7 +101,7 @@ void Worker::DeregisterGraphAsync(const DeregisterGraphRequest* request, Deregis
 }
 
 void Worker::RunGraphAsync(const RunGraphRequest* request, RunGraphResponse* response, StatusCallback done) {
-  for (int64_t id : request->cleanup_step_id()) rendezvous_mgr_.Cleanup(id);
+  for (int64_t id : request->cleanup_step_id()) CleanupStepState(id);
   Schedule(
       [this, request, response, done] {
         const int64_t step_id = request->step_id();
@@ -110,6 +111,7 @@ void Worker::RunGraphAsync(const RunGraphRequest* request, RunGraphResponse* res
           // Peers pulling this step's values, and its other partitions here,
           // must not wait for values that will never come.
           rendezvous_mgr_.AbortStep(step_id, s);
+          if (collectives_ != nullptr) collectives_->AbortStep(step_id, s);
           Logger("worker")->debug("step {} failed: {}", step_id, s.ToString());
         }
         done(s);
@@ -123,12 +125,18 @@ void Worker::AbortStepAsync(const AbortStepRequest* request, AbortStepResponse*,
   const std::string message =
       request->message().empty() ? absl::StrCat("step ", request->step_id(), " aborted") : request->message();
   rendezvous_mgr_.AbortStep(request->step_id(), absl::Status(code, message));
+  if (collectives_ != nullptr) collectives_->AbortStep(request->step_id(), absl::Status(code, message));
   done(absl::OkStatus());
 }
 
+void Worker::CleanupStepState(int64_t step_id) {
+  rendezvous_mgr_.Cleanup(step_id);
+  if (collectives_ != nullptr) collectives_->CleanupStep(step_id);
+}
+
 void Worker::CleanupStepAsync(const CleanupStepRequest* request, CleanupStepResponse*, StatusCallback done) {
-  rendezvous_mgr_.Cleanup(request->step_id());
-  for (int64_t id : request->more_step_id()) rendezvous_mgr_.Cleanup(id);
+  CleanupStepState(request->step_id());
+  for (int64_t id : request->more_step_id()) CleanupStepState(id);
   done(absl::OkStatus());
 }
 

@@ -34,6 +34,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/thread_pool.h"
 #include "proto/worker_service.pb.h"
+#include "runtime/collective_runtime.h"
 #include "runtime/device.h"
 #include "runtime/rendezvous.h"
 #include "worker/graph_mgr.h"
@@ -57,6 +58,9 @@ struct WorkerOptions {
   // Pulls values sent on other tasks; nullptr for a task without peers.
   // Borrowed: must outlive the worker.
   TensorPullerInterface* puller = nullptr;
+  // What CollectiveAllReduce kernels use; nullptr: none (a lone task).
+  // Borrowed; must outlive the worker.
+  CollectiveRuntime* collectives = nullptr;
 };
 
 class Worker {
@@ -103,9 +107,12 @@ class Worker {
   // worker is shutting down.
   void Schedule(std::function<void()> fn, const StatusCallback& done);
   absl::Status ShuttingDown() const;
+  // Drops a finished step's rendezvous and collective state.
+  void CleanupStepState(int64_t step_id);
 
   const std::string task_;
   const uint64_t incarnation_;
+  CollectiveRuntime* const collectives_;
   std::vector<std::unique_ptr<Device>> devices_;
   std::vector<Device*> device_ptrs_;
   std::unique_ptr<ThreadPool> inter_op_pool_;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
+#include "graph/device_name.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
@@ -22,6 +23,9 @@ WorkerServer::WorkerServer(const WorkerServerOptions& options) : shutdown_grace_
   w.inter_op_threads = options.inter_op_threads;
   w.compute_threads = options.compute_threads;
   w.puller = puller_.get();
+  collectives_ = std::make_unique<collective::WorkerCollectives>(TaskName(options.job, options.task_index),
+                                                                 options.cluster, options.collective_timeout);
+  w.collectives = collectives_.get();
   worker_ = std::make_unique<Worker>(w);
   service_ = std::make_unique<GrpcWorkerService>(worker_.get());
   for (const ExtraServiceFactory& make : options.extra_services) extra_services_.push_back(make(worker_.get()));
@@ -35,7 +39,9 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> StartWorkerServer(const WorkerServ
   grpc::ServerBuilder builder;
   ConfigureServer(&builder);
   builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &s->port_);
+  collective::ConfigureCollectiveServer(&builder);
   builder.RegisterService(s->service_.get());
+  builder.RegisterService(s->collectives_->service());
   for (auto& extra : s->extra_services_) builder.RegisterService(extra->service());
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
@@ -57,6 +63,7 @@ void WorkerServer::Shutdown() {
   stopped_ = true;
   if (server_ != nullptr) server_->GetHealthCheckService()->SetServingStatus(false);
   worker_->Shutdown();
+  collectives_->Close(absl::UnavailableError(absl::StrCat("task ", worker_->task(), " is shutting down")));
   for (auto& extra : extra_services_) extra->Shutdown();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(shutdown_grace_));

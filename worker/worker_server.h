@@ -31,6 +31,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "proto/cluster.pb.h"
+#include "worker/collective/worker_collectives.h"
 #include "worker/grpc_channel_cache.h"
 #include "worker/grpc_remote_worker.h"
 #include "worker/grpc_worker_service.h"
@@ -70,6 +71,9 @@ struct WorkerServerOptions {
   absl::Duration shutdown_grace = absl::Seconds(5);
   // Services served beside the WorkerService (the ps's ParameterServer).
   std::vector<ExtraServiceFactory> extra_services;
+  // A collective (all-reduce) that has not finished by then fails, naming
+  // the peer it waits for.
+  absl::Duration collective_timeout = absl::Seconds(60);
 };
 
 class WorkerServer {
@@ -82,7 +86,10 @@ class WorkerServer {
   const std::string& address() const { return address_; }
   Worker* worker() { return worker_.get(); }
   // Replaces the peer addresses used to pull tensors.
-  void SetCluster(const ClusterDef& cluster) { puller_->SetCluster(cluster); }
+  void SetCluster(const ClusterDef& cluster) {
+    puller_->SetCluster(cluster);
+    collectives_->SetCluster(cluster);
+  }
 
   // Idempotent; returns once every thread the server started is joined.
   void Shutdown();
@@ -97,6 +104,9 @@ class WorkerServer {
   // Declared in dependency order: destroyed server first, channels last.
   ChannelCache channels_;
   std::unique_ptr<GrpcTensorPuller> puller_;
+  // Ring all-reduce for CollectiveAllReduce kernels (its service is
+  // registered on the server); outlives the Worker that borrows it.
+  std::unique_ptr<collective::WorkerCollectives> collectives_;
   std::unique_ptr<Worker> worker_;
   std::unique_ptr<GrpcWorkerService> service_;
   std::vector<std::unique_ptr<ExtraService>> extra_services_;

@@ -5,7 +5,8 @@
 //   op with the same `group_key` and `instance_key` and the same shapes; each
 //   r_i is the element-wise sum of t_i over the group, divided by group_size
 //   when `mean` is true. The k inputs form one fused bucket: they travel and
-//   are reduced together. float32 only. The kernel lives with the worker's
+//   are reduced together. float32 only. `group_tasks` lists the group's
+//   tasks in rank order, comma-separated. The kernel lives with the worker's
 //   collectives (worker/collective), which hold the group's membership.
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"

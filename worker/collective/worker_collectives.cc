@@ -1,0 +1,85 @@
+#include "worker/collective/worker_collectives.h"
+
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "worker/grpc_channel_cache.h"
+#include "worker/collective/fusion.h"
+
+namespace weft {
+namespace collective {
+
+WorkerCollectives::WorkerCollectives(std::string task, ClusterDef cluster, absl::Duration timeout)
+    : task_(std::move(task)),
+      timeout_(timeout),
+      cluster_(std::move(cluster)),
+      service_(&mailbox_),
+      reduce_pool_("reduce", 1),
+      transport_(std::make_unique<GrpcCollectiveTransport>()) {
+  executor_ =
+      std::make_unique<CollectiveExecutor>(transport_.get(), &mailbox_, CollectiveExecutor::Options{&reduce_pool_});
+}
+
+WorkerCollectives::~WorkerCollectives() { Close(absl::CancelledError("collectives destroyed")); }
+
+void WorkerCollectives::Close(const absl::Status& status) {
+  std::unique_ptr<CollectiveExecutor> executor;
+  {
+    absl::MutexLock lock(&mu_);
+    executor = std::move(executor_);
+  }
+  if (executor == nullptr) return;
+  executor->Abort(status);
+  executor.reset();    // joins its threads
+  transport_.reset();  // ends the streams to peers
+}
+
+void WorkerCollectives::AbortStep(int64_t step_id, const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (executor_ != nullptr) executor_->AbortStep(step_id, status);
+}
+
+void WorkerCollectives::CleanupStep(int64_t step_id) {
+  absl::MutexLock lock(&mu_);
+  if (executor_ != nullptr) executor_->CleanupStep(step_id);
+}
+
+void WorkerCollectives::SetCluster(ClusterDef cluster) {
+  absl::MutexLock lock(&mu_);
+  cluster_ = std::move(cluster);
+}
+
+void WorkerCollectives::AllReduceAsync(const AllReduceArgs& args, std::vector<Tensor*> tensors,
+                                       std::function<void(const absl::Status&)> done) {
+  CollectiveParams params;
+  params.group.group_key = args.group_key;
+  params.group.rank = -1;
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < args.tasks.size(); ++i) {
+      auto address = worker::TaskAddress(cluster_, args.tasks[i]);
+      if (!address.ok()) return done(address.status());
+      params.group.members.push_back(CollectiveMember{args.tasks[i], *address});
+      if (args.tasks[i] == task_) params.group.rank = static_cast<int>(i);
+    }
+  }
+  if (params.group.rank < 0) {
+    return done(absl::InvalidArgumentError(
+        absl::StrCat("all-reduce group of ", args.tasks.size(), " task(s) does not include this task, ", task_)));
+  }
+  params.instance_key = args.instance_key;
+  params.step_id = args.step_id;
+  params.timeout = timeout_;
+  // The graph already fused the bucket: one collective for all its tensors.
+  CollectiveExecutor* executor;
+  {
+    absl::MutexLock lock(&mu_);
+    executor = executor_.get();
+  }
+  if (executor == nullptr) return done(absl::UnavailableError(absl::StrCat("task ", task_, " is shutting down")));
+  FusedAllReduceAsync(executor, params, std::move(tensors), std::numeric_limits<size_t>::max(), std::move(done));
+}
+
+}  // namespace collective
+}  // namespace weft

@@ -1,0 +1,62 @@
+// WorkerCollectives: a task's CollectiveRuntime over gRPC. It owns the
+// mailbox that incoming chunks land in, the CollectiveService that receives
+// them (registered on the task's server), the transport that streams chunks
+// to ring neighbours, and the executor that runs the ring. Group members are
+// named by task; their addresses come from the cluster.
+//
+// Thread-safety: thread-safe. Shutdown order: Abort (wakes every waiting
+// collective), then destroy this after the server stops.
+#ifndef WEFT_WORKER_COLLECTIVE_WORKER_COLLECTIVES_H_
+#define WEFT_WORKER_COLLECTIVE_WORKER_COLLECTIVES_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "common/thread_pool.h"
+#include "proto/cluster.pb.h"
+#include "runtime/collective_runtime.h"
+#include "worker/collective/collective_executor.h"
+#include "worker/collective/collective_mailbox.h"
+#include "worker/collective/grpc_collective_service.h"
+#include "worker/collective/grpc_collective_transport.h"
+
+namespace weft {
+namespace collective {
+
+class WorkerCollectives final : public CollectiveRuntime {
+ public:
+  WorkerCollectives(std::string task, ClusterDef cluster, absl::Duration timeout);
+  ~WorkerCollectives() override;
+
+  grpc::Service* service() { return &service_; }
+  void SetCluster(ClusterDef cluster);
+
+  void AllReduceAsync(const AllReduceArgs& args, std::vector<Tensor*> tensors,
+                      std::function<void(const absl::Status&)> done) override;
+  void AbortStep(int64_t step_id, const absl::Status& status) override;
+  void CleanupStep(int64_t step_id) override;
+  // Fails every collective under way and any started later, then closes the
+  // streams to peers so that their servers can stop without waiting.
+  // REQUIRES: no kernel will call AllReduceAsync any more (the Worker has
+  // shut down), so no call races with the executor's destruction.
+  void Close(const absl::Status& status);
+
+ private:
+  const std::string task_;
+  const absl::Duration timeout_;
+  absl::Mutex mu_;
+  ClusterDef cluster_ ABSL_GUARDED_BY(mu_);
+  // Declaration order is destruction order, reversed.
+  CollectiveMailbox mailbox_;
+  GrpcCollectiveService service_;
+  ThreadPool reduce_pool_;
+  std::unique_ptr<GrpcCollectiveTransport> transport_;
+  std::unique_ptr<CollectiveExecutor> executor_ ABSL_GUARDED_BY(mu_);  // null once closed
+};
+
+}  // namespace collective
+}  // namespace weft
+
+#endif  // WEFT_WORKER_COLLECTIVE_WORKER_COLLECTIVES_H_
