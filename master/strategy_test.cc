@@ -18,7 +18,10 @@
 #include "graph/lowering.h"
 #include "gtest/gtest.h"
 #include "master/in_process_cluster.h"
+#include "master/master_server.h"
 #include "master/master_session.h"
+#include "master/worker_cache.h"
+#include "worker/worker_server.h"
 #include "runtime/testing/test_util.h"
 
 namespace weft {
@@ -206,6 +209,81 @@ INSTANTIATE_TEST_SUITE_P(
       return absl::StrCat(StrategySpec::Kind_Name(std::get<0>(info.param)), "_", std::get<1>(info.param), "_",
                           absl::StrContains(std::get<2>(info.param), "adam") ? "adam" : "sgd");
     });
+
+// MULTI_WORKER_MIRRORED needs the ring all-reduce between tasks, so its
+// replicas run on real worker servers over gRPC on loopback.
+class MultiWorkerMirroredTest : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
+
+TEST_P(MultiWorkerMirroredTest, MatchesSingleProcessTrainingAtTheGlobalBatch) {
+  const auto [n, optimizer] = GetParam();
+  auto tg = LowerJob(MlpJob(optimizer));
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  const Trained want = SingleProcess(*tg);
+
+  std::vector<std::unique_ptr<worker::WorkerServer>> servers;
+  ClusterDef cluster;
+  JobDef* job = cluster.add_job();
+  job->set_name("worker");
+  for (int i = 0; i < n; ++i) {
+    worker::WorkerServerOptions o;
+    o.task_index = i;
+    o.listen_address = "127.0.0.1:0";
+    o.collective_timeout = absl::Seconds(30);
+    auto s = worker::StartWorkerServer(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    (*job->mutable_tasks())[i] = (*s)->address();
+    servers.push_back(*std::move(s));
+  }
+  for (auto& s : servers) s->SetCluster(cluster);
+  auto cache = WorkerCache::Create(cluster, GrpcWorkerFactory());
+  ASSERT_TRUE(cache.ok()) << cache.status();
+
+  StrategyOptions o;
+  o.kind = StrategySpec::MULTI_WORKER_MIRRORED;
+  o.fusion_bytes = 200;  // several buckets
+  for (int i = 0; i < n; ++i) o.replica_devices.push_back(absl::StrCat("/job:worker/task:", i, "/device:CPU:0"));
+  auto rg = ApplyStrategy(*tg, o);
+  ASSERT_TRUE(rg.ok()) << rg.status();
+  ASSERT_GT(rg->num_buckets, 1);
+  auto session = MasterSession::Create("mwm", rg->graph->ToGraphDef(), cache->get());
+  ASSERT_TRUE(session.ok()) << session.status();
+  std::vector<Tensor> out;
+  std::vector<float> losses;
+  for (int step = 0; step < kSteps; ++step) {
+    const Tensor x = RandomTensor({kBatch, kExample}, 100 + step);
+    const Tensor y = Labels(kBatch, step);
+    std::vector<std::pair<std::string, Tensor>> feeds;
+    for (int r = 0; r < n; ++r) {
+      const int64_t b = kBatch / n * r, e = kBatch / n * (r + 1);
+      feeds.emplace_back(rg->replicas[r].features, Rows(x, b, e));
+      feeds.emplace_back(rg->replicas[r].labels, Rows(y, b, e));
+    }
+    absl::Status s = (*session)->Run(feeds, {rg->loss}, {rg->train_op}, &out);
+    ASSERT_TRUE(s.ok()) << s;
+    losses.push_back(out[0].flat<float>()[0]);
+  }
+  // Every replica's copy ends equal to single-process training.
+  for (int r = 0; r < n; ++r) {
+    std::vector<std::string> fetch;
+    for (const std::string& v : tg->variables) fetch.push_back(ReplicaName(r, v));
+    std::vector<Tensor> got;
+    ASSERT_TRUE((*session)->Run({}, fetch, {}, &got).ok());
+    for (size_t i = 0; i < want.variables.size(); ++i) {
+      EXPECT_LE(RelDiff(got[i], want.variables[i]), 1e-5) << "replica " << r << ": " << tg->variables[i];
+    }
+  }
+  for (size_t i = 0; i < want.losses.size(); ++i) EXPECT_NEAR(losses[i], want.losses[i], 1e-5) << "step " << i;
+  ASSERT_TRUE((*session)->Close().ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Replicas, MultiWorkerMirroredTest,
+                         ::testing::Combine(::testing::Values(2, 4),
+                                            ::testing::Values("optimizer { sgd { learning_rate: 0.3 } }",
+                                                              "optimizer { adam { learning_rate: 0.01 } }")),
+                         [](const auto& info) {
+                           return absl::StrCat(std::get<0>(info.param), "_workers_",
+                                               absl::StrContains(std::get<1>(info.param), "adam") ? "adam" : "sgd");
+                         });
 
 TEST(StrategyTest, ParameterServerSpreadsVariablesByBytesAndKeepsSlotsTogether) {
   auto tg = LowerJob(MlpJob("optimizer { adam { learning_rate: 0.01 } }"));
