@@ -40,7 +40,7 @@ demo: deps
 
 bench: deps
 	@tools/install_deps.sh $(BENCH_PACKAGES)
-	$(BAZEL) build $(BAZEL_FLAGS) //client:weft //bench:transfer_bench
+	$(BAZEL) build $(BAZEL_FLAGS) //client:weft //bench:transfer_bench //bench/allreduce:allreduce_bench
 	bench/run.sh
 
 clean:

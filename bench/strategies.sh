@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The distribution-strategy benchmarks (issue 4), called by bench/run.sh;
+# writes the "allreduce" and "mwm-ddp" sections of BENCHMARKS.md.
+#
+#   1. bench/allreduce.sh: weft's ring all-reduce against gloo and OpenMPI.
+#   2. MULTI_WORKER_MIRRORED against PyTorch DDP (gloo): the MLP
+#      784-256-128-10, 2 workers, batch 64 per worker, plain SGD at 0.1, one
+#      epoch, each side evaluated on the test set after it; BENCH_ROUNDS rounds,
+#      alternating which goes first. weft runs as `weft local --workers=2`, so
+#      its figure includes the gRPC ring between two worker processes.
+#
+# Environment: as bench/run.sh (PEERS_DIR, PYTHON, BENCH_OUT, BENCH_ROUNDS, WEFT).
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BENCH="$REPO/bench"
+PEERS_DIR="${PEERS_DIR:-$REPO/../shared/peers}"
+PYTHON="${PYTHON:-/usr/bin/python3}"
+OUT="${BENCH_OUT:-$REPO/BENCHMARKS.md}"
+ROUNDS="${BENCH_ROUNDS:-3}"
+WEFT_BIN="${WEFT:-$REPO/bazel-bin/client/weft}"
+die() { echo "strategies.sh: $*" >&2; exit 1; }
+[ -x "$WEFT_BIN" ] || die "no weft binary at $WEFT_BIN: run 'make bench', or set WEFT"
+[ -f "$PEERS_DIR/torch_ddp_fmnist.py" ] || die "no DDP peer in $PEERS_DIR: set PEERS_DIR"
+
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/weft-strategies.XXXXXX")"
+trap 'rm -rf "$TMP"' EXIT
+cp "$WEFT_BIN" "$TMP/weft"
+
+# 1. All-reduce.
+LOAD0="$(cut -d' ' -f1-3 /proc/loadavg)"
+"$BENCH/allreduce.sh" > "$TMP/allreduce.txt"
+{
+  echo "## Ring all-reduce against gloo and OpenMPI (issue 4)"
+  echo
+  echo "float32 on loopback, one process per rank; each figure is the median over"
+  echo "rounds of each implementation's median time per call (the slowest rank's)."
+  echo "busbw = bytes x 2(n-1)/n / time, as nccl-tests. weft/gloo below 1: weft"
+  echo "is faster; the goal is at most 0.7 at every point."
+  echo
+  grep '^|' "$TMP/allreduce.txt"
+  echo
+  echo "Command: \`bench/allreduce.sh\` (3 rounds of 10 reps after warm-up). Load average"
+  echo "$LOAD0 before and $(cut -d' ' -f1-3 /proc/loadavg) after, on $(nproc) CPUs."
+  echo "weft at $(git -C "$REPO" rev-parse --short HEAD)."
+} > "$TMP/allreduce.md"
+"$PYTHON" "$BENCH/bench_md.py" "$OUT" allreduce < "$TMP/allreduce.md"
+
+# 2. MULTI_WORKER_MIRRORED against DDP.
+cat > "$TMP/mwm.pbtxt" <<'JOB'
+name: "bench-mwm"
+model {
+  input_shape: [784]
+  num_classes: 10
+  layer { dense { units: 256 activation: RELU } }
+  layer { dense { units: 128 activation: RELU } }
+  layer { dense { units: 10 } }
+}
+dataset { format: IDX dir: "/usr/share/datasets/fashion-mnist" scale: 255 }
+optimizer { sgd { learning_rate: 0.1 } }
+batch_size: 128
+epochs: 1
+seed: 1
+intra_op_threads: 1
+strategy { kind: MULTI_WORKER_MIRRORED }
+JOB
+free_port() { "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+ENV=(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1)
+: > "$TMP/mwm_results.txt"
+LOAD0="$(cut -d' ' -f1-3 /proc/loadavg)"
+for ((r = 0; r < ROUNDS; r++)); do
+  for k in 0 1; do
+    if (((k + r) % 2 == 0)); then
+      line="$(env "${ENV[@]}" timeout 600 "$TMP/weft" local --workers=2 "$TMP/mwm.pbtxt" --output=json 2> "$TMP/weft.err" | grep '^{' | tail -n1)" ||
+        { tail -n 20 "$TMP/weft.err" >&2; die "weft local failed"; }
+      echo "weft $line" >> "$TMP/mwm_results.txt"
+    else
+      line="$(env "${ENV[@]}" timeout 600 "$PYTHON" "$PEERS_DIR/torch_ddp_fmnist.py" --workers 2 --batch 64 --epochs 1 \
+        --threads 1 --port "$(free_port)" 2> "$TMP/ddp.err" | grep '^{' | tail -n1)" ||
+        { tail -n 20 "$TMP/ddp.err" >&2; die "the DDP peer failed"; }
+      echo "ddp $line" >> "$TMP/mwm_results.txt"
+    fi
+    echo "strategies.sh: round $r: $(tail -n1 "$TMP/mwm_results.txt" | cut -c1-160)" >&2
+  done
+done
+"$PYTHON" - "$TMP/mwm_results.txt" "$LOAD0" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(git -C "$REPO" rev-parse --short HEAD)" \
+  > "$TMP/mwm.md" <<'PY'
+import json, statistics, sys
+rows = {"weft": [], "ddp": []}
+for line in open(sys.argv[1]):
+    who, js = line.split(" ", 1)
+    rows[who].append(json.loads(js))
+def sps(r): return r.get("samples_per_second", r.get("samples_per_s", 0.0))
+w = [sps(r) for r in rows["weft"]]; d = [sps(r) for r in rows["ddp"]]
+wa = [r["test_accuracy"] for r in rows["weft"]]; da = [r["test_accuracy"] for r in rows["ddp"]]
+ratio = statistics.median(w) / statistics.median(d)
+print("## MULTI_WORKER_MIRRORED against PyTorch DDP (issue 4)")
+print()
+print("The MLP 784-256-128-10 on Fashion-MNIST, 2 worker processes, batch 64 per worker")
+print("(global 128), SGD at 0.1, one epoch, then the test set. weft: `weft local --workers=2`")
+print("with `strategy { kind: MULTI_WORKER_MIRRORED }` (each worker reads its shard, gradients")
+print("all-reduced over the gRPC ring); PyTorch: `torch_ddp_fmnist.py --workers 2 --batch 64`")
+print("(DistributedDataParallel, gloo). samples/s over the training steps, median of the rounds.")
+print()
+print("| | median samples/s | min | max | test accuracy (median) |")
+print("|---|---:|---:|---:|---:|")
+print(f"| weft MULTI_WORKER_MIRRORED | {statistics.median(w):,.0f} | {min(w):,.0f} | {max(w):,.0f} | {statistics.median(wa):.4f} |")
+print(f"| PyTorch DDP (gloo) | {statistics.median(d):,.0f} | {min(d):,.0f} | {max(d):,.0f} | {statistics.median(da):.4f} |")
+print(f"| **ratio weft / PyTorch** | **{ratio:.2f}** | | | |")
+print()
+gap = abs(statistics.median(wa) - statistics.median(da)) * 100
+print(f"Goal: at least 2.0x PyTorch's samples/s ({'met' if ratio >= 2 else '**not met**'}: {ratio:.2f}), "
+      f"accuracy within 0.5 points after the same epochs ({'met' if gap <= 0.5 else '**not met**'}: {gap:.2f} points).")
+print()
+print(f"{len(w)} rounds; load average {sys.argv[2]} before and {sys.argv[3]} after; weft at {sys.argv[4]}.")
+PY
+"$PYTHON" "$BENCH/bench_md.py" "$OUT" mwm-ddp --after allreduce < "$TMP/mwm.md"
+echo "strategies: $(grep 'ratio weft' "$TMP/mwm.md") -> ${OUT#"$REPO"/}"
