@@ -177,6 +177,40 @@ TEST_F(ClusterTest, SessionGraphAcrossPsAndTwoWorkersMatchesOneProcess) {
   EXPECT_TRUE((*session)->Close().ok());
 }
 
+// Every strategy that runs on this cluster (two workers, one ps), as real
+// processes: each replica reads its shard on its worker and the job learns.
+TEST_F(ClusterTest, JobsWithEachStrategyComplete) {
+  const std::string data = WriteData("data_strategies", 480);
+  struct Case {
+    StrategySpec::Kind kind;
+    bool sync;
+  };
+  for (const Case& c : {Case{StrategySpec::PARAMETER_SERVER, true}, Case{StrategySpec::PARAMETER_SERVER, false},
+                        Case{StrategySpec::MULTI_WORKER_MIRRORED, true}}) {
+    SCOPED_TRACE(absl::StrCat(StrategySpec::Kind_Name(c.kind), c.sync ? " sync" : " async"));
+    JobSpec job = Job(data, 3);
+    job.set_batch_size(16);  // 8 per replica
+    job.mutable_strategy()->set_kind(c.kind);
+    job.mutable_strategy()->set_sync(c.sync);
+    auto id = client_->SubmitJob(job);
+    ASSERT_TRUE(id.ok()) << id.status();
+    JobStatus st = WatchToEnd(*id);
+    EXPECT_EQ(st.state(), SUCCEEDED) << st.error();
+    // Sync: 3 epochs of 480 / 16 steps; async: each replica step sees 8.
+    EXPECT_EQ(st.step(), c.sync ? 3 * 480 / 16 : 3 * 480 / 8);
+    EXPECT_GT(st.test_accuracy(), 0.9) << st.DebugString();  // chance is 1/3
+  }
+  // A strategy the cluster cannot host fails with a clear error.
+  JobSpec mirrored = Job(data, 1);
+  mirrored.mutable_strategy()->set_kind(StrategySpec::MIRRORED);
+  mirrored.mutable_strategy()->set_num_devices(4);
+  auto id = client_->SubmitJob(mirrored);
+  ASSERT_TRUE(id.ok()) << id.status();
+  JobStatus st = WatchToEnd(*id);
+  EXPECT_EQ(st.state(), FAILED);
+  EXPECT_TRUE(absl::StrContains(st.error(), "--cpu_devices=4")) << st.error();
+}
+
 TEST_F(ClusterTest, CancelStopsTheJobAndTheClusterKeepsServing) {
   const std::string data = WriteData("data_cancel", 480);
   auto id = client_->SubmitJob(Job(data, 1000));
