@@ -105,7 +105,15 @@ JobManager::~JobManager() { Shutdown(); }
 absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec) {
   RETURN_IF_ERROR(ValidateJob(spec));
   if (spec.strategy().steps_per_execution() > 1) {
-    return absl::UnimplementedError("job: strategy.steps_per_execution > 1 is not supported yet");
+    // Several steps per dispatch need replicas that read their own input.
+    if (spec.strategy().kind() == StrategySpec::NONE) {
+      return absl::UnimplementedError(
+          "job: strategy.steps_per_execution > 1 needs a distribution strategy (replicas that read their own data)");
+    }
+    if (spec.strategy().kind() == StrategySpec::PARAMETER_SERVER && !spec.strategy().sync()) {
+      return absl::UnimplementedError(
+          "job: strategy.steps_per_execution > 1 is not supported with asynchronous PARAMETER_SERVER");
+    }
   }
   absl::StatusOr<TrainingGraph> training = LowerJob(spec);
   if (!training.ok()) {

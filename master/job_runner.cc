@@ -2,6 +2,7 @@
 
 #include "master/distributed_job.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -152,14 +153,25 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
   const ReplicatedGraph& rg = plan.replicated;
   std::unique_ptr<AsyncReplicas> async;
   if (plan.sync) {
-    source.step = [&, out = std::vector<Tensor>()]() mutable -> absl::StatusOr<StepResult> {
-      RETURN_IF_ERROR(session->Run({}, {rg.loss}, {rg.train_op}, &out));
-      return StepResult{out[0].data<float>()[0], step_examples};
+    // Each replica's loss from its own task, averaged here, and the step's
+    // targets on the tasks that run them: no extra tensor crosses tasks.
+    // With steps_per_execution k, one RunGraph runs up to k steps on every
+    // task (each reads its next batch itself) and the master's round trip
+    // is paid once per k steps.
+    std::vector<std::string> losses;
+    for (const ReplicaNames& r : rg.replicas) losses.push_back(r.loss);
+    const int64_t k = std::max(1, job_.strategy().steps_per_execution());
+    source.step = [&, k, losses, out = std::vector<Tensor>()](int64_t max_steps) mutable -> absl::StatusOr<StepResult> {
+      const int64_t n = std::min(k, max_steps);
+      RETURN_IF_ERROR(session->Run({}, losses, rg.train_targets, &out, static_cast<int>(n)));
+      double sum = 0;
+      for (const Tensor& t : out) sum += t.data<float>()[0];
+      return StepResult{static_cast<float>(sum / static_cast<double>(out.size())), n * step_examples, n};
     };
   } else {
     const int64_t total = job_.steps() > 0 ? job_.steps() : source.batches_per_epoch * job_.epochs();
     async = std::make_unique<AsyncReplicas>(session, rg, total, step_examples, &cancelled_);
-    source.step = [&]() { return async->Next(); };
+    source.step = [&](int64_t) { return async->Next(); };
   }
   if (!plan.eval_correct.empty()) {
     source.evaluate = [&, out = std::vector<Tensor>()]() mutable -> absl::StatusOr<EvalResult> {
@@ -228,7 +240,7 @@ void JobRunner::AsyncReplicas::Loop(const ReplicaNames& names) {
       remaining_ = 0;  // the first failure ends the job
       return;
     }
-    done_.push_back(StepResult{out[0].data<float>()[0], step_examples_});
+    done_.push_back(StepResult{out[0].data<float>()[0], step_examples_, 1});
   }
 }
 

@@ -289,7 +289,8 @@ absl::Status MasterSession::Extend(const GraphDef& graph_def) {
 
 absl::Status MasterSession::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
                                 const std::vector<std::string>& fetches, const std::vector<std::string>& targets,
-                                std::vector<Tensor>* outputs) {
+                                std::vector<Tensor>* outputs, int iterations) {
+  if (iterations < 1) return absl::InvalidArgumentError(absl::StrCat("iterations must be positive, got ", iterations));
   {
     absl::MutexLock lock(&mu_);
     if (closed_) return absl::FailedPreconditionError(absl::StrCat("session ", handle_, " is closed"));
@@ -306,7 +307,7 @@ absl::Status MasterSession::Run(const std::vector<std::pair<std::string, Tensor>
     feed_names.push_back(name);
   }
   ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, GetPlan(feed_names, fetches, targets));
-  return RunPlan(*plan, feeds, outputs);
+  return RunPlan(*plan, feeds, outputs, iterations);
 }
 
 absl::StatusOr<std::shared_ptr<const MasterSession::Plan>> MasterSession::GetPlan(
@@ -498,8 +499,9 @@ absl::Status MasterSession::Deregister(const Plan& plan) {
 }
 
 absl::Status MasterSession::RunPlan(const Plan& plan, const std::vector<std::pair<std::string, Tensor>>& feeds,
-                                    std::vector<Tensor>* outputs) {
-  const int64_t step_id = static_cast<int64_t>(step_id_base_ + step_counter_.fetch_add(1));
+                                    std::vector<Tensor>* outputs, int iterations) {
+  // Iteration i of the run uses step id step_id + i on every task.
+  const int64_t step_id = static_cast<int64_t>(step_id_base_ + step_counter_.fetch_add(iterations));
   auto step = std::make_shared<Step>(step_id, &plan);
   std::set<std::string> carriers;
   for (size_t i = 0; i < plan.parts.size(); ++i) {
@@ -507,7 +509,7 @@ absl::Status MasterSession::RunPlan(const Plan& plan, const std::vector<std::pai
     r->set_session_handle(handle_);
     r->set_graph_handle(plan.parts[i].graph_handle);
     r->set_step_id(step_id);
-    r->set_iterations(1);
+    r->set_iterations(iterations);
     for (const std::string& f : plan.parts[i].fetches) r->add_recv_key(f);
     // One partition per task carries the task's deferred cleanups.
     if (carriers.insert(plan.parts[i].task).second) {

@@ -82,8 +82,12 @@ class MasterSession {
 
   // Runs one step: feeds are (tensor name, value); fetches tensor names;
   // targets node names. `outputs` receives one tensor per fetch, in order.
+  // With iterations > 1 every task runs its partition that many times back
+  // to back in one RunGraph (steps_per_execution; the same feeds each time,
+  // so it suits graphs that read their own input), and the fetches come from
+  // the last iteration.
   absl::Status Run(const std::vector<std::pair<std::string, Tensor>>& feeds, const std::vector<std::string>& fetches,
-                   const std::vector<std::string>& targets, std::vector<Tensor>* outputs);
+                   const std::vector<std::string>& targets, std::vector<Tensor>* outputs, int iterations = 1);
 
   // Sends AbortStep with `reason` to every task of every step running now, so
   // those Run calls return promptly with an error. Returns at once.
@@ -118,7 +122,7 @@ class MasterSession {
   // Deregisters the partitions of `plan` that have a handle.
   absl::Status Deregister(const Plan& plan);
   absl::Status RunPlan(const Plan& plan, const std::vector<std::pair<std::string, Tensor>>& feeds,
-                       std::vector<Tensor>* outputs);
+                       std::vector<Tensor>* outputs, int iterations);
   // A finished step's cleanup rides on the next RunGraph to each of its tasks
   // (RunGraphRequest.cleanup_step_id), so a task holds at most the steps that
   // ended since its last RunGraph; Close sends the rest as CleanupStep, as

@@ -92,6 +92,7 @@ class Rewriter {
       out.replicas.push_back(std::move(names));
     }
     out.train_op = train_op_;
+    out.train_targets = train_targets_;
     out.loss = loss_;
     auto on_replica0 = [](const std::string& t) {
       return t.empty() ? t : RenameInput(t, [](const std::string& s) { return ReplicaName(0, s); });
@@ -288,6 +289,7 @@ class Rewriter {
     NodeDef* train = Add("train", "NoOp", options_.replica_devices[0], {});
     for (const std::string& t : replica_train_) train->add_input("^" + t);
     train_op_ = "train";
+    train_targets_ = replica_train_;
     MeanLoss();
   }
 
@@ -365,6 +367,7 @@ class Rewriter {
         c->add_input(mean);
         for (int r = 0; r < n_; ++r) replica_inputs(*u.node, r, c);
         train->add_input("^" + u.node->name());
+        train_targets_.push_back(u.node->name());
       }
       for (int r = 0; r < n_; ++r) replica_train_.push_back("train");
       train_op_ = "train";
@@ -400,6 +403,7 @@ class Rewriter {
   std::map<std::string, std::string> variable_node_;
   std::vector<std::string> replica_train_;
   std::string train_op_;
+  std::vector<std::string> train_targets_;
   std::string loss_;
   int num_buckets_ = 0;
 };

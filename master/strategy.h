@@ -76,6 +76,12 @@ struct ReplicatedGraph {
   std::vector<ReplicaNames> replicas;
   // Sync: runs one step of every replica. Async: empty; use the replicas'.
   std::string train_op;
+  // Sync: the same step as train_op, as the nodes to target directly, each
+  // on the task that runs it, so no control signal crosses tasks (for PS,
+  // the updates on the ps; for the mirrored strategies, each replica's
+  // train op). A step driver that also fetches every replica's loss from its
+  // own task and averages them avoids every cross-task hop but the model's.
+  std::vector<std::string> train_targets;
   std::string loss;       // sync: mean of the replicas' losses
   std::string correct;    // evaluation on replica 0 ("" when none)
   std::string eval_loss;

@@ -1,5 +1,6 @@
 #include "runtime/training_loop.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -73,12 +74,12 @@ absl::StatusOr<TrainResult> RunTrainingLoop(const JobSpec& job, const data::InMe
   StepSource source;
   source.examples = train.size();
   source.batches_per_epoch = it->batches_per_epoch();
-  source.step = [&]() -> absl::StatusOr<StepResult> {
+  source.step = [&](int64_t) -> absl::StatusOr<StepResult> {
     for (;;) {
       ASSIGN_OR_RETURN(std::optional<data::Batch> batch, it->Next());
       if (!batch.has_value()) continue;  // the marker after an epoch's last batch
       ASSIGN_OR_RETURN(float loss, hooks.step(*batch));
-      return StepResult{loss, batch->size()};
+      return StepResult{loss, batch->size(), 1};
     }
   };
   if (hooks.eval_batch != nullptr && test.size() > 0) {
@@ -145,7 +146,8 @@ absl::StatusOr<TrainResult> RunTrainingLoop(const JobSpec& job, const StepSource
       result.state = "CANCELLED";
       break;
     }
-    absl::StatusOr<StepResult> step = source.step();
+    const int64_t max_steps = std::min(per_epoch - epoch_steps, p.total_steps - p.step);
+    absl::StatusOr<StepResult> step = source.step(max_steps);
     if (!step.ok()) {
       if (cancelled()) {  // the step was aborted by a cancel
         result.state = "CANCELLED";
@@ -157,11 +159,15 @@ absl::StatusOr<TrainResult> RunTrainingLoop(const JobSpec& job, const StepSource
       return absl::FailedPreconditionError(absl::StrCat("the loss became ", step->loss, " at step ", p.step + 1,
                                                         "; lower the learning rate"));
     }
-    ++p.step;
-    ++epoch_steps;
-    epoch_loss += step->loss;
+    if (step->steps < 1 || step->steps > max_steps) {
+      return absl::InternalError(absl::StrCat("a training call ran ", step->steps, " steps; at most ", max_steps,
+                                              " were left"));
+    }
+    p.step += step->steps;
+    epoch_steps += step->steps;
+    epoch_loss += static_cast<double>(step->loss) * step->steps;  // the last step's loss stands for the run
     samples += step->examples;
-    p.loss = epoch_loss / epoch_steps;
+    p.loss = epoch_loss / static_cast<double>(epoch_steps);
     p.elapsed_seconds = Seconds(started);
     const double t = train_seconds + Seconds(t0);
     p.samples_per_second = t > 0 ? samples / t : 0;

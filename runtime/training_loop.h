@@ -75,13 +75,16 @@ struct TrainingLoopHooks {
 // Where a loop's steps come from when the data is not in this process (the
 // replicas of a distributed job read their own shards on their tasks).
 struct StepResult {
-  float loss = 0;
-  int64_t examples = 0;  // examples the step trained on
+  float loss = 0;        // the (last) step's loss
+  int64_t examples = 0;  // examples the steps trained on
+  int64_t steps = 1;     // steps run (several with steps_per_execution)
 };
 struct StepSource {
   int64_t examples = 0;           // training examples in an epoch
   int64_t batches_per_epoch = 0;  // steps in an epoch
-  std::function<absl::StatusOr<StepResult>()> step;
+  // Runs at least one and at most `max_steps` steps (the rest of the epoch
+  // or of the job).
+  std::function<absl::StatusOr<StepResult>(int64_t max_steps)> step;
   std::function<absl::StatusOr<EvalResult>()> evaluate;  // null: not evaluated
 };
 
