@@ -244,6 +244,28 @@ TEST_F(ClusterTest, KillingAWorkerFailsTheStepNamingTheTask) {
   Proc("worker-0")->WaitFor(absl::Seconds(10));
 }
 
+// A worker dies mid all-reduce: its peer's collective is aborted with the
+// step (or fails on its broken stream), never waits out its deadline, and
+// the job fails naming the dead task.
+TEST_F(ClusterTest, KillingAWorkerUnderMultiWorkerMirroredFailsNamingTheTask) {
+  JobSpec job = Job(WriteData("data_kill_mwm", 480), 1000);
+  job.set_batch_size(16);
+  job.mutable_strategy()->set_kind(StrategySpec::MULTI_WORKER_MIRRORED);
+  auto id = client_->SubmitJob(job);
+  ASSERT_TRUE(id.ok()) << id.status();
+  const absl::Time start = absl::Now();
+  JobStatus st = WatchToEnd(*id, [&] { Proc("worker-1")->Signal(SIGKILL); });
+  EXPECT_EQ(st.state(), FAILED);
+  EXPECT_TRUE(absl::StrContains(st.error(), "/job:worker/task:1")) << st.error();
+  EXPECT_EQ(st.error_code(), static_cast<int>(absl::StatusCode::kUnavailable)) << st.error();
+  // Well inside the collectives' 60 s deadline: the abort, not the deadline,
+  // ended the wait. (A bound on a hang, not a timing measurement.)
+  EXPECT_LT(absl::Now() - start, absl::Seconds(50));
+  auto jobs = client_->ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  Proc("worker-1")->WaitFor(absl::Seconds(10));
+}
+
 TEST_F(ClusterTest, BadRequestsGetTheirCodes) {
   EXPECT_EQ(client_->GetJob("job-404").status().code(), absl::StatusCode::kNotFound);
   JobSpec bad = Job(WriteData("data_bad", 48), 1);
