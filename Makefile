@@ -11,7 +11,7 @@ BUILD_PACKAGES := bazel-bootstrap bazel-rules-java default-jdk-headless g++ pkg-
   libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libeigen3-dev zlib1g-dev libssl-dev \
   libc-ares-dev libre2-dev
 DATA_PACKAGES := dataset-fashion-mnist
-BENCH_PACKAGES := python3 python3-numpy python3-torch libopenblas0-pthread
+BENCH_PACKAGES := python3 python3-numpy python3-torch python3-matplotlib libopenblas0-pthread openmpi-bin libopenmpi-dev iperf3
 
 # CUDA code is compiled whenever the toolkit is present, so CI compiles it
 # too: tools/configure.sh puts --config=cuda in .bazelrc.user on such machines.

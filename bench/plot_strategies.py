@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""PNG plots for the strategy benchmarks (called by bench/strategies.sh).
+
+Usage: plot_strategies.py ALLREDUCE_TABLE MWM_RESULTS OUT_DIR
+
+ALLREDUCE_TABLE is the markdown table bench/allreduce.sh prints; MWM_RESULTS
+holds lines "weft {json}" / "ddp {json}". Writes OUT_DIR/allreduce.png (time
+per call by ranks and size, weft against gloo and OpenMPI, log scale) and
+OUT_DIR/mwm_ddp.png (training samples/s, each round and the median).
+"""
+import json
+import statistics
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def allreduce(table, out):
+    rows = []
+    for line in open(table):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 5 or not cells[0].isdigit():
+            continue
+        rows.append((int(cells[0]), int(cells[1]), float(cells[2]), float(cells[3]), float(cells[4])))
+    if not rows:
+        return
+    labels = [f"{n} ranks\n{mib} MiB" for n, mib, *_ in rows]
+    x = range(len(rows))
+    width = 0.27
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for k, (name, color) in enumerate([("weft (gRPC ring)", "#1f77b4"), ("gloo", "#ff7f0e"), ("OpenMPI", "#7f7f7f")]):
+        ax.bar([i + (k - 1) * width for i in x], [r[2 + k] for r in rows], width, label=name, color=color)
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(labels)
+    ax.set_yscale("log")
+    ax.set_ylabel("ms per all-reduce (median, log scale)")
+    ax.set_title("float32 all-reduce on loopback (lower is better)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(f"{out}/allreduce.png", dpi=100)
+
+
+def mwm(results, out):
+    runs = {"weft": [], "weft8": [], "ddp": []}
+    for line in open(results):
+        who, js = line.split(" ", 1)
+        r = json.loads(js)
+        runs[who].append(r.get("samples_per_second", r.get("samples_per_s", 0.0)))
+    if not runs["weft"] or not runs["ddp"]:
+        return
+    fig, ax = plt.subplots(figsize=(5, 4))
+    order = [w for w in ["weft", "weft8", "ddp"] if runs[w]]
+    label = {"weft": "weft MWM", "weft8": "weft MWM\n8 steps/dispatch", "ddp": "PyTorch DDP\n(gloo)"}
+    names = [label[w] for w in order]
+    meds = [statistics.median(runs[w]) for w in order]
+    ax.bar(range(len(order)), meds, 0.5, color=["#1f77b4", "#aec7e8", "#ff7f0e"][: len(order)])
+    for i, who in enumerate(order):
+        ax.scatter([i] * len(runs[who]), runs[who], color="black", s=12, zorder=3)
+    ax.set_xticks(range(len(order)))
+    ax.set_xticklabels(names)
+    ax.set_ylabel("training samples/s (bars: median, dots: rounds)")
+    ax.set_title("MLP, 2 workers x batch 64 (higher is better)")
+    fig.tight_layout()
+    fig.savefig(f"{out}/mwm_ddp.png", dpi=100)
+
+
+if __name__ == "__main__":
+    allreduce(sys.argv[1], sys.argv[3])
+    mwm(sys.argv[2], sys.argv[3])
