@@ -85,7 +85,7 @@ int WaitForTerminationSignal() {
 }
 
 int RunTaskCommand(int argc, char** argv, const char* job) {
-  auto f = Flags::Parse(argc, argv, 2, {"task", "cluster", "listen", "intra_op_threads", "cpu_devices", "log_level"},
+  auto f = Flags::Parse(argc, argv, 2, {"task", "cluster", "listen", "intra_op_threads", "inter_op_threads", "cpu_devices", "log_level"},
                         {});
   if (!f.ok()) return Usage(job, f.status().message());
   if (f->Has("log_level") && !SetLogLevel(f->Get("log_level"))) return Usage(job, "unknown --log_level");
@@ -100,6 +100,10 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
   // on a machine without GPUs.
   auto cpus = f->GetInt("cpu_devices", 1, 1, 64);
   if (!cpus.ok()) return Usage(job, cpus.status().message());
+  // Threads that run a step's independent nodes in parallel; 0 runs each
+  // step's nodes on the thread that runs the step.
+  auto inter = f->GetInt("inter_op_threads", 2, 0, 1024);
+  if (!inter.ok()) return Usage(job, inter.status().message());
   const std::string own = *TaskAddress(config->cluster, config->task);
   std::string listen = f->Get("listen");
   if (listen.empty()) listen = absl::StrCat("0.0.0.0:", own.substr(own.rfind(':') + 1));
@@ -114,6 +118,7 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
   opts.cluster = config->cluster;
   opts.intra_op_threads = *threads;
   opts.num_cpu_devices = static_cast<int>(*cpus);
+  opts.inter_op_threads = static_cast<int>(*inter);
   // A ps task also serves the ParameterServer service (shard list, save,
   // restore) beside the WorkerService.
   if (config->task.job == "ps") opts.extra_services.push_back(ps::PsServiceFactory());

@@ -41,7 +41,7 @@ constexpr char kUsage[] =
     "\n"
     "daemons (cluster from --cluster='worker=h:p,h:p;ps=h:p' or $TF_CONFIG):\n"
     "  master --port=P | --listen=HOST:PORT [--cluster=...]\n"
-    "  worker --task=worker:I [--cluster=...] [--listen=HOST:PORT] [--cpu_devices=D]\n"
+    "  worker --task=worker:I [--cluster=...] [--listen=HOST:PORT] [--cpu_devices=D] [--inter_op_threads=N]\n"
     "  ps     --task=ps:I     [--cluster=...] [--listen=HOST:PORT]\n"
     "\n"
     "jobs (master from --master=HOST:PORT or $WEFT_MASTER):\n"
