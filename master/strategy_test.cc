@@ -82,6 +82,21 @@ double RelDiff(const Tensor& a, const Tensor& b) {
   return num / std::max(den, 1e-12);
 }
 
+// Step `step`'s global batch (the one SingleProcess trains on), split into
+// equal row ranges, one per replica.
+std::vector<std::pair<std::string, Tensor>> ReplicaFeeds(const ReplicatedGraph& rg, int step) {
+  const Tensor x = RandomTensor({kBatch, kExample}, 100 + step);
+  const Tensor y = Labels(kBatch, step);
+  const int n = static_cast<int>(rg.replicas.size());
+  std::vector<std::pair<std::string, Tensor>> feeds;
+  for (int r = 0; r < n; ++r) {
+    const int64_t b = kBatch / n * r, e = kBatch / n * (r + 1);
+    feeds.emplace_back(rg.replicas[r].features, Rows(x, b, e));
+    feeds.emplace_back(rg.replicas[r].labels, Rows(y, b, e));
+  }
+  return feeds;
+}
+
 struct Trained {
   std::vector<Tensor> variables;  // in TrainingGraph::variables order
   std::vector<float> losses;
@@ -154,19 +169,10 @@ Trained Replicated(const TrainingGraph& tg, const Layout& setup, ReplicatedGraph
   auto cluster = *InProcessCluster::Create(setup.tasks, wo);
   auto session = MasterSession::Create("replicated", rg->graph->ToGraphDef(), cluster->workers());
   EXPECT_TRUE(session.ok()) << session.status();
-  const int n = static_cast<int>(rg->replicas.size());
   Trained run;
   std::vector<Tensor> out;
   for (int step = 0; step < kSteps; ++step) {
-    const Tensor x = RandomTensor({kBatch, kExample}, 100 + step);
-    const Tensor y = Labels(kBatch, step);
-    std::vector<std::pair<std::string, Tensor>> feeds;
-    for (int r = 0; r < n; ++r) {
-      const int64_t b = kBatch / n * r, e = kBatch / n * (r + 1);
-      feeds.emplace_back(rg->replicas[r].features, Rows(x, b, e));
-      feeds.emplace_back(rg->replicas[r].labels, Rows(y, b, e));
-    }
-    absl::Status s = (*session)->Run(feeds, {rg->loss}, {rg->train_op}, &out);
+    absl::Status s = (*session)->Run(ReplicaFeeds(*rg, step), {rg->loss}, {rg->train_op}, &out);
     EXPECT_TRUE(s.ok()) << s;
     if (s.ok()) run.losses.push_back(out[0].flat<float>()[0]);
   }
@@ -250,15 +256,7 @@ TEST_P(MultiWorkerMirroredTest, MatchesSingleProcessTrainingAtTheGlobalBatch) {
   std::vector<Tensor> out;
   std::vector<float> losses;
   for (int step = 0; step < kSteps; ++step) {
-    const Tensor x = RandomTensor({kBatch, kExample}, 100 + step);
-    const Tensor y = Labels(kBatch, step);
-    std::vector<std::pair<std::string, Tensor>> feeds;
-    for (int r = 0; r < n; ++r) {
-      const int64_t b = kBatch / n * r, e = kBatch / n * (r + 1);
-      feeds.emplace_back(rg->replicas[r].features, Rows(x, b, e));
-      feeds.emplace_back(rg->replicas[r].labels, Rows(y, b, e));
-    }
-    absl::Status s = (*session)->Run(feeds, {rg->loss}, {rg->train_op}, &out);
+    absl::Status s = (*session)->Run(ReplicaFeeds(*rg, step), {rg->loss}, {rg->train_op}, &out);
     ASSERT_TRUE(s.ok()) << s;
     losses.push_back(out[0].flat<float>()[0]);
   }

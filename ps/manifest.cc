@@ -15,17 +15,11 @@ namespace weft {
 namespace ps {
 namespace {
 
+using internal::GetU32;
+using internal::PutU32;
+
 constexpr size_t kPrefixBytes = 20;  // magic, version, length, crc
 
-void PutU32(char* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-
-uint32_t GetU32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(p[i])) << (8 * i);
-  return v;
-}
 
 }  // namespace
 

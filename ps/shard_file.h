@@ -73,6 +73,18 @@ absl::StatusOr<ShardFileInfo> WriteShard(Env* env, const std::string& path, cons
 // FAILED_PRECONDITION for a format version this build does not read.
 absl::StatusOr<Shard> ReadShard(Env* env, const std::string& path);
 
+namespace internal {
+// Little-endian fixed-width words of the shard and manifest file prefixes.
+inline void PutU32(char* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+inline uint32_t GetU32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(p[i])) << (8 * i);
+  return v;
+}
+}  // namespace internal
+
 }  // namespace ps
 }  // namespace weft
 
