@@ -272,6 +272,11 @@ TEST_P(MultiWorkerMirroredTest, MatchesSingleProcessTrainingAtTheGlobalBatch) {
   }
   for (size_t i = 0; i < want.losses.size(); ++i) EXPECT_NEAR(losses[i], want.losses[i], 1e-5) << "step " << i;
   ASSERT_TRUE((*session)->Close().ok());
+  // Stopped together, as a cluster stops: each closes its streams to the
+  // others, so none waits out its grace period for a peer's stream.
+  std::vector<std::thread> stops;
+  for (auto& s : servers) stops.emplace_back([&s] { s->Shutdown(); });
+  for (auto& t : stops) t.join();
 }
 
 INSTANTIATE_TEST_SUITE_P(Replicas, MultiWorkerMirroredTest,
