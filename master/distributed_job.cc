@@ -113,6 +113,7 @@ absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const Tra
   o.kind = spec.kind();
   o.sync = spec.kind() != StrategySpec::PARAMETER_SERVER || spec.sync();
   if (spec.fusion_bytes() > 0) o.fusion_bytes = spec.fusion_bytes();
+  o.max_shard_bytes = spec.max_shard_bytes();
   o.group_key = 1;
   switch (spec.kind()) {
     case StrategySpec::PARAMETER_SERVER:

@@ -73,13 +73,22 @@ class Rewriter {
         Mirrored(/*collective=*/false);
         break;
       case StrategySpec::PARAMETER_SERVER:
+        RETURN_IF_ERROR(ShardLargeVariables());
         Shared(options_.sync);
         break;
       case StrategySpec::CENTRAL_STORAGE:
+        RETURN_IF_ERROR(ShardLargeVariables());
         Shared(/*sync=*/true);
         break;
       default:
         break;
+    }
+    // A split variable's whole value, for whoever reads it from outside.
+    for (const auto& [var, parts] : sharded_) {
+      NodeDef* value = Add(var + "/value", "ConcatRows", "", {});
+      for (const std::string& p : parts) value->add_input(p);
+      value->set_device(FindOut(parts[0])->device());
+      variable_node_[var] = value->name();
     }
     ReplicatedGraph out;
     ASSIGN_OR_RETURN(out.graph, Graph::FromGraphDef(out_));
@@ -176,6 +185,13 @@ class Rewriter {
     c->set_device(options_.replica_devices[r]);
     for (std::string& in : *c->mutable_input()) in = RenameInput(in, rename);
     return c;
+  }
+
+  NodeDef* FindOut(const std::string& name) {
+    for (NodeDef& n : *out_.mutable_node()) {
+      if (n.name() == name) return &n;
+    }
+    return nullptr;
   }
 
   NodeDef* Add(const std::string& name, const std::string& op, const std::string& device,
@@ -326,6 +342,84 @@ class Rewriter {
     return device_of;
   }
 
+  // Splits every update whose variable exceeds max_shard_bytes into one
+  // update per row shard: shard variables (the variable's and its slots'
+  // rows; scalar slots copied), SliceRows of the gradient per shard, and a
+  // ConcatRows that every other reader of the variable reads instead.
+  absl::Status ShardLargeVariables() {
+    if (options_.max_shard_bytes <= 0) return absl::OkStatus();
+    absl::flat_hash_map<std::string, std::vector<std::string>> parts_of;  // var -> its shard variables
+    absl::flat_hash_set<std::string> drop;  // replaced variables and updates
+    GraphDef out;
+    for (const Update& u : updates_) {
+      const NodeDef& var = *by_name_[u.vars[0]];
+      auto shape = GetShapeAttr(var, "shape");
+      if (!shape.ok() || shape->rank() < 1 || u.bytes <= options_.max_shard_bytes) continue;
+      const int64_t rows = shape->dim(0);
+      const int64_t shards = std::min<int64_t>(rows, (u.bytes + options_.max_shard_bytes - 1) / options_.max_shard_bytes);
+      if (shards < 2) continue;
+      drop.insert(u.node->name());
+      for (const std::string& v : u.vars) drop.insert(v);
+      int64_t offset = 0;
+      for (int64_t s = 0; s < shards; ++s) {
+        const int64_t n = rows / shards + (s < rows % shards ? 1 : 0);
+        const std::string suffix = absl::StrCat("/part_", s);
+        NodeDef* update = out.add_node();
+        *update = *u.node;
+        update->set_name(u.node->name() + suffix);
+        for (size_t i = 0; i < u.vars.size(); ++i) {
+          const NodeDef& v = *by_name_[u.vars[i]];
+          auto vshape = GetShapeAttr(v, "shape");
+          NodeDef* part = out.add_node();
+          *part = v;
+          part->set_name(v.name() + suffix);
+          if (vshape.ok() && vshape->rank() >= 1 && vshape->dim(0) == rows) {
+            std::vector<int64_t> dims(vshape->dims().begin(), vshape->dims().end());
+            dims[0] = n;
+            SetAttr(part, Attr("shape", TensorShape(dims)));
+            SetAttr(part, Attr("init_shape", *vshape));
+            SetAttr(part, Attr("row_offset", offset));
+            SetAttr(part, Attr("init_name", v.name()));
+            parts_of[v.name()].push_back(part->name());
+          }
+          update->set_input(static_cast<int>(i), part->name());
+        }
+        NodeDef* slice = out.add_node();
+        slice->set_name(update->name() + "/grad");
+        slice->set_op("SliceRows");
+        slice->add_input(u.grad);
+        SetAttr(slice, Attr("begin", offset));
+        SetAttr(slice, Attr("size", n));
+        update->set_input(u.grad_input, slice->name());
+        offset += n;
+      }
+    }
+    if (drop.empty()) return absl::OkStatus();
+    // Readers of a split variable read its stacked shards.
+    for (const auto& [var, parts] : parts_of) {
+      NodeDef* concat = out.add_node();
+      concat->set_name(var + "/stacked");
+      concat->set_op("ConcatRows");
+      for (const std::string& p : parts) concat->add_input(p);
+      sharded_[var] = parts;
+    }
+    for (const NodeDef& n : in_.node()) {
+      if (drop.contains(n.name())) continue;
+      NodeDef* c = out.add_node();
+      *c = n;
+      for (std::string& in : *c->mutable_input()) {
+        in = RenameInput(in, [&](const std::string& s) { return parts_of.contains(s) ? s + "/stacked" : s; });
+      }
+    }
+    in_ = std::move(out);
+    by_name_.clear();
+    for (const NodeDef& n : in_.node()) by_name_[n.name()] = &n;
+    variables_.clear();
+    updates_.clear();
+    update_names_.clear();
+    return FindUpdates();
+  }
+
   void Shared(bool sync) {
     const std::map<std::string, std::string> device_of = SpreadVariables();
     absl::flat_hash_set<std::string> shared(variables_.begin(), variables_.end());
@@ -402,6 +496,7 @@ class Rewriter {
   absl::flat_hash_set<std::string> update_names_;
   std::map<std::string, std::string> variable_node_;
   std::vector<std::string> replica_train_;
+  std::map<std::string, std::vector<std::string>> sharded_;  // split variable -> its shard variables
   std::string train_op_;
   std::vector<std::string> train_targets_;
   std::string loss_;

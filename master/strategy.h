@@ -26,6 +26,7 @@
 //   PARAMETER_SERVER, async  as above, but each replica has its own update
 //     ops with its own gradient and its own train op: replicas step at their
 //     own pace (the master runs one step loop per replica).
+//     A variable above max_shard_bytes is split into row shards first.
 //   CENTRAL_STORAGE  the sync parameter-server rewrite with the variables on
 //     one device of the worker (its CPU) and the replicas on its devices.
 //
@@ -62,6 +63,12 @@ struct StrategyOptions {
   int64_t fusion_bytes = 4 << 20;
   // Identifies the job's collective group on the workers.
   int64_t group_key = 1;
+  // PARAMETER_SERVER / CENTRAL_STORAGE: a variable larger than this is split
+  // into row shards of at most about this size (with its optimizer slots),
+  // spread over the variable devices like any variable; replicas read the
+  // shards stacked back (ConcatRows) and each shard's update applies its rows
+  // of the gradient (SliceRows). 0: never split.
+  int64_t max_shard_bytes = 0;
 };
 
 struct ReplicaNames {

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 #include <cmath>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -287,6 +288,38 @@ INSTANTIATE_TEST_SUITE_P(Replicas, MultiWorkerMirroredTest,
                            return absl::StrCat(std::get<0>(info.param), "_workers_",
                                                absl::StrContains(std::get<1>(info.param), "adam") ? "adam" : "sgd");
                          });
+
+// Variables above max_shard_bytes are split into row shards over both ps
+// tasks; training still matches one process exactly.
+TEST(StrategyTest, RowShardedVariablesMatchSingleProcessTraining) {
+  for (const char* optimizer :
+       {"optimizer { sgd { learning_rate: 0.3 } }", "optimizer { adam { learning_rate: 0.01 } }"}) {
+    SCOPED_TRACE(optimizer);
+    auto tg = LowerJob(MlpJob(optimizer));
+    ASSERT_TRUE(tg.ok()) << tg.status();
+    const Trained want = SingleProcess(*tg);
+    Layout layout = For(StrategySpec::PARAMETER_SERVER, 2);
+    layout.options.max_shard_bytes = 64;  // the 6x8 and 8x5 kernels split in 3 shards each
+    ReplicatedGraph rg;
+    const Trained got = Replicated(*tg, layout, &rg);
+    ASSERT_EQ(got.variables.size(), want.variables.size());
+    for (size_t i = 0; i < want.variables.size(); ++i) {
+      EXPECT_LE(RelDiff(got.variables[i], want.variables[i]), 1e-5) << tg->variables[i];
+    }
+    // The first kernel is three variables of 2 rows, on both ps tasks.
+    std::set<std::string> devices;
+    int parts = 0;
+    for (const auto& n : rg.graph->nodes()) {
+      if (n->op() == "Variable" && absl::StartsWith(n->name(), tg->variables[0] + "/part_")) {
+        EXPECT_EQ(n->output_shape(0), TensorShape({2, 8})) << n->name();
+        devices.insert(n->def().device());
+        ++parts;
+      }
+    }
+    EXPECT_EQ(parts, 3);
+    EXPECT_EQ(devices.size(), 2u);
+  }
+}
 
 TEST(StrategyTest, ParameterServerSpreadsVariablesByBytesAndKeepsSlotsTogether) {
   auto tg = LowerJob(MlpJob("optimizer { adam { learning_rate: 0.01 } }"));

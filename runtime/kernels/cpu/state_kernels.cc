@@ -3,6 +3,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "runtime/device.h"
 #include "runtime/op_kernel.h"
 
@@ -45,8 +46,9 @@ class VariableOp : public OpKernel {
     auto value = GetFloatAttrOr(c->def(), "init_value", 0.0f);
     auto shared = GetStringAttrOr(c->def(), "shared_name", "");
     auto init_name = GetStringAttrOr(c->def(), "init_name", "");
+    auto row_offset = GetIntAttrOr(c->def(), "row_offset", 0);
     for (const absl::Status& s : {dtype.status(), shape.status(), init.status(), seed.status(), value.status(),
-                                  shared.status(), init_name.status()}) {
+                                  shared.status(), init_name.status(), row_offset.status()}) {
       if (!s.ok()) {
         c->SetStatus(s);
         return;
@@ -63,6 +65,24 @@ class VariableOp : public OpKernel {
     // Copies of one variable under different names (one per local device)
     // draw the same initial values when they share an init_name.
     init_name_ = init_name->empty() ? resource_name_ : *init_name;
+    // A row shard of a larger variable draws the whole variable's initial
+    // values and keeps its rows [row_offset, row_offset + rows).
+    init_shape_ = shape_;
+    row_offset_ = *row_offset;
+    if (c->def().attr().count("init_shape") > 0) {
+      auto full = GetShapeAttr(c->def(), "init_shape");
+      if (!full.ok()) {
+        c->SetStatus(full.status());
+        return;
+      }
+      init_shape_ = *full;
+      if (init_shape_.rank() != shape_.rank() || shape_.rank() < 1 || row_offset_ < 0 ||
+          row_offset_ + shape_.dim(0) > init_shape_.dim(0)) {
+        c->SetStatus(absl::InvalidArgumentError(absl::StrCat("rows [", row_offset_, ", ", row_offset_ + shape_.dim(0),
+                                                             ") of init_shape ", init_shape_.DebugString(),
+                                                             " do not fit shape ", shape_.DebugString())));
+      }
+    }
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -74,6 +94,17 @@ class VariableOp : public OpKernel {
 
  private:
   absl::Status Initialize(Tensor* t) const {
+    if (init_shape_ == shape_) return InitializeWhole(t, shape_);
+    Tensor whole(dtype_, init_shape_);
+    RETURN_IF_ERROR(InitializeWhole(&whole, init_shape_));
+    const size_t row_bytes = whole.TotalBytes() / static_cast<size_t>(init_shape_.dim(0));
+    if (t->TotalBytes() > 0) {
+      std::memcpy(t->raw_data(), static_cast<const char*>(whole.raw_data()) + row_bytes * row_offset_, t->TotalBytes());
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status InitializeWhole(Tensor* t, const TensorShape& shape) const {
     if (dtype_ != DType::kFloat32) {
       if (initializer_ != "zeros") {
         return absl::InvalidArgumentError(absl::StrCat("variable '", node().name(), "': initializer '", initializer_,
@@ -91,14 +122,14 @@ class VariableOp : public OpKernel {
     }
     // fan_in / fan_out: for a matrix [in, out]; for a conv filter [h, w, in, out].
     double fan_in = 1, fan_out = 1;
-    const int r = shape_.rank();
+    const int r = shape.rank();
     if (r >= 2) {
       double receptive = 1;
-      for (int i = 0; i < r - 2; ++i) receptive *= static_cast<double>(shape_.dim(i));
-      fan_in = receptive * static_cast<double>(shape_.dim(r - 2));
-      fan_out = receptive * static_cast<double>(shape_.dim(r - 1));
+      for (int i = 0; i < r - 2; ++i) receptive *= static_cast<double>(shape.dim(i));
+      fan_in = receptive * static_cast<double>(shape.dim(r - 2));
+      fan_out = receptive * static_cast<double>(shape.dim(r - 1));
     } else if (r == 1) {
-      fan_in = fan_out = static_cast<double>(shape_.dim(0));
+      fan_in = fan_out = static_cast<double>(shape.dim(0));
     }
     std::mt19937_64 rng(static_cast<uint64_t>(seed_) * 0x9E3779B97F4A7C15ull + std::hash<std::string>()(init_name_));
     if (initializer_ == "glorot_uniform") {
@@ -124,6 +155,8 @@ class VariableOp : public OpKernel {
   float init_value_ = 0;
   std::string resource_name_;
   std::string init_name_;
+  TensorShape init_shape_;
+  int64_t row_offset_ = 0;
 };
 
 class IdentityOp : public OpKernel {
