@@ -19,6 +19,7 @@ PYTHON="${PYTHON:-/usr/bin/python3}"
 OUT="${BENCH_OUT:-$REPO/BENCHMARKS.md}"
 ROUNDS="${BENCH_ROUNDS:-3}"
 WEFT_BIN="${WEFT:-$REPO/bazel-bin/client/weft}"
+DATA_DIR=/usr/share/datasets/fashion-mnist  # the DDP peer reads it from here too
 die() { echo "strategies.sh: $*" >&2; exit 1; }
 [ -x "$WEFT_BIN" ] || die "no weft binary at $WEFT_BIN: run 'make bench', or set WEFT"
 [ -f "$PEERS_DIR/torch_ddp_fmnist.py" ] || die "no DDP peer in $PEERS_DIR: set PEERS_DIR"
@@ -50,7 +51,7 @@ LOAD0="$(cut -d' ' -f1-3 /proc/loadavg)"
 "$PYTHON" "$BENCH/bench_md.py" "$OUT" allreduce < "$TMP/allreduce.md"
 
 # 2. MULTI_WORKER_MIRRORED against DDP.
-cat > "$TMP/mwm.pbtxt" <<'JOB'
+cat > "$TMP/mwm.pbtxt" <<JOB
 name: "bench-mwm"
 model {
   input_shape: [784]
@@ -59,7 +60,7 @@ model {
   layer { dense { units: 128 activation: RELU } }
   layer { dense { units: 10 } }
 }
-dataset { format: IDX dir: "/usr/share/datasets/fashion-mnist" scale: 255 }
+dataset { format: IDX dir: "$DATA_DIR" scale: 255 }
 optimizer { sgd { learning_rate: 0.1 } }
 batch_size: 128
 epochs: 1

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -38,6 +39,20 @@ absl::Status ParseTensorName(absl::string_view s, std::string* node, int* index)
 
 std::string TensorName(const Endpoint& e) {
   return e.index == 0 ? e.node->name() : absl::StrCat(e.node->name(), ":", e.index);
+}
+
+std::string InputNodeName(absl::string_view input) {
+  std::string name;
+  int index = 0;
+  if (!ParseTensorName(input, &name, &index).ok()) return std::string(input);
+  return name;
+}
+
+std::string RenameInputNode(absl::string_view input, const std::function<std::string(const std::string&)>& rename) {
+  if (absl::StartsWith(input, "^")) return absl::StrCat("^", rename(std::string(input.substr(1))));
+  const size_t colon = input.rfind(':');
+  if (colon == absl::string_view::npos) return rename(std::string(input));
+  return absl::StrCat(rename(std::string(input.substr(0, colon))), input.substr(colon));
 }
 
 absl::StatusOr<Node*> Graph::AddNode(NodeDef def) {

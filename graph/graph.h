@@ -12,6 +12,7 @@
 #ifndef WEFT_GRAPH_GRAPH_H_
 #define WEFT_GRAPH_GRAPH_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -123,6 +124,11 @@ class Graph {
 absl::Status ParseTensorName(absl::string_view s, std::string* node, int* index);
 // "name" for output 0, "name:k" otherwise.
 std::string TensorName(const Endpoint& e);
+// The node a NodeDef input names: "x", "x:1" and "^x" all give "x".
+std::string InputNodeName(absl::string_view input);
+// `input` ("x", "x:1" or "^x") with its node renamed by `rename`; graph
+// rewrites use it to copy nodes under new names.
+std::string RenameInputNode(absl::string_view input, const std::function<std::string(const std::string&)>& rename);
 
 }  // namespace weft
 

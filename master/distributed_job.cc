@@ -96,13 +96,6 @@ absl::Status Rewire(GraphDef* g, const std::string& name, const std::string& sou
   return absl::OkStatus();
 }
 
-std::string NodeOf(const std::string& tensor) {
-  std::string node;
-  int index = 0;
-  if (!ParseTensorName(tensor, &node, &index).ok()) return tensor;
-  return node;
-}
-
 }  // namespace
 
 absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const TrainingGraph& training,
@@ -179,8 +172,8 @@ absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const Tra
     const std::string features = plan.replicated.replicas[0].features;
     const std::string labels = plan.replicated.replicas[0].labels;
     absl::flat_hash_set<std::string> copy;
-    std::deque<std::string> todo = {NodeOf(plan.replicated.correct)};
-    if (!plan.replicated.eval_loss.empty()) todo.push_back(NodeOf(plan.replicated.eval_loss));
+    std::deque<std::string> todo = {InputNodeName(plan.replicated.correct)};
+    if (!plan.replicated.eval_loss.empty()) todo.push_back(InputNodeName(plan.replicated.eval_loss));
     while (!todo.empty()) {
       const std::string name = todo.front();
       todo.pop_front();
@@ -189,11 +182,13 @@ absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const Tra
       if (it == by_name.end()) return absl::InternalError(absl::StrCat("evaluation reads unknown node '", name, "'"));
       if (it->second->op() == "Variable") continue;  // shared with training
       copy.insert(name);
-      for (const std::string& in : it->second->input()) todo.push_back(NodeOf(in[0] == '^' ? in.substr(1) : in));
+      for (const std::string& in : it->second->input()) todo.push_back(InputNodeName(in));
     }
+    // The copy reads eval/features and eval/labels, Identities of the test
+    // input's outputs, where replica 0 read its own.
     auto eval_name = [&](const std::string& node) {
-      if (node == features) return std::string("eval/input");
-      if (node == labels) return std::string("eval/input:1");
+      if (node == features) return std::string("eval/features");
+      if (node == labels) return std::string("eval/labels");
       return copy.contains(node) ? absl::StrCat("eval/", node) : node;
     };
     std::vector<NodeDef> added;
@@ -201,24 +196,18 @@ absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const Tra
       if (!copy.contains(nd.name())) continue;
       NodeDef c = nd;
       c.set_name(absl::StrCat("eval/", nd.name()));
-      for (std::string& in : *c.mutable_input()) {
-        if (in[0] == '^') {
-          in = "^" + eval_name(in.substr(1));
-          continue;
-        }
-        const size_t colon = in.rfind(':');
-        const std::string node = colon == std::string::npos ? in : in.substr(0, colon);
-        const std::string suffix = colon == std::string::npos ? "" : in.substr(colon);
-        const std::string renamed = eval_name(node);
-        if (node == labels) {
-          in = renamed;  // eval/input:1
-        } else {
-          in = renamed + suffix;
-        }
-      }
+      for (std::string& in : *c.mutable_input()) in = RenameInputNode(in, eval_name);
       added.push_back(std::move(c));
     }
     for (NodeDef& c : added) *plan.graph.add_node() = std::move(c);
+    for (const auto& [name, source] : {std::pair<const char*, const char*>{"eval/features", "eval/input"},
+                                       std::pair<const char*, const char*>{"eval/labels", "eval/input:1"}}) {
+      NodeDef* n = plan.graph.add_node();
+      n->set_name(name);
+      n->set_op("Identity");
+      n->set_device(o.replica_devices[0]);
+      n->add_input(source);
+    }
     ops::InputBatchOptions in;
     in.train = false;
     in.batch_size = kEvalBatch;
@@ -229,7 +218,7 @@ absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const Tra
     *plan.graph.add_node() = std::move(node);
     plan.eval_correct = absl::StrCat("eval/", plan.replicated.correct);
     if (!plan.replicated.eval_loss.empty()) plan.eval_loss = absl::StrCat("eval/", plan.replicated.eval_loss);
-    plan.eval_labels = "eval/input:1";
+    plan.eval_labels = "eval/labels";
   }
   return plan;
 }

@@ -36,6 +36,9 @@ struct MasterSession::Partition {
 struct MasterSession::Plan {
   std::vector<Partition> parts;
   std::vector<std::string> tasks;  // distinct tasks of `parts`
+  // Per partition: whether it is its task's first, which carries the task's
+  // deferred cleanups in RunGraph.
+  std::vector<bool> carries_cleanup;
   // Per feed (in the signature's order): the partition that takes it (-1 when
   // nothing needs it) and its registered name. Likewise per fetch.
   std::vector<std::pair<int, std::string>> feed_routes;
@@ -428,7 +431,9 @@ absl::StatusOr<std::shared_ptr<MasterSession::Plan>> MasterSession::BuildPlan(
   }
   std::set<std::string> tasks;
   for (const Partition& p : plan->parts) {
-    if (tasks.insert(p.task).second) plan->tasks.push_back(p.task);
+    const bool first = tasks.insert(p.task).second;
+    if (first) plan->tasks.push_back(p.task);
+    plan->carries_cleanup.push_back(first);
   }
   return plan;
 }
@@ -503,7 +508,6 @@ absl::Status MasterSession::RunPlan(const Plan& plan, const std::vector<std::pai
   // Iteration i of the run uses step id step_id + i on every task.
   const int64_t step_id = static_cast<int64_t>(step_id_base_ + step_counter_.fetch_add(iterations));
   auto step = std::make_shared<Step>(step_id, &plan);
-  std::set<std::string> carriers;
   for (size_t i = 0; i < plan.parts.size(); ++i) {
     RunGraphRequest* r = step->request(static_cast<int>(i));
     r->set_session_handle(handle_);
@@ -511,8 +515,7 @@ absl::Status MasterSession::RunPlan(const Plan& plan, const std::vector<std::pai
     r->set_step_id(step_id);
     r->set_iterations(iterations);
     for (const std::string& f : plan.parts[i].fetches) r->add_recv_key(f);
-    // One partition per task carries the task's deferred cleanups.
-    if (carriers.insert(plan.parts[i].task).second) {
+    if (plan.carries_cleanup[i]) {
       for (int64_t id : TakeDeferredCleanup(plan.parts[i].task)) r->add_cleanup_step_id(id);
     }
   }

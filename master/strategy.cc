@@ -35,21 +35,6 @@ int64_t VariableBytes(const NodeDef& v) {
   return shape->num_elements() * static_cast<int64_t>(DTypeSize(*dtype));
 }
 
-std::string NodeOf(const std::string& input) {
-  std::string name;
-  int index = 0;
-  if (!ParseTensorName(input, &name, &index).ok()) return input;
-  return name;
-}
-
-// `input` ("x", "x:1" or "^x") with its node renamed by `rename`.
-std::string RenameInput(const std::string& input, const std::function<std::string(const std::string&)>& rename) {
-  if (absl::StartsWith(input, "^")) return absl::StrCat("^", rename(input.substr(1)));
-  const size_t colon = input.rfind(':');
-  if (colon == std::string::npos) return rename(input);
-  return absl::StrCat(rename(input.substr(0, colon)), input.substr(colon));
-}
-
 std::string TaskOf(const std::string& device) {
   const size_t d = device.find("/device:");
   return d == std::string::npos ? device : device.substr(0, d);
@@ -96,7 +81,7 @@ class Rewriter {
       ReplicaNames names;
       names.features = ReplicaName(r, training_.features);
       names.labels = ReplicaName(r, training_.labels);
-      names.loss = RenameInput(training_.loss, [r](const std::string& s) { return ReplicaName(r, s); });
+      names.loss = RenameInputNode(training_.loss, [r](const std::string& s) { return ReplicaName(r, s); });
       names.train_op = replica_train_[r];
       out.replicas.push_back(std::move(names));
     }
@@ -104,7 +89,7 @@ class Rewriter {
     out.train_targets = train_targets_;
     out.loss = loss_;
     auto on_replica0 = [](const std::string& t) {
-      return t.empty() ? t : RenameInput(t, [](const std::string& s) { return ReplicaName(0, s); });
+      return t.empty() ? t : RenameInputNode(t, [](const std::string& s) { return ReplicaName(0, s); });
     };
     out.correct = on_replica0(training_.correct);
     out.eval_loss = on_replica0(training_.eval_loss);
@@ -161,7 +146,7 @@ class Rewriter {
       u.grad_input = data_inputs - 1;
       u.grad = n.input(u.grad_input);
       for (int i = 0; i < u.grad_input; ++i) {
-        const std::string var = NodeOf(n.input(i));
+        const std::string var = InputNodeName(n.input(i));
         auto it = by_name_.find(var);
         if (it == by_name_.end() || it->second->op() != "Variable") {
           return absl::InvalidArgumentError(absl::StrCat("strategy: input ", i, " of update '", n.name(), "' (",
@@ -183,7 +168,7 @@ class Rewriter {
     *c = n;
     c->set_name(ReplicaName(r, n.name()));
     c->set_device(options_.replica_devices[r]);
-    for (std::string& in : *c->mutable_input()) in = RenameInput(in, rename);
+    for (std::string& in : *c->mutable_input()) in = RenameInputNode(in, rename);
     return c;
   }
 
@@ -210,7 +195,7 @@ class Rewriter {
   void MeanLoss() {
     std::vector<std::string> losses;
     for (int r = 0; r < n_; ++r) {
-      losses.push_back(RenameInput(training_.loss, [r](const std::string& s) { return ReplicaName(r, s); }));
+      losses.push_back(RenameInputNode(training_.loss, [r](const std::string& s) { return ReplicaName(r, s); }));
     }
     const std::string& dev = options_.replica_devices[0];
     if (n_ == 1) {
@@ -281,7 +266,7 @@ class Rewriter {
           int k = 0;
           for (int i : buckets[b]) {
             const Update& u = updates_[i];
-            ar->add_input(RenameInput(u.grad, rename_for(r)));
+            ar->add_input(RenameInputNode(u.grad, rename_for(r)));
             NodeDef* c = update_copies[u.node][r];
             c->set_input(u.grad_input, k == 0 ? ar->name() : absl::StrCat(ar->name(), ":", k));
             ++k;
@@ -297,7 +282,7 @@ class Rewriter {
       // In-process all-reduce: the mean on the first device, read by all.
       for (const Update& u : updates_) {
         std::vector<std::string> terms;
-        for (int r = 0; r < n_; ++r) terms.push_back(RenameInput(u.grad, rename_for(r)));
+        for (int r = 0; r < n_; ++r) terms.push_back(RenameInputNode(u.grad, rename_for(r)));
         const std::string mean = Mean(absl::StrCat("allreduce/", u.node->name()), options_.replica_devices[0], terms);
         for (int r = 0; r < n_; ++r) update_copies[u.node][r]->set_input(u.grad_input, mean);
       }
@@ -408,7 +393,7 @@ class Rewriter {
       NodeDef* c = out.add_node();
       *c = n;
       for (std::string& in : *c->mutable_input()) {
-        in = RenameInput(in, [&](const std::string& s) { return parts_of.contains(s) ? s + "/stacked" : s; });
+        in = RenameInputNode(in, [&](const std::string& s) { return parts_of.contains(s) ? s + "/stacked" : s; });
       }
     }
     in_ = std::move(out);
@@ -442,7 +427,7 @@ class Rewriter {
     auto replica_inputs = [&](const NodeDef& update, int r, NodeDef* out) {
       // Control inputs (reads the update must follow) from replica r.
       for (const std::string& in : update.input()) {
-        if (absl::StartsWith(in, "^")) out->add_input(RenameInput(in, rename_for(r)));
+        if (absl::StartsWith(in, "^")) out->add_input(RenameInputNode(in, rename_for(r)));
       }
     };
     if (sync) {
@@ -450,7 +435,7 @@ class Rewriter {
       for (const Update& u : updates_) {
         const std::string& dev = device_of.at(u.vars[0]);
         std::vector<std::string> terms;
-        for (int r = 0; r < n_; ++r) terms.push_back(RenameInput(u.grad, rename_for(r)));
+        for (int r = 0; r < n_; ++r) terms.push_back(RenameInputNode(u.grad, rename_for(r)));
         const std::string mean = Mean(absl::StrCat("aggregate/", u.node->name()), dev, terms);
         NodeDef* c = out_.add_node();
         c->set_name(u.node->name());
@@ -476,7 +461,7 @@ class Rewriter {
           c->set_device(device_of.at(u.vars[0]));
           *c->mutable_attr() = u.node->attr();
           for (int i = 0; i < u.grad_input; ++i) c->add_input(u.node->input(i));
-          c->add_input(RenameInput(u.grad, rename_for(r)));
+          c->add_input(RenameInputNode(u.grad, rename_for(r)));
           replica_inputs(*u.node, r, c);
           train->add_input("^" + c->name());
         }
