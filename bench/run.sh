@@ -138,3 +138,7 @@ echo "$(cat "$TMP/summary.txt") -> ${OUT#"$REPO"/}"
 # The strategy benchmarks (issue 4): ring all-reduce against gloo and MPI,
 # MULTI_WORKER_MIRRORED against PyTorch DDP.
 "$BENCH/strategies.sh"
+
+# The rest of issue 4: PARAMETER_SERVER against DDP, scaling with 1, 2 and 4
+# workers, and accuracy after the same epochs over several seeds.
+"$BENCH/ps_scaling.sh"
