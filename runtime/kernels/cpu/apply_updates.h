@@ -1,0 +1,107 @@
+// The optimizer update rules of the Apply* kernels (training_kernels.cc),
+// shared with the parameter server's accumulators (sync_kernels.cc), which
+// apply the mean of k replicas' gradients with the same math.
+//
+// Each function updates `n` floats in place; the caller holds the variable's
+// UpdateLock, so concurrent updates of one variable never interleave (reads
+// by other steps are not blocked, as in Hogwild).
+#ifndef WEFT_RUNTIME_KERNELS_CPU_APPLY_UPDATES_H_
+#define WEFT_RUNTIME_KERNELS_CPU_APPLY_UPDATES_H_
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+
+#include "absl/synchronization/mutex.h"
+#include "common/tensor.h"
+#include "runtime/kernels/cpu/kernel_util.h"
+
+namespace weft {
+namespace cpu {
+
+// Held while an update writes its variable and slots. One set of stripes per
+// process (an inline function's static), chosen by the variable's buffer.
+class UpdateLock {
+ public:
+  explicit UpdateLock(const Tensor& var) : mu_(&Stripe(var.raw_data())) { mu_->Lock(); }
+  ~UpdateLock() { mu_->Unlock(); }
+  UpdateLock(const UpdateLock&) = delete;
+  UpdateLock& operator=(const UpdateLock&) = delete;
+
+ private:
+  static absl::Mutex& Stripe(const void* p) {
+    static std::array<absl::Mutex, 64> stripes;
+    const auto key = reinterpret_cast<uintptr_t>(p) >> 6;  // buffers are 64-byte aligned
+    return stripes[(key ^ (key >> 7) ^ (key >> 13)) % stripes.size()];
+  }
+  absl::Mutex* mu_;
+};
+
+struct GradientDescentParams {
+  float learning_rate = 0;
+};
+
+// var -= lr * grad
+inline void GradientDescentUpdate(OpKernelContext* ctx, const GradientDescentParams& p, int64_t n, float* var,
+                                  const float* grad) {
+  const float lr = p.learning_rate;
+  ParallelFor(ctx, n, 2, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) var[i] -= lr * grad[i];
+  });
+}
+
+struct MomentumParams {
+  float learning_rate = 0;
+  float momentum = 0;
+  bool use_nesterov = false;
+};
+
+// accum = accum * momentum + grad; var -= lr * accum (or, Nesterov,
+// var -= lr * (grad + momentum * accum)).
+inline void MomentumUpdate(OpKernelContext* ctx, const MomentumParams& p, int64_t n, float* var, float* accum,
+                           const float* grad) {
+  const float lr = p.learning_rate, mu = p.momentum;
+  const bool nesterov = p.use_nesterov;
+  ParallelFor(ctx, n, 4, [&](int64_t begin, int64_t end) {
+    if (nesterov) {
+      for (int64_t i = begin; i < end; ++i) {
+        accum[i] = accum[i] * mu + grad[i];
+        var[i] -= lr * (grad[i] + mu * accum[i]);
+      }
+    } else {
+      for (int64_t i = begin; i < end; ++i) {
+        accum[i] = accum[i] * mu + grad[i];
+        var[i] -= lr * accum[i];
+      }
+    }
+  });
+}
+
+struct AdamParams {
+  float learning_rate = 0, beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-7f;
+};
+
+// t += 1 (one per call: the update count of the bias correction), then
+// m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2,
+// var -= lr sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps).
+inline void AdamUpdate(OpKernelContext* ctx, const AdamParams& p, int64_t n, float* var, float* m, float* v,
+                       float* t, const float* grad) {
+  *t += 1.0f;
+  const double step = *t;
+  const float lr_t = static_cast<float>(p.learning_rate * std::sqrt(1.0 - std::pow(double{p.beta2}, step)) /
+                                        (1.0 - std::pow(double{p.beta1}, step)));
+  const float b1 = p.beta1, b2 = p.beta2, eps = p.epsilon;
+  ParallelFor(ctx, n, 10, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float g = grad[i];
+      m[i] = b1 * m[i] + (1.0f - b1) * g;
+      v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+      var[i] -= lr_t * m[i] / (std::sqrt(v[i]) + eps);
+    }
+  });
+}
+
+}  // namespace cpu
+}  // namespace weft
+
+#endif  // WEFT_RUNTIME_KERNELS_CPU_APPLY_UPDATES_H_
