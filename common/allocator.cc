@@ -12,8 +12,16 @@ void Buffer::Unref() {
 Buffer* Allocator::NewBlock(Allocator* owner, size_t capacity) {
   void* mem = std::aligned_alloc(kTensorAlignment, Buffer::kHeaderBytes + capacity);
   if (mem == nullptr) throw std::bad_alloc();
-  return new (mem) Buffer(owner, capacity);
+  return new (mem) Buffer(owner, static_cast<char*>(mem) + Buffer::kHeaderBytes, capacity);
 }
+
+Buffer* Allocator::NewExternalBlock(Allocator* owner, void* data, size_t capacity) {
+  return new Buffer(owner, data, capacity);
+}
+
+void Allocator::DeleteExternalBlock(Buffer* buffer) { delete buffer; }
+
+bool Buffer::on_host() const { return owner_->on_host(); }
 
 void Allocator::DeleteBlock(Buffer* buffer) {
   buffer->~Buffer();

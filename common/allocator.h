@@ -11,6 +11,10 @@
 // On these machines a fresh 64 MiB allocation plus first touch costs ~50x a
 // copy into a warm block, which is why caching is the default.
 //
+// An allocator's memory is host memory (dereferenceable here) unless its
+// on_host() says otherwise: a GPU's device allocator hands out buffers whose
+// header lives on the host and whose payload lives on the device.
+//
 // Thread-safety: every method of every class here is thread-safe.
 #ifndef WEFT_COMMON_ALLOCATOR_H_
 #define WEFT_COMMON_ALLOCATOR_H_
@@ -32,8 +36,10 @@ class Allocator;
 
 class Buffer {
  public:
-  void* data() { return reinterpret_cast<char*>(this) + kHeaderBytes; }
-  const void* data() const { return reinterpret_cast<const char*>(this) + kHeaderBytes; }
+  void* data() { return data_; }
+  const void* data() const { return data_; }
+  // False when data() is device memory, which host code must not touch.
+  bool on_host() const;
   // Usable bytes; at least what was asked for.
   size_t capacity() const { return capacity_; }
 
@@ -45,11 +51,13 @@ class Buffer {
 
  private:
   friend class Allocator;
-  Buffer(Allocator* owner, size_t capacity) : refs_(1), capacity_(capacity), owner_(owner) {}
+  Buffer(Allocator* owner, void* data, size_t capacity)
+      : refs_(1), capacity_(capacity), owner_(owner), data_(data) {}
 
   std::atomic<int32_t> refs_;
   size_t capacity_;
   Allocator* owner_;
+  void* data_;  // right after the header, or memory the owner manages (device, pinned)
 };
 static_assert(sizeof(Buffer) <= Buffer::kHeaderBytes, "buffer header must fit its slot");
 
@@ -69,6 +77,9 @@ class Allocator {
   // out of memory aborts, as operator new would.
   virtual Buffer* Allocate(size_t bytes) = 0;
   virtual Stats GetStats() const = 0;
+  // False for an allocator of device memory: its buffers' data() must be
+  // copied to the host before host code reads or writes it.
+  virtual bool on_host() const { return true; }
 
  protected:
   friend class Buffer;
@@ -76,6 +87,11 @@ class Allocator {
   // Helpers for subclasses: a fresh block from the system, and its disposal.
   static Buffer* NewBlock(Allocator* owner, size_t capacity);
   static void DeleteBlock(Buffer* buffer);
+  // A header (on the host) for `capacity` bytes at `data`, memory that the
+  // subclass obtained and frees itself (device or pinned memory); disposed of
+  // with DeleteExternalBlock, which leaves `data` alone.
+  static Buffer* NewExternalBlock(Allocator* owner, void* data, size_t capacity);
+  static void DeleteExternalBlock(Buffer* buffer);
 };
 
 // Caches released blocks by size class (powers of two with four steps in

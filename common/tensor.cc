@@ -125,6 +125,7 @@ Tensor Tensor::DeepCopy(Allocator* allocator) const {
 std::string Tensor::DebugString(int max_entries) const {
   if (!IsInitialized()) return "<uninitialized tensor>";
   std::string out = absl::StrCat(DTypeName(dtype_), shape_.DebugString(), " {");
+  if (!on_host()) return out + "on device}";
   const int64_t n = std::min<int64_t>(num_elements_, max_entries);
   for (int64_t i = 0; i < n; ++i) {
     if (i > 0) out += ", ";

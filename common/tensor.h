@@ -92,6 +92,10 @@ class Tensor {
   static absl::StatusOr<Tensor> FromVector(const TensorShape& shape, absl::Span<const T> values);
 
   bool IsInitialized() const { return buf_ != nullptr; }
+  // False when the payload is device memory (a GPU's allocator): host code
+  // must copy it to the host (GpuDevice::CopyDeviceToHost) before reading
+  // it. An uninitialised tensor counts as on the host.
+  bool on_host() const { return buf_ == nullptr || buf_->on_host(); }
   DType dtype() const { return dtype_; }
   const TensorShape& shape() const { return shape_; }
   int64_t NumElements() const { return num_elements_; }
@@ -112,14 +116,16 @@ class Tensor {
 
   // The same buffer seen with another shape of the same element count.
   absl::StatusOr<Tensor> Reshaped(const TensorShape& shape) const;
-  // A new buffer with the same contents.
+  // A new buffer with the same contents. REQUIRES: on_host() and a host
+  // `allocator`.
   Tensor DeepCopy(Allocator* allocator = CpuAllocator()) const;
   // True when this Tensor holds the only reference to its buffer, so writing
   // into it cannot be observed elsewhere.
   bool RefCountIsOne() const { return buf_ != nullptr && buf_->RefCountIsOne(); }
   bool SharesBufferWith(const Tensor& o) const { return buf_ != nullptr && buf_ == o.buf_; }
 
-  // "float32[2,3] {1, 2, 3, 4, 5, 6}", at most `max_entries` values.
+  // "float32[2,3] {1, 2, 3, 4, 5, 6}", at most `max_entries` values;
+  // "float32[2,3] {on device}" for a tensor that is not on_host().
   std::string DebugString(int max_entries = 8) const;
 
  private:

@@ -2,7 +2,9 @@
 //
 // The CPU device owns an intra-op thread pool (for kernels that split their
 // work) and a ResourceMgr with the device's variables. Its allocator is the
-// process-wide caching CPU allocator.
+// process-wide caching CPU allocator. A GPU device (runtime/gpu/gpu_device.h)
+// enqueues its kernels' work on a stream and returns; Synchronize() waits for
+// it, and compute_mutex() makes the executor run its kernels one at a time.
 //
 // Thread-safety: thread-safe.
 #ifndef WEFT_RUNTIME_DEVICE_H_
@@ -11,6 +13,8 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "common/allocator.h"
 #include "common/thread_pool.h"
 #include "runtime/resource_mgr.h"
@@ -25,6 +29,12 @@ class Device {
   // "CPU" or "GPU": selects kernels.
   const std::string& device_type() const { return type_; }
   virtual Allocator* allocator() = 0;
+  // Waits until the work kernels enqueued on this device is done (a GPU's
+  // stream); the first asynchronous error surfaces here. CPU: nothing to do.
+  virtual absl::Status Synchronize() { return absl::OkStatus(); }
+  // Non-null for a device whose kernels must not run concurrently (a GPU's
+  // one stream and library handles): the executor holds it around Compute.
+  virtual absl::Mutex* compute_mutex() { return nullptr; }
   ResourceMgr* resources() { return &resources_; }
   ThreadPool* intra_op_pool() { return intra_op_pool_.get(); }
 

@@ -156,7 +156,13 @@ bool Executor::Impl::Process(RunState* s, int i, absl::InlinedVector<int, 8>* re
   for (const InputSource& src : item.inputs) inputs.push_back(src.fed ? &s->feeds[src.index] : &s->slots[src.index]);
   p.inputs = absl::MakeConstSpan(inputs);
   OpKernelContext ctx(p);
-  item.kernel->Compute(&ctx);
+  if (absl::Mutex* mu = device->compute_mutex()) {
+    // A GPU: one stream and one set of library handles, so one kernel at a time.
+    absl::MutexLock lock(mu);
+    item.kernel->Compute(&ctx);
+  } else {
+    item.kernel->Compute(&ctx);
+  }
   Finish(s, i, ctx.status(), ready);
   return true;
 }

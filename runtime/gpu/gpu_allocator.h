@@ -1,0 +1,108 @@
+// Caching allocators for one GPU: device memory and pinned host memory.
+//
+// GpuAllocator keeps released device blocks in the size classes of
+// common/allocator's CachingAllocator and hands them out again, so a step
+// that allocates the same shapes calls cudaMalloc only while warming up
+// (Stats::system_allocs counts cudaMalloc calls).
+//
+// Reuse is stream-ordered on the device's compute stream: every kernel that
+// reads or writes a buffer is enqueued on that stream before the host drops
+// the buffer's last reference, so a later kernel that gets the block runs
+// after them, and the block is reusable as soon as it is released. A buffer
+// that work on another stream uses (a copy stream, NCCL) is marked with
+// RecordStream(data, stream); its release then records an event on each
+// such stream and the block returns to the cache only once those events have
+// completed (checked without blocking on each Allocate).
+//
+// Out of device memory: the cache is freed (after a device sync) and the
+// allocation retried once; then Allocate throws std::bad_alloc, which
+// Tensor::Allocate reports as RESOURCE_EXHAUSTED.
+//
+// PinnedAllocator caches page-locked host blocks (cudaHostAlloc) the same
+// way, without stream tracking: host code using a pinned block waits for
+// its copies itself.
+//
+// Thread-safety: thread-safe.
+#ifndef WEFT_RUNTIME_GPU_GPU_ALLOCATOR_H_
+#define WEFT_RUNTIME_GPU_GPU_ALLOCATOR_H_
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/synchronization/mutex.h"
+#include "common/allocator.h"
+
+namespace weft {
+namespace gpu {
+
+class GpuAllocator final : public Allocator {
+ public:
+  // `compute_stream`: the stream reuse is ordered on; borrowed, outlives this.
+  GpuAllocator(int ordinal, cudaStream_t compute_stream, size_t max_cached_bytes = size_t{16} << 30);
+  ~GpuAllocator() override;  // REQUIRES: no live buffers; frees the cache
+
+  Buffer* Allocate(size_t bytes) override;
+  Stats GetStats() const override;
+  bool on_host() const override { return false; }
+
+  // Marks the live buffer whose data() is `data` as used by work on
+  // `stream` (other than the compute stream): its block is reused only after
+  // that work completes. A pointer this allocator did not hand out is ignored.
+  void RecordStream(const void* data, cudaStream_t stream);
+  // Frees every cached block (waits for the device first).
+  void Trim();
+
+ protected:
+  void Release(Buffer* buffer) override;
+
+ private:
+  struct Pending {
+    Buffer* buffer;
+    absl::InlinedVector<cudaEvent_t, 2> events;
+  };
+  // Moves released blocks whose events completed into the cache.
+  void PollPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CacheLocked(Buffer* buffer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  cudaEvent_t GetEventLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees the cached blocks; returns how many bytes it gave back.
+  size_t FreeCachedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int ordinal_;
+  cudaStream_t const compute_;
+  const size_t max_cached_bytes_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<size_t, std::vector<Buffer*>> free_ ABSL_GUARDED_BY(mu_);
+  // Live buffers used on other streams, by data pointer.
+  absl::flat_hash_map<const void*, absl::InlinedVector<cudaStream_t, 2>> streams_ ABSL_GUARDED_BY(mu_);
+  std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<cudaEvent_t> spare_events_ ABSL_GUARDED_BY(mu_);
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+class PinnedAllocator final : public Allocator {
+ public:
+  explicit PinnedAllocator(size_t max_cached_bytes = size_t{1} << 30);
+  ~PinnedAllocator() override;  // REQUIRES: no live buffers; frees the cache
+
+  Buffer* Allocate(size_t bytes) override;
+  Stats GetStats() const override;
+
+ protected:
+  void Release(Buffer* buffer) override;
+
+ private:
+  const size_t max_cached_bytes_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<size_t, std::vector<Buffer*>> free_ ABSL_GUARDED_BY(mu_);
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gpu
+}  // namespace weft
+
+#endif  // WEFT_RUNTIME_GPU_GPU_ALLOCATOR_H_

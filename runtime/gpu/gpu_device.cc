@@ -1,0 +1,157 @@
+#include "runtime/gpu/gpu_device.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "runtime/gpu/gpu_allocator.h"
+
+namespace weft {
+namespace gpu {
+
+absl::Status CudaStatus(cudaError_t e, const char* call) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  const std::string msg = absl::StrCat(call, ": ", cudaGetErrorString(e), " (", cudaGetErrorName(e), ")");
+  switch (e) {
+    case cudaErrorMemoryAllocation:
+      return absl::ResourceExhaustedError(msg);
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInvalidDevice:
+    case cudaErrorDevicesUnavailable:
+      return absl::UnavailableError(msg);
+    default:
+      return absl::InternalError(msg);
+  }
+}
+
+absl::Status CublasStatus(cublasStatus_t s, const char* call) {
+  if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  const std::string msg = absl::StrCat(call, ": ", cublasGetStatusString(s), " (", cublasGetStatusName(s), ")");
+  if (s == CUBLAS_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(msg);
+  if (s == CUBLAS_STATUS_NOT_INITIALIZED) return absl::UnavailableError(msg);
+  if (s == CUBLAS_STATUS_INVALID_VALUE) return absl::InvalidArgumentError(msg);
+  return absl::InternalError(msg);
+}
+
+absl::Status CudnnStatus(cudnnStatus_t s, const char* call) {
+  if (s == CUDNN_STATUS_SUCCESS) return absl::OkStatus();
+  const std::string msg = absl::StrCat(call, ": ", cudnnGetErrorString(s));
+  if (s == CUDNN_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(msg);
+  if (s == CUDNN_STATUS_NOT_INITIALIZED) return absl::UnavailableError(msg);
+  if (s == CUDNN_STATUS_BAD_PARAM) return absl::InvalidArgumentError(msg);
+  return absl::InternalError(msg);
+}
+
+absl::Status NcclStatus(ncclResult_t r, const char* call) {
+  if (r == ncclSuccess) return absl::OkStatus();
+  const std::string msg = absl::StrCat(call, ": ", ncclGetErrorString(r));
+  if (r == ncclSystemError || r == ncclRemoteError) return absl::UnavailableError(msg);
+  if (r == ncclInvalidArgument || r == ncclInvalidUsage) return absl::InvalidArgumentError(msg);
+  return absl::InternalError(msg);
+}
+
+GpuDevice::GpuDevice(std::string name, int ordinal) : Device(std::move(name), "GPU", 1), ordinal_(ordinal) {}
+
+absl::StatusOr<std::unique_ptr<GpuDevice>> GpuDevice::Create(std::string name, int ordinal) {
+  std::unique_ptr<GpuDevice> d(new GpuDevice(name, ordinal));
+  absl::Status s = d->Init();
+  if (!s.ok()) return Annotate(s, absl::StrCat("creating ", name));
+  return d;
+}
+
+absl::Status GpuDevice::Init() {
+  int count = 0;
+  WEFT_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
+  if (ordinal_ < 0 || ordinal_ >= count) {
+    return absl::UnavailableError(absl::StrCat("no GPU ", ordinal_, ": ", count, " visible"));
+  }
+  WEFT_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+  WEFT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
+  WEFT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&h2d_, cudaStreamNonBlocking));
+  WEFT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&d2h_, cudaStreamNonBlocking));
+  {
+    absl::MutexLock h(&h2d_mu_);
+    WEFT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&h2d_done_, cudaEventDisableTiming));
+    WEFT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&h2d_ready_, cudaEventDisableTiming));
+  }
+  {
+    absl::MutexLock d(&d2h_mu_);
+    WEFT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&d2h_ready_, cudaEventDisableTiming));
+  }
+  WEFT_CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_));
+  WEFT_CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, compute_));
+  WEFT_CUDNN_RETURN_IF_ERROR(cudnnCreate(&cudnn_));
+  WEFT_CUDNN_RETURN_IF_ERROR(cudnnSetStream(cudnn_, compute_));
+  allocator_ = std::make_unique<GpuAllocator>(ordinal_, compute_);
+  pinned_ = std::make_unique<PinnedAllocator>();
+  return absl::OkStatus();
+}
+
+GpuDevice::~GpuDevice() {
+  cudaSetDevice(ordinal_);
+  if (compute_ != nullptr) cudaStreamSynchronize(compute_);
+  // Variables hold device buffers: drop them before the allocator goes.
+  resources()->Clear();
+  if (cudnn_ != nullptr) cudnnDestroy(cudnn_);
+  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  allocator_.reset();
+  pinned_.reset();
+  {
+    absl::MutexLock h(&h2d_mu_);
+    if (h2d_done_ != nullptr) cudaEventDestroy(h2d_done_);
+    if (h2d_ready_ != nullptr) cudaEventDestroy(h2d_ready_);
+  }
+  {
+    absl::MutexLock d(&d2h_mu_);
+    if (d2h_ready_ != nullptr) cudaEventDestroy(d2h_ready_);
+  }
+  for (cudaStream_t s : {compute_, h2d_, d2h_}) {
+    if (s != nullptr) cudaStreamDestroy(s);
+  }
+}
+
+Allocator* GpuDevice::allocator() { return allocator_.get(); }
+Allocator* GpuDevice::pinned_allocator() { return pinned_.get(); }
+
+absl::Status GpuDevice::MakeCurrent() const {
+  WEFT_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+  return absl::OkStatus();
+}
+
+absl::Status GpuDevice::CopyHostToDevice(const void* host, void* dev, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  absl::MutexLock lock(&h2d_mu_);
+  // `dev` may be a block that earlier kernels still read (stream-ordered
+  // reuse): the copy waits for them, and later kernels wait for the copy.
+  WEFT_CUDA_RETURN_IF_ERROR(cudaEventRecord(h2d_ready_, compute_));
+  WEFT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(h2d_, h2d_ready_, 0));
+  WEFT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, h2d_));
+  WEFT_CUDA_RETURN_IF_ERROR(cudaEventRecord(h2d_done_, h2d_));
+  WEFT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(compute_, h2d_done_, 0));
+  return absl::OkStatus();
+}
+
+absl::Status GpuDevice::CopyDeviceToHost(const void* dev, void* host, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  absl::MutexLock lock(&d2h_mu_);
+  WEFT_CUDA_RETURN_IF_ERROR(cudaEventRecord(d2h_ready_, compute_));
+  WEFT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(d2h_, d2h_ready_, 0));
+  WEFT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, d2h_));
+  WEFT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(d2h_));
+  return absl::OkStatus();
+}
+
+absl::Status GpuDevice::CopyDeviceToDevice(const void* src, void* dst, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  WEFT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_));
+  return absl::OkStatus();
+}
+
+absl::Status GpuDevice::Synchronize() {
+  WEFT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
+  return absl::OkStatus();
+}
+
+}  // namespace gpu
+}  // namespace weft

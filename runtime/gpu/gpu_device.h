@@ -1,0 +1,152 @@
+// GpuDevice: one CUDA GPU as a weft Device ("GPU").
+//
+// Work on a GPU is ordered by streams, not by the host threads that enqueue
+// it. Every GPU kernel enqueues its work on the device's compute stream(), in
+// the order the executor runs the kernels, and returns without waiting; the
+// stream therefore carries the graph's data dependencies. cuBLAS and cuDNN
+// handles are bound to that stream. Host<->device copies run on two separate
+// copy streams, ordered against the compute stream with events, so that a
+// transfer never races the kernels that produce or consume its buffer.
+//
+// Memory: allocator() is a caching device allocator (GpuAllocator) whose
+// reuse is stream-ordered on stream(): a buffer released by the host may be
+// handed to the next kernel at once, because that kernel runs after every
+// earlier use on the same stream. pinned_allocator() hands out page-locked
+// host memory for staging copies. Once warm, a step calls neither cudaMalloc
+// nor cudaHostAlloc (see GpuAllocator::GetStats).
+//
+// Every CUDA, cuBLAS, cuDNN and NCCL result is turned into an absl::Status
+// that names the failing call, e.g.
+// "cudaMemcpyAsync: an illegal memory access was encountered".
+//
+// This header needs the CUDA toolkit: include it only from code built under
+// --config=cuda (select on //tools:cuda). Code that must build either way
+// uses runtime/gpu/gpu_devices.h.
+//
+// Thread-safety: thread-safe, except that the executor runs the kernels of
+// one GpuDevice one at a time (it holds compute_mutex() around Compute), so
+// a kernel may use cublas() and cudnn() without locking.
+#ifndef WEFT_RUNTIME_GPU_GPU_DEVICE_H_
+#define WEFT_RUNTIME_GPU_GPU_DEVICE_H_
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#include <nccl.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/allocator.h"
+#include "runtime/device.h"
+
+namespace weft {
+namespace gpu {
+
+class GpuAllocator;
+class PinnedAllocator;
+
+// Status helpers naming the failing call. Codes: out of memory is
+// RESOURCE_EXHAUSTED, a missing or unusable device UNAVAILABLE, everything
+// else INTERNAL.
+absl::Status CudaStatus(cudaError_t e, const char* call);
+absl::Status CublasStatus(cublasStatus_t s, const char* call);
+absl::Status CudnnStatus(cudnnStatus_t s, const char* call);
+absl::Status NcclStatus(ncclResult_t r, const char* call);
+
+// Evaluates a call that returns cudaError_t; on failure returns from the
+// enclosing function with CudaStatus(e, "<the call's text>").
+#define WEFT_CUDA_RETURN_IF_ERROR(call)                                       \
+  do {                                                                        \
+    const cudaError_t weft_cuda_e_ = (call);                                  \
+    if (weft_cuda_e_ != cudaSuccess) return ::weft::gpu::CudaStatus(weft_cuda_e_, #call); \
+  } while (0)
+#define WEFT_CUBLAS_RETURN_IF_ERROR(call)                                     \
+  do {                                                                        \
+    const cublasStatus_t weft_cublas_s_ = (call);                             \
+    if (weft_cublas_s_ != CUBLAS_STATUS_SUCCESS) return ::weft::gpu::CublasStatus(weft_cublas_s_, #call); \
+  } while (0)
+#define WEFT_CUDNN_RETURN_IF_ERROR(call)                                      \
+  do {                                                                        \
+    const cudnnStatus_t weft_cudnn_s_ = (call);                               \
+    if (weft_cudnn_s_ != CUDNN_STATUS_SUCCESS) return ::weft::gpu::CudnnStatus(weft_cudnn_s_, #call); \
+  } while (0)
+#define WEFT_NCCL_RETURN_IF_ERROR(call)                                       \
+  do {                                                                        \
+    const ncclResult_t weft_nccl_r_ = (call);                                 \
+    if (weft_nccl_r_ != ncclSuccess) return ::weft::gpu::NcclStatus(weft_nccl_r_, #call); \
+  } while (0)
+
+class GpuDevice final : public Device {
+ public:
+  // Opens GPU `ordinal` (cudaSetDevice), creates its streams, handles and
+  // allocators. `name`: e.g. "/job:worker/task:0/device:GPU:0".
+  // UNAVAILABLE when there is no such GPU or no driver.
+  static absl::StatusOr<std::unique_ptr<GpuDevice>> Create(std::string name, int ordinal);
+  ~GpuDevice() override;
+
+  int ordinal() const { return ordinal_; }
+  // The compute stream: every GPU kernel enqueues here, in order.
+  cudaStream_t stream() const { return compute_; }
+  // Bound to stream(). Not for concurrent use (see compute_mutex()).
+  cublasHandle_t cublas() const { return cublas_; }
+  cudnnHandle_t cudnn() const { return cudnn_; }
+  // Caching device allocator, stream-ordered on stream(); not on_host().
+  Allocator* allocator() override;
+  // The same object with its device-specific interface (stats, Trim).
+  GpuAllocator* gpu_allocator() { return allocator_.get(); }
+  // Page-locked host memory (on_host()) for staging transfers.
+  Allocator* pinned_allocator();
+  absl::Mutex* compute_mutex() override { return &compute_mu_; }
+
+  // Host->device: enqueued so that later work on stream() sees the data
+  // (and earlier work on stream() is done with `dev` before it is written).
+  // Returns without waiting for the transfer: a pinned `host` must stay
+  // valid until Synchronize(); pageable memory may be reused on return
+  // (the driver has staged it by then).
+  absl::Status CopyHostToDevice(const void* host, void* dev, size_t bytes);
+  // Device->host: waits for all earlier work on stream(), then copies;
+  // returns when the data is on the host.
+  absl::Status CopyDeviceToHost(const void* dev, void* host, size_t bytes);
+  // Device->device on stream().
+  absl::Status CopyDeviceToDevice(const void* src, void* dst, size_t bytes);
+  // Waits for everything enqueued on stream() so far; the first error a
+  // kernel hit (asynchronously) surfaces here, naming the sync.
+  absl::Status Synchronize() override;
+  // Makes the calling thread's current device this GPU (cudaSetDevice); the
+  // executor's threads call it before running kernels.
+  absl::Status MakeCurrent() const;
+
+ private:
+  GpuDevice(std::string name, int ordinal);
+  absl::Status Init();
+
+  const int ordinal_;
+  cudaStream_t compute_ = nullptr;
+  cudaStream_t h2d_ = nullptr;  // copies host->device
+  cudaStream_t d2h_ = nullptr;  // copies device->host
+  cublasHandle_t cublas_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  std::unique_ptr<GpuAllocator> allocator_;
+  std::unique_ptr<PinnedAllocator> pinned_;
+  absl::Mutex compute_mu_;
+  // Serialises each copy stream's wait-copy-record sequence.
+  absl::Mutex h2d_mu_;
+  absl::Mutex d2h_mu_;
+  cudaEvent_t h2d_done_ ABSL_GUARDED_BY(h2d_mu_) = nullptr;
+  cudaEvent_t h2d_ready_ ABSL_GUARDED_BY(h2d_mu_) = nullptr;
+  cudaEvent_t d2h_ready_ ABSL_GUARDED_BY(d2h_mu_) = nullptr;
+};
+
+// The GpuDevice behind `device`, or nullptr when it is not a GPU.
+inline GpuDevice* AsGpu(Device* device) {
+  return device != nullptr && device->device_type() == "GPU" ? static_cast<GpuDevice*>(device) : nullptr;
+}
+
+}  // namespace gpu
+}  // namespace weft
+
+#endif  // WEFT_RUNTIME_GPU_GPU_DEVICE_H_

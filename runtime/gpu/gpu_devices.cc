@@ -1,0 +1,38 @@
+#include "runtime/gpu/gpu_devices.h"
+
+#include <cuda_runtime.h>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/gpu/gpu_device.h"
+
+namespace weft {
+namespace gpu {
+
+bool BuiltWithGpu() { return true; }
+
+int VisibleGpuCount() {
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateGpuDevices(const std::string& prefix, int max_gpus) {
+  int n = VisibleGpuCount();
+  if (max_gpus >= 0 && max_gpus < n) n = max_gpus;
+  std::vector<std::unique_ptr<Device>> devices;
+  for (int i = 0; i < n; ++i) {
+    absl::StatusOr<std::unique_ptr<GpuDevice>> d = GpuDevice::Create(absl::StrCat(prefix, "/device:GPU:", i), i);
+    if (!d.ok()) return d.status();
+    devices.push_back(*std::move(d));
+  }
+  return devices;
+}
+
+}  // namespace gpu
+}  // namespace weft
