@@ -107,7 +107,12 @@ absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const Tra
   o.sync = spec.kind() != StrategySpec::PARAMETER_SERVER || spec.sync();
   if (spec.fusion_bytes() > 0) o.fusion_bytes = spec.fusion_bytes();
   o.max_shard_bytes = spec.max_shard_bytes();
+  o.replicas_to_aggregate = spec.replicas_to_aggregate();
   o.group_key = 1;
+  if (spec.replicas_to_aggregate() != 0 && (spec.kind() != StrategySpec::PARAMETER_SERVER || !spec.sync())) {
+    return Missing(job, absl::StrCat("does not take replicas_to_aggregate (", spec.replicas_to_aggregate(),
+                                     "): it applies to kind PARAMETER_SERVER with sync: true only"));
+  }
   switch (spec.kind()) {
     case StrategySpec::PARAMETER_SERVER:
       if (cluster.ps.empty()) return Missing(job, "needs ps tasks (weft local --ps=M, or ps= in the cluster)");
@@ -136,6 +141,11 @@ absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const Tra
       return Missing(job, "is not a distribution strategy");
   }
   const int n = static_cast<int>(o.replica_devices.size());
+  if (o.replicas_to_aggregate < 0 || o.replicas_to_aggregate > n) {
+    return Missing(job, absl::StrCat("has replicas_to_aggregate ", o.replicas_to_aggregate, " but ", n,
+                                     " replicas; use 1 to ", n, " (the first k of them per step), or 0 for all ",
+                                     "in lockstep"));
+  }
   if (job.batch_size() % n != 0) {
     return Missing(job, absl::StrCat("splits batch_size ", job.batch_size(), " over ", n,
                                      " replicas; make it a multiple of ", n));
@@ -144,6 +154,7 @@ absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const Tra
   plan.num_replicas = n;
   plan.replica_batch = job.batch_size() / n;
   plan.sync = o.sync;
+  plan.replicas_to_aggregate = o.replicas_to_aggregate;
   ASSIGN_OR_RETURN(plan.replicated, ApplyStrategy(training, o));
   plan.graph = plan.replicated.graph->ToGraphDef();
   const int64_t num_classes = job.has_model() ? job.model().num_classes() : 0;

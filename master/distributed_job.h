@@ -10,7 +10,8 @@
 //   MIRRORED, CENTRAL_STORAGE  the devices of worker 0 (num_devices of them,
 //     default all; `weft worker --cpu_devices=N` gives a task N CPUs), with
 //     CENTRAL_STORAGE's variables on its first CPU.
-// The job's batch_size is the global batch, split evenly across replicas.
+// The job's batch_size is the global batch, split evenly across replicas
+// (with replicas_to_aggregate k, a global step trains on k of those shares).
 //
 // Thread-safety: PlanDistributedJob is a pure function.
 #ifndef WEFT_MASTER_DISTRIBUTED_JOB_H_
@@ -35,6 +36,9 @@ struct DistributedPlan {
   int num_replicas = 0;
   int64_t replica_batch = 0;    // examples per replica per step
   bool sync = true;
+  // Sync PS: 0, all replicas in one lockstep step; k > 0, replicas run free
+  // and the ps applies the first k current gradients per global step.
+  int replicas_to_aggregate = 0;
   // Evaluation on replica 0's task: fetch these per step until `eval_labels`
   // has no rows (the end of the test pass). Empty when the job has none.
   std::string eval_correct;
@@ -43,8 +47,9 @@ struct DistributedPlan {
 };
 
 // INVALID_ARGUMENT when the cluster lacks what the strategy needs (ps tasks,
-// workers, devices) or the global batch does not split evenly; the message
-// names the strategy and what is missing.
+// workers, devices), the global batch does not split evenly, or
+// replicas_to_aggregate is outside [0, replicas] or set for another strategy
+// than sync PARAMETER_SERVER; the message names the strategy and what is wrong.
 absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const TrainingGraph& training,
                                                    const std::vector<std::string>& devices);
 

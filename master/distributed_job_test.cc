@@ -90,6 +90,41 @@ TEST(DistributedJobTest, AClusterWithoutWhatTheStrategyNeedsIsInvalidArgument) {
   EXPECT_TRUE(absl::StrContains(plan.status().message(), "--cpu_devices=3")) << plan.status();
 }
 
+TEST(DistributedJobTest, ReplicasToAggregateIsCheckedAgainstTheReplicasAndTheStrategy) {
+  // Two workers, so two PS replicas.
+  JobSpec job = Job(StrategySpec::PARAMETER_SERVER);
+  auto tg = LowerJob(job);
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  for (int k : {1, 2}) {
+    job.mutable_strategy()->set_replicas_to_aggregate(k);
+    auto plan = PlanDistributedJob(job, *tg, kDevices);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->replicas_to_aggregate, k);
+    ASSERT_EQ(plan->replicated.replicas.size(), 2u);
+    EXPECT_FALSE(plan->replicated.replicas[1].push_outcomes.empty());
+    EXPECT_TRUE(plan->replicated.train_op.empty());
+    EXPECT_TRUE(Graph::FromGraphDef(plan->graph).ok());
+  }
+  for (int k : {3, -1}) {
+    job.mutable_strategy()->set_replicas_to_aggregate(k);
+    auto plan = PlanDistributedJob(job, *tg, kDevices);
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << k;
+    EXPECT_TRUE(absl::StrContains(plan.status().message(), absl::StrCat("replicas_to_aggregate ", k)))
+        << plan.status();
+    EXPECT_TRUE(absl::StrContains(plan.status().message(), "2 replicas")) << plan.status();
+  }
+  job.mutable_strategy()->set_replicas_to_aggregate(1);
+  job.mutable_strategy()->set_sync(false);
+  auto plan = PlanDistributedJob(job, *tg, kDevices);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(plan.status().message(), "replicas_to_aggregate (1)")) << plan.status();
+  JobSpec mirrored = Job(StrategySpec::MULTI_WORKER_MIRRORED);
+  mirrored.mutable_strategy()->set_replicas_to_aggregate(1);
+  plan = PlanDistributedJob(mirrored, *tg, kDevices);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(plan.status().message(), "MULTI_WORKER_MIRRORED")) << plan.status();
+}
+
 }  // namespace
 }  // namespace master
 }  // namespace weft

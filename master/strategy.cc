@@ -59,7 +59,11 @@ class Rewriter {
         break;
       case StrategySpec::PARAMETER_SERVER:
         RETURN_IF_ERROR(ShardLargeVariables());
-        Shared(options_.sync);
+        if (options_.replicas_to_aggregate > 0) {
+          RETURN_IF_ERROR(Accumulated());
+        } else {
+          Shared(options_.sync);
+        }
         break;
       case StrategySpec::CENTRAL_STORAGE:
         RETURN_IF_ERROR(ShardLargeVariables());
@@ -83,6 +87,7 @@ class Rewriter {
       names.labels = ReplicaName(r, training_.labels);
       names.loss = RenameInputNode(training_.loss, [r](const std::string& s) { return ReplicaName(r, s); });
       names.train_op = replica_train_[r];
+      if (!push_outcomes_.empty()) names.push_outcomes = push_outcomes_[r];
       out.replicas.push_back(std::move(names));
     }
     out.train_op = train_op_;
@@ -98,6 +103,7 @@ class Rewriter {
       out.variable_device[var] = out.graph->FindNode(node)->def().device();
     }
     out.num_buckets = num_buckets_;
+    out.replicas_to_aggregate = options_.replicas_to_aggregate;
     return out;
   }
 
@@ -120,6 +126,17 @@ class Rewriter {
             absl::StrCat("strategy ", StrategySpec::Kind_Name(options_.kind), " is not a distribution strategy"));
     }
     if (n_ < 1) return absl::InvalidArgumentError("strategy: no replica devices");
+    const int k = options_.replicas_to_aggregate;
+    if (k != 0 && (options_.kind != StrategySpec::PARAMETER_SERVER || !options_.sync)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "strategy: replicas_to_aggregate ", k, " needs kind PARAMETER_SERVER with sync: true, not ",
+          StrategySpec::Kind_Name(options_.kind), options_.sync ? "" : " with sync: false"));
+    }
+    if (k < 0 || k > n_) {
+      return absl::InvalidArgumentError(absl::StrCat("strategy: replicas_to_aggregate ", k,
+                                                     " must be between 0 (all, in lockstep) and the ", n_,
+                                                     " replicas"));
+    }
     if (options_.kind == StrategySpec::MULTI_WORKER_MIRRORED) {
       std::set<std::string> tasks;
       for (const std::string& d : options_.replica_devices) tasks.insert(TaskOf(d));
@@ -470,6 +487,76 @@ class Rewriter {
     }
   }
 
+  // Sync PS aggregating the first k of N gradients on the ps (see the
+  // header): free-running replicas, each with its step reads, ordered reads
+  // of the variables, pushes and train op.
+  absl::Status Accumulated() {
+    const int k = options_.replicas_to_aggregate;
+    for (const Update& u : updates_) {
+      const std::string& op = u.node->op();
+      if (op != "ApplyGradientDescent" && op != "ApplyMomentum" && op != "ApplyAdam") {
+        return absl::InvalidArgumentError(absl::StrCat("strategy: replicas_to_aggregate supports the sgd, momentum "
+                                                       "and adam updates, not '", u.node->name(), "' (", op, ")"));
+      }
+    }
+    const std::map<std::string, std::string> device_of = SpreadVariables();
+    absl::flat_hash_set<std::string> shared(variables_.begin(), variables_.end());
+    absl::flat_hash_map<std::string, const Update*> update_of;  // variable -> the update writing it
+    for (const Update& u : updates_) {
+      for (const std::string& v : u.vars) update_of[v] = &u;
+    }
+    for (const std::string& v : variables_) {
+      NodeDef* c = out_.add_node();
+      *c = *by_name_[v];
+      c->set_device(device_of.at(v));
+      variable_node_[v] = v;
+    }
+    auto step_node = [](int r, const Update& u) { return ReplicaName(r, u.node->name() + "/local_step"); };
+    for (int r = 0; r < n_; ++r) {
+      for (const Update& u : updates_) {
+        NodeDef* step = Add(step_node(r, u), "AccumulatorStep", device_of.at(u.vars[0]), {});
+        SetAttr(step, Attr("accumulator", u.node->name()));
+        SetAttr(step, Attr("num_required", static_cast<int64_t>(k)));
+      }
+      // A trained variable is read through an Identity on its ps that runs
+      // after the replica read its accumulator's step, so the step a
+      // gradient carries is never newer than the weights it was computed on.
+      std::set<std::string> reads;
+      auto rename = [&](const std::string& s) {
+        if (!shared.contains(s)) return ReplicaName(r, s);
+        if (!update_of.contains(s)) return s;
+        reads.insert(s);
+        return ReplicaName(r, "sync/" + s);
+      };
+      for (const NodeDef& n : in_.node()) {
+        if (shared.contains(n.name()) || update_names_.contains(n.name()) || n.name() == training_.train_op) continue;
+        Copy(n, r, rename);
+      }
+      for (const std::string& v : reads) {
+        Add(ReplicaName(r, "sync/" + v), "Identity", device_of.at(v), {v, "^" + step_node(r, *update_of.at(v))});
+      }
+      NodeDef* train = Add(ReplicaName(r, "train"), "NoOp", options_.replica_devices[r], {});
+      std::vector<std::string> outcomes;
+      for (const Update& u : updates_) {
+        NodeDef* c = Add(ReplicaName(r, u.node->name()), "Accumulate" + u.node->op(), device_of.at(u.vars[0]), {});
+        *c->mutable_attr() = u.node->attr();
+        SetAttr(c, Attr("accumulator", u.node->name()));
+        SetAttr(c, Attr("num_required", static_cast<int64_t>(k)));
+        for (int i = 0; i < u.grad_input; ++i) c->add_input(u.node->input(i));
+        c->add_input(RenameInputNode(u.grad, rename));
+        c->add_input(step_node(r, u));
+        for (const std::string& in : u.node->input()) {
+          if (absl::StartsWith(in, "^")) c->add_input(RenameInputNode(in, rename));
+        }
+        train->add_input("^" + c->name());
+        outcomes.push_back(c->name() + ":1");
+      }
+      replica_train_.push_back(train->name());
+      push_outcomes_.push_back(std::move(outcomes));
+    }
+    return absl::OkStatus();
+  }
+
   const TrainingGraph& training_;
   const StrategyOptions& options_;
   const int n_;
@@ -481,6 +568,7 @@ class Rewriter {
   absl::flat_hash_set<std::string> update_names_;
   std::map<std::string, std::string> variable_node_;
   std::vector<std::string> replica_train_;
+  std::vector<std::vector<std::string>> push_outcomes_;  // per replica (replicas_to_aggregate)
   std::map<std::string, std::vector<std::string>> sharded_;  // split variable -> its shard variables
   std::string train_op_;
   std::vector<std::string> train_targets_;

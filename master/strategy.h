@@ -23,6 +23,15 @@
 //     devices, spread by bytes (a variable stays with its optimizer slots and
 //     update); each update applies the mean of the N replicas' gradients, on
 //     the ps, once per step.
+//   PARAMETER_SERVER, sync, replicas_to_aggregate k (1 <= k <= N)  the
+//     variables on the ps as above, but the replicas run free: per replica
+//     and update, an AccumulatorStep reads the variable's accumulator's
+//     global step before the replica reads the variable (an Identity on the
+//     ps ordered after it), and an AccumulateApply<Op> pushes the replica's
+//     gradient with that step. The ps applies the mean of the first k
+//     current gradients once per global step and refuses stale ones
+//     (ps/accumulator.h); each replica has its own train op and its pushes'
+//     outcomes (push_outcomes), and there is no one-step train op or loss.
 //   PARAMETER_SERVER, async  as above, but each replica has its own update
 //     ops with its own gradient and its own train op: replicas step at their
 //     own pace (the master runs one step loop per replica).
@@ -69,6 +78,10 @@ struct StrategyOptions {
   // shards stacked back (ConcatRows) and each shard's update applies its rows
   // of the gradient (SliceRows). 0: never split.
   int64_t max_shard_bytes = 0;
+  // PARAMETER_SERVER with sync only: 0 keeps the lockstep step of all N
+  // replicas; k in [1, N] aggregates the first k gradients per global step
+  // on the ps (see above).
+  int replicas_to_aggregate = 0;
 };
 
 struct ReplicaNames {
@@ -76,6 +89,10 @@ struct ReplicaNames {
   std::string labels;
   std::string loss;
   std::string train_op;  // runs this replica's step (async PS: alone)
+  // replicas_to_aggregate > 0: each update's push outcome (int64 scalar: -1
+  // refused as stale, 0 applied by another push, 1 applied by this one), in
+  // the same update order for every replica.
+  std::vector<std::string> push_outcomes;
 };
 
 struct ReplicatedGraph {
@@ -98,10 +115,13 @@ struct ReplicatedGraph {
   std::map<std::string, std::string> variable_device;
   // Number of CollectiveAllReduce buckets per replica (mirrored across tasks).
   int num_buckets = 0;
+  // StrategyOptions::replicas_to_aggregate: 0, or k of the accumulator mode.
+  int replicas_to_aggregate = 0;
 };
 
 // INVALID_ARGUMENT for an unknown or NONE strategy, no replica devices, a
-// parameter-server strategy without variable devices, or a graph whose
+// parameter-server strategy without variable devices, replicas_to_aggregate
+// outside [0, N] or set without sync PARAMETER_SERVER, or a graph whose
 // updates this rewrite cannot read (an update whose inputs are not variables
 // plus a gradient).
 absl::StatusOr<ReplicatedGraph> ApplyStrategy(const TrainingGraph& training, const StrategyOptions& options);
