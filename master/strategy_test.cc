@@ -14,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "google/protobuf/text_format.h"
 #include "graph/builder.h"
 #include "graph/lowering.h"
@@ -103,16 +104,17 @@ struct Trained {
   std::vector<float> losses;
 };
 
-// k steps of the one-replica graph on one task at the global batch.
-Trained SingleProcess(const TrainingGraph& tg) {
+// k steps of the one-replica graph on one task at the global batch (or its
+// first `rows` rows).
+Trained SingleProcess(const TrainingGraph& tg, int64_t rows = kBatch) {
   auto cluster = *InProcessCluster::Create({"/job:worker/task:0"});
   auto session = MasterSession::Create("single", tg.graph->ToGraphDef(), cluster->workers());
   EXPECT_TRUE(session.ok()) << session.status();
   Trained run;
   std::vector<Tensor> out;
   for (int step = 0; step < kSteps; ++step) {
-    const Tensor x = RandomTensor({kBatch, kExample}, 100 + step);
-    const Tensor y = Labels(kBatch, step);
+    const Tensor x = Rows(RandomTensor({kBatch, kExample}, 100 + step), 0, rows);
+    const Tensor y = Rows(Labels(kBatch, step), 0, rows);
     EXPECT_TRUE((*session)->Run({{tg.features, x}, {tg.labels, y}}, {tg.loss}, {tg.train_op}, &out).ok());
     run.losses.push_back(out[0].flat<float>()[0]);
   }
@@ -446,6 +448,211 @@ TEST(StrategyTest, AsyncParameterServerLosesNoUpdate) {
   std::vector<Tensor> got;
   ASSERT_TRUE((*session)->Run({}, {rg->variable_node.at("w")}, {}, &got).ok());
   for (float v : got[0].flat<float>()) ASSERT_EQ(v, -static_cast<float>(kReplicas * kEach));
+}
+
+// Sync PS with replicas_to_aggregate: replicas step on their own threads,
+// each Run one replica's step, as the job runner's replica threads do.
+struct Accumulating {
+  std::unique_ptr<InProcessCluster> cluster;
+  std::unique_ptr<MasterSession> session;
+  ReplicatedGraph rg;
+
+  Accumulating(const TrainingGraph& tg, int n, int k) {
+    Layout layout = For(StrategySpec::PARAMETER_SERVER, n);
+    layout.options.replicas_to_aggregate = k;
+    auto g = ApplyStrategy(tg, layout.options);
+    EXPECT_TRUE(g.ok()) << g.status();
+    rg = *std::move(g);
+    cluster = *InProcessCluster::Create(layout.tasks);
+    auto s = MasterSession::Create("accumulating", rg.graph->ToGraphDef(), cluster->workers());
+    EXPECT_TRUE(s.ok()) << s.status();
+    session = *std::move(s);
+  }
+
+  // Replica r's step on its rows of step `step`'s global batch; the pushes'
+  // outcomes go to *outcomes. `extra` feeds more tensors (a stale step).
+  absl::Status Step(int r, int step, std::vector<int64_t>* outcomes, std::vector<float>* loss = nullptr,
+                    const std::vector<std::pair<std::string, Tensor>>& extra = {}) {
+    const auto all = ReplicaFeeds(rg, step);
+    std::vector<std::pair<std::string, Tensor>> feeds = {all[2 * r], all[2 * r + 1]};
+    for (const auto& f : extra) feeds.push_back(f);
+    std::vector<std::string> fetches = {rg.replicas[r].loss};
+    for (const std::string& o : rg.replicas[r].push_outcomes) fetches.push_back(o);
+    std::vector<Tensor> out;
+    RETURN_IF_ERROR(session->Run(feeds, fetches, {rg.replicas[r].train_op}, &out));
+    if (loss != nullptr) loss->push_back(out[0].data<float>()[0]);
+    outcomes->clear();
+    for (size_t i = 1; i < out.size(); ++i) outcomes->push_back(out[i].data<int64_t>()[0]);
+    return absl::OkStatus();
+  }
+
+  // The global step of every update's accumulator, read as replica r would.
+  std::vector<int64_t> GlobalSteps(int r) {
+    std::vector<std::string> fetches;
+    for (const std::string& o : rg.replicas[r].push_outcomes) {
+      fetches.push_back(o.substr(0, o.size() - 2) + "/local_step");
+    }
+    std::vector<Tensor> out;
+    EXPECT_TRUE(session->Run({}, fetches, {}, &out).ok());
+    std::vector<int64_t> steps;
+    for (const Tensor& t : out) steps.push_back(t.data<int64_t>()[0]);
+    return steps;
+  }
+
+  std::vector<Tensor> Variables(const TrainingGraph& tg) {
+    std::vector<std::string> fetch;
+    for (const std::string& v : tg.variables) fetch.push_back(rg.variable_node.at(v));
+    std::vector<Tensor> out;
+    EXPECT_TRUE(session->Run({}, fetch, {}, &out).ok());
+    return out;
+  }
+};
+
+class AccumulatorStrategyTest : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
+
+// k = N: every global step applies the mean of all N replicas' gradients,
+// which is single-process training at the global batch.
+TEST_P(AccumulatorStrategyTest, AllOfNMatchesSingleProcessTrainingAtTheGlobalBatch) {
+  const auto [n, optimizer] = GetParam();
+  auto tg = LowerJob(MlpJob(optimizer));
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  const Trained want = SingleProcess(*tg);
+  Accumulating run(*tg, n, /*k=*/n);
+  ASSERT_EQ(run.rg.replicas_to_aggregate, n);
+  std::vector<std::vector<float>> losses(n);
+  std::vector<std::vector<int64_t>> applied_by(n);  // per replica, per step: its pushes that applied
+  std::vector<absl::Status> failed(n);
+  std::vector<std::thread> replicas;
+  for (int r = 0; r < n; ++r) {
+    replicas.emplace_back([&, r] {
+      std::vector<int64_t> outcomes;
+      for (int step = 0; step < kSteps && failed[r].ok(); ++step) {
+        failed[r] = run.Step(r, step, &outcomes, &losses[r]);
+        int64_t applied = 0;
+        for (int64_t o : outcomes) {
+          EXPECT_GE(o, 0) << "replica " << r << " refused at step " << step;
+          applied += o;
+        }
+        applied_by[r].push_back(applied);
+      }
+    });
+  }
+  for (auto& t : replicas) t.join();
+  for (int r = 0; r < n; ++r) ASSERT_TRUE(failed[r].ok()) << "replica " << r << ": " << failed[r];
+  const std::vector<Tensor> got = run.Variables(*tg);
+  ASSERT_EQ(got.size(), want.variables.size());
+  for (size_t i = 0; i < want.variables.size(); ++i) {
+    EXPECT_LE(RelDiff(got[i], want.variables[i]), 1e-5) << tg->variables[i];
+  }
+  const size_t updates = run.rg.replicas[0].push_outcomes.size();
+  for (int step = 0; step < kSteps; ++step) {
+    // Each replica computed its loss on the weights of the global step.
+    double mean = 0;
+    int64_t applies = 0;
+    for (int r = 0; r < n; ++r) {
+      mean += losses[r][step] / n;
+      applies += applied_by[r][step];
+    }
+    EXPECT_NEAR(mean, want.losses[step], 1e-5) << "step " << step;
+    EXPECT_EQ(applies, static_cast<int64_t>(updates)) << "one apply per update per step " << step;
+  }
+  EXPECT_EQ(run.GlobalSteps(0), std::vector<int64_t>(updates, kSteps));
+}
+
+INSTANTIATE_TEST_SUITE_P(Replicas, AccumulatorStrategyTest,
+                         ::testing::Combine(::testing::Values(2, 4),
+                                            ::testing::Values("optimizer { sgd { learning_rate: 0.3 } }",
+                                                              "optimizer { adam { learning_rate: 0.01 } }")),
+                         [](const auto& info) {
+                           return absl::StrCat(std::get<0>(info.param), "_of_", std::get<0>(info.param), "_",
+                                               absl::StrContains(std::get<1>(info.param), "adam") ? "adam" : "sgd");
+                         });
+
+// k = 1 of 2 with replica 1 never pushing: replica 0's steps apply alone, as
+// single-process training on its rows.
+TEST(StrategyTest, OneOfTwoAdvancesWithoutTheOtherReplica) {
+  auto tg = LowerJob(MlpJob("optimizer { sgd { learning_rate: 0.3 } }"));
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  const Trained want = SingleProcess(*tg, kBatch / 2);
+  Accumulating run(*tg, 2, /*k=*/1);
+  std::vector<int64_t> outcomes;
+  for (int step = 0; step < kSteps; ++step) {
+    ASSERT_TRUE(run.Step(0, step, &outcomes).ok());
+    EXPECT_EQ(outcomes, std::vector<int64_t>(outcomes.size(), 1)) << "step " << step;
+  }
+  const std::vector<Tensor> got = run.Variables(*tg);
+  for (size_t i = 0; i < want.variables.size(); ++i) {
+    EXPECT_LE(RelDiff(got[i], want.variables[i]), 1e-5) << tg->variables[i];
+  }
+  EXPECT_EQ(run.GlobalSteps(1), std::vector<int64_t>(outcomes.size(), kSteps));
+}
+
+// k = 2 of 3: replicas 0 and 1 make every global step while replica 2 is
+// held back by the test; its gradient, computed at the step it read before
+// the others moved on, is then refused and changes nothing.
+TEST(StrategyTest, TwoOfThreeAdvanceWhileAStragglerIsHeldAndItsStaleGradientIsRefused) {
+  auto tg = LowerJob(MlpJob("optimizer { sgd { learning_rate: 0.3 } }"));
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  // Replicas 0 and 1 hold rows [0, 4) of each global batch (2 rows each).
+  const Trained want = SingleProcess(*tg, 2 * (kBatch / 3));
+  Accumulating run(*tg, 3, /*k=*/2);
+  // The straggler reads its steps now (step 0 everywhere), before the others run.
+  const std::vector<int64_t> straggler_steps = run.GlobalSteps(2);
+  ASSERT_EQ(straggler_steps, std::vector<int64_t>(straggler_steps.size(), 0));
+
+  absl::Status failed[2];
+  std::thread replicas[2];
+  for (int r = 0; r < 2; ++r) {
+    replicas[r] = std::thread([&, r] {
+      std::vector<int64_t> outcomes;
+      for (int step = 0; step < kSteps && failed[r].ok(); ++step) failed[r] = run.Step(r, step, &outcomes);
+    });
+  }
+  for (auto& t : replicas) t.join();
+  for (const absl::Status& s : failed) ASSERT_TRUE(s.ok()) << s;
+  const size_t updates = straggler_steps.size();
+  EXPECT_EQ(run.GlobalSteps(0), std::vector<int64_t>(updates, kSteps));
+  const std::vector<Tensor> before = run.Variables(*tg);
+  for (size_t i = 0; i < want.variables.size(); ++i) {
+    EXPECT_LE(RelDiff(before[i], want.variables[i]), 1e-5) << tg->variables[i];
+  }
+
+  // Released: the straggler pushes gradients of the step it read.
+  std::vector<std::pair<std::string, Tensor>> stale;
+  for (size_t u = 0; u < updates; ++u) {
+    const std::string& o = run.rg.replicas[2].push_outcomes[u];
+    Tensor t(DType::kInt64, TensorShape());
+    t.data<int64_t>()[0] = straggler_steps[u];
+    stale.emplace_back(o.substr(0, o.size() - 2) + "/local_step", t);
+  }
+  std::vector<int64_t> outcomes;
+  ASSERT_TRUE(run.Step(2, 0, &outcomes, nullptr, stale).ok());
+  EXPECT_EQ(outcomes, std::vector<int64_t>(updates, -1));
+  const std::vector<Tensor> after = run.Variables(*tg);
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(RelDiff(after[i], before[i]), 0) << tg->variables[i];
+  EXPECT_EQ(run.GlobalSteps(0), std::vector<int64_t>(updates, kSteps));
+}
+
+TEST(StrategyTest, ReplicasToAggregateOutOfRangeOrWithoutSyncParameterServerIsInvalidArgument) {
+  auto tg = LowerJob(MlpJob("optimizer { sgd { learning_rate: 0.3 } }"));
+  ASSERT_TRUE(tg.ok());
+  Layout layout = For(StrategySpec::PARAMETER_SERVER, 2);
+  for (int k : {3, -1}) {
+    layout.options.replicas_to_aggregate = k;
+    auto s = ApplyStrategy(*tg, layout.options);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << k;
+    EXPECT_TRUE(absl::StrContains(s.status().message(), absl::StrCat("replicas_to_aggregate ", k))) << s.status();
+  }
+  layout.options.replicas_to_aggregate = 1;
+  layout.options.sync = false;
+  auto s = ApplyStrategy(*tg, layout.options);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.status().message(), "sync")) << s.status();
+  Layout mirrored = For(StrategySpec::MIRRORED, 2);
+  mirrored.options.replicas_to_aggregate = 1;
+  s = ApplyStrategy(*tg, mirrored.options);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.status().message(), "MIRRORED")) << s.status();
 }
 
 }  // namespace
