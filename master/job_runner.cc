@@ -146,13 +146,22 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
   StepSource source;
   source.examples = train_examples;
   // Async replicas take turns in the count: an epoch is the steps that
-  // together see each example once.
-  const int64_t step_examples = plan.sync ? job_.batch_size() : plan.replica_batch;
-  source.batches_per_epoch = (train_examples / plan.num_replicas) / plan.replica_batch *
-                             (plan.sync ? 1 : plan.num_replicas);
+  // together see each example once. A global step of k-of-N replicas trains
+  // on k replicas' batches.
+  const int k = plan.replicas_to_aggregate;
+  const int64_t step_examples = k > 0 ? k * plan.replica_batch : plan.sync ? job_.batch_size() : plan.replica_batch;
+  const int64_t replica_steps = (train_examples / plan.num_replicas) / plan.replica_batch * plan.num_replicas;
+  source.batches_per_epoch = k > 0 ? replica_steps / k : plan.sync ? replica_steps / plan.num_replicas : replica_steps;
   const ReplicatedGraph& rg = plan.replicated;
   std::unique_ptr<AsyncReplicas> async;
-  if (plan.sync) {
+  std::unique_ptr<AccumulatingReplicas> accumulating;
+  if (k > 0) {
+    Logger("master")->info("job '{}': the ps applies the first {} of {} replicas' gradients per global step",
+                           job_.name(), k, plan.num_replicas);
+    const int64_t total = job_.steps() > 0 ? job_.steps() : source.batches_per_epoch * job_.epochs();
+    accumulating = std::make_unique<AccumulatingReplicas>(session, rg, total, step_examples, &cancelled_);
+    source.step = [&](int64_t) { return accumulating->Next(); };
+  } else if (plan.sync) {
     // Each replica's loss from its own task, averaged here, and the step's
     // targets on the tasks that run them: no extra tensor crosses tasks.
     // With steps_per_execution k, one RunGraph runs up to k steps on every
@@ -197,6 +206,12 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
   }
   absl::StatusOr<TrainResult> result = RunTrainingLoop(job_, source, on_progress, &cancelled_, created);
   async.reset();  // joins the replicas' threads
+  if (accumulating != nullptr) {
+    const int64_t refused = accumulating->refused();
+    accumulating.reset();
+    Logger("master")->info("job '{}': the ps refused {} stale gradient(s) (pushed after their step was applied)",
+                           job_.name(), refused);
+  }
   {
     absl::MutexLock lock(&mu_);
     owned = std::move(session_);
@@ -256,6 +271,105 @@ absl::StatusOr<StepResult> JobRunner::AsyncReplicas::Next() {
   if (done_.empty()) {
     if (cancelled_->load()) return absl::CancelledError("job cancelled");
     return absl::InternalError("the asynchronous replicas stopped before the job's last step");
+  }
+  absl::StatusOr<StepResult> r = std::move(done_.front());
+  done_.pop_front();
+  return r;
+}
+
+
+JobRunner::AccumulatingReplicas::AccumulatingReplicas(MasterSession* session, const ReplicatedGraph& rg,
+                                                      int64_t total_steps, int64_t step_examples,
+                                                      const std::atomic<bool>* cancelled)
+    : session_(session), total_(total_steps), step_examples_(step_examples), cancelled_(cancelled) {
+  applies_.assign(rg.replicas.empty() ? 0 : rg.replicas[0].push_outcomes.size(), 0);
+  if (total_ <= 0) stopping_ = true;
+  for (size_t r = 0; r < rg.replicas.size(); ++r) {
+    threads_.emplace_back([this, names = rg.replicas[r]] { Loop(names); });
+  }
+}
+
+JobRunner::AccumulatingReplicas::~AccumulatingReplicas() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  // A replica whose push waits for pushes that no replica will make any more
+  // is parked on the ps until its step is aborted. A replica between its
+  // check of stopping_ and its RunGraph can miss one abort, hence the loop.
+  for (;;) {
+    session_->AbortRunningSteps(absl::CancelledError("the job's last global step is done"));
+    absl::MutexLock lock(&mu_);
+    if (mu_.AwaitWithTimeout(absl::Condition(this, &AccumulatingReplicas::Idle), absl::Milliseconds(100))) break;
+  }
+  for (std::thread& t : threads_) t.join();
+}
+
+int64_t JobRunner::AccumulatingReplicas::refused() const {
+  absl::MutexLock lock(&mu_);
+  return refused_;
+}
+
+void JobRunner::AccumulatingReplicas::Loop(const ReplicaNames& names) {
+  std::vector<std::string> fetches = {names.loss};
+  for (const std::string& o : names.push_outcomes) fetches.push_back(o);
+  std::vector<Tensor> out;
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_ || cancelled_->load()) return;
+      ++active_;
+    }
+    absl::Status s = session_->Run({}, fetches, {names.train_op}, &out);
+    absl::MutexLock lock(&mu_);
+    --active_;
+    if (!s.ok()) {
+      // After the last global step, aborted steps are expected.
+      if (!stopping_) done_.push_back(s);
+      stopping_ = true;
+      return;
+    }
+    bool accepted = false;
+    int64_t refused = 0;
+    for (size_t u = 0; u < applies_.size(); ++u) {
+      const int64_t outcome = out[1 + u].data<int64_t>()[0];
+      if (outcome < 0) ++refused;
+      if (outcome >= 0) accepted = true;
+      if (outcome > 0) ++applies_[u];
+    }
+    if (refused > 0) {
+      refused_ += refused;
+      Logger("master")->debug("{}: {} stale gradient(s) refused", names.train_op, refused);
+    }
+    if (accepted) {
+      loss_sum_ += out[0].data<float>()[0];
+      ++losses_;
+    }
+    // A global step is done once every update has applied it.
+    const int64_t applied = applies_.empty() ? 0 : *std::min_element(applies_.begin(), applies_.end());
+    while (global_steps_ < applied && global_steps_ < total_) {
+      ++global_steps_;
+      const float loss = losses_ > 0 ? static_cast<float>(loss_sum_ / static_cast<double>(losses_)) : 0.0f;
+      done_.push_back(StepResult{loss, step_examples_, 1});
+      loss_sum_ = 0;
+      losses_ = 0;
+    }
+    if (global_steps_ >= total_) stopping_ = true;
+  }
+}
+
+bool JobRunner::AccumulatingReplicas::Ready() const {
+  return !done_.empty() || cancelled_->load() || (stopping_ && active_ == 0);
+}
+
+absl::StatusOr<StepResult> JobRunner::AccumulatingReplicas::Next() {
+  absl::MutexLock lock(&mu_);
+  // A cancel sets an atomic without this mutex, so wake up to look.
+  while (!mu_.AwaitWithTimeout(absl::Condition(this, &AccumulatingReplicas::Ready), absl::Milliseconds(100))) {
+  }
+  if (done_.empty()) {
+    if (cancelled_->load()) return absl::CancelledError("job cancelled");
+    return absl::InternalError("the replicas stopped before the job's last global step");
   }
   absl::StatusOr<StepResult> r = std::move(done_.front());
   done_.pop_front();

@@ -15,9 +15,10 @@
 #define WEFT_MASTER_JOB_RUNNER_H_
 
 #include <atomic>
+#include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
-#include <deque>
 #include <string>
 #include <thread>
 #include <vector>
@@ -78,6 +79,44 @@ class JobRunner {
     absl::Mutex mu_;
     int64_t remaining_ ABSL_GUARDED_BY(mu_);
     int active_ ABSL_GUARDED_BY(mu_) = 0;
+    std::deque<absl::StatusOr<StepResult>> done_ ABSL_GUARDED_BY(mu_);
+    std::vector<std::thread> threads_;
+  };
+
+  // Sync PS replicas that aggregate the first k of N on the ps
+  // (replicas_to_aggregate): one thread per replica runs its steps back to
+  // back, like AsyncReplicas, but a step of the job is a global step: one
+  // apply of every update, seen in the pushes' outcomes. Next hands the
+  // training loop one result per global step; after `total_steps` of them
+  // no replica starts another step.
+  class AccumulatingReplicas {
+   public:
+    AccumulatingReplicas(MasterSession* session, const ReplicatedGraph& rg, int64_t total_steps,
+                         int64_t step_examples, const std::atomic<bool>* cancelled);
+    // Stops the replicas, aborting the steps still parked on the ps (their
+    // gradients are not applied), and joins the threads.
+    ~AccumulatingReplicas();
+    absl::StatusOr<StepResult> Next();
+    // Stale gradients the ps refused so far (one per update pushed late).
+    int64_t refused() const;
+
+   private:
+    void Loop(const ReplicaNames& names);
+    bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+    bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return active_ == 0; }
+
+    MasterSession* const session_;
+    const int64_t total_;
+    const int64_t step_examples_;
+    const std::atomic<bool>* const cancelled_;
+    mutable absl::Mutex mu_;
+    bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+    int active_ ABSL_GUARDED_BY(mu_) = 0;
+    std::vector<int64_t> applies_ ABSL_GUARDED_BY(mu_);  // per update: the pushes that applied a step
+    int64_t global_steps_ ABSL_GUARDED_BY(mu_) = 0;      // handed to the loop
+    double loss_sum_ ABSL_GUARDED_BY(mu_) = 0;          // accepted replica steps since the last global step
+    int64_t losses_ ABSL_GUARDED_BY(mu_) = 0;
+    int64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
     std::deque<absl::StatusOr<StepResult>> done_ ABSL_GUARDED_BY(mu_);
     std::vector<std::thread> threads_;
   };

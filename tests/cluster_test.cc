@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -214,6 +216,31 @@ TEST_F(ClusterTest, JobsWithEachStrategyComplete) {
   JobStatus st = WatchToEnd(*id);
   EXPECT_EQ(st.state(), FAILED);
   EXPECT_TRUE(absl::StrContains(st.error(), "--cpu_devices=4")) << st.error();
+}
+
+// Sync PS whose ps applies the first k of the two replicas' gradients per
+// global step: the replicas run free, the job counts global steps (k
+// replicas' batches each) and learns; the master logs the stale gradients
+// the ps refused.
+TEST_F(ClusterTest, SyncParameterServerAggregatingTheFirstKReplicasLearns) {
+  const std::string data = WriteData("data_k_of_n", 480);
+  for (int k : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("replicas_to_aggregate ", k));
+    JobSpec job = Job(data, 3);
+    job.set_batch_size(16);  // 8 per replica
+    job.mutable_strategy()->set_kind(StrategySpec::PARAMETER_SERVER);
+    job.mutable_strategy()->set_sync(true);
+    job.mutable_strategy()->set_replicas_to_aggregate(k);
+    auto id = client_->SubmitJob(job);
+    ASSERT_TRUE(id.ok()) << id.status();
+    JobStatus st = WatchToEnd(*id);
+    EXPECT_EQ(st.state(), SUCCEEDED) << st.error();
+    EXPECT_EQ(st.step(), 3 * 480 / (8 * k));  // a global step trains on k * 8 examples
+    EXPECT_GT(st.test_accuracy(), 0.9) << st.DebugString();  // chance is 1/3
+  }
+  std::ifstream log(TempPath("master.log"));
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(absl::StrContains(text, "stale gradient(s)")) << text;
 }
 
 TEST_F(ClusterTest, CancelStopsTheJobAndTheClusterKeepsServing) {
