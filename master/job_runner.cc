@@ -114,7 +114,8 @@ absl::StatusOr<TrainResult> JobRunner::Train(MasterSession* session, const Data&
 
 // A job with a strategy: the replicated graph, each replica reading its
 // shard on its task; sync steps run every replica at once, async replicas
-// each run their own steps on a thread, as fast as they go.
+// each run their own steps on a thread, as fast as they go, and so do k-of-N
+// sync replicas, whose job steps are the ps's global steps.
 absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(const TrainProgress&)>& on_progress) {
   const Clock::time_point created = Clock::now();
   ASSIGN_OR_RETURN(std::vector<DeviceAttributes> attrs, ListClusterDevices(workers_));
@@ -207,10 +208,12 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
   absl::StatusOr<TrainResult> result = RunTrainingLoop(job_, source, on_progress, &cancelled_, created);
   async.reset();  // joins the replicas' threads
   if (accumulating != nullptr) {
-    const int64_t refused = accumulating->refused();
+    const int64_t refused = accumulating->refused(), refused_steps = accumulating->refused_steps();
     accumulating.reset();
-    Logger("master")->info("job '{}': the ps refused {} stale gradient(s) (pushed after their step was applied)",
-                           job_.name(), refused);
+    Logger("master")->info(
+        "job '{}': the ps refused {} stale gradient(s) of {} replica step(s) (pushed after their global step was "
+        "applied)",
+        job_.name(), refused, refused_steps);
   }
   {
     absl::MutexLock lock(&mu_);
@@ -310,6 +313,11 @@ int64_t JobRunner::AccumulatingReplicas::refused() const {
   return refused_;
 }
 
+int64_t JobRunner::AccumulatingReplicas::refused_steps() const {
+  absl::MutexLock lock(&mu_);
+  return refused_steps_;
+}
+
 void JobRunner::AccumulatingReplicas::Loop(const ReplicaNames& names) {
   std::vector<std::string> fetches = {names.loss};
   for (const std::string& o : names.push_outcomes) fetches.push_back(o);
@@ -339,6 +347,7 @@ void JobRunner::AccumulatingReplicas::Loop(const ReplicaNames& names) {
     }
     if (refused > 0) {
       refused_ += refused;
+      ++refused_steps_;
       Logger("master")->debug("{}: {} stale gradient(s) refused", names.train_op, refused);
     }
     if (accepted) {

@@ -97,8 +97,10 @@ class JobRunner {
     // gradients are not applied), and joins the threads.
     ~AccumulatingReplicas();
     absl::StatusOr<StepResult> Next();
-    // Stale gradients the ps refused so far (one per update pushed late).
+    // Stale gradients the ps refused so far: one per variable pushed late,
+    // and the replica steps that had any refused.
     int64_t refused() const;
+    int64_t refused_steps() const;
 
    private:
     void Loop(const ReplicaNames& names);
@@ -117,6 +119,7 @@ class JobRunner {
     double loss_sum_ ABSL_GUARDED_BY(mu_) = 0;          // accepted replica steps since the last global step
     int64_t losses_ ABSL_GUARDED_BY(mu_) = 0;
     int64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
+    int64_t refused_steps_ ABSL_GUARDED_BY(mu_) = 0;
     std::deque<absl::StatusOr<StepResult>> done_ ABSL_GUARDED_BY(mu_);
     std::vector<std::thread> threads_;
   };
