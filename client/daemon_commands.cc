@@ -85,7 +85,7 @@ int WaitForTerminationSignal() {
 }
 
 int RunTaskCommand(int argc, char** argv, const char* job) {
-  auto f = Flags::Parse(argc, argv, 2, {"task", "cluster", "listen", "intra_op_threads", "inter_op_threads", "cpu_devices", "log_level"},
+  auto f = Flags::Parse(argc, argv, 2, {"task", "cluster", "listen", "intra_op_threads", "inter_op_threads", "cpu_devices", "gpus", "log_level"},
                         {});
   if (!f.ok()) return Usage(job, f.status().message());
   if (f->Has("log_level") && !SetLogLevel(f->Get("log_level"))) return Usage(job, "unknown --log_level");
@@ -104,6 +104,10 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
   // step's nodes on the thread that runs the step.
   auto inter = f->GetInt("inter_op_threads", 2, 0, 1024);
   if (!inter.ok()) return Usage(job, inter.status().message());
+  // GPUs the task opens (-1: every visible one); a ps task keeps variables
+  // on its CPU, so it opens none unless asked.
+  auto gpus = f->GetInt("gpus", std::string(job) == "ps" ? 0 : -1, -1, 64);
+  if (!gpus.ok()) return Usage(job, gpus.status().message());
   const std::string own = *TaskAddress(config->cluster, config->task);
   std::string listen = f->Get("listen");
   if (listen.empty()) listen = absl::StrCat("0.0.0.0:", own.substr(own.rfind(':') + 1));
@@ -119,6 +123,7 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
   opts.intra_op_threads = *threads;
   opts.num_cpu_devices = static_cast<int>(*cpus);
   opts.inter_op_threads = static_cast<int>(*inter);
+  opts.max_gpus = static_cast<int>(*gpus);
   // A ps task also serves the ParameterServer service (shard list, save,
   // restore) beside the WorkerService.
   if (config->task.job == "ps") opts.extra_services.push_back(ps::PsServiceFactory());

@@ -88,7 +88,7 @@ void StopAll(std::vector<Task>* tasks) {
 }  // namespace
 
 int RunLocalCommand(int argc, char** argv) {
-  auto f = Flags::Parse(argc, argv, 2, {"workers", "ps", "cpu_devices", "output", "log_dir", "log_level"}, {});
+  auto f = Flags::Parse(argc, argv, 2, {"workers", "ps", "cpu_devices", "gpus", "output", "log_dir", "log_level"}, {});
   if (!f.ok()) {
     std::fprintf(stderr, "weft local: %s\n", std::string(f.status().message()).c_str());
     return 2;
@@ -96,12 +96,14 @@ int RunLocalCommand(int argc, char** argv) {
   auto workers = f->GetInt("workers", 1, 1, 64);
   auto ps = f->GetInt("ps", 0, 0, 64);
   auto cpus = f->GetInt("cpu_devices", 1, 1, 64);
+  auto gpus = f->GetInt("gpus", -1, -1, 64);
   const std::string output = f->Get("output", "text");
-  if (!workers.ok() || !ps.ok() || !cpus.ok() || (output != "text" && output != "json") || f->args().size() > 1) {
+  if (!workers.ok() || !ps.ok() || !cpus.ok() || !gpus.ok() || (output != "text" && output != "json") || f->args().size() > 1) {
     std::fprintf(stderr, "weft local: %s\n",
                  !workers.ok() ? std::string(workers.status().message()).c_str()
                  : !ps.ok()    ? std::string(ps.status().message()).c_str()
                  : !cpus.ok()  ? std::string(cpus.status().message()).c_str()
+                 : !gpus.ok()  ? std::string(gpus.status().message()).c_str()
                  : f->args().size() > 1 ? "expected at most one job file"
                                         : "--output must be text or json");
     return 2;
@@ -177,7 +179,9 @@ int RunLocalCommand(int argc, char** argv) {
   for (int i = 0; i < *workers && s.ok(); ++i) {
     s = start(absl::StrCat("worker:", i), {self, "worker", absl::StrCat("--task=worker:", i),
                                            "--cluster=" + cluster, "--listen=" + worker_addrs[i],
-                                           absl::StrCat("--cpu_devices=", *cpus)});
+                                           absl::StrCat("--cpu_devices=", *cpus),
+                                           // A job that asks for the CPU keeps its workers off the GPUs.
+                                           absl::StrCat("--gpus=", job.device() == JobSpec::CPU ? 0 : *gpus)});
   }
   if (s.ok()) s = start("master:0", {self, "master", "--cluster=" + cluster, "--listen=" + master_addr});
   auto client = MasterClient::Create(master_addr);

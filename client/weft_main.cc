@@ -34,21 +34,24 @@ constexpr char kUsage[] =
     "usage: weft <command> [args]\n"
     "\n"
     "train in one process:\n"
-    "  train JOB [--output=text|json] [--log_level=LEVEL]\n"
+    "  train JOB [--output=text|json] [--gpus=G] [--log_level=LEVEL]\n"
     "\n"
     "run a local cluster of processes (and optionally a job on it):\n"
-    "  local --workers=N --ps=M [--cpu_devices=D] [JOB] [--output=text|json] [--log_dir=DIR]\n"
+    "  local --workers=N --ps=M [--cpu_devices=D] [--gpus=G] [JOB] [--output=text|json] [--log_dir=DIR]\n"
     "\n"
     "daemons (cluster from --cluster='worker=h:p,h:p;ps=h:p' or $TF_CONFIG):\n"
     "  master --port=P | --listen=HOST:PORT [--cluster=...]\n"
-    "  worker --task=worker:I [--cluster=...] [--listen=HOST:PORT] [--cpu_devices=D] [--inter_op_threads=N]\n"
+    "  worker --task=worker:I [--cluster=...] [--listen=HOST:PORT] [--cpu_devices=D] [--gpus=G] [--inter_op_threads=N]\n"
     "  ps     --task=ps:I     [--cluster=...] [--listen=HOST:PORT]\n"
     "\n"
     "jobs (master from --master=HOST:PORT or $WEFT_MASTER):\n"
     "  submit JOB [--follow] [--output=text|json]\n"
     "  jobs | status ID | cancel ID | devices\n"
     "\n"
-    "  ops                                 list the registered ops\n";
+    "  ops                                 list the registered ops\n"
+    "\n"
+    "--gpus=G: GPUs a process may use (default: every visible one, when built with CUDA;\n"
+    "  0: none). A job's `device: CPU` keeps it off GPUs, `device: GPU` requires one.\n";
 
 LocalTrainer* g_trainer = nullptr;
 
@@ -66,7 +69,7 @@ int Fail(bool json, const absl::Status& s) {
 }
 
 int Train(int argc, char** argv) {
-  auto parsed = Flags::Parse(argc, argv, 2, {"output", "log_level"}, {});
+  auto parsed = Flags::Parse(argc, argv, 2, {"output", "gpus", "log_level"}, {});
   if (!parsed.ok()) {
     std::fprintf(stderr, "weft train: %s\n%s", std::string(parsed.status().message()).c_str(), kUsage);
     return 2;
@@ -81,6 +84,11 @@ int Train(int argc, char** argv) {
     std::fprintf(stderr, "weft: unknown log level '%s'\n", f.Get("log_level").c_str());
     return 2;
   }
+  auto gpus = f.GetInt("gpus", -1, -1, 64);
+  if (!gpus.ok()) {
+    std::fprintf(stderr, "weft train: %s\n", std::string(gpus.status().message()).c_str());
+    return 2;
+  }
   const bool json = output == "json";
   if (f.args().size() != 1) {
     std::fprintf(stderr, "weft train: expected one job file\n%s", kUsage);
@@ -93,7 +101,9 @@ int Train(int argc, char** argv) {
     std::string base = f.args()[0].substr(f.args()[0].rfind('/') + 1);
     job->set_name(base.substr(0, base.find('.')));
   }
-  auto trainer = LocalTrainer::Create(*job);
+  LocalTrainerOptions trainer_options;
+  trainer_options.max_gpus = static_cast<int>(*gpus);
+  auto trainer = LocalTrainer::Create(*job, trainer_options);
   if (!trainer.ok()) return Fail(json, trainer.status());
   g_trainer = trainer->get();
   std::signal(SIGINT, OnSignal);

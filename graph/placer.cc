@@ -46,9 +46,35 @@ class ColocationGroups {
 
 std::string Quoted(const std::string& device) { return absl::StrCat("'", device, "'"); }
 
+GpuKernelAvailability& HasGpuKernel() {
+  static GpuKernelAvailability* const f = new GpuKernelAvailability();
+  return *f;
+}
+
+// Whether every op that updates a variable in place has a GPU kernel.
+bool UpdatesHaveGpuKernels() {
+  for (const char* op : {"ApplyGradientDescent", "ApplyMomentum", "ApplyAdam"}) {
+    if (!HasGpuKernel()(op)) return false;
+  }
+  return true;
+}
+
+// The GPU:0 of the default device's task, or -1.
+int GpuOfDefaultTask(const std::vector<DeviceName>& avail, int default_index) {
+  const DeviceName& cpu = avail[default_index];
+  for (size_t i = 0; i < avail.size(); ++i) {
+    const DeviceName& d = avail[i];
+    if (d.job == cpu.job && d.task == cpu.task && d.type == "GPU" && d.id == 0) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 }  // namespace
 
-absl::Status PlaceGraph(Graph* g, const std::vector<std::string>& devices, const std::string& default_device) {
+void SetGpuKernelAvailability(GpuKernelAvailability has_gpu_kernel) { HasGpuKernel() = std::move(has_gpu_kernel); }
+
+absl::Status PlaceGraph(Graph* g, const std::vector<std::string>& devices, const std::string& default_device,
+                        const PlacementOptions& options) {
   if (devices.empty()) return absl::InvalidArgumentError("placement: no devices are available");
   std::vector<DeviceName> avail;
   std::vector<std::string> avail_names;
@@ -129,10 +155,22 @@ absl::Status PlaceGraph(Graph* g, const std::vector<std::string>& devices, const
     grp.requesters.push_back(i);
   }
 
+  // Groups that may run on the default task's GPU: every member has a GPU kernel.
+  const int gpu_index = options.prefer_gpu && HasGpuKernel() ? GpuOfDefaultTask(avail, default_index) : -1;
+  std::map<int, bool> gpu_ok;  // root -> all members have GPU kernels
+  if (gpu_index >= 0) {
+    const bool updates_ok = UpdatesHaveGpuKernels();
+    for (int i = 0; i < n; ++i) {
+      auto [it, inserted] = gpu_ok.emplace(groups.Find(i), true);
+      const std::string& op = g->node(i)->op();
+      if (it->second && (!HasGpuKernel()(op) || (op == "Variable" && !updates_ok))) it->second = false;
+    }
+  }
+
   std::map<int, int> device_of_root;  // root -> index into avail
   for (const auto& [root, grp] : by_root) {
     if (grp.requesters.empty()) {
-      device_of_root[root] = default_index;
+      device_of_root[root] = gpu_index >= 0 && gpu_ok[root] ? gpu_index : default_index;
       continue;
     }
     int chosen = -1;

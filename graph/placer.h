@@ -19,7 +19,17 @@
 //    first ps device listed). No compatible device is INVALID_ARGUMENT naming
 //    the node and request and listing the available devices.
 //  * A group with no request goes to `default_device`, which must be one of
-//    `devices`.
+//    `devices` — or, when options.prefer_gpu is set (the default), to the
+//    first GPU of the default device's task ("/job:J/task:T/device:GPU:0")
+//    when `devices` lists one and every member's op has a GPU kernel. Which
+//    ops have one is the runtime's to say (SetGpuKernelAvailability; graph/
+//    does not depend on the runtime); until it says, nothing goes to a GPU
+//    unasked. Ops without a GPU kernel (Placeholder, input pipelines, data
+//    shuffling) therefore stay on the CPU, and partitioning puts a
+//    _Send/_Recv pair on every edge between the two. A group holding a
+//    Variable goes to the GPU only when every in-place update op (Apply*)
+//    has a GPU kernel too, so a variable lands on the same device whichever
+//    subgraph (training step, evaluation) is placed.
 // Every node is (re)assigned; requested devices are left as they were. The
 // result depends only on the graph and the arguments.
 //
@@ -27,16 +37,30 @@
 #ifndef WEFT_GRAPH_PLACER_H_
 #define WEFT_GRAPH_PLACER_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "graph/graph.h"
 
 namespace weft {
 
+struct PlacementOptions {
+  // Put unrequested compute on the default task's GPU:0 when it has one.
+  bool prefer_gpu = true;
+};
+
 // REQUIRES: g != nullptr. On error no node's assignment has changed.
-absl::Status PlaceGraph(Graph* g, const std::vector<std::string>& devices, const std::string& default_device);
+absl::Status PlaceGraph(Graph* g, const std::vector<std::string>& devices, const std::string& default_device,
+                        const PlacementOptions& options = PlacementOptions());
+
+// Whether `op` has a kernel for device type "GPU" in this process. The
+// runtime installs its KernelRegistry's answer once at start-up (before any
+// placement); thread-safe to call afterwards.
+using GpuKernelAvailability = std::function<bool(absl::string_view op)>;
+void SetGpuKernelAvailability(GpuKernelAvailability has_gpu_kernel);
 
 }  // namespace weft
 

@@ -14,8 +14,10 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/allocator.h"
+#include "common/tensor.h"
 #include "common/thread_pool.h"
 #include "runtime/resource_mgr.h"
 
@@ -35,6 +37,15 @@ class Device {
   // Non-null for a device whose kernels must not run concurrently (a GPU's
   // one stream and library handles): the executor holds it around Compute.
   virtual absl::Mutex* compute_mutex() { return nullptr; }
+  // False when this device's tensors live in device memory (a GPU).
+  bool host_memory() { return allocator()->on_host(); }
+  // A host copy of `t` once the work producing it is done; `t` itself when it
+  // is already on the host (every tensor of a CPU device).
+  virtual absl::StatusOr<Tensor> CopyToHost(const Tensor& t) { return t; }
+  // A tensor of this device with `host`'s contents, ordered before every
+  // kernel enqueued after the call; `host` itself on a CPU device. `host`
+  // may be released as soon as this returns.
+  virtual absl::StatusOr<Tensor> CopyFromHost(const Tensor& host) { return host; }
   ResourceMgr* resources() { return &resources_; }
   ThreadPool* intra_op_pool() { return intra_op_pool_.get(); }
 

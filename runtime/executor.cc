@@ -391,6 +391,19 @@ absl::Status Executor::Run(absl::Span<const Tensor> feeds, std::vector<Tensor>* 
     }
   }
 
+  // A device with its own memory (a GPU) gets its feeds copied in.
+  const bool host_memory = m.device->host_memory();
+  std::vector<Tensor> device_feeds;
+  if (!host_memory) {
+    device_feeds.reserve(feeds.size());
+    for (size_t f = 0; f < feeds.size(); ++f) {
+      absl::StatusOr<Tensor> t = m.device->CopyFromHost(feeds[f]);
+      if (!t.ok()) return Annotate(t.status(), absl::StrCat("feed '", m.options.feeds[f], "'"));
+      device_feeds.push_back(*std::move(t));
+    }
+    feeds = device_feeds;
+  }
+
   std::unique_ptr<RunState> state = m.AcquireState();
   RunState* s = state.get();
   s->feeds = feeds;
@@ -429,12 +442,31 @@ absl::Status Executor::Run(absl::Span<const Tensor> feeds, std::vector<Tensor>* 
     absl::MutexLock lock(&s->mu);
     status = s->status;
   }
+  bool synced = host_memory;
   if (status.ok() && fetches != nullptr) {
     fetches->resize(m.fetch_sources.size());
-    for (size_t f = 0; f < m.fetch_sources.size(); ++f) {
+    for (size_t f = 0; f < m.fetch_sources.size() && status.ok(); ++f) {
       const InputSource& src = m.fetch_sources[f];
-      (*fetches)[f] = src.fed ? feeds[src.index] : s->slots[src.index];
+      const Tensor& value = src.fed ? feeds[src.index] : s->slots[src.index];
+      if (value.on_host()) {
+        (*fetches)[f] = value;
+        continue;
+      }
+      // Waits for every kernel of the step, enqueued before the copy.
+      absl::StatusOr<Tensor> host = m.device->CopyToHost(value);
+      if (!host.ok()) {
+        status = Annotate(host.status(), absl::StrCat("fetch '", m.options.fetches[f], "'"));
+        break;
+      }
+      (*fetches)[f] = *std::move(host);
+      synced = true;
     }
+  }
+  // A step is done when its device work is: a kernel's asynchronous failure
+  // is this step's error, and the caller may read what the step wrote.
+  if (!synced) {
+    absl::Status sync = m.device->Synchronize();
+    if (status.ok() && !sync.ok()) status = Annotate(sync, absl::StrCat("step on ", m.device->name()));
   }
   m.ReleaseState(std::move(state));
   return status;

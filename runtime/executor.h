@@ -15,6 +15,11 @@
 // once, so that _Recv kernels blocked in this or a peer's partition wake up
 // instead of waiting for values that will never be sent.
 //
+// On a device with its own memory (a GPU), Run copies host feeds to the
+// device, kernels enqueue their work on the device's stream, and Run returns
+// once that work is done: fetched tensors come back as host tensors, and an
+// error a kernel hit asynchronously is the step's error.
+//
 // Thread-safety: Run may be called concurrently (each call takes its own
 // run state); the graph and device must outlive the executor.
 #ifndef WEFT_RUNTIME_EXECUTOR_H_

@@ -28,6 +28,11 @@ absl::Status Rendezvous::Recv(const std::string& key, Tensor* value, bool* is_de
 LocalRendezvous::~LocalRendezvous() { StartAbort(absl::CancelledError("rendezvous destroyed")); }
 
 absl::Status LocalRendezvous::Send(const std::string& key, const Tensor& value, bool is_dead) {
+  if (!value.on_host()) {
+    // Receivers on the CPU and RecvTensor read the payload directly.
+    return absl::InternalError(absl::StrCat("rendezvous key '", key,
+                                            "': a device tensor was sent; a GPU's _Send copies it to the host first"));
+  }
   DoneCallback waiter;
   {
     absl::MutexLock lock(&mu_);

@@ -20,6 +20,11 @@
 // receiver's, or the aborter's), never under the rendezvous's lock; they must
 // not block.
 //
+// Values are host tensors: a GPU's _Send copies to (pinned) host memory
+// before it sends, and a GPU's _Recv copies to the device, so CPU consumers
+// and RecvTensor replies read every payload directly. Sending a device
+// tensor is INTERNAL.
+//
 // Thread-safety: every class here is thread-safe.
 #ifndef WEFT_RUNTIME_RENDEZVOUS_H_
 #define WEFT_RUNTIME_RENDEZVOUS_H_

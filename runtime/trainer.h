@@ -21,11 +21,23 @@
 
 namespace weft {
 
+struct LocalTrainerOptions {
+  // GPUs this process may use: 0 none, -1 as many as it sees. Only one is
+  // used today. The job's `device` setting applies on top.
+  int max_gpus = -1;
+};
+
 class LocalTrainer {
  public:
   // Lowers the job and loads its data; errors name the job field, layer,
-  // node or file at fault.
-  static absl::StatusOr<std::unique_ptr<LocalTrainer>> Create(const JobSpec& job);
+  // node or file at fault. With a GPU (built with CUDA, one visible, allowed
+  // by `options` and job.device), the graph is placed on the GPU and the CPU
+  // (ops without a GPU kernel, the fed placeholders) and run as one
+  // partition per device, meeting in a per-step rendezvous.
+  static absl::StatusOr<std::unique_ptr<LocalTrainer>> Create(const JobSpec& job,
+                                                              const LocalTrainerOptions& options = {});
+  // The devices the training step runs on, e.g. "CPU:0" or "CPU:0,GPU:0".
+  std::string DeviceSummary() const;
   ~LocalTrainer();
 
   // Trains to the job's epochs or steps, evaluating as the job asks and at

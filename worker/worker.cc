@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "graph/device_name.h"
+#include "runtime/gpu/gpu_devices.h"
 
 namespace weft {
 namespace worker {
@@ -31,6 +32,19 @@ Worker::Worker(const WorkerOptions& options)
     devices_.push_back(
         std::make_unique<CpuDevice>(absl::StrCat(task_, "/device:CPU:", i), options.intra_op_threads));
     device_ptrs_.push_back(devices_.back().get());
+  }
+  if (options.max_gpus != 0) {
+    absl::StatusOr<std::vector<std::unique_ptr<Device>>> gpus = gpu::CreateGpuDevices(task_, options.max_gpus);
+    if (!gpus.ok()) {
+      // A GPU the driver lists but cannot open: serve on the CPU rather than not at all.
+      Logger("worker")->error("task {} runs without its GPUs: {}", task_, gpus.status().ToString());
+    } else {
+      for (auto& d : *gpus) {
+        Logger("worker")->info("task {} has {}", task_, d->name());
+        device_ptrs_.push_back(d.get());
+        devices_.push_back(std::move(d));
+      }
+    }
   }
   if (options.inter_op_threads > 0) {
     inter_op_pool_ = std::make_unique<ThreadPool>(task_ + "/inter_op", options.inter_op_threads);

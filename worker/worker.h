@@ -48,6 +48,9 @@ struct WorkerOptions {
   std::string job = "worker";
   int task_index = 0;
   int num_cpu_devices = 1;
+  // GPUs to open as "/job:J/task:T/device:GPU:i": -1 every visible one, 0
+  // none. Without CUDA or a GPU the task has only its CPU devices.
+  int max_gpus = -1;
   // Threads inside one kernel, per device (0: one per core).
   int intra_op_threads = 1;
   // Threads that run independent nodes of the task's steps in parallel,

@@ -19,6 +19,7 @@ WorkerServer::WorkerServer(const WorkerServerOptions& options) : shutdown_grace_
   w.job = options.job;
   w.task_index = options.task_index;
   w.num_cpu_devices = options.num_cpu_devices;
+  w.max_gpus = options.max_gpus;
   w.intra_op_threads = options.intra_op_threads;
   w.inter_op_threads = options.inter_op_threads;
   w.compute_threads = options.compute_threads;

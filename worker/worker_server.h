@@ -64,6 +64,8 @@ struct WorkerServerOptions {
   // Peer addresses, for pulling tensors. May be empty for a lone task.
   ClusterDef cluster;
   int num_cpu_devices = 1;
+  // GPUs the task opens (-1: every visible one; 0: none).
+  int max_gpus = -1;
   int intra_op_threads = 1;
   int inter_op_threads = 2;
   int compute_threads = 4;

@@ -1,5 +1,6 @@
 #include "runtime/gpu/gpu_device.h"
 
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -85,11 +86,74 @@ absl::Status GpuDevice::Init() {
   WEFT_CUDNN_RETURN_IF_ERROR(cudnnSetStream(cudnn_, compute_));
   allocator_ = std::make_unique<GpuAllocator>(ordinal_, compute_);
   pinned_ = std::make_unique<PinnedAllocator>();
+  completion_thread_ = std::thread([this] { CompletionLoop(); });
   return absl::OkStatus();
+}
+
+cudaEvent_t GpuDevice::GetEvent() {
+  if (!spare_events_.empty()) {
+    cudaEvent_t e = spare_events_.back();
+    spare_events_.pop_back();
+    return e;
+  }
+  cudaEvent_t e = nullptr;
+  // Blocking sync: the completion thread sleeps instead of spinning a core.
+  if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync) != cudaSuccess) return nullptr;
+  return e;
+}
+
+void GpuDevice::ThenExecute(cudaStream_t stream, std::function<void()> fn) {
+  ThenExecute(stream, std::function<void(absl::Status)>([fn = std::move(fn)](absl::Status) { fn(); }));
+}
+
+void GpuDevice::ThenExecute(cudaStream_t stream, std::function<void(absl::Status)> fn) {
+  cudaError_t recorded = cudaSuccess;
+  {
+    absl::MutexLock lock(&completion_mu_);
+    cudaEvent_t e = GetEvent();
+    if (e != nullptr) recorded = cudaEventRecord(e, stream);
+    if (e != nullptr && recorded == cudaSuccess) {
+      completions_.push_back(Completion{e, std::move(fn)});
+      return;
+    }
+    if (e != nullptr) spare_events_.push_back(e);
+  }
+  // No event (the device is in an error state): wait here instead.
+  absl::Status s = recorded != cudaSuccess ? CudaStatus(recorded, "cudaEventRecord")
+                                           : CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  fn(s);
+}
+
+void GpuDevice::CompletionLoop() {
+  cudaSetDevice(ordinal_);
+  for (;;) {
+    Completion c;
+    {
+      absl::MutexLock lock(&completion_mu_);
+      completion_mu_.Await(absl::Condition(
+          +[](GpuDevice* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d->completion_mu_) {
+            return d->stopping_ || !d->completions_.empty();
+          },
+          this));
+      if (completions_.empty()) return;  // stopping, nothing left
+      c = std::move(completions_.front());
+      completions_.pop_front();
+    }
+    c.fn(CudaStatus(cudaEventSynchronize(c.event), "cudaEventSynchronize"));
+    absl::MutexLock lock(&completion_mu_);
+    spare_events_.push_back(c.event);
+  }
 }
 
 GpuDevice::~GpuDevice() {
   cudaSetDevice(ordinal_);
+  if (completion_thread_.joinable()) {
+    {
+      absl::MutexLock lock(&completion_mu_);
+      stopping_ = true;
+    }
+    completion_thread_.join();
+  }
   if (compute_ != nullptr) cudaStreamSynchronize(compute_);
   // Variables hold device buffers: drop them before the allocator goes.
   resources()->Clear();
@@ -105,6 +169,10 @@ GpuDevice::~GpuDevice() {
   {
     absl::MutexLock d(&d2h_mu_);
     if (d2h_ready_ != nullptr) cudaEventDestroy(d2h_ready_);
+  }
+  {
+    absl::MutexLock lock(&completion_mu_);
+    for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
   }
   for (cudaStream_t s : {compute_, h2d_, d2h_}) {
     if (s != nullptr) cudaStreamDestroy(s);
@@ -146,6 +214,53 @@ absl::Status GpuDevice::CopyDeviceToDevice(const void* src, void* dst, size_t by
   if (bytes == 0) return absl::OkStatus();
   WEFT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_));
   return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> GpuDevice::CopyToHost(const Tensor& t) {
+  if (t.on_host()) return t;
+  ASSIGN_OR_RETURN(Tensor host, Tensor::Allocate(t.dtype(), t.shape(), pinned_.get()));
+  RETURN_IF_ERROR(CopyDeviceToHost(t.raw_data(), host.raw_data(), t.TotalBytes()));
+  return host;
+}
+
+void GpuDevice::CopyToHostAsync(const Tensor& dev, std::function<void(absl::Status, Tensor)> done) {
+  absl::StatusOr<Tensor> host = Tensor::Allocate(dev.dtype(), dev.shape(), pinned_.get());
+  if (!host.ok()) return done(host.status(), Tensor());
+  absl::Status s = [&]() -> absl::Status {
+    absl::MutexLock lock(&d2h_mu_);
+    WEFT_CUDA_RETURN_IF_ERROR(cudaEventRecord(d2h_ready_, compute_));
+    WEFT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(d2h_, d2h_ready_, 0));
+    WEFT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(host->raw_data(), dev.raw_data(), dev.TotalBytes(), cudaMemcpyDeviceToHost, d2h_));
+    return absl::OkStatus();
+  }();
+  if (!s.ok()) return done(s, Tensor());
+  // The callback owns `dev` until the copy is done, so its block cannot be
+  // reused under the copy.
+  ThenExecute(d2h_, std::function<void(absl::Status)>(
+                        [dev, host = *std::move(host), done = std::move(done)](absl::Status st) mutable {
+                          done(st, st.ok() ? std::move(host) : Tensor());
+                        }));
+}
+
+absl::StatusOr<Tensor> GpuDevice::CopyFromHost(const Tensor& host) {
+  if (!host.on_host()) return host;
+  ASSIGN_OR_RETURN(Tensor dev, Tensor::Allocate(host.dtype(), host.shape(), allocator_.get()));
+  const size_t bytes = host.TotalBytes();
+  if (bytes == 0) return dev;
+  cudaPointerAttributes attr;
+  const bool pinned = cudaPointerGetAttributes(&attr, host.raw_data()) == cudaSuccess &&
+                      attr.type == cudaMemoryTypeHost;
+  if (!pinned) cudaGetLastError();
+  Tensor staged = host;
+  if (!pinned) {
+    ASSIGN_OR_RETURN(staged, Tensor::Allocate(host.dtype(), host.shape(), pinned_.get()));
+    std::memcpy(staged.raw_data(), host.raw_data(), bytes);
+  }
+  RETURN_IF_ERROR(CopyHostToDevice(staged.raw_data(), dev.raw_data(), bytes));
+  // The pinned source must outlive the asynchronous copy.
+  ThenExecute(h2d_, [staged = std::move(staged)]() mutable { staged = Tensor(); });
+  return dev;
 }
 
 absl::Status GpuDevice::Synchronize() {

@@ -34,8 +34,12 @@
 #include <cudnn.h>
 #include <nccl.h>
 
+#include <deque>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -116,6 +120,24 @@ class GpuDevice final : public Device {
   // Waits for everything enqueued on stream() so far; the first error a
   // kernel hit (asynchronously) surfaces here, naming the sync.
   absl::Status Synchronize() override;
+
+  // Tensor-level copies (Device's interface). CopyToHost returns a pinned
+  // host tensor once every kernel enqueued before the call is done.
+  // CopyFromHost stages pageable memory through a pinned buffer, so it never
+  // waits for the device, and `host` may be released on return.
+  absl::StatusOr<Tensor> CopyToHost(const Tensor& t) override;
+  absl::StatusOr<Tensor> CopyFromHost(const Tensor& host) override;
+  // Device->host without blocking: enqueues the copy of `dev` (after every
+  // kernel enqueued so far) into a new pinned tensor and calls `done` with it
+  // from the device's completion thread once it is there. `dev` is kept
+  // alive until then.
+  void CopyToHostAsync(const Tensor& dev, std::function<void(absl::Status, Tensor)> done);
+  // Calls `fn` from the device's completion thread once the work enqueued on
+  // `stream` so far has finished (or failed: the stream's error is then
+  // reported by the next sync). `fn` may call CUDA and must not block long.
+  void ThenExecute(cudaStream_t stream, std::function<void()> fn);
+  // The same, with the CUDA status of the wait ("cudaEventSynchronize: ...").
+  void ThenExecute(cudaStream_t stream, std::function<void(absl::Status)> fn);
   // Makes the calling thread's current device this GPU (cudaSetDevice); the
   // executor's threads call it before running kernels.
   absl::Status MakeCurrent() const;
@@ -123,6 +145,10 @@ class GpuDevice final : public Device {
  private:
   GpuDevice(std::string name, int ordinal);
   absl::Status Init();
+  // The completion thread: waits for each queued event in turn, then runs
+  // its callback.
+  void CompletionLoop();
+  cudaEvent_t GetEvent() ABSL_EXCLUSIVE_LOCKS_REQUIRED(completion_mu_);
 
   const int ordinal_;
   cudaStream_t compute_ = nullptr;
@@ -139,6 +165,16 @@ class GpuDevice final : public Device {
   cudaEvent_t h2d_done_ ABSL_GUARDED_BY(h2d_mu_) = nullptr;
   cudaEvent_t h2d_ready_ ABSL_GUARDED_BY(h2d_mu_) = nullptr;
   cudaEvent_t d2h_ready_ ABSL_GUARDED_BY(d2h_mu_) = nullptr;
+
+  struct Completion {
+    cudaEvent_t event;
+    std::function<void(absl::Status)> fn;
+  };
+  absl::Mutex completion_mu_;
+  std::deque<Completion> completions_ ABSL_GUARDED_BY(completion_mu_);
+  std::vector<cudaEvent_t> spare_events_ ABSL_GUARDED_BY(completion_mu_);
+  bool stopping_ ABSL_GUARDED_BY(completion_mu_) = false;
+  std::thread completion_thread_;
 };
 
 // The GpuDevice behind `device`, or nullptr when it is not a GPU.

@@ -3,10 +3,21 @@
 #include <cuda_runtime.h>
 
 #include "absl/strings/str_cat.h"
+#include "graph/placer.h"
 #include "runtime/gpu/gpu_device.h"
+#include "runtime/op_kernel.h"
 
 namespace weft {
 namespace gpu {
+namespace {
+
+// Tells the placer which ops this binary can run on a GPU, before main.
+const bool kPlacerKnowsGpuKernels = [] {
+  SetGpuKernelAvailability([](absl::string_view op) { return KernelRegistry::Global()->Has(op, "GPU"); });
+  return true;
+}();
+
+}  // namespace
 
 bool BuiltWithGpu() { return true; }
 

@@ -1,0 +1,221 @@
+// The GPU in the runtime: placement, the executor's copies, tensors crossing
+// between a CPU and a GPU partition, and `weft train` on a GPU. Placement
+// needs no GPU (only the kernels linked in); the rest skips without one.
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/text_format.h"
+#include "graph/builder.h"
+#include "graph/lowering.h"
+#include "graph/partition.h"
+#include "graph/placer.h"
+#include "gtest/gtest.h"
+#include "runtime/executor.h"
+#include "runtime/gpu/gpu_allocator.h"
+#include "runtime/gpu/gpu_device.h"
+#include "runtime/gpu/gpu_test_util.h"
+#include "runtime/rendezvous.h"
+#include "runtime/trainer.h"
+
+namespace weft {
+namespace gpu {
+namespace {
+
+constexpr char kCpu[] = "/job:localhost/task:0/device:CPU:0";
+constexpr char kGpu[] = "/job:localhost/task:0/device:GPU:0";
+
+JobSpec MlpJob(const std::string& data_dir, const std::string& optimizer) {
+  JobSpec job;
+  const std::string text = absl::StrCat(R"(
+    model {
+      input_shape: [784]
+      num_classes: 10
+      layer { dense { units: 64 activation: RELU } }
+      layer { dense { units: 10 } }
+    }
+    dataset { format: IDX dir: ")", data_dir, R"(" scale: 255 }
+    optimizer { )", optimizer, R"( }
+    batch_size: 64
+    steps: 40
+    seed: 3
+    intra_op_threads: 1
+    eval { skip: true })");
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &job));
+  return job;
+}
+
+std::map<std::string, std::string> DeviceOf(const Graph& g) {
+  std::map<std::string, std::string> out;
+  for (int i = 0; i < g.num_nodes(); ++i) out[g.node(i)->name()] = g.node(i)->assigned_device();
+  return out;
+}
+
+TEST(GpuPlacementTest, ComputeGoesToTheGpuAndFeedsStayOnTheCpu) {
+  auto tg = LowerJob(MlpJob("/nonexistent", "adam { learning_rate: 0.001 }"));
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  Graph* g = tg->graph.get();
+  ASSERT_TRUE(PlaceGraph(g, {kCpu, kGpu}, kCpu).ok());
+  int on_gpu = 0;
+  for (int i = 0; i < g->num_nodes(); ++i) {
+    const Node* n = g->node(i);
+    if (n->op() == "Placeholder") {
+      EXPECT_EQ(n->assigned_device(), kCpu) << n->name();
+    } else if (n->op() == "MatMul" || n->op() == "Variable" || n->op() == "ApplyAdam") {
+      EXPECT_EQ(n->assigned_device(), kGpu) << n->name();
+    }
+    on_gpu += n->assigned_device() == kGpu ? 1 : 0;
+  }
+  EXPECT_GT(on_gpu, 10);
+}
+
+TEST(GpuPlacementTest, PreferGpuOffKeepsEverythingOnTheCpu) {
+  auto tg = LowerJob(MlpJob("/nonexistent", "sgd { learning_rate: 0.1 }"));
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  PlacementOptions options;
+  options.prefer_gpu = false;
+  ASSERT_TRUE(PlaceGraph(tg->graph.get(), {kCpu, kGpu}, kCpu, options).ok());
+  for (const auto& [node, device] : DeviceOf(*tg->graph)) EXPECT_EQ(device, kCpu) << node;
+}
+
+TEST(GpuPlacementTest, NoGpuInTheClusterMeansCpu) {
+  auto tg = LowerJob(MlpJob("/nonexistent", "sgd { learning_rate: 0.1 }"));
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  ASSERT_TRUE(PlaceGraph(tg->graph.get(), {kCpu}, kCpu).ok());
+  for (const auto& [node, device] : DeviceOf(*tg->graph)) EXPECT_EQ(device, kCpu) << node;
+}
+
+TEST(GpuExecutorTest, FeedsGoInFetchesComeBackAndWarmStepsDoNotAllocate) {
+  GpuDevice* gpu = TestGpu();
+  if (gpu == nullptr) GTEST_SKIP() << "no GPU visible";
+  Graph g;
+  GraphBuilder b(&g);
+  Output x = b.Placeholder(DType::kFloat32, {-1, 3}, "x");
+  Output y = b.Op("Relu", {x}, {}, "y");
+  Output z = b.Op("Neg", {y}, {}, "z");
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  ExecutorOptions opts;
+  opts.feeds = {"x"};
+  opts.fetches = {"z"};
+  auto exec = Executor::Create(&g, gpu, opts);
+  ASSERT_TRUE(exec.ok()) << exec.status();
+  Tensor feed = *Tensor::FromVector<float>({2, 3}, {1, -2, 3, -4, 5, -6});
+  std::vector<Tensor> out;
+  int64_t allocs_after_warmup = 0;
+  for (int step = 0; step < 20; ++step) {
+    ASSERT_TRUE((*exec)->Run({feed}, &out, step).ok());
+    if (step == 2) allocs_after_warmup = gpu->allocator()->GetStats().system_allocs;
+  }
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_TRUE(out[0].on_host());
+  const std::vector<float> want = {-1, 0, -3, 0, -5, 0};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(out[0].data<float>()[i], want[i]) << i;
+  EXPECT_EQ(gpu->allocator()->GetStats().system_allocs, allocs_after_warmup);
+}
+
+TEST(GpuExecutorTest, TensorsCrossBetweenCpuAndGpuPartitions) {
+  GpuDevice* gpu = TestGpu();
+  if (gpu == nullptr) GTEST_SKIP() << "no GPU visible";
+  CpuDevice cpu(kCpu, 1);
+  // x (CPU) -> relu (GPU) -> neg (asked for the CPU) -> square (GPU): two
+  // crossings each way.
+  Graph g;
+  GraphBuilder b(&g);
+  Output x = b.Placeholder(DType::kFloat32, {4}, "x");
+  Output r = b.Op("Relu", {x}, {}, "relu");
+  b.set_device(kCpu);
+  Output n = b.Op("Neg", {r}, {}, "neg");
+  b.set_device("");
+  Output sq = b.Op("Mul", {n, n}, {}, "square");
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  // The test GPU is named "/device:GPU:0"; placement and partitions only use
+  // these names, the executors the Device objects.
+  ASSERT_TRUE(PlaceGraph(&g, {kCpu, kGpu}, kCpu).ok());
+  EXPECT_EQ(g.FindNode("relu")->assigned_device(), kGpu);
+  EXPECT_EQ(g.FindNode("neg")->assigned_device(), kCpu);
+  auto parts = PartitionGraph(g);
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  ASSERT_EQ(parts->size(), 2u);
+  auto cpu_graph = Graph::FromGraphDef(parts->at(kCpu));
+  auto gpu_graph = Graph::FromGraphDef(parts->at(kGpu));
+  ASSERT_TRUE(cpu_graph.ok() && gpu_graph.ok());
+  auto targets = [](const Graph& pg) {
+    std::vector<std::string> t;
+    for (int i = 0; i < pg.num_nodes(); ++i) {
+      if (pg.node(i)->op() == "_Send") t.push_back(pg.node(i)->name());
+    }
+    return t;
+  };
+  ExecutorOptions cpu_opts;
+  cpu_opts.feeds = {"x"};
+  cpu_opts.targets = targets(**cpu_graph);
+  ExecutorOptions gpu_opts;
+  gpu_opts.fetches = {"square"};
+  gpu_opts.targets = targets(**gpu_graph);
+  auto cpu_exec = Executor::Create(cpu_graph->get(), &cpu, cpu_opts);
+  auto gpu_exec = Executor::Create(gpu_graph->get(), gpu, gpu_opts);
+  ASSERT_TRUE(cpu_exec.ok()) << cpu_exec.status();
+  ASSERT_TRUE(gpu_exec.ok()) << gpu_exec.status();
+  for (int step = 0; step < 5; ++step) {
+    LocalRendezvous rendezvous;
+    Tensor feed = *Tensor::FromVector<float>({4}, {1.0f + step, -2, 3, -4});
+    absl::Status cpu_status;
+    std::thread t([&] { cpu_status = (*cpu_exec)->Run({feed}, nullptr, step, &rendezvous); });
+    std::vector<Tensor> out;
+    absl::Status gpu_status = (*gpu_exec)->Run({}, &out, step, &rendezvous);
+    t.join();
+    ASSERT_TRUE(cpu_status.ok()) << cpu_status;
+    ASSERT_TRUE(gpu_status.ok()) << gpu_status;
+    ASSERT_TRUE(out[0].on_host());
+    const float want[] = {(1.0f + step) * (1.0f + step), 0, 9, 0};
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(out[0].data<float>()[i], want[i]) << "step " << step << " i " << i;
+    EXPECT_EQ(rendezvous.NumPending(), 0);
+  }
+}
+
+TEST(GpuRendezvousTest, RefusesDeviceTensors) {
+  GpuDevice* gpu = TestGpu();
+  if (gpu == nullptr) GTEST_SKIP() << "no GPU visible";
+  LocalRendezvous r;
+  Tensor dev(DType::kFloat32, TensorShape{2}, gpu->allocator());
+  EXPECT_EQ(r.Send("k", dev, false).code(), absl::StatusCode::kInternal);
+}
+
+std::string DataDir() {
+  const char* dir = std::getenv("WEFT_FMNIST_DIR");
+  return dir != nullptr ? dir : "/usr/share/datasets/fashion-mnist";
+}
+
+// The same job trained on the CPU and on the GPU from the same seed ends at
+// nearly the same loss: the GPU kernels compute the same model.
+TEST(GpuTrainerTest, TrainsLikeTheCpu) {
+  if (TestGpu() == nullptr) GTEST_SKIP() << "no GPU visible";
+  for (const char* optimizer : {"sgd { learning_rate: 0.1 }", "adam { learning_rate: 0.001 }"}) {
+    JobSpec job = MlpJob(DataDir(), optimizer);
+    LocalTrainerOptions cpu_only;
+    cpu_only.max_gpus = 0;
+    auto on_cpu = LocalTrainer::Create(job, cpu_only);
+    if (!on_cpu.ok() && on_cpu.status().code() == absl::StatusCode::kNotFound) {
+      GTEST_SKIP() << "no Fashion-MNIST (set WEFT_FMNIST_DIR): " << on_cpu.status();
+    }
+    ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
+    auto on_gpu = LocalTrainer::Create(job);
+    ASSERT_TRUE(on_gpu.ok()) << on_gpu.status();
+    EXPECT_EQ((*on_cpu)->DeviceSummary(), "CPU:0");
+    EXPECT_EQ((*on_gpu)->DeviceSummary(), "CPU:0,GPU:0");
+    auto cpu_result = (*on_cpu)->Train();
+    auto gpu_result = (*on_gpu)->Train();
+    ASSERT_TRUE(cpu_result.ok()) << cpu_result.status();
+    ASSERT_TRUE(gpu_result.ok()) << gpu_result.status();
+    EXPECT_EQ(gpu_result->state, "SUCCEEDED");
+    EXPECT_EQ(gpu_result->steps, cpu_result->steps);
+    EXPECT_NEAR(gpu_result->train_loss, cpu_result->train_loss, 0.02 * std::abs(cpu_result->train_loss) + 1e-3)
+        << optimizer;
+  }
+}
+
+}  // namespace
+}  // namespace gpu
+}  // namespace weft
