@@ -9,8 +9,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "graph/attr.h"
 
 namespace weft {
+
+// Bounds an attribute-given output count, so a hostile graph cannot make a
+// node allocate millions of output slots.
+constexpr int64_t kMaxAttrOutputs = 1 << 16;
 
 std::string Node::DebugName() const { return absl::StrCat("'", name(), "' (", op(), ")"); }
 
@@ -101,7 +106,16 @@ absl::StatusOr<Node*> Graph::AddNode(NodeDef def) {
     ctx.input_types.push_back(e.node->output_type(e.index));
     ctx.input_shapes.push_back(e.node->output_shape(e.index));
   }
-  const int n_out = od.num_outputs < 0 ? n_in : od.num_outputs;
+  int n_out = od.num_outputs < 0 ? n_in : od.num_outputs;
+  if (!od.num_outputs_attr.empty()) {
+    auto count = GetIntAttr(def, od.num_outputs_attr);
+    if (!count.ok()) return absl::Status(count.status().code(), absl::StrCat(where, ": ", count.status().message()));
+    if (*count < 1 || *count > kMaxAttrOutputs) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": attribute '", od.num_outputs_attr, "' is ", *count,
+                                                     "; it must be between 1 and ", kMaxAttrOutputs));
+    }
+    n_out = static_cast<int>(*count);
+  }
   ctx.output_types.assign(n_out, DType::kInvalid);
   ctx.output_shapes.assign(n_out, TensorShape{});
   absl::Status s = od.shape_fn(&ctx);

@@ -53,6 +53,9 @@ struct OpDef {
   std::string name;
   int num_inputs = 0;   // -1: one or more (variadic)
   int num_outputs = 1;  // -1: one per input (with num_inputs -1)
+  // When set, the node's int attribute of this name gives the number of
+  // outputs instead (e.g. UnpackTensors); num_outputs is then ignored.
+  std::string num_outputs_attr;
   // Has effects beyond its outputs (variables, randomness): kept when it is a
   // target, never merged with a twin, never evaluated at graph-build time.
   bool stateful = false;

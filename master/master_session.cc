@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "common/tensor_proto_coding.h"
 #include "graph/device_name.h"
+#include "graph/fuse_transfers.h"
 #include "graph/partition.h"
 #include "graph/placer.h"
 #include "graph/prune.h"
@@ -359,6 +360,9 @@ absl::StatusOr<std::shared_ptr<MasterSession::Plan>> MasterSession::BuildPlan(
   RETURN_IF_ERROR(PruneGraph(graph, feeds, fetches, targets, &pruned));
   RETURN_IF_ERROR(PlaceGraph(pruned.get(), devices_, default_device_));
   ASSIGN_OR_RETURN(auto parts, PartitionGraph(*pruned));
+  // One message per (task pair, point of the step) instead of one RPC per
+  // tensor: see graph/fuse_transfers.h.
+  RETURN_IF_ERROR(FuseCrossTaskTransfers(*pruned, &parts).status());
 
   auto plan = std::make_shared<Plan>();
   std::map<std::string, int> part_of_device;
