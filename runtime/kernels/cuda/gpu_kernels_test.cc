@@ -1,0 +1,719 @@
+// Every GPU kernel against the CPU kernel of the same op, on fresh random
+// inputs (the seed is printed; set WEFT_TEST_SEED to replay one), several
+// shapes each (odd sizes, scalar operands, size 0 where the op allows it).
+//
+// Each case builds one node, runs the CPU kernel on a CpuDevice and the GPU
+// kernel on the test GPU with its inputs copied there. Before the GPU run,
+// blocks of each output's size are taken from the device allocator, poisoned
+// (NaN) and handed back, so the kernel's outputs land in poisoned memory and
+// an element it does not write fails the comparison. Floats compare within
+// |gpu - cpu| <= atol + rtol |cpu|; integers and bools exactly. Error cases
+// must fail on both devices with the same code.
+//
+// Without a GPU every test skips.
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "graph/builder.h"
+#include "graph/graph.h"
+#include "graph/ops/ops.h"
+#include "graph/ops/window_geometry.h"
+#include "gtest/gtest.h"
+#include "runtime/device.h"
+#include "runtime/gpu/gpu_device.h"
+#include "runtime/gpu/gpu_test_util.h"
+#include "runtime/op_kernel.h"
+#include "runtime/resource_mgr.h"
+#include "runtime/testing/test_util.h"
+
+namespace weft {
+namespace gpu_kernels {
+namespace {
+
+using gpu::GpuDevice;
+
+uint64_t BaseSeed() {
+  static const uint64_t seed = [] {
+    const char* env = std::getenv("WEFT_TEST_SEED");
+    const uint64_t s = env != nullptr ? std::strtoull(env, nullptr, 10) : std::random_device()();
+    std::printf("gpu_kernels_test: WEFT_TEST_SEED=%llu\n", static_cast<unsigned long long>(s));
+    return s;
+  }();
+  return seed;
+}
+
+// A fresh seed per call.
+uint64_t NextSeed() {
+  static uint64_t counter = 0;
+  return BaseSeed() * 0x9E3779B97F4A7C15ull + ++counter;
+}
+
+Tensor Rand(const TensorShape& shape, float lo = -1.0f, float hi = 1.0f) {
+  return testing::RandomTensor(shape, NextSeed(), lo, hi);
+}
+
+// Values from {lo, lo + 1, ..., hi} as floats: many ties.
+Tensor RandSteps(const TensorShape& shape, int lo, int hi) {
+  Tensor t(DType::kFloat32, shape);
+  std::mt19937_64 rng(NextSeed());
+  std::uniform_int_distribution<int> d(lo, hi);
+  for (float& v : t.flat<float>()) v = static_cast<float>(d(rng));
+  return t;
+}
+
+template <typename T>
+Tensor RandInts(const TensorShape& shape, int64_t lo, int64_t hi) {
+  Tensor t(DTypeOf<T>::value, shape);
+  std::mt19937_64 rng(NextSeed());
+  std::uniform_int_distribution<int64_t> d(lo, hi);
+  for (T& v : t.flat<T>()) v = static_cast<T>(d(rng));
+  return t;
+}
+
+Tensor RandBools(const TensorShape& shape) {
+  Tensor t(DType::kBool, shape);
+  std::mt19937_64 rng(NextSeed());
+  for (bool& v : t.flat<bool>()) v = (rng() & 1) != 0;
+  return t;
+}
+
+struct Tolerance {
+  double atol = 1e-6;
+  double rtol = 1e-6;
+};
+constexpr Tolerance kExact{0, 0};
+constexpr Tolerance kElementwise{1e-6, 2e-6};
+constexpr Tolerance kReduction{1e-5, 1e-5};
+constexpr Tolerance kGemm{1e-4, 1e-4};
+// A sum of n values in [-1, 1]: the CPU accumulates in float, in an order of
+// its own, so its rounding error grows with n. BiasAddGrad adds row after
+// row (seen: 1.5e-3 apart for 50176 rows); Sum adds 4096-element blocks
+// summed in float (seen: 7e-5 apart for 2^20 elements).
+Tolerance SumTolerance(double n, double per_element = 1e-7) { return Tolerance{1e-5 + per_element * n, 1e-5}; }
+
+// Compares a CPU result with a GPU result copied back to the host.
+void ExpectMatches(const Tensor& cpu, const Tensor& gpu, Tolerance tol, const std::string& what) {
+  ASSERT_EQ(cpu.dtype(), gpu.dtype()) << what;
+  ASSERT_EQ(cpu.shape(), gpu.shape()) << what;
+  const int64_t n = cpu.NumElements();
+  int bad = 0;
+  if (cpu.dtype() == DType::kFloat32) {
+    const float* c = cpu.data<float>();
+    const float* g = gpu.data<float>();
+    for (int64_t i = 0; i < n && bad < 5; ++i) {
+      const double bound = tol.atol + tol.rtol * std::fabs(c[i]);
+      const bool ok = std::isnan(c[i]) ? std::isnan(g[i]) : (c[i] == g[i] || std::fabs(double{g[i]} - c[i]) <= bound);
+      if (!ok) {
+        ++bad;
+        ADD_FAILURE() << what << ": element " << i << " of " << cpu.shape().DebugString() << ": cpu " << c[i]
+                      << ", gpu " << g[i];
+      }
+    }
+    return;
+  }
+  const size_t elem = cpu.TotalBytes() / std::max<int64_t>(n, 1);
+  const char* c = static_cast<const char*>(cpu.raw_data());
+  const char* g = static_cast<const char*>(gpu.raw_data());
+  for (int64_t i = 0; i < n && bad < 5; ++i) {
+    if (std::memcmp(c + i * elem, g + i * elem, elem) != 0) {
+      ++bad;
+      ADD_FAILURE() << what << ": element " << i << " of " << DTypeName(cpu.dtype()) << cpu.shape().DebugString()
+                    << " differs";
+    }
+  }
+}
+
+struct KernelRun {
+  absl::Status status;
+  std::vector<Tensor> outputs;
+};
+
+// One node of `op` reading placeholders shaped like `inputs` (or with every
+// dim unknown, so shape checks are left to the kernels), with a kernel for
+// each device. Kernels persist across Runs, as in an executor.
+class OpUnderTest {
+ public:
+  OpUnderTest(const std::string& op, const std::vector<Tensor>& inputs, const AttrList& attrs,
+              bool unknown_dims = false)
+      : cpu_("/device:CPU:0", 1) {
+    GraphBuilder b(&graph_);
+    std::vector<Output> ins;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      TensorShape s = inputs[i].shape();
+      if (unknown_dims) {
+        for (int d = 0; d < s.rank(); ++d) s.set_dim(d, -1);
+      }
+      ins.push_back(b.Placeholder(inputs[i].dtype(), s, absl::StrCat("x", i)));
+    }
+    node_ = b.AddNode(op, ins, attrs, "under_test");
+    status_ = b.status();
+    if (!status_.ok()) return;
+    gpu_ = gpu::TestGpu();
+    auto ck = KernelRegistry::Global()->Create(node_, &cpu_);
+    if (!ck.ok()) {
+      status_ = ck.status();
+      return;
+    }
+    cpu_kernel_ = *std::move(ck);
+    auto gk = KernelRegistry::Global()->Create(node_, gpu_);
+    if (!gk.ok()) {
+      status_ = gk.status();
+      return;
+    }
+    gpu_kernel_ = *std::move(gk);
+  }
+
+  const absl::Status& status() const { return status_; }
+  const Node* node() const { return node_; }
+  GpuDevice* gpu() const { return gpu_; }
+  ResourceMgr* cpu_resources() { return &cpu_rm_; }
+  ResourceMgr* gpu_resources() { return &gpu_rm_; }
+
+  KernelRun RunCpu(const std::vector<Tensor>& inputs, int64_t step_id = 1) {
+    return RunKernel(cpu_kernel_.get(), &cpu_, &cpu_rm_, inputs, step_id);
+  }
+
+  // `inputs` are device tensors. Outputs come back on the device; `poison`
+  // lists the (dtype, shape) of the outputs expected, to be poisoned first.
+  KernelRun RunGpu(const std::vector<Tensor>& inputs, const std::vector<Tensor>& poison_like, int64_t step_id = 1) {
+    poisoned_.clear();
+    {
+      std::vector<Tensor> blocks;
+      for (int copy = 0; copy < 3; ++copy) {
+        for (const Tensor& like : poison_like) {
+          if (like.TotalBytes() == 0) continue;
+          blocks.emplace_back(like.dtype(), like.shape(), gpu_->allocator());
+          gpu::Poison(gpu_, &blocks.back());
+          poisoned_.insert(blocks.back().raw_data());
+        }
+      }
+      EXPECT_TRUE(gpu_->Synchronize().ok());
+      // Handed back last-first, so the first output's block is reused first.
+      while (!blocks.empty()) blocks.pop_back();
+    }
+    KernelRun r = RunKernel(gpu_kernel_.get(), gpu_, &gpu_rm_, inputs, step_id);
+    absl::Status sync = gpu_->Synchronize();
+    if (r.status.ok()) r.status = sync;
+    return r;
+  }
+
+  // True when output `t` (a device tensor) sits in a block poisoned before
+  // the run, or is one of `inputs` forwarded.
+  bool WasPoisoned(const Tensor& t, const std::vector<Tensor>& inputs) const {
+    if (t.TotalBytes() == 0) return true;
+    for (const Tensor& in : inputs) {
+      if (t.SharesBufferWith(in)) return true;
+    }
+    return poisoned_.contains(t.raw_data());
+  }
+
+ private:
+  KernelRun RunKernel(OpKernel* k, Device* d, ResourceMgr* rm, const std::vector<Tensor>& inputs, int64_t step_id) {
+    KernelRun r;
+    std::vector<const Tensor*> ptrs;
+    for (const Tensor& t : inputs) ptrs.push_back(&t);
+    r.outputs.resize(node_->num_outputs());
+    OpKernelContext::Params p;
+    p.node = node_;
+    p.device = d;
+    p.step_id = step_id;
+    p.resources = rm;
+    p.inputs = ptrs;
+    p.outputs = absl::MakeSpan(r.outputs);
+    OpKernelContext ctx(p);
+    k->Compute(&ctx);
+    r.status = ctx.status();
+    return r;
+  }
+
+  Graph graph_;
+  Node* node_ = nullptr;
+  absl::Status status_;
+  CpuDevice cpu_;
+  GpuDevice* gpu_ = nullptr;
+  ResourceMgr cpu_rm_, gpu_rm_;
+  std::unique_ptr<OpKernel> cpu_kernel_, gpu_kernel_;
+  absl::flat_hash_set<const void*> poisoned_;
+};
+
+std::vector<Tensor> ToDeviceAll(GpuDevice* gpu, const std::vector<Tensor>& host) {
+  std::vector<Tensor> dev;
+  for (const Tensor& t : host) {
+    auto d = gpu::ToDevice(gpu, t);
+    EXPECT_TRUE(d.ok()) << d.status();
+    dev.push_back(d.ok() ? *std::move(d) : Tensor());
+  }
+  return dev;
+}
+
+std::string Describe(const std::string& op, const std::vector<Tensor>& inputs) {
+  std::string s = op + "(";
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    absl::StrAppend(&s, i > 0 ? ", " : "", DTypeName(inputs[i].dtype()), inputs[i].shape().DebugString());
+  }
+  return s + ")";
+}
+
+// Runs `op` on both devices and compares every output. With unknown_dims
+// the placeholders hide the shapes, for cases only a kernel can reject.
+// check_poison: the outputs must land in the poisoned blocks (not for Const,
+// whose value is copied to the device when its kernel is built).
+void ExpectGpuMatchesCpu(const std::string& op, const std::vector<Tensor>& inputs, const AttrList& attrs = {},
+                         Tolerance tol = kElementwise, bool unknown_dims = false, int64_t step_id = 1,
+                         bool check_poison = true) {
+  GpuDevice* gpu = gpu::TestGpu();
+  if (gpu == nullptr) GTEST_SKIP() << "no GPU";
+  const std::string what = Describe(op, inputs);
+  SCOPED_TRACE(what);
+  OpUnderTest t(op, inputs, attrs, unknown_dims);
+  ASSERT_TRUE(t.status().ok()) << t.status()
+                                << (unknown_dims ? "\n(an error case the graph rejects never reaches a kernel)" : "");
+  KernelRun cpu = t.RunCpu(inputs, step_id);
+  std::vector<Tensor> dev_in = ToDeviceAll(gpu, inputs);
+  KernelRun dev = t.RunGpu(dev_in, cpu.status.ok() ? cpu.outputs : std::vector<Tensor>{}, step_id);
+  ASSERT_EQ(cpu.status.code(), dev.status.code()) << "cpu: " << cpu.status << "\ngpu: " << dev.status;
+  if (!cpu.status.ok()) return;
+  ASSERT_EQ(cpu.outputs.size(), dev.outputs.size());
+  for (size_t i = 0; i < cpu.outputs.size(); ++i) {
+    ASSERT_TRUE(dev.outputs[i].IsInitialized()) << "output " << i << " not set";
+    EXPECT_TRUE(!check_poison || t.WasPoisoned(dev.outputs[i], dev_in))
+        << "output " << i << " was not allocated in poisoned memory; the allocator did not reuse the block";
+    auto host = gpu::ToHost(gpu, dev.outputs[i]);
+    ASSERT_TRUE(host.ok()) << host.status();
+    ExpectMatches(cpu.outputs[i], *host, tol, absl::StrCat(what, " output ", i));
+  }
+}
+
+void ExpectBothFail(const std::string& op, const std::vector<Tensor>& inputs, const AttrList& attrs = {}) {
+  ExpectGpuMatchesCpu(op, inputs, attrs, kElementwise, /*unknown_dims=*/true);
+}
+
+#define SKIP_WITHOUT_GPU() \
+  if (gpu::TestGpu() == nullptr) GTEST_SKIP() << "no GPU"
+
+// ---- Registration -------------------------------------------------------------------
+
+TEST(GpuKernelRegistrationTest, EveryComputeOpHasAGpuKernel) {
+  for (const char* op :
+       {"Add", "AddN", "ApplyAdam", "ApplyGradientDescent", "ApplyMomentum", "ArgMax", "BiasAdd", "BiasAddGrad",
+        "Cast", "ConcatRows", "Const", "Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput", "Dropout", "Equal",
+        "Identity", "MatMul", "MaxPool", "MaxPoolGrad", "Mean", "MeanGrad", "Mul", "Neg", "NoOp", "Relu",
+        "ReluGrad", "Reshape", "ReshapeLike", "RowDot", "ScaleRows", "Sigmoid", "SigmoidGrad", "SliceRows",
+        "Softmax", "SoftmaxGrad", "SparseSoftmaxCrossEntropyWithLogits", "Sub", "Sum", "SumGrad", "Tanh",
+        "TanhGrad", "Variable"}) {
+    EXPECT_TRUE(KernelRegistry::Global()->Has(op, "CPU")) << op;
+    EXPECT_TRUE(KernelRegistry::Global()->Has(op, "GPU")) << op;
+  }
+}
+
+// ---- Elementwise ---------------------------------------------------------------------
+
+const std::vector<TensorShape>& Shapes() {
+  static const auto* shapes = new std::vector<TensorShape>{{0}, {1}, {7}, {3, 5}, {2, 3, 4}, {64, 128}, {1000003}};
+  return *shapes;
+}
+
+TEST(GpuKernelTest, Activations) {
+  SKIP_WITHOUT_GPU();
+  for (const TensorShape& s : Shapes()) {
+    Tensor x = Rand(s, -12.0f, 12.0f);
+    ExpectGpuMatchesCpu("Relu", {x}, {}, kExact);
+    ExpectGpuMatchesCpu("Neg", {x}, {}, kExact);
+    ExpectGpuMatchesCpu("Sigmoid", {x});
+    ExpectGpuMatchesCpu("Tanh", {x});
+    ExpectGpuMatchesCpu("ReluGrad", {Rand(s), RandSteps(s, -1, 1)}, {}, kExact);  // x = 0 included
+    ExpectGpuMatchesCpu("SigmoidGrad", {Rand(s, 0.0f, 1.0f), Rand(s)});
+    ExpectGpuMatchesCpu("TanhGrad", {Rand(s), Rand(s)});
+  }
+  ExpectBothFail("ReluGrad", {Rand({3, 4}), Rand({4, 3})});
+}
+
+TEST(GpuKernelTest, AddSubMulWithSameShapeOrScalar) {
+  SKIP_WITHOUT_GPU();
+  for (const char* op : {"Add", "Sub", "Mul"}) {
+    for (const TensorShape& s : Shapes()) {
+      ExpectGpuMatchesCpu(op, {Rand(s), Rand(s)}, {}, kExact);
+      ExpectGpuMatchesCpu(op, {Rand(s), Rand({})}, {}, kExact);
+    }
+    ExpectBothFail(op, {Rand({3, 4}), Rand({4, 3})});
+  }
+}
+
+TEST(GpuKernelTest, BiasAddAndGrad) {
+  SKIP_WITHOUT_GPU();
+  for (const TensorShape& s : std::vector<TensorShape>{{5}, {0, 5}, {7, 3}, {64, 128}, {2, 5, 5, 16}, {3, 0}}) {
+    Tensor bias = Rand({s.dim(s.rank() - 1)});
+    ExpectGpuMatchesCpu("BiasAdd", {Rand(s), bias}, {}, kExact);
+  }
+  // Many rows take the two-pass path.
+  for (const TensorShape& s : std::vector<TensorShape>{
+           {5}, {0, 5}, {7, 3}, {64, 10}, {300, 33}, {257, 40}, {64, 28, 28, 16}, {3, 0}}) {
+    const double rows = static_cast<double>(s.num_elements()) / std::max<int64_t>(1, s.dim(s.rank() - 1));
+    ExpectGpuMatchesCpu("BiasAddGrad", {Rand(s)}, {}, SumTolerance(rows));
+  }
+  ExpectBothFail("BiasAdd", {Rand({3, 4}), Rand({3})});
+}
+
+TEST(GpuKernelTest, AddNSumsInOrder) {
+  SKIP_WITHOUT_GPU();
+  for (int n : {1, 2, 3, 16, 17, 35}) {
+    for (const TensorShape& s : std::vector<TensorShape>{{0}, {5, 7}, {4099}}) {
+      std::vector<Tensor> in;
+      for (int i = 0; i < n; ++i) in.push_back(Rand(s));
+      ExpectGpuMatchesCpu("AddN", in, {}, kElementwise);
+    }
+  }
+  ExpectBothFail("AddN", {Rand({3, 4}), Rand({4, 3})});
+}
+
+TEST(GpuKernelTest, ReductionsAndTheirGradients) {
+  SKIP_WITHOUT_GPU();
+  for (const TensorShape& s : std::vector<TensorShape>{{}, {0}, {1}, {64}, {3, 1000}, {1 << 20}}) {
+    ExpectGpuMatchesCpu("Sum", {Rand(s)}, {}, SumTolerance(static_cast<double>(s.num_elements()), 1e-9));
+    ExpectGpuMatchesCpu("Mean", {Rand(s)}, {}, kReduction);  // NaN for size 0 on both
+    ExpectGpuMatchesCpu("SumGrad", {Rand({}), Rand(s)}, {}, kExact);
+    ExpectGpuMatchesCpu("MeanGrad", {Rand({}), Rand(s)}, {}, kExact);
+  }
+}
+
+TEST(GpuKernelTest, RowOps) {
+  SKIP_WITHOUT_GPU();
+  for (const TensorShape& s : std::vector<TensorShape>{{0, 3}, {5, 7}, {64, 10}, {3, 1000}, {4, 0}}) {
+    ExpectGpuMatchesCpu("ScaleRows", {Rand(s), Rand({s.dim(0)})}, {}, kExact);
+    ExpectGpuMatchesCpu("RowDot", {Rand(s), Rand(s)}, {}, kReduction);
+  }
+  ExpectBothFail("ScaleRows", {Rand({3, 4}), Rand({4})});
+  ExpectBothFail("RowDot", {Rand({3, 4}), Rand({3, 5})});
+}
+
+TEST(GpuKernelTest, ArgMaxTakesTheFirstMaximum) {
+  SKIP_WITHOUT_GPU();
+  for (const TensorShape& s : std::vector<TensorShape>{{7}, {0, 3}, {5, 7}, {64, 10}, {3, 4, 5}, {2, 1000}}) {
+    ExpectGpuMatchesCpu("ArgMax", {Rand(s)}, {}, kExact);
+    ExpectGpuMatchesCpu("ArgMax", {RandSteps(s, 0, 2)}, {}, kExact);  // ties
+  }
+  ExpectBothFail("ArgMax", {Rand({3, 0})});
+}
+
+TEST(GpuKernelTest, EqualForEveryDtype) {
+  SKIP_WITHOUT_GPU();
+  for (const TensorShape& s : std::vector<TensorShape>{{0}, {7}, {64, 10}}) {
+    ExpectGpuMatchesCpu("Equal", {RandSteps(s, 0, 2), RandSteps(s, 0, 2)}, {}, kExact);
+    ExpectGpuMatchesCpu("Equal", {RandInts<int32_t>(s, 0, 2), RandInts<int32_t>(s, 0, 2)}, {}, kExact);
+    ExpectGpuMatchesCpu("Equal", {RandInts<int64_t>(s, 0, 2), RandInts<int64_t>(s, 0, 2)}, {}, kExact);
+    ExpectGpuMatchesCpu("Equal", {RandBools(s), RandBools(s)}, {}, kExact);
+  }
+  ExpectBothFail("Equal", {Rand({3}), Rand({4})});
+}
+
+TEST(GpuKernelTest, CastBetweenEveryPair) {
+  SKIP_WITHOUT_GPU();
+  // Floats beyond int32 and int64 range, NaN and infinities saturate as on the CPU.
+  Tensor f = Rand({1001}, -5e9f, 5e9f);
+  f.data<float>()[0] = NAN;
+  f.data<float>()[1] = INFINITY;
+  f.data<float>()[2] = -INFINITY;
+  f.data<float>()[3] = 2.5f;
+  f.data<float>()[4] = -2.5f;
+  f.data<float>()[5] = 1e30f;
+  const std::vector<Tensor> sources = {f, RandInts<int32_t>({1001}, INT32_MIN, INT32_MAX),
+                                      RandInts<int64_t>({1001}, INT64_MIN / 2, INT64_MAX / 2), RandBools({1001}),
+                                      Rand({0})};
+  for (const Tensor& x : sources) {
+    for (DType to : {DType::kFloat32, DType::kInt32, DType::kInt64, DType::kBool}) {
+      ExpectGpuMatchesCpu("Cast", {x}, {Attr("dtype", to)}, kExact);
+    }
+  }
+}
+
+// ---- Softmax, loss, dropout ----------------------------------------------------------
+
+TEST(GpuKernelTest, SoftmaxAndGrad) {
+  SKIP_WITHOUT_GPU();
+  for (const TensorShape& s : std::vector<TensorShape>{{7}, {0, 5}, {5, 7}, {64, 10}, {3, 1000}, {2, 3, 4}}) {
+    Tensor x = Rand(s, -20.0f, 20.0f);
+    if (x.NumElements() > 0) x.data<float>()[0] = 1000.0f;  // stability
+    ExpectGpuMatchesCpu("Softmax", {x}, {}, kElementwise);
+    ExpectGpuMatchesCpu("SoftmaxGrad", {Rand(s, 0.0f, 1.0f), Rand(s)}, {}, kReduction);
+  }
+  ExpectBothFail("SoftmaxGrad", {Rand({2, 3}), Rand({3, 2})});
+}
+
+TEST(GpuKernelTest, SparseSoftmaxCrossEntropy) {
+  SKIP_WITHOUT_GPU();
+  for (const TensorShape& s : std::vector<TensorShape>{{0, 10}, {1, 1}, {7, 3}, {64, 10}, {3, 1000}}) {
+    Tensor logits = Rand(s, -10.0f, 10.0f);
+    if (logits.NumElements() > 0) logits.data<float>()[0] = 500.0f;
+    ExpectGpuMatchesCpu("SparseSoftmaxCrossEntropyWithLogits",
+                        {logits, RandInts<int32_t>({s.dim(0)}, 0, s.dim(1) - 1)}, {}, kReduction);
+  }
+  ExpectBothFail("SparseSoftmaxCrossEntropyWithLogits", {Rand({3, 4}), RandInts<int32_t>({4}, 0, 3)});
+}
+
+// A label out of range cannot be seen on the host without waiting for the
+// device: the step's loss and backprop rows are NaN, and the node's next run
+// reports the CPU's error.
+TEST(GpuKernelTest, BadLabelIsReportedByTheNextRun) {
+  SKIP_WITHOUT_GPU();
+  Tensor logits = Rand({3, 5});
+  Tensor bad = testing::IntTensor({3}, {2, 7, 0});
+  Tensor good = testing::IntTensor({3}, {2, 4, 0});
+  OpUnderTest t("SparseSoftmaxCrossEntropyWithLogits", {logits, bad}, {});
+  ASSERT_TRUE(t.status().ok()) << t.status();
+  KernelRun cpu = t.RunCpu({logits, bad});
+  EXPECT_EQ(cpu.status.code(), absl::StatusCode::kInvalidArgument);
+  GpuDevice* gpu = t.gpu();
+  KernelRun first = t.RunGpu(ToDeviceAll(gpu, {logits, bad}), {});
+  ASSERT_TRUE(first.status.ok()) << first.status;
+  auto loss = gpu::ToHost(gpu, first.outputs[0]);
+  auto backprop = gpu::ToHost(gpu, first.outputs[1]);
+  ASSERT_TRUE(loss.ok() && backprop.ok());
+  EXPECT_FALSE(std::isnan(loss->data<float>()[0]));
+  EXPECT_TRUE(std::isnan(loss->data<float>()[1]));
+  EXPECT_FALSE(std::isnan(loss->data<float>()[2]));
+  for (int j = 0; j < 5; ++j) EXPECT_TRUE(std::isnan(backprop->data<float>()[5 + j]));
+  KernelRun second = t.RunGpu(ToDeviceAll(gpu, {logits, good}), {});
+  EXPECT_EQ(second.status.code(), absl::StatusCode::kInvalidArgument) << second.status;
+  EXPECT_NE(second.status.message().find("label 7 in row 1 is outside the valid range [0, 5)"), std::string::npos)
+      << second.status;
+  KernelRun third = t.RunGpu(ToDeviceAll(gpu, {logits, good}), {});
+  EXPECT_TRUE(third.status.ok()) << third.status;
+}
+
+TEST(GpuKernelTest, DropoutMasksAreTheCpus) {
+  SKIP_WITHOUT_GPU();
+  for (const TensorShape& s : std::vector<TensorShape>{{0}, {1}, {7}, {64, 128}, {100001}}) {
+    for (float rate : {0.0f, 0.3f, 0.5f, 0.9f}) {
+      for (int64_t step : {1, 2, 1000}) {
+        ExpectGpuMatchesCpu("Dropout", {Rand(s)}, {Attr("rate", rate), Attr("seed", int64_t{7})}, kExact,
+                            /*unknown_dims=*/false, step);
+      }
+    }
+  }
+}
+
+// ---- Matrix products and windows -----------------------------------------------------
+
+TEST(GpuKernelTest, MatMulEveryTranspose) {
+  SKIP_WITHOUT_GPU();
+  struct Mkn {
+    int64_t m, k, n;
+  };
+  for (const Mkn& d : std::vector<Mkn>{{1, 1, 1}, {7, 5, 3}, {64, 784, 128}, {64, 128, 10}, {0, 5, 3}, {5, 0, 3},
+                                       {5, 3, 0}, {33, 17, 65}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        Tensor a = Rand(ta ? TensorShape{d.k, d.m} : TensorShape{d.m, d.k});
+        Tensor b = Rand(tb ? TensorShape{d.n, d.k} : TensorShape{d.k, d.n});
+        ExpectGpuMatchesCpu("MatMul", {a, b}, {Attr("transpose_a", ta), Attr("transpose_b", tb)}, kGemm);
+      }
+    }
+  }
+  ExpectBothFail("MatMul", {Rand({3, 4}), Rand({5, 2})});
+}
+
+struct ConvCase {
+  int64_t n, h, w, cin, kh, kw, cout, stride;
+  const char* padding;
+};
+
+TEST(GpuKernelTest, ConvolutionAndBackprops) {
+  SKIP_WITHOUT_GPU();
+  for (const ConvCase& c : std::vector<ConvCase>{
+           {2, 5, 5, 3, 3, 3, 4, 1, "VALID"},
+           {2, 7, 7, 3, 3, 3, 4, 2, "SAME"},  // asymmetric padding
+           {1, 6, 6, 2, 2, 2, 3, 2, "SAME"},
+           {2, 4, 5, 3, 2, 3, 2, 1, "SAME"},  // non-square filter
+           {3, 8, 8, 4, 1, 1, 5, 1, "VALID"},  // pointwise: a plain GEMM
+           {2, 9, 9, 3, 1, 1, 4, 2, "SAME"},   // 1x1 with stride: patches
+           {64, 28, 28, 1, 3, 3, 16, 1, "SAME"},
+           {64, 14, 14, 16, 3, 3, 32, 1, "SAME"},
+           {0, 5, 5, 3, 3, 3, 4, 1, "SAME"},
+       }) {
+    const ConvParams p{c.stride, c.padding[0] == 'S' ? Padding::kSame : Padding::kValid};
+    const int64_t ho = ComputeWindow(c.h, c.kh, c.stride, p.padding, "h")->out;
+    const int64_t wo = ComputeWindow(c.w, c.kw, c.stride, p.padding, "w")->out;
+    Tensor x = Rand({c.n, c.h, c.w, c.cin});
+    Tensor f = Rand({c.kh, c.kw, c.cin, c.cout});
+    Tensor g = Rand({c.n, ho, wo, c.cout});
+    const AttrList attrs = {Attr("stride", c.stride), Attr("padding", std::string(c.padding))};
+    ExpectGpuMatchesCpu("Conv2D", {x, f}, attrs, kGemm);
+    ExpectGpuMatchesCpu("Conv2DBackpropInput", {x, f, g}, attrs, kGemm);
+    ExpectGpuMatchesCpu("Conv2DBackpropFilter", {x, f, g}, attrs, Tolerance{1e-3, 1e-4});
+  }
+  const AttrList attrs = {Attr("stride", int64_t{1}), Attr("padding", std::string("VALID"))};
+  ExpectBothFail("Conv2D", {Rand({1, 5, 5, 3}), Rand({3, 3, 2, 4})}, attrs);
+  ExpectBothFail("Conv2D", {Rand({1, 2, 2, 3}), Rand({3, 3, 3, 4})}, attrs);
+  ExpectBothFail("Conv2DBackpropInput", {Rand({1, 5, 5, 3}), Rand({3, 3, 3, 4}), Rand({1, 3, 3, 5})}, attrs);
+}
+
+struct PoolCase {
+  int64_t n, h, w, c, k, stride;
+  const char* padding;
+};
+
+TEST(GpuKernelTest, MaxPoolAndGradRouteToTheFirstMaximum) {
+  SKIP_WITHOUT_GPU();
+  for (const PoolCase& c : std::vector<PoolCase>{
+           {2, 7, 7, 3, 2, 2, "VALID"},
+           {2, 7, 7, 3, 2, 2, "SAME"},
+           {2, 8, 8, 5, 3, 1, "SAME"},  // overlapping windows
+           {1, 5, 5, 2, 3, 2, "SAME"},
+           {64, 28, 28, 16, 2, 2, "VALID"},
+           {0, 4, 4, 2, 2, 2, "VALID"},
+       }) {
+    const Padding pad = c.padding[0] == 'S' ? Padding::kSame : Padding::kValid;
+    const int64_t ho = ComputeWindow(c.h, c.k, c.stride, pad, "h")->out;
+    const int64_t wo = ComputeWindow(c.w, c.k, c.stride, pad, "w")->out;
+    const AttrList attrs = {Attr("ksize", c.k), Attr("stride", c.stride), Attr("padding", std::string(c.padding))};
+    // Continuous values, then a ReLU-like input where most windows tie.
+    for (Tensor x : {Rand({c.n, c.h, c.w, c.c}), RandSteps({c.n, c.h, c.w, c.c}, -2, 1)}) {
+      ExpectGpuMatchesCpu("MaxPool", {x}, attrs, kExact);
+      Tensor y(DType::kFloat32, TensorShape{c.n, ho, wo, c.c});  // only its shape is read
+      ExpectGpuMatchesCpu("MaxPoolGrad", {x, y, Rand({c.n, ho, wo, c.c})}, attrs, kElementwise);
+    }
+  }
+  const AttrList attrs = {Attr("ksize", int64_t{2}), Attr("stride", int64_t{2}), Attr("padding", std::string("VALID"))};
+  ExpectBothFail("MaxPool", {Rand({1, 1, 4, 2})}, attrs);
+  ExpectBothFail("MaxPoolGrad", {Rand({1, 4, 4, 2}), Rand({1, 2, 2, 2}), Rand({1, 2, 3, 2})}, attrs);
+}
+
+// ---- Array and state ops -------------------------------------------------------------
+
+TEST(GpuKernelTest, ReshapesAndIdentityShareTheBuffer) {
+  SKIP_WITHOUT_GPU();
+  ExpectGpuMatchesCpu("Reshape", {Rand({6, 4})}, {Attr("shape", std::vector<int64_t>{-1, 8})}, kExact);
+  ExpectGpuMatchesCpu("Reshape", {Rand({0, 4})}, {Attr("shape", std::vector<int64_t>{-1, 4})}, kExact);
+  ExpectGpuMatchesCpu("ReshapeLike", {Rand({6, 4}), Rand({3, 8})}, {}, kExact);
+  ExpectGpuMatchesCpu("Identity", {RandInts<int32_t>({5}, 0, 9)}, {}, kExact);
+  ExpectBothFail("Reshape", {Rand({5, 3})}, {Attr("shape", std::vector<int64_t>{-1, 4})});
+  ExpectBothFail("ReshapeLike", {Rand({5, 3}), Rand({4, 4})});
+}
+
+TEST(GpuKernelTest, ConcatAndSliceRows) {
+  SKIP_WITHOUT_GPU();
+  ExpectGpuMatchesCpu("ConcatRows", {Rand({2, 3}), Rand({0, 3}), Rand({5, 3})}, {}, kExact);
+  ExpectGpuMatchesCpu("ConcatRows", {RandInts<int32_t>({4}, 0, 9), RandInts<int32_t>({3}, 0, 9)}, {}, kExact);
+  ExpectGpuMatchesCpu("ConcatRows", {Rand({7, 2, 3})}, {}, kExact);
+  for (int64_t begin : {0, 3, 9}) {
+    for (int64_t size : {0, 1, 1}) {
+      ExpectGpuMatchesCpu("SliceRows", {Rand({10, 3, 2})}, {Attr("begin", begin), Attr("size", size)}, kExact);
+    }
+  }
+  ExpectBothFail("SliceRows", {Rand({4, 3})}, {Attr("begin", int64_t{3}), Attr("size", int64_t{2})});
+}
+
+TEST(GpuKernelTest, ConstIsCopiedToTheDevice) {
+  SKIP_WITHOUT_GPU();
+  for (const Tensor& v : {Rand({3, 4}), Rand({0}), RandInts<int64_t>({5}, -9, 9)}) {
+    ExpectGpuMatchesCpu("Const", {}, {Attr("value", v)}, kExact, false, 1, /*check_poison=*/false);
+  }
+}
+
+TEST(GpuKernelTest, VariablesStartWithTheCpusValues) {
+  SKIP_WITHOUT_GPU();
+  struct VarCase {
+    std::string initializer;
+    TensorShape shape;
+    AttrList extra;
+  };
+  const std::vector<VarCase> cases = {
+      {"zeros", {7}, {}},
+      {"ones", {3, 4}, {}},
+      {"constant", {5}, {Attr("init_value", 0.25f)}},
+      {"glorot_uniform", {784, 128}, {}},
+      {"he_normal", {3, 3, 1, 16}, {}},
+      {"glorot_uniform", {10, 6}, {Attr("shared_name", std::string("shared/w"))}},
+      {"he_normal", {4, 6}, {Attr("init_name", std::string("other"))}},
+      // A row shard of a [10, 6] variable: rows [3, 7) of its values.
+      {"glorot_uniform", {4, 6}, {Attr("init_shape", TensorShape{10, 6}), Attr("row_offset", int64_t{3})}},
+      {"zeros", {0, 3}, {}},
+  };
+  for (const VarCase& c : cases) {
+    AttrList attrs = {Attr("dtype", DType::kFloat32), Attr("shape", c.shape), Attr("initializer", c.initializer),
+                      Attr("seed", int64_t{42})};
+    attrs.insert(attrs.end(), c.extra.begin(), c.extra.end());
+    SCOPED_TRACE(c.initializer + c.shape.DebugString());
+    OpUnderTest t("Variable", {}, attrs);
+    ASSERT_TRUE(t.status().ok()) << t.status();
+    KernelRun cpu = t.RunCpu({});
+    ASSERT_TRUE(cpu.status.ok()) << cpu.status;
+    KernelRun dev = t.RunGpu({}, {});
+    ASSERT_TRUE(dev.status.ok()) << dev.status;
+    auto host = gpu::ToHost(t.gpu(), dev.outputs[0]);
+    ASSERT_TRUE(host.ok()) << host.status();
+    ExpectMatches(cpu.outputs[0], *host, kExact, "initial value");
+    // The value lives in the ResourceMgr under the CPU's name, and later
+    // runs return the same buffer.
+    const std::string name = t.cpu_resources()->VariableNames().at(0);
+    EXPECT_EQ(t.gpu_resources()->VariableNames(), std::vector<std::string>{name});
+    KernelRun again = t.RunGpu({}, {});
+    ASSERT_TRUE(again.status.ok()) << again.status;
+    EXPECT_TRUE(again.outputs[0].SharesBufferWith(dev.outputs[0]));
+  }
+}
+
+// ---- Training ops ---------------------------------------------------------------------
+
+// Runs `steps` updates on both devices from the same start and fresh
+// gradients, then compares every updated input (var and slots).
+void ExpectUpdatesMatch(const std::string& op, const AttrList& attrs, const std::vector<Tensor>& start,
+                        int grad_index, int steps, Tolerance tol) {
+  GpuDevice* gpu = gpu::TestGpu();
+  const std::string what = Describe(op, start);
+  SCOPED_TRACE(what);
+  OpUnderTest t(op, start, attrs);
+  ASSERT_TRUE(t.status().ok()) << t.status();
+  std::vector<Tensor> cpu_in, dev_in;
+  for (const Tensor& s : start) cpu_in.push_back(s.DeepCopy());
+  dev_in = ToDeviceAll(gpu, start);
+  for (int step = 0; step < steps; ++step) {
+    Tensor grad = Rand(start[grad_index].shape());
+    cpu_in[grad_index] = grad;
+    auto dg = gpu::ToDevice(gpu, grad);
+    ASSERT_TRUE(dg.ok());
+    dev_in[grad_index] = *dg;
+    KernelRun cpu = t.RunCpu(cpu_in);
+    ASSERT_TRUE(cpu.status.ok()) << cpu.status;
+    KernelRun dev = t.RunGpu(dev_in, {});
+    ASSERT_TRUE(dev.status.ok()) << dev.status;
+    EXPECT_TRUE(dev.outputs[0].SharesBufferWith(dev_in[0])) << "var is forwarded";
+  }
+  for (size_t i = 0; i < start.size(); ++i) {
+    if (static_cast<int>(i) == grad_index) continue;
+    auto host = gpu::ToHost(gpu, dev_in[i]);
+    ASSERT_TRUE(host.ok());
+    ExpectMatches(cpu_in[i], *host, tol, absl::StrCat(what, " input ", i, " after ", steps, " steps"));
+  }
+}
+
+TEST(GpuKernelTest, OptimizerUpdatesMatchAfterSeveralSteps) {
+  SKIP_WITHOUT_GPU();
+  for (const TensorShape& s : std::vector<TensorShape>{{0}, {7}, {64, 128}, {300001}}) {
+    ExpectUpdatesMatch("ApplyGradientDescent", {Attr("learning_rate", 0.1f)}, {Rand(s), Rand(s)}, 1, 5, kElementwise);
+    for (bool nesterov : {false, true}) {
+      ExpectUpdatesMatch("ApplyMomentum",
+                         {Attr("learning_rate", 0.1f), Attr("momentum", 0.9f), Attr("use_nesterov", nesterov)},
+                         {Rand(s), Rand(s), Rand(s)}, 2, 5, Tolerance{1e-5, 1e-5});
+    }
+    // Adam's t starts at 0 and must count 5 updates on both devices.
+    ExpectUpdatesMatch("ApplyAdam",
+                       {Attr("learning_rate", 0.01f), Attr("beta1", 0.9f), Attr("beta2", 0.999f),
+                        Attr("epsilon", 1e-7f)},
+                       {Rand(s), Rand(s, -0.1f, 0.1f), Rand(s, 0.0f, 0.01f), Tensor::Scalar(0.0f), Rand(s)}, 4, 5,
+                       Tolerance{1e-5, 1e-4});
+  }
+  ExpectBothFail("ApplyGradientDescent", {Rand({3}), Rand({4})}, {Attr("learning_rate", 0.1f)});
+}
+
+}  // namespace
+}  // namespace gpu_kernels
+}  // namespace weft

@@ -1,0 +1,135 @@
+// Launchers for weft's CUDA kernels: a plain C++ API over the .cu files, so
+// that nvcc compiles nothing but CUDA and the OpKernel classes (gpu_*.cc)
+// build with the normal toolchain.
+//
+// Every launcher enqueues on `stream` and returns cudaGetLastError() of the
+// launch; none synchronises or allocates. Pointers are device pointers unless
+// a comment says otherwise; element counts may be 0 (nothing is launched,
+// except where a launcher must still write a scalar). The semantics of each
+// mirror the CPU kernel of the same op (runtime/kernels/cpu), including the
+// order of floating-point operations where that is cheap to keep.
+//
+// Thread-safety: thread-safe (each call only enqueues work).
+#ifndef WEFT_RUNTIME_KERNELS_CUDA_GPU_LAUNCH_H_
+#define WEFT_RUNTIME_KERNELS_CUDA_GPU_LAUNCH_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace weft {
+namespace gpu_kernels {
+
+// ---- elementwise.cu ------------------------------------------------------------
+
+enum class UnaryFn { kRelu, kSigmoid, kTanh, kNeg };
+cudaError_t LaunchUnary(UnaryFn fn, const float* x, float* y, int64_t n, cudaStream_t stream);
+
+// out = a (op) b, b broadcast when b_scalar.
+enum class BinaryFn { kAdd, kSub, kMul, kReluGrad /*(g, x)*/, kSigmoidGrad /*(y, g)*/, kTanhGrad /*(y, g)*/ };
+cudaError_t LaunchBinary(BinaryFn fn, const float* a, const float* b, bool b_scalar, float* out, int64_t n,
+                         cudaStream_t stream);
+
+// out[i, j] = x[i, j] + bias[j] over `rows` rows of `cols`.
+cudaError_t LaunchBiasAdd(const float* x, const float* bias, float* out, int64_t rows, int64_t cols,
+                          cudaStream_t stream);
+
+// out = in[0] + in[1] + ... + in[count - 1], summed left to right per element;
+// accumulate: out += (the same sum). count <= kAddNMaxInputs.
+constexpr int kAddNMaxInputs = 16;
+cudaError_t LaunchAddN(const float* const* in, int count, bool accumulate, float* out, int64_t n,
+                       cudaStream_t stream);
+
+// out[i, j] = m[i, j] * s[i].
+cudaError_t LaunchScaleRows(const float* m, const float* s, float* out, int64_t rows, int64_t cols,
+                            cudaStream_t stream);
+
+// out[i] = g[0] * scale for i < n (SumGrad, MeanGrad), with scale applied as
+// the CPU does: v = g; if (divide) v /= n.
+cudaError_t LaunchFillFromScalar(const float* g, bool divide_by_n, float* out, int64_t n, cudaStream_t stream);
+
+// Dtype codes for Cast and Equal: weft's DType values.
+enum class ElemType { kFloat32 = 1, kInt32 = 3, kInt64 = 4, kBool = 5 };
+// false when the pair is not supported (nothing is launched).
+bool CastSupported(ElemType from, ElemType to);
+cudaError_t LaunchCast(ElemType from, ElemType to, const void* x, void* y, int64_t n, cudaStream_t stream);
+cudaError_t LaunchEqual(ElemType type, const void* x, const void* y, bool* out, int64_t n, cudaStream_t stream);
+
+// The CPU Dropout's counter-based generator, element for element: the same
+// key gives the same mask.
+cudaError_t LaunchDropout(const float* x, float* y, float* mask, int64_t n, uint64_t key, uint32_t threshold,
+                          float scale, cudaStream_t stream);
+
+// ---- reduce.cu ---------------------------------------------------------------------
+
+// out[0] = sum(x) (mean: / n; NaN for n == 0). One block; always launches.
+cudaError_t LaunchReduceAll(const float* x, int64_t n, bool mean, float* out, cudaStream_t stream);
+
+// Column sums of g [rows, cols]. `partial` is scratch of
+// BiasAddGradScratchFloats(rows, cols) floats (may be null when that is 0).
+int64_t BiasAddGradScratchFloats(int64_t rows, int64_t cols);
+cudaError_t LaunchBiasAddGrad(const float* g, int64_t rows, int64_t cols, float* partial, float* out,
+                              cudaStream_t stream);
+
+// out[i] = dot(x[i, :], y[i, :]).
+cudaError_t LaunchRowDot(const float* x, const float* y, float* out, int64_t rows, int64_t cols,
+                         cudaStream_t stream);
+
+// out[i] = index of the first maximum of row i (cols > 0).
+cudaError_t LaunchArgMax(const float* x, int32_t* out, int64_t rows, int64_t cols, cudaStream_t stream);
+
+cudaError_t LaunchSoftmax(const float* x, float* y, int64_t rows, int64_t cols, cudaStream_t stream);
+// out = (g - dot(y, g)) * y per row.
+cudaError_t LaunchSoftmaxGrad(const float* y, const float* g, float* out, int64_t rows, int64_t cols,
+                              cudaStream_t stream);
+
+// Loss and backprop of the sparse softmax cross-entropy. A label outside
+// [0, cols) makes that row's loss and backprop NaN and records the first such
+// (row, label) in `error`, host-mapped memory of 4 int32: error[0] becomes 2
+// once error[1] (row), error[2] (label) and error[3] (cols) are visible.
+// error may be null.
+cudaError_t LaunchSparseXent(const float* logits, const int32_t* labels, float* loss, float* backprop,
+                             int64_t rows, int64_t cols, int32_t* error, cudaStream_t stream);
+
+// ---- training.cu ---------------------------------------------------------------------
+
+cudaError_t LaunchApplyGradientDescent(float* var, const float* grad, float lr, int64_t n, cudaStream_t stream);
+cudaError_t LaunchApplyMomentum(float* var, float* accum, const float* grad, float lr, float momentum,
+                                bool nesterov, int64_t n, cudaStream_t stream);
+// t (a device scalar) is read by every block and incremented once, by the
+// last block to read it; `ticket` is a device counter that must be 0 on entry
+// and is 0 again on exit (one per kernel object, launches on one stream).
+cudaError_t LaunchApplyAdam(float* var, float* m, float* v, float* t, const float* grad, float lr, float beta1,
+                            float beta2, float epsilon, int64_t n, unsigned int* ticket, cudaStream_t stream);
+
+// ---- conv_pool.cu ------------------------------------------------------------------
+
+// A 2-D window geometry on NHWC tensors.
+struct WindowGeometry {
+  int64_t n, h, w, c;     // input (c: channels of the input)
+  int64_t kh, kw;         // window
+  int64_t ho, wo;         // output
+  int64_t pad_top, pad_left;
+  int64_t stride;
+};
+
+// Patches of images [n0, n1) as rows [(n - n0) * ho * wo + oh * wo + ow] of
+// length kh * kw * c, zero outside the input (the CPU's Im2Col).
+cudaError_t LaunchIm2Col(const WindowGeometry& g, const float* x, int64_t n0, int64_t n1, float* cols,
+                         cudaStream_t stream);
+// dx of images [n0, n1) = the sum of the patch rows covering each element
+// (the adjoint of Im2Col); writes every element of those images.
+cudaError_t LaunchCol2Im(const WindowGeometry& g, const float* cols, int64_t n0, int64_t n1, float* dx,
+                         cudaStream_t stream);
+
+// MaxPool (kh == kw == ksize); padding never wins.
+cudaError_t LaunchMaxPool(const WindowGeometry& g, const float* x, float* y, cudaStream_t stream);
+// dx: each window's gradient goes to the first position, in row-major window
+// order, holding its maximum (the CPU's rule), gathered per input element.
+cudaError_t LaunchMaxPoolGrad(const WindowGeometry& g, const float* x, const float* grad, float* dx,
+                              cudaStream_t stream);
+
+}  // namespace gpu_kernels
+}  // namespace weft
+
+#endif  // WEFT_RUNTIME_KERNELS_CUDA_GPU_LAUNCH_H_

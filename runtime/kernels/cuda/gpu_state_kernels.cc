@@ -1,0 +1,287 @@
+// GPU kernels for Const, Variable, Identity, NoOp, Reshape, ReshapeLike,
+// Cast, ConcatRows and SliceRows.
+//
+// A Variable's value lives in device memory, in the ResourceMgr the step
+// uses, under the CPU's name rules (shared_name). Its initial value is
+// computed on the host by the CPU Variable kernel for the same node (same
+// initializer, seed, init_name, init_shape and row_offset, so the same
+// values) and copied to the device once, when the variable is created.
+// Const copies its value to the device when the kernel is built.
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "runtime/device.h"
+#include "runtime/kernels/cpu/kernel_util.h"
+#include "runtime/kernels/cuda/gpu_kernel_util.h"
+#include "runtime/kernels/cuda/gpu_launch.h"
+#include "runtime/op_kernel.h"
+
+namespace weft {
+namespace gpu_kernels {
+namespace {
+
+using cpu::GetAttr;
+
+// A host tensor copied to a new device tensor (blocking).
+absl::StatusOr<Tensor> CopyToDevice(gpu::GpuDevice* gpu, const Tensor& host) {
+  absl::StatusOr<Tensor> dev = Tensor::Allocate(host.dtype(), host.shape(), gpu->allocator());
+  if (!dev.ok()) return dev.status();
+  if (host.TotalBytes() > 0) {
+    absl::Status s = gpu->CopyHostToDevice(host.raw_data(), dev->raw_data(), host.TotalBytes());
+    if (!s.ok()) return s;
+  }
+  return dev;
+}
+
+class ConstOp : public OpKernel {
+ public:
+  explicit ConstOp(OpKernelConstruction* c) : OpKernel(c) {
+    auto t = GetTensorAttr(c->def(), "value");
+    if (!t.ok()) {
+      c->SetStatus(t.status());
+      return;
+    }
+    auto dev = CopyToDevice(Gpu(c), *t);
+    if (!dev.ok()) {
+      c->SetStatus(dev.status());
+      return;
+    }
+    value_ = *std::move(dev);
+  }
+  void Compute(OpKernelContext* ctx) override { ctx->set_output(0, value_); }
+
+ private:
+  Tensor value_;
+};
+
+// Serialises the creation of GPU variables, so two nodes sharing a name
+// create it once. Lookups of existing variables do not take it.
+absl::Mutex& VariableCreationMutex() {
+  static absl::Mutex* mu = new absl::Mutex();
+  return *mu;
+}
+
+class VariableOp : public OpKernel {
+ public:
+  explicit VariableOp(OpKernelConstruction* c) : OpKernel(c) {
+    if (!GetAttr(c, GetTypeAttr(c->def(), "dtype"), &dtype_)) return;
+    if (!GetAttr(c, GetShapeAttr(c->def(), "shape"), &shape_)) return;
+    std::string shared;
+    if (!GetAttr(c, GetStringAttrOr(c->def(), "shared_name", ""), &shared)) return;
+    resource_name_ = shared.empty() ? c->def().name() : shared;
+    // The CPU kernel validates the remaining attributes now, as on the CPU.
+    auto host_kernel = KernelRegistry::Global()->Create(&c->node(), HostDevice());
+    if (!host_kernel.ok()) {
+      c->SetStatus(host_kernel.status());
+      return;
+    }
+    host_kernel_ = *std::move(host_kernel);
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    ResourceMgr* rm = ctx->resources();
+    absl::StatusOr<Tensor> var = rm->LookupVariable(resource_name_);
+    if (!var.ok()) {
+      absl::MutexLock lock(&VariableCreationMutex());
+      var = rm->LookupVariable(resource_name_);
+      if (!var.ok()) {
+        var = Create(ctx);
+        OP_REQUIRES_OK(ctx, var.status());
+        rm->SetVariable(resource_name_, *var);
+      }
+    }
+    OP_REQUIRES(ctx, var->dtype() == dtype_ && var->shape() == shape_,
+                absl::FailedPreconditionError(absl::StrCat(
+                    "variable '", resource_name_, "' exists as ", DTypeName(var->dtype()), var->shape().DebugString(),
+                    " but the graph declares ", DTypeName(dtype_), shape_.DebugString())));
+    ctx->set_output(0, *std::move(var));
+  }
+
+ private:
+  static Device* HostDevice() {
+    static CpuDevice* device = new CpuDevice("/device:CPU:0", 1);
+    return device;
+  }
+
+  // The initial value: the CPU kernel's, computed in a private ResourceMgr,
+  // then copied to the device.
+  absl::StatusOr<Tensor> Create(OpKernelContext* ctx) {
+    ResourceMgr scratch;
+    std::vector<Tensor> outputs(1);
+    OpKernelContext::Params p;
+    p.node = &node();
+    p.device = HostDevice();
+    p.step_id = ctx->step_id();
+    p.resources = &scratch;
+    p.outputs = absl::MakeSpan(outputs);
+    OpKernelContext host_ctx(p);
+    host_kernel_->Compute(&host_ctx);
+    if (!host_ctx.status().ok()) return host_ctx.status();
+    return CopyToDevice(Gpu(ctx), outputs[0]);
+  }
+
+  DType dtype_ = DType::kFloat32;
+  TensorShape shape_;
+  std::string resource_name_;
+  std::unique_ptr<OpKernel> host_kernel_;
+};
+
+class IdentityOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override { ctx->set_output(0, ctx->input(0)); }
+};
+
+class NoOpOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext*) override {}
+};
+
+// Reshape and ReshapeLike only change the shape a buffer is seen with, as on
+// the CPU (runtime/kernels/cpu/array_kernels.cc).
+class ReshapeOp : public OpKernel {
+ public:
+  explicit ReshapeOp(OpKernelConstruction* c) : OpKernel(c) {
+    if (!GetAttr(c, GetIntListAttr(c->def(), "shape"), &dims_)) return;
+    for (int i = 0; i < static_cast<int>(dims_.size()); ++i) {
+      if (dims_[i] == -1) {
+        unknown_ = i;
+      } else {
+        known_ *= dims_[i];
+      }
+    }
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    TensorShape shape(dims_);
+    const int64_t n = x.NumElements();
+    if (unknown_ >= 0) {
+      OP_REQUIRES(ctx, known_ != 0 && n % known_ == 0, Mismatch(x));
+      shape.set_dim(unknown_, n / known_);
+    }
+    auto y = x.Reshaped(shape);
+    OP_REQUIRES(ctx, y.ok(), Mismatch(x));
+    ctx->set_output(0, *std::move(y));
+  }
+
+ private:
+  absl::Status Mismatch(const Tensor& x) const {
+    return absl::InvalidArgumentError(absl::StrCat("cannot reshape ", x.shape().DebugString(), " (",
+                                                   x.NumElements(), " elements) to [", absl::StrJoin(dims_, ","),
+                                                   "]"));
+  }
+
+  std::vector<int64_t> dims_;
+  int unknown_ = -1;
+  int64_t known_ = 1;
+};
+
+class ReshapeLikeOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const Tensor& like = ctx->input(1);
+    auto y = x.Reshaped(like.shape());
+    OP_REQUIRES(ctx, y.ok(),
+                absl::InvalidArgumentError(absl::StrCat("cannot reshape ", x.shape().DebugString(), " (",
+                                                        x.NumElements(), " elements) like ",
+                                                        like.shape().DebugString())));
+    ctx->set_output(0, *std::move(y));
+  }
+};
+
+class CastOp : public OpKernel {
+ public:
+  explicit CastOp(OpKernelConstruction* c) : OpKernel(c) { GetAttr(c, GetTypeAttr(c->def(), "dtype"), &to_); }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    if (x.dtype() == to_) {
+      ctx->set_output(0, x);
+      return;
+    }
+    const ElemType from = static_cast<ElemType>(x.dtype()), to = static_cast<ElemType>(to_);
+    OP_REQUIRES(ctx, CastSupported(from, to),
+                absl::InvalidArgumentError(
+                    absl::StrCat("cannot cast ", DTypeName(x.dtype()), " to ", DTypeName(to_))));
+    Tensor* y = ctx->allocate_output(0, to_, x.shape());
+    if (y == nullptr) return;
+    OP_REQUIRES_CUDA(ctx, LaunchCast(from, to, x.raw_data(), y->raw_data(), x.NumElements(), Stream(ctx)),
+                     "Cast kernel");
+  }
+
+ private:
+  DType to_ = DType::kFloat32;
+};
+
+// Row ranges of row-major tensors: one device-to-device copy per shard.
+class ConcatRowsOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& first = ctx->input(0);
+    std::vector<int64_t> dims(first.shape().dims().begin(), first.shape().dims().end());
+    int64_t rows = 0;
+    for (int i = 0; i < ctx->num_inputs(); ++i) rows += ctx->input(i).shape().dim(0);
+    dims[0] = rows;
+    Tensor* out = ctx->allocate_output(0, first.dtype(), TensorShape(dims));
+    if (out == nullptr) return;
+    char* dst = static_cast<char*>(out->raw_data());
+    for (int i = 0; i < ctx->num_inputs(); ++i) {
+      const Tensor& s = ctx->input(i);
+      if (s.TotalBytes() > 0) {
+        OP_REQUIRES_CUDA(ctx,
+                         cudaMemcpyAsync(dst, s.raw_data(), s.TotalBytes(), cudaMemcpyDeviceToDevice, Stream(ctx)),
+                         "cudaMemcpyAsync (ConcatRows)");
+      }
+      dst += s.TotalBytes();
+    }
+  }
+};
+
+class SliceRowsOp : public OpKernel {
+ public:
+  explicit SliceRowsOp(OpKernelConstruction* c) : OpKernel(c) {
+    if (!GetAttr(c, GetIntAttr(c->def(), "begin"), &begin_)) return;
+    GetAttr(c, GetIntAttr(c->def(), "size"), &size_);
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    OP_REQUIRES(ctx, x.shape().rank() >= 1 && begin_ + size_ <= x.shape().dim(0),
+                absl::InvalidArgumentError(absl::StrCat("rows [", begin_, ", ", begin_ + size_, ") are outside ",
+                                                        x.shape().DebugString())));
+    std::vector<int64_t> dims(x.shape().dims().begin(), x.shape().dims().end());
+    const size_t row_bytes = x.shape().dim(0) > 0 ? x.TotalBytes() / static_cast<size_t>(x.shape().dim(0)) : 0;
+    dims[0] = size_;
+    Tensor* out = ctx->allocate_output(0, x.dtype(), TensorShape(dims));
+    if (out == nullptr || out->TotalBytes() == 0) return;
+    OP_REQUIRES_CUDA(ctx,
+                     cudaMemcpyAsync(out->raw_data(), static_cast<const char*>(x.raw_data()) + row_bytes * begin_,
+                                     out->TotalBytes(), cudaMemcpyDeviceToDevice, Stream(ctx)),
+                     "cudaMemcpyAsync (SliceRows)");
+  }
+
+ private:
+  int64_t begin_ = 0;
+  int64_t size_ = 0;
+};
+
+WEFT_REGISTER_KERNEL("Const", "GPU", ConstOp);
+WEFT_REGISTER_KERNEL("Variable", "GPU", VariableOp);
+WEFT_REGISTER_KERNEL("Identity", "GPU", IdentityOp);
+WEFT_REGISTER_KERNEL("NoOp", "GPU", NoOpOp);
+WEFT_REGISTER_KERNEL("Reshape", "GPU", ReshapeOp);
+WEFT_REGISTER_KERNEL("ReshapeLike", "GPU", ReshapeLikeOp);
+WEFT_REGISTER_KERNEL("Cast", "GPU", CastOp);
+WEFT_REGISTER_KERNEL("ConcatRows", "GPU", ConcatRowsOp);
+WEFT_REGISTER_KERNEL("SliceRows", "GPU", SliceRowsOp);
+
+}  // namespace
+}  // namespace gpu_kernels
+}  // namespace weft
