@@ -14,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "google/protobuf/text_format.h"
 #include "graph/builder.h"
@@ -631,6 +632,71 @@ TEST(StrategyTest, TwoOfThreeAdvanceWhileAStragglerIsHeldAndItsStaleGradientIsRe
   const std::vector<Tensor> after = run.Variables(*tg);
   for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(RelDiff(after[i], before[i]), 0) << tg->variables[i];
   EXPECT_EQ(run.GlobalSteps(0), std::vector<int64_t>(updates, kSteps));
+}
+
+// k < N replicas running free, as the job runner runs them, keep making
+// global steps: no replica waits forever for a step that cannot complete.
+// Stopped as the runner stops them: no new steps, then abort what is parked.
+TEST(StrategyTest, FreeRunningKOfNReplicasKeepMakingGlobalSteps) {
+  auto tg = LowerJob(MlpJob("optimizer { adam { learning_rate: 0.01 } }"));
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  constexpr int64_t kGlobalSteps = 150;
+  for (const auto& [n, k] : {std::pair<int, int>{3, 2}, std::pair<int, int>{4, 3}, std::pair<int, int>{4, 2}}) {
+    SCOPED_TRACE(absl::StrCat(k, " of ", n));
+    Accumulating run(*tg, n, k);
+    absl::Mutex mu;
+    bool stop = false;
+    int running = n;
+    std::vector<int64_t> applies(run.rg.replicas[0].push_outcomes.size(), 0);
+    int64_t refused = 0;
+    absl::Status failed;
+    auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      return stop || *std::min_element(applies.begin(), applies.end()) >= kGlobalSteps;
+    };
+    std::vector<std::thread> replicas;
+    for (int r = 0; r < n; ++r) {
+      replicas.emplace_back([&, r] {
+        std::vector<int64_t> outcomes;
+        for (int step = 0;; ++step) {
+          {
+            absl::MutexLock lock(&mu);
+            if (done()) break;
+          }
+          absl::Status s = run.Step(r, step % kSteps, &outcomes);
+          absl::MutexLock lock(&mu);
+          if (!s.ok()) {
+            if (!done()) failed = s;
+            stop = true;
+            break;
+          }
+          for (size_t u = 0; u < outcomes.size(); ++u) {
+            applies[u] += outcomes[u] > 0 ? 1 : 0;
+            refused += outcomes[u] < 0 ? 1 : 0;
+          }
+        }
+        absl::MutexLock lock(&mu);
+        --running;
+      });
+    }
+    {
+      absl::MutexLock lock(&mu);
+      // A bound for a hang, not a timing: the steps take milliseconds.
+      EXPECT_TRUE(mu.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(120)))
+          << "global steps stalled at " << *std::min_element(applies.begin(), applies.end());
+      stop = true;
+    }
+    for (;;) {
+      run.session->AbortRunningSteps(absl::CancelledError("test over"));
+      absl::MutexLock lock(&mu);
+      auto idle = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return running == 0; };
+      if (mu.AwaitWithTimeout(absl::Condition(&idle), absl::Milliseconds(100))) break;
+    }
+    for (auto& t : replicas) t.join();
+    EXPECT_TRUE(failed.ok()) << failed;
+    const std::vector<int64_t> steps = run.GlobalSteps(0);
+    EXPECT_GE(*std::min_element(steps.begin(), steps.end()), kGlobalSteps);
+    ::testing::Test::RecordProperty(absl::StrCat("refused_", k, "_of_", n), static_cast<int>(refused));
+  }
 }
 
 TEST(StrategyTest, ReplicasToAggregateOutOfRangeOrWithoutSyncParameterServerIsInvalidArgument) {
