@@ -47,6 +47,11 @@ void JobRunner::Cancel() {
 
 absl::StatusOr<TrainResult> JobRunner::Run(const std::function<void(const TrainProgress&)>& on_progress) {
   if (job_.strategy().kind() != StrategySpec::NONE) return RunDistributed(on_progress);
+  if (job_.strategy().replicas_to_aggregate() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job '", job_.name(), "': strategy replicas_to_aggregate ", job_.strategy().replicas_to_aggregate(),
+        " applies to kind PARAMETER_SERVER with sync: true only, and the job has no strategy kind"));
+  }
   Data d;
   d.created = Clock::now();
   d.can_evaluate = !training_.correct.empty();
