@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# The GPU proof, in two halves.
+#
+#   bench/gpu.sh [--bundle DIR]
+#       Here (a machine with the CUDA toolkit and Bazel): builds weft and every
+#       GPU test with --config=cuda and assembles DIR (default: gpu-bundle in
+#       the repo root, ignored by git): bin/ the binaries, lib/ the shared
+#       libraries they need that a GPU machine may lack (gRPC, protobuf,
+#       Abseil, spdlog, ..., and the CUDA runtime; not the driver, and not
+#       cuBLAS, cuDNN or NCCL, which are large and which the GPU machine's
+#       Python environment holds), data/ Fashion-MNIST, jobs/ the example jobs.
+#
+#   bench/gpu.sh --run DIR [--out FILE.md] [--mlp_epochs N] [--cnn_epochs N]
+#       On the GPU machine (one GPU, CUDA driver, PyTorch; no Bazel, no
+#       network): finds cuBLAS/cuDNN/NCCL (PyTorch's nvidia-* packages, then
+#       /usr/local/cuda), runs every GPU test binary, trains
+#       examples/fmnist_mlp.pbtxt and examples/fmnist_cnn.pbtxt on GPU:0 with
+#       `weft train`, trains the same models with PyTorch eager on the same
+#       GPU (bench/gpu/torch_fmnist.py), and prints samples/s side by side; the
+#       table is also written as markdown (FILE.md, default DIR/gpu_bench.md).
+#
+# Environment: PYTHON (default python3), BAZEL (default bazel), DATA_DIR
+# (default /usr/share/datasets/fashion-mnist, used when building).
+set -euo pipefail
+
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+PYTHON="${PYTHON:-python3}"
+die() { echo "gpu.sh: $*" >&2; exit 1; }
+
+# ---------------------------------------------------------------- build here
+build() {
+  local bundle="$1"
+  local bazel="${BAZEL:-bazel}"
+  local data="${DATA_DIR:-/usr/share/datasets/fashion-mnist}"
+  [ -x /usr/local/cuda/bin/nvcc ] || die "no CUDA toolkit (/usr/local/cuda/bin/nvcc): nothing GPU to build"
+  [ -f "$data/train-images-idx3-ubyte.gz" ] || die "no Fashion-MNIST in $data (set DATA_DIR)"
+  cd "$REPO"
+  # Every test that uses the GPU test fixture, plus the CUDA plumbing's.
+  local tests
+  tests="$("$bazel" query --noshow_progress \
+    'kind(cc_test, rdeps(//..., //runtime/gpu:gpu_test_util, 1)) + //runtime/kernels/cuda:cuda_util_test' 2>/dev/null)"
+  [ -n "$tests" ] || die "bazel query found no GPU tests"
+  echo "gpu.sh: building weft and $(echo "$tests" | wc -l) GPU test(s) with --config=cuda" >&2
+  # .bazelrc.user already names --config=cuda on a machine with the toolkit
+  # (tools/configure.sh); naming it twice would change the options and throw
+  # away Bazel's analysis cache for every other build in this tree.
+  local config="--config=cuda"
+  if grep -qs -- "--config=cuda" "$REPO/.bazelrc.user"; then config=""; fi
+  # shellcheck disable=SC2086
+  "$bazel" build $config //client:weft $tests
+  local bin
+  bin="$("$bazel" info bazel-bin 2>/dev/null)"
+
+  rm -rf "$bundle"
+  mkdir -p "$bundle/bin" "$bundle/tests" "$bundle/lib" "$bundle/data" "$bundle/jobs"
+  install -m 755 "$bin/client/weft" "$bundle/bin/weft"
+  local t path originals=("$bin/client/weft")
+  for t in $tests; do
+    path="${t#//}"; path="${path/://}"
+    install -m 755 "$bin/$path" "$bundle/tests/$(basename "$path")"
+    originals+=("$bin/$path")
+  done
+  # Shared libraries: everything ldd resolves except the C runtime (glibc,
+  # libstdc++, libgcc: the GPU machine's are newer) and the CUDA libraries
+  # the GPU machine has (driver, cuBLAS, cuDNN, NCCL). The CUDA runtime is
+  # small and must match what the binaries were built against: carried.
+  local skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|librt\.|libpthread\.|libstdc\+\+|libgcc_s|libcuda\.|libcublas|libcublasLt|libcudnn|libnccl)'
+  # (ldd on Bazel's own outputs: tests find their libraries relative to
+  # where Bazel put them, through $ORIGIN, and the copies only through lib/.)
+  for f in "${originals[@]}"; do
+    ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | while read -r name target; do
+      if [[ "$name" =~ $skip ]]; then continue; fi
+      [ -e "$bundle/lib/$name" ] || install -m 644 "$(readlink -f "$target")" "$bundle/lib/$name"
+    done
+    if ldd "$f" | grep -q "not found"; then die "$f: unresolved libraries here: $(ldd "$f" | grep 'not found')"; fi
+  done
+  # Bazel keeps symbols (--strip=never); the copies need none.
+  strip --strip-unneeded "$bundle"/bin/* "$bundle"/tests/* "$bundle"/lib/* 2>/dev/null || true
+  cp "$data"/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz "$bundle/data/"
+  cp "$REPO/examples/fmnist_mlp.pbtxt" "$REPO/examples/fmnist_cnn.pbtxt" "$bundle/jobs/"
+  git -C "$REPO" rev-parse --short HEAD > "$bundle/COMMIT" 2>/dev/null || echo unknown > "$bundle/COMMIT"
+  # Binaries and libraries compress about 3x; the data is gzip already.
+  tar -cJf "$bundle/binaries.tar.xz" -C "$bundle" bin tests lib
+  rm -rf "$bundle/bin" "$bundle/tests" "$bundle/lib"
+  local mib
+  mib=$(( $(du -sb "$bundle" | cut -f1) / 1048576 ))
+  echo "gpu.sh: bundle $bundle: ${mib} MiB ($(echo "$tests" | wc -w) test binaries; $(ls "$bundle")" >&2
+  [ "$mib" -lt 60 ] || die "the bundle is ${mib} MiB; it must stay under 60"
+}
+
+# ------------------------------------------------------- run on the GPU machine
+cuda_library_path() {
+  # PyTorch's nvidia-* wheels (cuBLAS, cuDNN, NCCL), then the toolkit.
+  local dirs=""
+  local site
+  site="$("$PYTHON" -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))' 2>/dev/null || true)"
+  if [ -n "$site" ]; then
+    for d in "$site"/nvidia/*/lib "$site"/nvidia/cu13/lib; do
+      [ -d "$d" ] && dirs="$dirs:$d"
+    done
+  fi
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/nvidia/lib64 /usr/local/nvidia/lib; do
+    [ -d "$d" ] && dirs="$dirs:$d"
+  done
+  echo "${dirs#:}"
+}
+
+run() {
+  local bundle out mlp_epochs cnn_epochs data
+  data="$(cd "$1/data" && pwd)"; out="$2"; mlp_epochs="$3"; cnn_epochs="$4"
+  [ -f "$1/binaries.tar.xz" ] || die "$1 holds no binaries.tar.xz: build it with bench/gpu.sh --bundle $1"
+  local work
+  work="$(mktemp -d "${TMPDIR:-/tmp}/weft-gpu.XXXXXX")"
+  # The bundle may be read-only: unpack next to the run's scratch files.
+  "$PYTHON" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+    "$1/binaries.tar.xz" "$work/bundle"
+  cp -r "$1/jobs" "$1/COMMIT" "$work/bundle/"
+  ln -s "$data" "$work/bundle/data"
+  bundle="$work/bundle"
+  export LD_LIBRARY_PATH="$bundle/lib:$(cuda_library_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "== GPU machine" >&2
+  nvidia-smi -L 2>/dev/null || echo "(no nvidia-smi)"
+  echo "bundle commit $(cat "$bundle/COMMIT"); LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  local f missing=0
+  for f in "$bundle/bin/weft" "$bundle"/tests/*; do
+    if ldd "$f" | grep "not found"; then echo "$f: missing libraries above"; missing=1; fi
+  done
+  [ "$missing" = 0 ] || die "libraries missing on this machine (see above)"
+  "$bundle/tests/cuda_util_test" --gtest_filter='*Version*' 2>&1 | grep -E "CUDA runtime|OK|FAIL" || true
+
+  echo "== GPU tests" >&2
+  local failed=0 line results="$work/tests.txt"
+  : > "$results"
+  for f in "$bundle"/tests/*; do
+    local name log
+    name="$(basename "$f")"; log="$work/$name.log"
+    if WEFT_FMNIST_DIR="$bundle/data" timeout 600 "$f" > "$log" 2>&1; then status=PASS; else status=FAIL; failed=1; fi
+    local passed skipped failures
+    passed=$(grep -c '^\[       OK \]' "$log" || true)
+    # Per-case lines end in "(N ms)"; gtest's closing summary repeats names without.
+    skipped=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$log" || true)
+    failures=$(grep -cE '^\[  FAILED  \] .* \([0-9]+ ms\)$' "$log" || true)
+    line="$name $status passed=$passed skipped=$skipped failed=$failures"
+    echo "$line" | tee -a "$results"
+    if [ "$status" = FAIL ]; then grep -E "Failure|FAILED|error|Expected|Which is|actual" "$log" | head -40; fi
+    if [ "$skipped" != 0 ]; then grep '^\[  SKIPPED \]' "$log" | head -10; fi
+  done
+
+  echo "== training: weft vs PyTorch eager, one GPU, batch 64" >&2
+  local runs="$work/runs.txt"
+  : > "$runs"
+  local model epochs job
+  for model in mlp cnn; do
+    epochs=$mlp_epochs; [ "$model" = cnn ] && epochs=$cnn_epochs
+    job="$work/fmnist_$model.pbtxt"
+    # The example job, pointed at the bundle's data, for the benchmark's epochs.
+    sed -e "s|^\( *dir:\).*|\1 \"$bundle/data\"|" -e "s|^epochs:.*|epochs: $epochs|" \
+      "$bundle/jobs/fmnist_$model.pbtxt" > "$job"
+    if "$bundle/bin/weft" train "$job" --output=json > "$work/weft.$model.json" 2> "$work/weft.$model.err"; then
+      echo "weft $model $(grep -m1 '^{' "$work/weft.$model.json")" | tee -a "$runs"
+      grep -m1 "training step on" "$work/weft.$model.err" || true
+    else
+      echo "weft $model failed:"; tail -20 "$work/weft.$model.err"; failed=1
+    fi
+    if "$PYTHON" "$REPO/bench/gpu/torch_fmnist.py" --model "$model" --data "$bundle/data" --epochs "$epochs" \
+        > "$work/torch.$model.json" 2> "$work/torch.$model.err"; then
+      echo "torch $model $(grep -m1 '^{' "$work/torch.$model.json")" | tee -a "$runs"
+    else
+      echo "torch $model failed:"; tail -20 "$work/torch.$model.err"; failed=1
+    fi
+  done
+  "$PYTHON" "$REPO/bench/gpu/gpu_md.py" --runs "$runs" --tests "$results" --commit "$(cat "$bundle/COMMIT")" \
+    --markdown "$out" || failed=1
+  echo "gpu.sh: markdown in $out" >&2
+  return $failed
+}
+
+# ---------------------------------------------------------------------- main
+mode=build bundle="$REPO/gpu-bundle" out="" mlp_epochs=3 cnn_epochs=2
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bundle) bundle="$2"; shift 2 ;;
+    --run) mode=run; bundle="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --mlp_epochs) mlp_epochs="$2"; shift 2 ;;
+    --cnn_epochs) cnn_epochs="$2"; shift 2 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+  esac
+done
+if [ "$mode" = build ]; then
+  build "$bundle"
+else
+  run "$bundle" "${out:-$bundle/gpu_bench.md}" "$mlp_epochs" "$cnn_epochs"
+fi

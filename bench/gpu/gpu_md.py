@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Summarises bench/gpu.sh --run: a table of samples/s, weft against PyTorch
+eager on the same GPU, printed and written as a markdown section for
+BENCHMARKS.md.
+
+Usage: gpu_md.py --runs R --tests T --commit C --markdown OUT
+
+R holds lines "<system> <model> <json>" (system weft or torch); T holds one
+line per GPU test binary, "<name> PASS|FAIL passed=N skipped=N failed=N".
+"""
+import argparse
+import datetime
+import json
+import sys
+
+GOALS = {"mlp": 1.5, "cnn": 1.0}  # weft / PyTorch eager, from the issue
+MODELS = {"mlp": "MLP 784-256-128-10 (examples/fmnist_mlp.pbtxt)",
+          "cnn": "CNN conv16-pool-conv32-pool-128-10 (examples/fmnist_cnn.pbtxt)"}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--runs", required=True)
+    p.add_argument("--tests", required=True)
+    p.add_argument("--commit", default="unknown")
+    p.add_argument("--markdown", required=True)
+    a = p.parse_args()
+
+    runs = {}
+    for line in open(a.runs, encoding="utf-8"):
+        parts = line.strip().split(" ", 2)
+        if len(parts) == 3:
+            runs[(parts[0], parts[1])] = json.loads(parts[2])
+    tests = [line.split() for line in open(a.tests, encoding="utf-8") if line.strip()]
+
+    gpu = next((r.get("gpu") for r in runs.values() if r.get("gpu")), "GPU")
+    torch_version = next((r.get("torch") for r in runs.values() if r.get("torch")), "?")
+    rows, ok = [], True
+    for model in ("mlp", "cnn"):
+        w, t = runs.get(("weft", model)), runs.get(("torch", model))
+        if w is None or t is None or w.get("state") != "SUCCEEDED":
+            rows.append(f"| {MODELS[model]} | {'failed' if w is None or w.get('state') != 'SUCCEEDED' else ''} | "
+                        f"{'failed' if t is None else ''} | | |")
+            ok = False
+            continue
+        ws, ts = w["samples_per_second"], t["samples_per_second"]
+        ratio = ws / ts
+        goal = GOALS[model]
+        rows.append(f"| {MODELS[model]} | {ws:,.0f} (acc {w['test_accuracy']:.3f}, {w['epochs']} ep) | "
+                    f"{ts:,.0f} (acc {t['test_accuracy']:.3f}, {t['epochs']} ep) | **{ratio:.2f}x** | "
+                    f"{goal:.1f}x {'met' if ratio >= goal else 'not met'} |")
+    test_rows = [f"| {t[0]} | {t[1]} | {' '.join(t[2:])} |" for t in tests]
+    if any(t[1] != "PASS" for t in tests):
+        ok = False
+
+    md = f"""## One GPU: weft against PyTorch eager (issue 5)
+
+`bench/gpu.sh` on {gpu}, {datetime.date.today().isoformat()}, weft at {a.commit}, PyTorch {torch_version}.
+Fashion-MNIST, batch 64, Adam as in each example job; weft runs `weft train`
+(compute on GPU:0, the input batches fed from the host each step, the loss
+read back each step); PyTorch eager keeps the whole training split on the
+GPU and reads the loss once per epoch. samples/s over the training steps.
+
+| model | weft samples/s | PyTorch eager samples/s | weft / PyTorch | goal |
+|---|---|---|---|---|
+""" + "\n".join(rows) + """
+
+GPU tests (each CUDA kernel against the CPU kernel on fresh random inputs,
+outputs poisoned before each run; the device, allocator, copies, placement,
+cross-device _Send/_Recv, training on the GPU, NCCL):
+
+| test binary | result | cases |
+|---|---|---|
+""" + "\n".join(test_rows) + "\n"
+    with open(a.markdown, "w", encoding="utf-8") as f:
+        f.write(md)
+    print(md)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
