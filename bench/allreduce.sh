@@ -6,8 +6,10 @@
 # For 2 and 4 ranks and 4 and 64 MiB, each round runs weft, gloo and MPI (the
 # order rotates per round), each reporting the median over its reps of the
 # slowest rank's time per call. Prints a table: median ms, busbw (nccl-tests:
-# bytes * 2(n-1)/n / time) and the ratio weft/gloo (below 1: weft is faster),
-# the median over rounds, plus the load average before and after.
+# bytes * 2(n-1)/n / time), the ratio weft/gloo (below 1: weft is faster) and
+# what one weft call costs all its ranks together (CPU ms and context
+# switches, barrier included, from getrusage), the median over rounds, plus
+# the load average before and after.
 #
 # Environment:
 #   PEERS_DIR        the peers (torch_gloo_allreduce.py, mpi_allreduce.c);
@@ -67,7 +69,8 @@ print(','.join('127.0.0.1:%d' % s.getsockname()[1] for s in ss))"
 }
 free_port() { free_addresses 1 | cut -d: -f2; }
 
-# Prints the median_ms of one run (empty on failure, reason on stderr).
+# Prints the median_ms of one run (empty on failure, reason on stderr); keeps
+# its per-call CPU ms and context switches in $TMP/weft_usage.
 run_weft() {  # N BYTES
   local n=$1 bytes=$2 addrs r out
   addrs="$(free_addresses "$n")"
@@ -81,6 +84,7 @@ run_weft() {  # N BYTES
     --chunk_bytes="$CHUNK" 2>> "$TMP/weft.err")" || { cat "$TMP/weft.err" >&2; }
   for r in "${PIDS[@]}"; do wait "$r" || true; done
   PIDS=()
+  echo "$(json_field "$out" cpu_ms) $(json_field "$out" ctx_switches)" > "$TMP/weft_usage"
   json_field "$out" median_ms
 }
 run_gloo() {
@@ -115,6 +119,11 @@ for ((round = 0; round < ROUNDS; round++)); do
         ms="$("run_$impl" "$n" "$bytes")"
         echo "round $round: $impl ranks=$n bytes=$bytes median_ms=${ms:-FAILED} (load $(cut -d' ' -f1 /proc/loadavg))" >&2
         echo "$n $bytes $impl ${ms:-nan}" >> "$RESULTS"
+        if [ "$impl" = weft ] && [ -n "$ms" ]; then
+          read -r cpu cs < "$TMP/weft_usage"
+          echo "$n $bytes weft_cpu_ms ${cpu:-nan}" >> "$RESULTS"
+          echo "$n $bytes weft_switches ${cs:-nan}" >> "$RESULTS"
+        fi
       done
     done
   done
@@ -129,9 +138,12 @@ for line in open(sys.argv[1]):
     if ms != "nan": runs[(int(n), int(b), impl)].append(float(ms))
 def med(key): return statistics.median(runs[key]) if runs.get(key) else float("nan")
 def bw(n, b, ms): return b * 2 * (n - 1) / n / (ms / 1e3) / 1e9
-print("| ranks | MiB | weft ms | gloo ms | mpi ms | weft busbw GB/s | gloo busbw | mpi busbw | weft/gloo |")
-print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| ranks | MiB | weft ms | gloo ms | mpi ms | weft busbw GB/s | gloo busbw | mpi busbw | weft/gloo "
+      "| weft CPU ms per call | weft context switches per call |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for n, b in sorted({(k[0], k[1]) for k in runs}):
     w, g, m = med((n, b, "weft")), med((n, b, "gloo")), med((n, b, "mpi"))
-    print(f"| {n} | {b >> 20} | {w:.1f} | {g:.1f} | {m:.1f} | {bw(n, b, w):.2f} | {bw(n, b, g):.2f} | {bw(n, b, m):.2f} | {w / g:.2f} |")
+    cpu, cs = med((n, b, "weft_cpu_ms")), med((n, b, "weft_switches"))
+    print(f"| {n} | {b >> 20} | {w:.1f} | {g:.1f} | {m:.1f} | {bw(n, b, w):.2f} | {bw(n, b, g):.2f} "
+          f"| {bw(n, b, m):.2f} | {w / g:.2f} | {cpu:.1f} | {cs:.0f} |")
 PY

@@ -6,9 +6,12 @@ Usage: plot_strategies.py ALLREDUCE_TABLE MWM_RESULTS OUT_DIR
 ALLREDUCE_TABLE is the markdown table bench/allreduce.sh prints; MWM_RESULTS
 holds lines "weft {json}" / "ddp {json}". Writes OUT_DIR/allreduce.png (time
 per call by ranks and size, weft against gloo and OpenMPI, log scale) and
-OUT_DIR/mwm_ddp.png (training samples/s, each round and the median).
+OUT_DIR/mwm_ddp.png (training samples/s, each round and the median). A
+missing input (a run of one part only, STRATEGIES_PARTS) leaves its plot as
+it is.
 """
 import json
+import os
 import statistics
 import sys
 
@@ -68,5 +71,7 @@ def mwm(results, out):
 
 
 if __name__ == "__main__":
-    allreduce(sys.argv[1], sys.argv[3])
-    mwm(sys.argv[2], sys.argv[3])
+    if os.path.exists(sys.argv[1]):
+        allreduce(sys.argv[1], sys.argv[3])
+    if os.path.exists(sys.argv[2]):
+        mwm(sys.argv[2], sys.argv[3])

@@ -9,7 +9,9 @@
 #      alternating which goes first. weft runs as `weft local --workers=2`, so
 #      its figure includes the gRPC ring between two worker processes.
 #
-# Environment: as bench/run.sh (PEERS_DIR, PYTHON, BENCH_OUT, BENCH_ROUNDS, WEFT).
+# Environment: as bench/run.sh (PEERS_DIR, PYTHON, BENCH_OUT, BENCH_ROUNDS, WEFT),
+# and STRATEGIES_PARTS: the parts to run, default "allreduce mwm" (the other
+# part's section and plot are left as they are).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,6 +21,8 @@ PYTHON="${PYTHON:-/usr/bin/python3}"
 OUT="${BENCH_OUT:-$REPO/BENCHMARKS.md}"
 ROUNDS="${BENCH_ROUNDS:-3}"
 WEFT_BIN="${WEFT:-$REPO/bazel-bin/client/weft}"
+PARTS="${STRATEGIES_PARTS:-allreduce mwm}"
+part() { [[ " $PARTS " == *" $1 "* ]]; }
 DATA_DIR=/usr/share/datasets/fashion-mnist  # the DDP peer reads it from here too
 die() { echo "strategies.sh: $*" >&2; exit 1; }
 [ -x "$WEFT_BIN" ] || die "no weft binary at $WEFT_BIN: run 'make bench', or set WEFT"
@@ -30,6 +34,7 @@ trap 'rm -rf "$TMP"' EXIT
 cp "$WEFT_BIN" "$TMP/weft"
 
 # 1. All-reduce.
+if part allreduce; then
 LOAD0="$(cut -d' ' -f1-3 /proc/loadavg)"
 "$BENCH/allreduce.sh" > "$TMP/allreduce.txt"
 {
@@ -38,7 +43,10 @@ LOAD0="$(cut -d' ' -f1-3 /proc/loadavg)"
   echo "float32 on loopback, one process per rank; each figure is the median over"
   echo "rounds of each implementation's median time per call (the slowest rank's)."
   echo "busbw = bytes x 2(n-1)/n / time, as nccl-tests. weft/gloo below 1: weft"
-  echo "is faster; the goal is at most 0.7 at every point."
+  echo "is faster; the goal is at most 0.7 at every point. The last two columns"
+  echo "are what one weft call costs all its ranks together (user + system CPU"
+  echo "time and context switches, the barrier before each call included, by"
+  echo "getrusage): on this machine a context switch is expensive."
   echo
   grep '^|' "$TMP/allreduce.txt"
   echo
@@ -49,8 +57,10 @@ LOAD0="$(cut -d' ' -f1-3 /proc/loadavg)"
   echo "weft at $(git -C "$REPO" rev-parse --short HEAD)."
 } > "$TMP/allreduce.md"
 "$PYTHON" "$BENCH/bench_md.py" "$OUT" allreduce < "$TMP/allreduce.md"
+fi
 
 # 2. MULTI_WORKER_MIRRORED against DDP.
+if part mwm; then
 cat > "$TMP/mwm.pbtxt" <<JOB
 name: "bench-mwm"
 model {
@@ -131,7 +141,8 @@ print(f"{len(w)} rounds; load average {sys.argv[2]} before and {sys.argv[3]} aft
 PY
 echo >> "$TMP/mwm.md"
 echo "![training samples/s](bench/plots/mwm_ddp.png)" >> "$TMP/mwm.md"
-mkdir -p "$BENCH/plots"
-"$PYTHON" "$BENCH/plot_strategies.py" "$TMP/allreduce.txt" "$TMP/mwm_results.txt" "$BENCH/plots"
 "$PYTHON" "$BENCH/bench_md.py" "$OUT" mwm-ddp --after allreduce < "$TMP/mwm.md"
 echo "strategies: $(grep 'ratio weft' "$TMP/mwm.md") -> ${OUT#"$REPO"/}"
+fi
+mkdir -p "$BENCH/plots"
+"$PYTHON" "$BENCH/plot_strategies.py" "$TMP/allreduce.txt" "$TMP/mwm_results.txt" "$BENCH/plots"

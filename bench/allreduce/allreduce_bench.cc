@@ -2,15 +2,23 @@
 //
 //   allreduce_bench --rank=R --addresses=h:p,h:p,... --bytes=N --reps=K
 //                   [--warmup=W] [--chunk_bytes=C] [--timeout_s=T]
-//                   [--inline_reduce=false]
+//                   [--inline_reduce=true]
 //
 // Serves CollectiveService on addresses[R], then all-reduces a float32
 // tensor of N bytes W + K times. Each repetition starts after a one-element
 // all-reduce (a barrier), as the gloo peer's does, and counts the slowest
 // rank's time. Rank 0 prints one JSON line: median_ms, min_ms, max_ms and
-// busbw_GBps = bytes * 2(n-1)/n / median (nccl-tests). Exits non-zero, with
-// the reason on stderr, when a collective fails or the first result is wrong.
+// busbw_GBps = bytes * 2(n-1)/n / median (nccl-tests), and what the timed
+// repetitions cost all ranks together per call (barriers included):
+// cpu_ms (user + system) and ctx_switches (voluntary + involuntary), from
+// getrusage. Exits non-zero, with the reason on stderr, when a collective
+// fails or the first result is wrong.
+//
+// --inline_reduce=true (the default) sums chunks on the gRPC thread that
+// received them, as WorkerCollectives does; false hands them to a one-thread
+// reduce pool, as weft did before.
 #include <malloc.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -22,6 +30,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "common/grpc_util.h"
 #include "common/tensor.h"
 #include "common/thread_pool.h"
@@ -42,7 +51,7 @@ struct Flags {
   int warmup = 2;
   int64_t chunk_bytes = kDefaultChunkBytes;
   int timeout_s = 120;
-  bool inline_reduce = false;  // reduce on gRPC's thread, no compute pool
+  bool inline_reduce = true;  // reduce on gRPC's thread, no compute pool
 };
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
@@ -71,6 +80,18 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     return false;
   }
   return true;
+}
+
+// This process's CPU time and context switches so far.
+struct Usage {
+  double cpu_ms = 0;
+  double switches = 0;
+};
+Usage GetUsage() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto ms = [](const timeval& t) { return t.tv_sec * 1e3 + t.tv_usec / 1e3; };
+  return Usage{ms(u.ru_utime) + ms(u.ru_stime), static_cast<double>(u.ru_nvcsw + u.ru_nivcsw)};
 }
 
 int Run(const Flags& f) {
@@ -110,7 +131,9 @@ int Run(const Flags& f) {
   Tensor token(DType::kFloat32, TensorShape{1});
   std::vector<double> times;
   const int total = f.warmup + f.reps;
+  Usage usage_start;
   for (int i = 0; i < total; ++i) {
+    if (i == f.warmup) usage_start = GetUsage();
     if (i <= 1) std::fill(data.flat<float>().begin(), data.flat<float>().end(), static_cast<float>(f.rank));
     if (!run(/*instance=*/1, i, &token)) return 1;  // barrier
     const auto t0 = std::chrono::steady_clock::now();
@@ -127,11 +150,15 @@ int Run(const Flags& f) {
     }
     if (i >= f.warmup) times.push_back(dt);
   }
+  const Usage usage_end = GetUsage();
   // The slowest rank's time per repetition: everyone's times, summed over a
-  // tensor where each rank fills only its own row.
-  Tensor all(DType::kFloat32, TensorShape{n, f.reps});
+  // tensor where each rank fills only its own row; the last two elements sum
+  // every rank's CPU time and context switches.
+  Tensor all(DType::kFloat32, TensorShape{n * f.reps + 2});
   std::fill(all.flat<float>().begin(), all.flat<float>().end(), 0.f);
   for (int k = 0; k < f.reps; ++k) all.flat<float>()[f.rank * f.reps + k] = static_cast<float>(times[k] * 1e3);
+  all.flat<float>()[n * f.reps] = static_cast<float>(usage_end.cpu_ms - usage_start.cpu_ms);
+  all.flat<float>()[n * f.reps + 1] = static_cast<float>(usage_end.switches - usage_start.switches);
   if (!run(/*instance=*/3, 0, &all)) return 1;
   std::vector<double> ms(f.reps, 0.0);
   for (int r = 0; r < n; ++r) {
@@ -142,9 +169,11 @@ int Run(const Flags& f) {
   if (f.rank == 0) {
     std::printf(
         "{\"impl\":\"weft-grpc-ring\",\"ranks\":%d,\"bytes\":%lld,\"chunk_bytes\":%lld,\"reps\":%d,"
-        "\"median_ms\":%.3f,\"min_ms\":%.3f,\"max_ms\":%.3f,\"busbw_GBps\":%.3f}\n",
+        "\"median_ms\":%.3f,\"min_ms\":%.3f,\"max_ms\":%.3f,\"busbw_GBps\":%.3f,\"cpu_ms\":%.3f,"
+        "\"ctx_switches\":%.1f}\n",
         n, static_cast<long long>(f.bytes), static_cast<long long>(f.chunk_bytes), f.reps, median, ms.front(),
-        ms.back(), f.bytes * 2.0 * (n - 1) / n / (median * 1e-3) / 1e9);
+        ms.back(), f.bytes * 2.0 * (n - 1) / n / (median * 1e-3) / 1e9, all.flat<float>()[n * f.reps] / f.reps,
+        all.flat<float>()[n * f.reps + 1] / f.reps);
     std::fflush(stdout);
   }
   // A last barrier so that no rank closes its streams while a peer still
@@ -168,6 +197,11 @@ int main(int argc, char** argv) {
   // settings (or a caching malloc).
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
+#ifdef NDEBUG
+  // As the weft binary: Debian's Abseil keeps its mutex deadlock detector on
+  // (a global graph updated on every lock), which optimised builds turn off.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+#endif
   weft::collective::Flags flags;
   if (!weft::collective::ParseFlags(argc, argv, &flags)) return 2;
   return weft::collective::Run(flags);

@@ -302,7 +302,10 @@ void CollectiveExecutor::Register(const std::shared_ptr<RingAllReduce>& op, absl
   absl::MutexLock lock(&mu_);
   auto it = deadlines_.emplace(deadline, op.get());
   in_flight_.emplace(op.get(), InFlight{op, it});
-  if (it == deadlines_.begin()) deadline_changed_.Signal();
+  // Wake the deadline thread only if it sleeps past this deadline: in steady
+  // state it sleeps until an earlier collective's deadline, and waking it for
+  // every collective cost two context switches per call.
+  if (deadline < waiting_until_) deadline_changed_.Signal();
 }
 
 void CollectiveExecutor::Unregister(RingAllReduce* op) {
@@ -319,12 +322,19 @@ void CollectiveExecutor::DeadlineLoop() {
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
     if (deadlines_.empty()) {
+      waiting_until_ = absl::InfiniteFuture();
       deadline_changed_.Wait(&mu_);
+      waiting_until_ = absl::InfinitePast();
       continue;
     }
+    // A deadline that is no longer in the queue (its collective finished)
+    // may still be what this sleeps until; waking then costs one spurious
+    // turn of the loop, not a missed deadline.
     const absl::Time next = deadlines_.begin()->first;
     if (absl::Now() < next) {
+      waiting_until_ = next;
       deadline_changed_.WaitWithDeadline(&mu_, next);
+      waiting_until_ = absl::InfinitePast();
       continue;
     }
     RingAllReduce* expired = deadlines_.begin()->second;

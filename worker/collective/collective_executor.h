@@ -23,9 +23,11 @@
 // unspecified.
 //
 // Threads. Receives complete on the transport's threads; the reductions they
-// trigger run on `Options::compute_pool` when one is given (so no gRPC
-// reaction ever sums a chunk), else inline. A deadline thread of its own
-// fails collectives that run out of time.
+// trigger run there too (summing a chunk is CPU work that never blocks, and a
+// hand-off to another thread costs a wake-up per chunk and round), or on
+// `Options::compute_pool` when one is given. A deadline thread of its own
+// fails collectives that run out of time; it is woken only when a collective
+// has an earlier deadline than it sleeps until.
 //
 // Thread-safety: thread-safe. The transport, mailbox and pool (borrowed)
 // outlive the executor; the destructor aborts what is in flight with
@@ -54,8 +56,8 @@ namespace collective {
 class CollectiveExecutor {
  public:
   struct Options {
-    // Runs the reductions; nullptr runs them on the thread that received the
-    // chunk. Borrowed.
+    // Runs the reductions; nullptr (what WorkerCollectives uses) runs them on
+    // the thread that received the chunk. Borrowed.
     ThreadPool* compute_pool = nullptr;
   };
 
@@ -106,7 +108,10 @@ class CollectiveExecutor {
   absl::Mutex mu_;
   absl::flat_hash_map<RingAllReduce*, InFlight> in_flight_ ABSL_GUARDED_BY(mu_);
   std::multimap<absl::Time, RingAllReduce*> deadlines_ ABSL_GUARDED_BY(mu_);
-  absl::CondVar deadline_changed_;  // an earlier deadline, or stopping_
+  absl::CondVar deadline_changed_;  // a deadline before waiting_until_, or stopping_
+  // When the deadline thread will wake by itself: InfiniteFuture while it
+  // waits for the first deadline, InfinitePast while it is not waiting.
+  absl::Time waiting_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread deadline_thread_;
 };

@@ -147,6 +147,39 @@ TEST(RingAllReduceTest, SilentPeerFailsWithDeadlineNamingIt) {
   for (int r = 0; r < 3; ++r) EXPECT_EQ(ranks.network()->mailbox(r)->NumEntries(), 0u) << "rank " << r;
 }
 
+// The deadline thread is woken only for a deadline earlier than the one it
+// sleeps until; a short deadline registered while it sleeps on a long one,
+// and one registered after a finished collective's, must still fire on time.
+TEST(RingAllReduceTest, ShortDeadlineFiresWhileALongOneIsPending) {
+  Ranks ranks(2);
+  Tensor slow = RandomFloats(10, 1, 0), fast = RandomFloats(10, 2, 0);
+  absl::Notification slow_done;
+  CollectiveParams p = ranks.Params(0, 1);
+  p.timeout = absl::Hours(1);
+  ranks.executor(0)->AllReduceAsync(p, &slow, [&](const absl::Status&) { slow_done.Notify(); });
+
+  // A collective that finishes, so that its (earlier) deadline goes stale.
+  Tensor a0 = RandomFloats(10, 3, 0), a1 = RandomFloats(10, 3, 1);
+  auto finished = RunOnAllRanks(2, [&](int r, StatusCallback done) {
+    CollectiveParams q = ranks.Params(r, 2);
+    q.timeout = absl::Seconds(30);
+    ranks.executor(r)->AllReduceAsync(q, r == 0 ? &a0 : &a1, std::move(done));
+  });
+  ASSERT_TRUE(finished[0].ok() && finished[1].ok()) << finished[0] << finished[1];
+
+  for (int instance : {3, 4}) {
+    CollectiveParams q = ranks.Params(0, instance);
+    q.timeout = absl::Milliseconds(100);
+    const absl::Time start = absl::Now();
+    absl::Status s = ranks.executor(0)->AllReduce(q, &fast);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "instance " << instance;
+  }
+  EXPECT_FALSE(slow_done.HasBeenNotified());
+  ranks.executor(0)->Abort(absl::CancelledError("test over"));
+  slow_done.WaitForNotification();
+}
+
 TEST(RingAllReduceTest, AbortWakesAWaitingAllReduce) {
   Ranks ranks(2);
   Tensor t = RandomFloats(1000, 1, 0);

@@ -13,8 +13,9 @@
 //   builder.RegisterService(&service);
 //
 // Each stream's reactor reads one chunk at a time and hands it over; it never
-// blocks (a waiting collective's reduction runs on its executor's pool). A
-// malformed chunk ends the stream with DATA_LOSS.
+// blocks, though a waiting collective may sum the chunk on this thread before
+// the next read starts (CollectiveExecutor). A malformed chunk ends the stream
+// with DATA_LOSS.
 //
 // Thread-safety: thread-safe; `mailbox` (borrowed) outlives the service and
 // the server it is registered with.

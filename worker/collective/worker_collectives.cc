@@ -15,10 +15,11 @@ WorkerCollectives::WorkerCollectives(std::string task, ClusterDef cluster, absl:
       timeout_(timeout),
       cluster_(std::move(cluster)),
       service_(&mailbox_),
-      reduce_pool_("reduce", 1),
       transport_(std::make_unique<GrpcCollectiveTransport>()) {
-  executor_ =
-      std::make_unique<CollectiveExecutor>(transport_.get(), &mailbox_, CollectiveExecutor::Options{&reduce_pool_});
+  // Each chunk is summed on the gRPC thread that received it (no compute
+  // pool): a pool hand-off cost a thread wake-up per chunk and round
+  // (BENCHMARKS.md, the all-reduce section).
+  executor_ = std::make_unique<CollectiveExecutor>(transport_.get(), &mailbox_, CollectiveExecutor::Options{});
 }
 
 WorkerCollectives::~WorkerCollectives() { Close(absl::CancelledError("collectives destroyed")); }

@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "common/thread_pool.h"
 #include "proto/cluster.pb.h"
 #include "runtime/collective_runtime.h"
 #include "worker/collective/collective_executor.h"
@@ -51,7 +50,6 @@ class WorkerCollectives final : public CollectiveRuntime {
   // Declaration order is destruction order, reversed.
   CollectiveMailbox mailbox_;
   GrpcCollectiveService service_;
-  ThreadPool reduce_pool_;
   std::unique_ptr<GrpcCollectiveTransport> transport_;
   std::unique_ptr<CollectiveExecutor> executor_ ABSL_GUARDED_BY(mu_);  // null once closed
 };
