@@ -110,9 +110,12 @@ absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec) {
       return absl::UnimplementedError(
           "job: strategy.steps_per_execution > 1 needs a distribution strategy (replicas that read their own data)");
     }
-    if (spec.strategy().kind() == StrategySpec::PARAMETER_SERVER && !spec.strategy().sync()) {
-      return absl::UnimplementedError(
-          "job: strategy.steps_per_execution > 1 is not supported with asynchronous PARAMETER_SERVER");
+    if (spec.strategy().replicas_to_aggregate() > 0) {
+      // A job step is a global step there, seen in each step's push outcomes.
+      return absl::UnimplementedError(absl::StrCat(
+          "job: strategy.steps_per_execution ", spec.strategy().steps_per_execution(),
+          " is not supported with strategy.replicas_to_aggregate ", spec.strategy().replicas_to_aggregate(),
+          " (k-of-N replicas run one step per dispatch)"));
     }
   }
   absl::StatusOr<TrainingGraph> training = LowerJob(spec);

@@ -164,6 +164,15 @@ TEST_F(JobManagerTest, InvalidJobsAreRejectedAtSubmit) {
   EXPECT_EQ(s.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_TRUE(absl::StrContains(s.status().message(), "steps_per_execution")) << s.status();
 
+  JobSpec k_of_n_steps = MlpJob();
+  k_of_n_steps.mutable_strategy()->set_kind(StrategySpec::PARAMETER_SERVER);
+  k_of_n_steps.mutable_strategy()->set_sync(true);
+  k_of_n_steps.mutable_strategy()->set_replicas_to_aggregate(1);
+  k_of_n_steps.mutable_strategy()->set_steps_per_execution(4);
+  s = jm->Submit(k_of_n_steps);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(absl::StrContains(s.status().message(), "replicas_to_aggregate 1")) << s.status();
+
   EXPECT_TRUE(jm->List().empty());
   EXPECT_EQ(jm->Get("job-404").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(jm->Cancel("job-404").code(), absl::StatusCode::kNotFound);

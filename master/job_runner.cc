@@ -185,8 +185,9 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
     };
   } else {
     const int64_t total = job_.steps() > 0 ? job_.steps() : source.batches_per_epoch * job_.epochs();
-    async = std::make_unique<AsyncReplicas>(session, rg, total, step_examples, &cancelled_);
-    source.step = [&](int64_t) { return async->Next(); };
+    async = std::make_unique<AsyncReplicas>(session, rg, total, step_examples,
+                                            std::max(1, job_.strategy().steps_per_execution()), &cancelled_);
+    source.step = [&](int64_t max_steps) { return async->Next(max_steps); };
   }
   if (!plan.eval_correct.empty()) {
     source.evaluate = [&, out = std::vector<Tensor>()]() mutable -> absl::StatusOr<EvalResult> {
@@ -231,8 +232,13 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
 }
 
 JobRunner::AsyncReplicas::AsyncReplicas(MasterSession* session, const ReplicatedGraph& rg, int64_t total_steps,
-                                        int64_t step_examples, const std::atomic<bool>* cancelled)
-    : session_(session), step_examples_(step_examples), cancelled_(cancelled), remaining_(total_steps) {
+                                        int64_t step_examples, int64_t steps_per_call,
+                                        const std::atomic<bool>* cancelled)
+    : session_(session),
+      step_examples_(step_examples),
+      steps_per_call_(steps_per_call),
+      cancelled_(cancelled),
+      remaining_(total_steps) {
   for (size_t r = 0; r < rg.replicas.size(); ++r) {
     threads_.emplace_back([this, names = rg.replicas[r]] { Loop(names); });
   }
@@ -249,13 +255,15 @@ JobRunner::AsyncReplicas::~AsyncReplicas() {
 void JobRunner::AsyncReplicas::Loop(const ReplicaNames& names) {
   std::vector<Tensor> out;
   for (;;) {
+    int64_t n = 0;
     {
       absl::MutexLock lock(&mu_);
       if (remaining_ <= 0 || cancelled_->load()) return;
-      --remaining_;  // a ticket: exactly total_steps steps run
+      n = std::min(steps_per_call_, remaining_);
+      remaining_ -= n;  // tickets: exactly total_steps steps run
       ++active_;
     }
-    absl::Status s = session_->Run({}, {names.loss}, {names.train_op}, &out);
+    absl::Status s = session_->Run({}, {names.loss}, {names.train_op}, &out, static_cast<int>(n));
     absl::MutexLock lock(&mu_);
     --active_;
     if (!s.ok()) {
@@ -263,7 +271,7 @@ void JobRunner::AsyncReplicas::Loop(const ReplicaNames& names) {
       remaining_ = 0;  // the first failure ends the job
       return;
     }
-    done_.push_back(StepResult{out[0].data<float>()[0], step_examples_, 1});
+    done_.push_back(StepResult{out[0].data<float>()[0], n * step_examples_, n});
   }
 }
 
@@ -271,7 +279,7 @@ bool JobRunner::AsyncReplicas::Ready() const {
   return !done_.empty() || cancelled_->load() || (remaining_ <= 0 && active_ == 0);
 }
 
-absl::StatusOr<StepResult> JobRunner::AsyncReplicas::Next() {
+absl::StatusOr<StepResult> JobRunner::AsyncReplicas::Next(int64_t max_steps) {
   absl::MutexLock lock(&mu_);
   // A cancel sets an atomic without this mutex, so wake up to look.
   while (!mu_.AwaitWithTimeout(absl::Condition(this, &AsyncReplicas::Ready), absl::Milliseconds(100))) {
@@ -280,7 +288,15 @@ absl::StatusOr<StepResult> JobRunner::AsyncReplicas::Next() {
     if (cancelled_->load()) return absl::CancelledError("job cancelled");
     return absl::InternalError("the asynchronous replicas stopped before the job's last step");
   }
-  absl::StatusOr<StepResult> r = std::move(done_.front());
+  absl::StatusOr<StepResult>& front = done_.front();
+  if (front.ok() && front->steps > max_steps && max_steps > 0) {
+    // Hand out the part that fits (an epoch ends inside this dispatch).
+    StepResult part{front->loss, front->examples / front->steps * max_steps, max_steps};
+    front->examples -= part.examples;
+    front->steps -= max_steps;
+    return part;
+  }
+  absl::StatusOr<StepResult> r = std::move(front);
   done_.pop_front();
   return r;
 }

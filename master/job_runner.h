@@ -64,10 +64,14 @@ class JobRunner {
   // training loop their results in the order they finish.
   class AsyncReplicas {
    public:
+    // Each replica runs up to `steps_per_call` steps per dispatch
+    // (steps_per_execution).
     AsyncReplicas(MasterSession* session, const ReplicatedGraph& rg, int64_t total_steps, int64_t step_examples,
-                  const std::atomic<bool>* cancelled);
+                  int64_t steps_per_call, const std::atomic<bool>* cancelled);
     ~AsyncReplicas();  // stops handing out steps and joins the threads
-    absl::StatusOr<StepResult> Next();
+    // The next finished steps, at most `max_steps` of them: a dispatch of
+    // more is handed out in parts (all with its loss).
+    absl::StatusOr<StepResult> Next(int64_t max_steps);
 
    private:
     void Loop(const ReplicaNames& names);
@@ -75,6 +79,7 @@ class JobRunner {
 
     MasterSession* const session_;
     const int64_t step_examples_;
+    const int64_t steps_per_call_;
     const std::atomic<bool>* const cancelled_;
     absl::Mutex mu_;
     int64_t remaining_ ABSL_GUARDED_BY(mu_);

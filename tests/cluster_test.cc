@@ -190,14 +190,16 @@ TEST_F(ClusterTest, JobsWithEachStrategyComplete) {
   };
   for (const Case& c : {Case{StrategySpec::PARAMETER_SERVER, true, 1}, Case{StrategySpec::PARAMETER_SERVER, false, 1},
                         Case{StrategySpec::MULTI_WORKER_MIRRORED, true, 1},
-                        Case{StrategySpec::MULTI_WORKER_MIRRORED, true, 4}}) {
+                        Case{StrategySpec::MULTI_WORKER_MIRRORED, true, 4},
+                        Case{StrategySpec::PARAMETER_SERVER, false, 4}}) {
     SCOPED_TRACE(absl::StrCat(StrategySpec::Kind_Name(c.kind), c.sync ? " sync" : " async",
                               " steps_per_execution ", c.steps_per_execution));
     JobSpec job = Job(data, 3);
     job.set_batch_size(16);  // 8 per replica
     job.mutable_strategy()->set_kind(c.kind);
     job.mutable_strategy()->set_sync(c.sync);
-    // 30 steps an epoch: seven runs of 4 steps and one of 2 per epoch.
+    // Sync, 30 steps an epoch: seven runs of 4 steps and one of 2 per epoch;
+    // async, 60 replica steps an epoch, dispatched 4 at a time per replica.
     job.mutable_strategy()->set_steps_per_execution(c.steps_per_execution);
     auto id = client_->SubmitJob(job);
     ASSERT_TRUE(id.ok()) << id.status();
