@@ -77,7 +77,7 @@ build() {
   # Bazel keeps symbols (--strip=never); the copies need none.
   strip --strip-unneeded "$bundle"/bin/* "$bundle"/tests/* "$bundle"/lib/* 2>/dev/null || true
   cp "$data"/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz "$bundle/data/"
-  cp "$REPO/examples/fmnist_mlp.pbtxt" "$REPO/examples/fmnist_cnn.pbtxt" "$bundle/jobs/"
+  cp "$REPO"/examples/fmnist_*.pbtxt "$bundle/jobs/"
   git -C "$REPO" rev-parse --short HEAD > "$bundle/COMMIT" 2>/dev/null || echo unknown > "$bundle/COMMIT"
   # Binaries and libraries compress about 3x; the data is gzip already.
   tar -cJf "$bundle/binaries.tar.xz" -C "$bundle" bin tests lib
@@ -168,6 +168,26 @@ run() {
     else
       echo "torch $model failed:"; tail -20 "$work/torch.$model.err"; failed=1
     fi
+  done
+  echo "== distributed: weft local on the GPU (tensors crossing processes)" >&2
+  # Each worker opens GPU:0 (here both share the one GPU): the replicas'
+  # compute goes there, the ps keeps the variables on its CPU, so gradients
+  # and weights cross processes as GPU -> pinned host -> RecvTensor -> GPU.
+  local kind args
+  for kind in parameter_server multi_worker_mirrored; do
+    job="$work/local_$kind.pbtxt"
+    sed -e "s|^\( *dir:\).*|\1 \"$bundle/data\"|" -e "/^epochs:/d" -e "/^steps:/d" \
+      "$bundle/jobs/fmnist_mlp_$kind.pbtxt" > "$job"
+    echo "steps: 300" >> "$job"
+    args=(--workers=2); [ "$kind" = parameter_server ] && args+=(--ps=1)
+    mkdir -p "$work/local_$kind"
+    if timeout 180 "$bundle/bin/weft" local "${args[@]}" --log_dir="$work/local_$kind" "$job" --output=json \
+        > "$work/local_$kind.json" 2> "$work/local_$kind.err"; then
+      echo "weft-local $kind $(grep -m1 '^{' "$work/local_$kind.json")" | tee -a "$runs"
+    else
+      echo "weft local $kind failed:"; tail -20 "$work/local_$kind.err"; tail -5 "$work/local_$kind"/*.log; failed=1
+    fi
+    grep -h "has /job" "$work/local_$kind"/*.log 2>/dev/null | sed 's/^/  /' | head -4 || true
   done
   "$PYTHON" "$REPO/bench/gpu/gpu_md.py" --runs "$runs" --tests "$results" --commit "$(cat "$bundle/COMMIT")" \
     --markdown "$out" || failed=1

@@ -59,6 +59,14 @@ bool UpdatesHaveGpuKernels() {
   return true;
 }
 
+// The first CPU of `d`'s task, or -1.
+int CpuOfTask(const std::vector<DeviceName>& avail, const DeviceName& d) {
+  for (size_t i = 0; i < avail.size(); ++i) {
+    if (avail[i].job == d.job && avail[i].task == d.task && avail[i].type == "CPU") return static_cast<int>(i);
+  }
+  return -1;
+}
+
 // The GPU:0 of the default device's task, or -1.
 int GpuOfDefaultTask(const std::vector<DeviceName>& avail, int default_index) {
   const DeviceName& cpu = avail[default_index];
@@ -155,10 +163,12 @@ absl::Status PlaceGraph(Graph* g, const std::vector<std::string>& devices, const
     grp.requesters.push_back(i);
   }
 
-  // Groups that may run on the default task's GPU: every member has a GPU kernel.
+  // Groups that may run on a GPU: every member has a GPU kernel.
   const int gpu_index = options.prefer_gpu && HasGpuKernel() ? GpuOfDefaultTask(avail, default_index) : -1;
   std::map<int, bool> gpu_ok;  // root -> all members have GPU kernels
-  if (gpu_index >= 0) {
+  bool any_gpu = false;
+  for (const DeviceName& d : avail) any_gpu = any_gpu || d.type == "GPU";
+  if (any_gpu && HasGpuKernel()) {
     const bool updates_ok = UpdatesHaveGpuKernels();
     for (int i = 0; i < n; ++i) {
       auto [it, inserted] = gpu_ok.emplace(groups.Find(i), true);
@@ -176,6 +186,13 @@ absl::Status PlaceGraph(Graph* g, const std::vector<std::string>& devices, const
     int chosen = -1;
     for (size_t d = 0; d < avail.size() && chosen < 0; ++d) {
       if (DeviceName::IsCompatible(grp.merged, avail[d])) chosen = static_cast<int>(d);
+    }
+    // Soft placement: a group asked onto a GPU with a member that has no GPU
+    // kernel (an input pipeline a strategy put on a replica's device) runs
+    // on that task's CPU instead.
+    if (chosen >= 0 && avail[chosen].type == "GPU" && HasGpuKernel() && !gpu_ok[root]) {
+      const int cpu = CpuOfTask(avail, avail[chosen]);
+      if (cpu >= 0) chosen = cpu;
     }
     if (chosen < 0) {
       const Node* who = g->node(grp.requesters.front());

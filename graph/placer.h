@@ -30,6 +30,8 @@
 //    Variable goes to the GPU only when every in-place update op (Apply*)
 //    has a GPU kernel too, so a variable lands on the same device whichever
 //    subgraph (training step, evaluation) is placed.
+//  * Soft placement: a group that asks for a GPU but has a member without a
+//    GPU kernel goes to the first CPU of that GPU's task instead.
 // Every node is (re)assigned; requested devices are left as they were. The
 // result depends only on the graph and the arguments.
 //

@@ -37,6 +37,10 @@ class Device {
   // Non-null for a device whose kernels must not run concurrently (a GPU's
   // one stream and library handles): the executor holds it around Compute.
   virtual absl::Mutex* compute_mutex() { return nullptr; }
+  // Prepares the calling thread to run this device's kernels (a GPU makes
+  // itself the thread's current CUDA device); the executor calls it, under
+  // compute_mutex(), before each kernel.
+  virtual void BindThread() {}
   // False when this device's tensors live in device memory (a GPU).
   bool host_memory() { return allocator()->on_host(); }
   // A host copy of `t` once the work producing it is done; `t` itself when it

@@ -159,6 +159,7 @@ bool Executor::Impl::Process(RunState* s, int i, absl::InlinedVector<int, 8>* re
   if (absl::Mutex* mu = device->compute_mutex()) {
     // A GPU: one stream and one set of library handles, so one kernel at a time.
     absl::MutexLock lock(mu);
+    device->BindThread();
     item.kernel->Compute(&ctx);
   } else {
     item.kernel->Compute(&ctx);

@@ -49,6 +49,16 @@ def main():
         rows.append(f"| {MODELS[model]} | {ws:,.0f} (acc {w['test_accuracy']:.3f}, {w['epochs']} ep) | "
                     f"{ts:,.0f} (acc {t['test_accuracy']:.3f}, {t['epochs']} ep) | **{ratio:.2f}x** | "
                     f"{goal:.1f}x {'met' if ratio >= goal else 'not met'} |")
+    local_rows = []
+    for kind in ("parameter_server", "multi_worker_mirrored"):
+        r = runs.get(("weft-local", kind))
+        if r is None:
+            continue
+        sps = r.get("samples_per_second", 0)
+        local_rows.append(f"| {kind.upper()} (2 workers{', 1 ps' if kind == 'parameter_server' else ''}) | "
+                          f"{r.get('state', '?')} | {sps:,.0f} |")
+        if r.get("state") != "SUCCEEDED":
+            ok = False
     test_rows = [f"| {t[0]} | {t[1]} | {' '.join(t[2:])} |" for t in tests]
     if any(t[1] != "PASS" for t in tests):
         ok = False
@@ -72,6 +82,15 @@ cross-device _Send/_Recv, training on the GPU, NCCL):
 | test binary | result | cases |
 |---|---|---|
 """ + "\n".join(test_rows) + "\n"
+    if local_rows:
+        md += """
+`weft local` on the same GPU, the MLP for 300 steps (both workers share the
+one GPU; replicas compute there, so tensors cross processes as GPU -> pinned
+host -> RecvTensor -> GPU):
+
+| strategy | state | samples/s |
+|---|---|---|
+""" + "\n".join(local_rows) + "\n"
     with open(a.markdown, "w", encoding="utf-8") as f:
         f.write(md)
     print(md)

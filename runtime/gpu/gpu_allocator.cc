@@ -35,7 +35,10 @@ Buffer* GpuAllocator::Allocate(size_t bytes) {
     b->Ref();  // refs_ was left at 0 when it was released
     return b;
   }
-  cudaSetDevice(ordinal_);
+  // On the allocator's GPU, leaving the thread's current device as it was.
+  int previous = -1;
+  cudaGetDevice(&previous);
+  if (previous != ordinal_) cudaSetDevice(ordinal_);
   void* ptr = nullptr;
   cudaError_t e = cudaMalloc(&ptr, cls);
   if (e == cudaErrorMemoryAllocation) {
@@ -47,6 +50,7 @@ Buffer* GpuAllocator::Allocate(size_t bytes) {
     Logger("gpu")->warn("GPU:{} out of memory for {} bytes; freed {} cached bytes and retrying", ordinal_, cls, freed);
     e = cudaMalloc(&ptr, cls);
   }
+  if (previous >= 0 && previous != ordinal_) cudaSetDevice(previous);
   if (e != cudaSuccess) {
     cudaGetLastError();
     throw std::bad_alloc();

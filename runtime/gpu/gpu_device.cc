@@ -107,6 +107,7 @@ void GpuDevice::ThenExecute(cudaStream_t stream, std::function<void()> fn) {
 }
 
 void GpuDevice::ThenExecute(cudaStream_t stream, std::function<void(absl::Status)> fn) {
+  MakeCurrent().IgnoreError();  // events belong to the device current when they are made
   cudaError_t recorded = cudaSuccess;
   {
     absl::MutexLock lock(&completion_mu_);
@@ -183,12 +184,17 @@ Allocator* GpuDevice::allocator() { return allocator_.get(); }
 Allocator* GpuDevice::pinned_allocator() { return pinned_.get(); }
 
 absl::Status GpuDevice::MakeCurrent() const {
+  // cudaGetDevice reads the runtime's thread-local state: far cheaper than
+  // cudaSetDevice, and right whoever changed the device last.
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaSuccess && current == ordinal_) return absl::OkStatus();
   WEFT_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
   return absl::OkStatus();
 }
 
 absl::Status GpuDevice::CopyHostToDevice(const void* host, void* dev, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(MakeCurrent());
   absl::MutexLock lock(&h2d_mu_);
   // `dev` may be a block that earlier kernels still read (stream-ordered
   // reuse): the copy waits for them, and later kernels wait for the copy.
@@ -202,6 +208,7 @@ absl::Status GpuDevice::CopyHostToDevice(const void* host, void* dev, size_t byt
 
 absl::Status GpuDevice::CopyDeviceToHost(const void* dev, void* host, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(MakeCurrent());
   absl::MutexLock lock(&d2h_mu_);
   WEFT_CUDA_RETURN_IF_ERROR(cudaEventRecord(d2h_ready_, compute_));
   WEFT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(d2h_, d2h_ready_, 0));
@@ -212,6 +219,7 @@ absl::Status GpuDevice::CopyDeviceToHost(const void* dev, void* host, size_t byt
 
 absl::Status GpuDevice::CopyDeviceToDevice(const void* src, void* dst, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(MakeCurrent());
   WEFT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_));
   return absl::OkStatus();
 }
@@ -227,6 +235,7 @@ void GpuDevice::CopyToHostAsync(const Tensor& dev, std::function<void(absl::Stat
   absl::StatusOr<Tensor> host = Tensor::Allocate(dev.dtype(), dev.shape(), pinned_.get());
   if (!host.ok()) return done(host.status(), Tensor());
   absl::Status s = [&]() -> absl::Status {
+    RETURN_IF_ERROR(MakeCurrent());
     absl::MutexLock lock(&d2h_mu_);
     WEFT_CUDA_RETURN_IF_ERROR(cudaEventRecord(d2h_ready_, compute_));
     WEFT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(d2h_, d2h_ready_, 0));
@@ -264,6 +273,7 @@ absl::StatusOr<Tensor> GpuDevice::CopyFromHost(const Tensor& host) {
 }
 
 absl::Status GpuDevice::Synchronize() {
+  RETURN_IF_ERROR(MakeCurrent());
   WEFT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
   return absl::OkStatus();
 }

@@ -138,9 +138,10 @@ class GpuDevice final : public Device {
   void ThenExecute(cudaStream_t stream, std::function<void()> fn);
   // The same, with the CUDA status of the wait ("cudaEventSynchronize: ...").
   void ThenExecute(cudaStream_t stream, std::function<void(absl::Status)> fn);
-  // Makes the calling thread's current device this GPU (cudaSetDevice); the
-  // executor's threads call it before running kernels.
+  // Makes this GPU the calling thread's current CUDA device (a cheap check
+  // when it already is).
   absl::Status MakeCurrent() const;
+  void BindThread() override { MakeCurrent().IgnoreError(); }
 
  private:
   GpuDevice(std::string name, int ordinal);

@@ -87,6 +87,20 @@ TEST(GpuPlacementTest, NoGpuInTheClusterMeansCpu) {
   for (const auto& [node, device] : DeviceOf(*tg->graph)) EXPECT_EQ(device, kCpu) << node;
 }
 
+TEST(GpuPlacementTest, AnOpWithoutAGpuKernelAskedOntoTheGpuRunsOnItsTasksCpu) {
+  Graph g;
+  GraphBuilder b(&g);
+  b.set_device("/job:worker/task:1/device:GPU:0");  // as a strategy asks for a replica's device
+  Output x = b.Placeholder(DType::kFloat32, {2}, "x");
+  Output y = b.Op("Relu", {x}, {}, "y");
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  const std::vector<std::string> devices = {"/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0",
+                                            "/job:worker/task:1/device:GPU:0"};
+  ASSERT_TRUE(PlaceGraph(&g, devices, devices[0]).ok());
+  EXPECT_EQ(g.FindNode("x")->assigned_device(), "/job:worker/task:1/device:CPU:0");
+  EXPECT_EQ(g.FindNode("y")->assigned_device(), "/job:worker/task:1/device:GPU:0");
+}
+
 TEST(GpuExecutorTest, FeedsGoInFetchesComeBackAndWarmStepsDoNotAllocate) {
   GpuDevice* gpu = TestGpu();
   if (gpu == nullptr) GTEST_SKIP() << "no GPU visible";
