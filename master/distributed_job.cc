@@ -99,7 +99,8 @@ absl::Status Rewire(GraphDef* g, const std::string& name, const std::string& sou
 }  // namespace
 
 absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const TrainingGraph& training,
-                                                   const std::vector<std::string>& devices) {
+                                                   const std::vector<std::string>& devices,
+                                                   const NcclIdGenerator& new_nccl_id) {
   ASSIGN_OR_RETURN(Cluster cluster, ReadCluster(devices));
   const StrategySpec& spec = job.strategy();
   StrategyOptions o;
@@ -109,6 +110,7 @@ absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const Tra
   o.max_shard_bytes = spec.max_shard_bytes();
   o.replicas_to_aggregate = spec.replicas_to_aggregate();
   o.group_key = 1;
+  o.new_nccl_id = new_nccl_id;
   if (spec.replicas_to_aggregate() != 0 && (spec.kind() != StrategySpec::PARAMETER_SERVER || !spec.sync())) {
     return Missing(job, absl::StrCat("does not take replicas_to_aggregate (", spec.replicas_to_aggregate(),
                                      "): it applies to kind PARAMETER_SERVER with sync: true only"));

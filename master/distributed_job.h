@@ -10,6 +10,9 @@
 //   MIRRORED, CENTRAL_STORAGE  the devices of worker 0 (num_devices of them,
 //     default all; `weft worker --cpu_devices=N` gives a task N CPUs), with
 //     CENTRAL_STORAGE's variables on its first CPU.
+// A task's GPUs come before its CPUs, so workers with GPUs hold GPU replicas;
+// MULTI_WORKER_MIRRORED replicas all on GPUs all-reduce through NCCL when
+// new_nccl_id is given (master/strategy.h).
 // The job's batch_size is the global batch, split evenly across replicas
 // (with replicas_to_aggregate k, a global step trains on k of those shares).
 //
@@ -50,8 +53,11 @@ struct DistributedPlan {
 // workers, devices), the global batch does not split evenly, or
 // replicas_to_aggregate is outside [0, replicas] or set for another strategy
 // than sync PARAMETER_SERVER; the message names the strategy and what is wrong.
+// `new_nccl_id` goes to StrategyOptions::new_nccl_id (the master passes
+// NewNcclUniqueId when built with NCCL; tests a fake or nothing).
 absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const TrainingGraph& training,
-                                                   const std::vector<std::string>& devices);
+                                                   const std::vector<std::string>& devices,
+                                                   const NcclIdGenerator& new_nccl_id = nullptr);
 
 }  // namespace master
 }  // namespace weft

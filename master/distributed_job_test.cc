@@ -3,6 +3,7 @@
 // what the strategy needs.
 #include "master/distributed_job.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "graph/attr.h"
 #include "graph/lowering.h"
+#include "graph/partition.h"
 #include "gtest/gtest.h"
 
 namespace weft {
@@ -123,6 +125,62 @@ TEST(DistributedJobTest, ReplicasToAggregateIsCheckedAgainstTheReplicasAndTheStr
   plan = PlanDistributedJob(mirrored, *tg, kDevices);
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(plan.status().message(), "MULTI_WORKER_MIRRORED")) << plan.status();
+}
+
+// Workers with a GPU hold MULTI_WORKER_MIRRORED's replicas on it; the
+// master's NCCL id reaches every all-reduce and stays on the node when the
+// graph is partitioned per device (what each worker receives).
+TEST(DistributedJobTest, GpuReplicasAllReduceWithTheMastersNcclIdInEveryPartition) {
+  const std::vector<std::string> devices = {
+      "/job:worker/task:0/device:CPU:0", "/job:worker/task:0/device:GPU:0", "/job:worker/task:1/device:CPU:0",
+      "/job:worker/task:1/device:GPU:0"};
+  const JobSpec job = Job(StrategySpec::MULTI_WORKER_MIRRORED);
+  auto tg = LowerJob(job);
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  int calls = 0;
+  const NcclIdGenerator fake = [&calls]() -> absl::StatusOr<std::string> {
+    return absl::StrCat("fake-nccl-id-", ++calls);
+  };
+  auto plan = PlanDistributedJob(job, *tg, devices, fake);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(plan->replicated.num_nccl_groups, 1);
+  auto g = Graph::FromGraphDef(plan->graph);
+  ASSERT_TRUE(g.ok()) << g.status();
+  int all_reduces = 0;
+  for (const std::unique_ptr<Node>& n : (*g)->nodes()) {
+    n->set_assigned_device(n->def().device());
+    if (n->op() != "CollectiveAllReduce") continue;
+    ++all_reduces;
+    EXPECT_TRUE(absl::StrContains(n->def().device(), "/device:GPU:0")) << n->name();
+  }
+  EXPECT_EQ(all_reduces, 2 * plan->replicated.num_buckets);
+  auto parts = PartitionGraph(**g);
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  int seen = 0;
+  for (const std::string& gpu : {devices[1], devices[3]}) {
+    ASSERT_TRUE(parts->count(gpu)) << gpu;
+    for (const NodeDef& n : parts->at(gpu).node()) {
+      if (n.op() != "CollectiveAllReduce") continue;
+      ++seen;
+      EXPECT_EQ(GetStringAttrOr(n, "nccl_unique_id", "").value_or(""), "fake-nccl-id-1") << n.name();
+    }
+  }
+  EXPECT_EQ(seen, all_reduces);
+
+  // CPU replicas keep the gRPC ring; MIRRORED averages in process (AddN)
+  // and has no all-reduce to give an id.
+  for (auto [kind, cluster] : {std::pair{StrategySpec::MULTI_WORKER_MIRRORED, kDevices},
+                               std::pair{StrategySpec::MIRRORED, devices}}) {
+    SCOPED_TRACE(StrategySpec::Kind_Name(kind));
+    const JobSpec other = Job(kind);
+    calls = 0;
+    plan = PlanDistributedJob(other, *tg, cluster, fake);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(calls, 0);
+    EXPECT_EQ(plan->replicated.num_nccl_groups, 0);
+    for (const NodeDef& n : plan->graph.node()) EXPECT_FALSE(n.attr().contains("nccl_unique_id")) << n.name();
+  }
 }
 
 }  // namespace

@@ -12,6 +12,9 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "runtime/data/dataset.h"
+#if WEFT_WITH_NCCL
+#include "runtime/gpu/nccl_communicators.h"
+#endif
 
 namespace weft {
 namespace master {
@@ -20,6 +23,17 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+
+// The NCCL unique ids of all-reduce groups on GPUs. Made here because the
+// maker hosts NCCL's bootstrap root until every rank has joined, and the
+// master outlives the job's workers' setup; a build without NCCL makes none.
+NcclIdGenerator NcclIdsOfThisBuild() {
+#if WEFT_WITH_NCCL
+  return [] { return gpu::NewNcclUniqueId(); };
+#else
+  return nullptr;
+#endif
+}
 
 }  // namespace
 
@@ -126,7 +140,15 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
   ASSIGN_OR_RETURN(std::vector<DeviceAttributes> attrs, ListClusterDevices(workers_));
   std::vector<std::string> devices;
   for (const DeviceAttributes& a : attrs) devices.push_back(a.name());
-  ASSIGN_OR_RETURN(DistributedPlan plan, PlanDistributedJob(job_, training_, devices));
+  ASSIGN_OR_RETURN(DistributedPlan plan, PlanDistributedJob(job_, training_, devices, NcclIdsOfThisBuild()));
+  if (plan.replicated.num_nccl_groups > 0) {
+    Logger("master")->info("job '{}': {} all-reduce group(s) on GPUs reduce through NCCL", job_.name(),
+                           plan.replicated.num_nccl_groups);
+  }
+  if (!plan.replicated.nccl_id_status.ok()) {
+    Logger("master")->warn("job '{}': {}; those GPUs all-reduce through host copies and the gRPC ring instead",
+                           job_.name(), plan.replicated.nccl_id_status.ToString());
+  }
   // The master reads the training split only to count it (the epoch's steps).
   const std::vector<int64_t> shape(training_.example_shape.dims().begin(), training_.example_shape.dims().end());
   const int64_t num_classes = job_.has_model() ? job_.model().num_classes() : 0;

@@ -1,8 +1,11 @@
 #include "master/strategy.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -11,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "graph/attr.h"
+#include "graph/device_name.h"
 
 namespace weft {
 namespace master {
@@ -38,6 +42,11 @@ int64_t VariableBytes(const NodeDef& v) {
 std::string TaskOf(const std::string& device) {
   const size_t d = device.find("/device:");
   return d == std::string::npos ? device : device.substr(0, d);
+}
+
+bool OnGpu(const std::string& device) {
+  absl::StatusOr<DeviceName> d = DeviceName::Parse(device);
+  return d.ok() && d->type == "GPU";
 }
 
 class Rewriter {
@@ -103,6 +112,8 @@ class Rewriter {
       out.variable_device[var] = out.graph->FindNode(node)->def().device();
     }
     out.num_buckets = num_buckets_;
+    out.num_nccl_groups = num_nccl_groups_;
+    out.nccl_id_status = nccl_id_status_;
     out.replicas_to_aggregate = options_.replicas_to_aggregate;
     return out;
   }
@@ -295,6 +306,7 @@ class Rewriter {
           SetAttr(ar, Attr("group_tasks", group_tasks));
         }
       }
+      SetNcclIds();
     } else {
       // In-process all-reduce: the mean on the first device, read by all.
       for (const Update& u : updates_) {
@@ -309,6 +321,49 @@ class Rewriter {
     train_op_ = "train";
     train_targets_ = replica_train_;
     MeanLoss();
+  }
+
+  // Gives each all-reduce group (group_key, group_tasks) of two or more
+  // ranks, all on GPUs, one NCCL unique id on all its nodes: the workers
+  // cache a communicator per (GPU, group_key, rank, size, id), so every
+  // bucket of the group shares one communicator. Ops on one communicator
+  // must be issued in the same order on every rank, and the dataflow alone
+  // does not fix the order of independent buckets, so each replica's
+  // buckets are chained by control edges, the highest instance first
+  // (backprop reaches the last updates' gradients first).
+  void SetNcclIds() {
+    if (!options_.new_nccl_id) return;
+    std::map<std::pair<int64_t, std::string>, std::vector<NodeDef*>> groups;
+    for (NodeDef& n : *out_.mutable_node()) {
+      if (n.op() != "CollectiveAllReduce") continue;
+      const int64_t key = GetIntAttr(n, "group_key").value_or(0);
+      groups[{key, GetStringAttrOr(n, "group_tasks", "").value_or("")}].push_back(&n);
+    }
+    for (auto& [group, nodes] : groups) {
+      const bool nccl = std::all_of(nodes.begin(), nodes.end(), [](const NodeDef* n) {
+        return OnGpu(n->device()) && GetIntAttr(*n, "group_size").value_or(1) > 1;
+      });
+      if (!nccl) continue;
+      absl::StatusOr<std::string> id = options_.new_nccl_id();
+      if (!id.ok()) {
+        nccl_id_status_ = absl::Status(id.status().code(),
+                                       absl::StrCat("NCCL unique id for all-reduce group ", group.first, " (",
+                                                    group.second, "): ", id.status().message()));
+        continue;
+      }
+      std::map<std::string, std::vector<NodeDef*>> by_device;
+      for (NodeDef* n : nodes) {
+        SetAttr(n, Attr("nccl_unique_id", *id));
+        by_device[n->device()].push_back(n);
+      }
+      for (auto& [device, chain] : by_device) {
+        std::stable_sort(chain.begin(), chain.end(), [](const NodeDef* a, const NodeDef* b) {
+          return GetIntAttr(*a, "instance_key").value_or(0) > GetIntAttr(*b, "instance_key").value_or(0);
+        });
+        for (size_t i = 1; i < chain.size(); ++i) chain[i]->add_input("^" + chain[i - 1]->name());
+      }
+      ++num_nccl_groups_;
+    }
   }
 
   // Variables (and their updates) on variable_devices, spread by bytes: the
@@ -574,6 +629,8 @@ class Rewriter {
   std::vector<std::string> train_targets_;
   std::string loss_;
   int num_buckets_ = 0;
+  int num_nccl_groups_ = 0;
+  absl::Status nccl_id_status_;
 };
 
 }  // namespace

@@ -14,7 +14,12 @@
 //     gradients feeding the updates are grouped into buckets of about
 //     fusion_bytes, in a fixed order, and each bucket goes through one
 //     CollectiveAllReduce (mean) per replica, so every copy gets the same
-//     update.
+//     update. When every replica of a group of several is on a GPU and
+//     options.new_nccl_id is set, each of the group's all-reduces carries
+//     the group's one NCCL unique id (attr nccl_unique_id), so the workers
+//     reduce through NCCL instead of the gRPC ring, and each replica's
+//     buckets are chained by control edges (the last bucket first) so every
+//     rank issues them to the shared communicator in the same order.
 //   MIRRORED  copies of each variable on each local device of one task
 //     (distinct names, identical initial values via init_name); the mean
 //     gradient is summed in process (AddN, scaled by 1/N) on the first
@@ -42,16 +47,19 @@
 // Sync strategies end in one `train` target that runs every replica, and a
 // `loss` that is the mean of the replicas' losses.
 //
-// Thread-safety: ApplyStrategy is a pure function.
+// Thread-safety: ApplyStrategy is a pure function but for the calls it makes
+// to options.new_nccl_id.
 #ifndef WEFT_MASTER_STRATEGY_H_
 #define WEFT_MASTER_STRATEGY_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "graph/graph.h"
 #include "graph/lowering.h"
@@ -59,6 +67,11 @@
 
 namespace weft {
 namespace master {
+
+// Makes a fresh NCCL unique id in NewNcclUniqueId's encoding
+// (runtime/gpu/nccl_communicators.h). The process that makes an id hosts
+// NCCL's bootstrap root for it and must outlive the ranks' joining.
+using NcclIdGenerator = std::function<absl::StatusOr<std::string>()>;
 
 struct StrategyOptions {
   StrategySpec::Kind kind = StrategySpec::NONE;
@@ -82,6 +95,12 @@ struct StrategyOptions {
   // replicas; k in [1, N] aggregates the first k gradients per global step
   // on the ps (see above).
   int replicas_to_aggregate = 0;
+  // MULTI_WORKER_MIRRORED: called once per all-reduce group of two or more
+  // replicas, all on GPUs, for the id every rank's communicator is made
+  // from (one id, so one communicator, for all of the group's buckets).
+  // Empty (tests, a build without NCCL): no ids, and the GPUs reduce
+  // through host copies and the gRPC ring, as CPU replicas always do.
+  NcclIdGenerator new_nccl_id;
 };
 
 struct ReplicaNames {
@@ -115,6 +134,10 @@ struct ReplicatedGraph {
   std::map<std::string, std::string> variable_device;
   // Number of CollectiveAllReduce buckets per replica (mirrored across tasks).
   int num_buckets = 0;
+  // All-reduce groups given an NCCL unique id; and, when new_nccl_id failed
+  // for a group (which then takes the gRPC ring), its error.
+  int num_nccl_groups = 0;
+  absl::Status nccl_id_status;
   // StrategyOptions::replicas_to_aggregate: 0, or k of the accumulator mode.
   int replicas_to_aggregate = 0;
 };

@@ -14,9 +14,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "google/protobuf/text_format.h"
+#include "graph/attr.h"
 #include "graph/builder.h"
 #include "graph/lowering.h"
 #include "gtest/gtest.h"
@@ -398,6 +400,104 @@ TEST(StrategyTest, MultiWorkerMirroredFusesGradientsIntoOrderedBuckets) {
   const Node* w1 = rg->graph->FindNode(ReplicaName(1, tg->variables[0]));
   ASSERT_NE(w1, nullptr);
   EXPECT_EQ(w1->def().attr().at("shared_name").s(), tg->variables[0]);
+}
+
+// The CollectiveAllReduce nodes of a replicated graph.
+std::vector<const Node*> AllReduces(const ReplicatedGraph& rg) {
+  std::vector<const Node*> out;
+  for (const auto& n : rg.graph->nodes()) {
+    if (n->op() == "CollectiveAllReduce") out.push_back(n.get());
+  }
+  return out;
+}
+
+// Ids "nccl-id-1", "nccl-id-2", ..., counted in *calls.
+NcclIdGenerator FakeNcclIds(int* calls) {
+  return [calls]() -> absl::StatusOr<std::string> { return absl::StrCat("nccl-id-", ++*calls); };
+}
+
+TEST(StrategyTest, MultiWorkerMirroredOnGpusGivesEachGroupOneNcclIdAndOneBucketOrder) {
+  auto tg = LowerJob(MlpJob("optimizer { sgd { learning_rate: 0.3 } }"));
+  ASSERT_TRUE(tg.ok());
+  int calls = 0;
+  StrategyOptions o;
+  o.kind = StrategySpec::MULTI_WORKER_MIRRORED;
+  for (int t = 0; t < 3; ++t) o.replica_devices.push_back(absl::StrCat("/job:worker/task:", t, "/device:GPU:0"));
+  o.fusion_bytes = 200;  // several buckets
+  o.new_nccl_id = FakeNcclIds(&calls);
+  auto rg = ApplyStrategy(*tg, o);
+  ASSERT_TRUE(rg.ok()) << rg.status();
+  ASSERT_GT(rg->num_buckets, 1);
+  EXPECT_EQ(calls, 1);  // one group, so one id and one communicator per GPU
+  EXPECT_EQ(rg->num_nccl_groups, 1);
+  EXPECT_TRUE(rg->nccl_id_status.ok());
+  const std::vector<const Node*> all_reduces = AllReduces(*rg);
+  ASSERT_EQ(all_reduces.size(), 3u * rg->num_buckets);
+  for (const Node* n : all_reduces) {
+    EXPECT_EQ(*GetStringAttrOr(n->def(), "nccl_unique_id", ""), "nccl-id-1") << n->name();
+  }
+  // Every replica issues its buckets in one order: the last first, each
+  // after the one above it.
+  for (int r = 0; r < 3; ++r) {
+    for (int b = 0; b + 1 < rg->num_buckets; ++b) {
+      const Node* n = rg->graph->FindNode(ReplicaName(r, absl::StrCat("allreduce/bucket_", b)));
+      ASSERT_NE(n, nullptr);
+      const std::string after = "^" + ReplicaName(r, absl::StrCat("allreduce/bucket_", b + 1));
+      EXPECT_NE(std::find(n->def().input().begin(), n->def().input().end(), after), n->def().input().end())
+          << n->name() << " does not follow " << after;
+    }
+  }
+
+  // Another group (another job) gets another id.
+  o.group_key = 2;
+  auto other = ApplyStrategy(*tg, o);
+  ASSERT_TRUE(other.ok()) << other.status();
+  for (const Node* n : AllReduces(*other)) {
+    EXPECT_EQ(*GetStringAttrOr(n->def(), "nccl_unique_id", ""), "nccl-id-2") << n->name();
+  }
+}
+
+TEST(StrategyTest, CpuMixedOrOneReplicaGroupsGetNoNcclId) {
+  auto tg = LowerJob(MlpJob("optimizer { sgd { learning_rate: 0.3 } }"));
+  ASSERT_TRUE(tg.ok());
+  const std::vector<std::vector<std::string>> layouts = {
+      {"/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0"},
+      {"/job:worker/task:0/device:GPU:0", "/job:worker/task:1/device:CPU:0"},
+      {"/job:worker/task:0/device:GPU:0"},
+  };
+  for (const std::vector<std::string>& devices : layouts) {
+    SCOPED_TRACE(absl::StrJoin(devices, ","));
+    int calls = 0;
+    StrategyOptions o;
+    o.kind = StrategySpec::MULTI_WORKER_MIRRORED;
+    o.replica_devices = devices;
+    o.fusion_bytes = 200;
+    o.new_nccl_id = FakeNcclIds(&calls);
+    auto rg = ApplyStrategy(*tg, o);
+    ASSERT_TRUE(rg.ok()) << rg.status();
+    EXPECT_EQ(calls, 0);
+    EXPECT_EQ(rg->num_nccl_groups, 0);
+    for (const Node* n : AllReduces(*rg)) {
+      EXPECT_FALSE(n->def().attr().contains("nccl_unique_id")) << n->name();
+      for (const std::string& in : n->def().input()) EXPECT_FALSE(absl::StartsWith(in, "^")) << n->name();
+    }
+  }
+}
+
+TEST(StrategyTest, AFailedNcclIdLeavesTheGroupOnTheRingAndSaysWhy) {
+  auto tg = LowerJob(MlpJob("optimizer { sgd { learning_rate: 0.3 } }"));
+  ASSERT_TRUE(tg.ok());
+  StrategyOptions o;
+  o.kind = StrategySpec::MULTI_WORKER_MIRRORED;
+  o.replica_devices = {"/job:worker/task:0/device:GPU:0", "/job:worker/task:1/device:GPU:0"};
+  o.new_nccl_id = []() -> absl::StatusOr<std::string> { return absl::UnavailableError("no network interface"); };
+  auto rg = ApplyStrategy(*tg, o);
+  ASSERT_TRUE(rg.ok()) << rg.status();
+  EXPECT_EQ(rg->num_nccl_groups, 0);
+  EXPECT_EQ(rg->nccl_id_status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(rg->nccl_id_status.message(), "no network interface")) << rg->nccl_id_status;
+  EXPECT_TRUE(absl::StrContains(rg->nccl_id_status.message(), "/job:worker/task:1")) << rg->nccl_id_status;
+  for (const Node* n : AllReduces(*rg)) EXPECT_FALSE(n->def().attr().contains("nccl_unique_id")) << n->name();
 }
 
 // Asynchronous replicas step concurrently; the ps serialises each
