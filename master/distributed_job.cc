@@ -236,5 +236,16 @@ absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const Tra
   return plan;
 }
 
+std::string WhyNotNccl(const std::vector<DeviceAttributes>& devices) {
+  absl::flat_hash_map<std::string, std::string> owner;  // desc -> first device
+  for (const DeviceAttributes& d : devices) {
+    if (d.device_type() != "GPU") continue;
+    if (d.physical_device_desc().empty()) return absl::StrCat(d.name(), " does not say which GPU it is");
+    auto [it, fresh] = owner.emplace(d.physical_device_desc(), d.name());
+    if (!fresh) return absl::StrCat(d.name(), " and ", it->second, " are one GPU (", it->first, ")");
+  }
+  return "";
+}
+
 }  // namespace master
 }  // namespace weft

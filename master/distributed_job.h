@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "graph/lowering.h"
 #include "master/strategy.h"
+#include "proto/cluster.pb.h"
 #include "proto/graph.pb.h"
 #include "proto/job.pb.h"
 
@@ -58,6 +59,13 @@ struct DistributedPlan {
 absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const TrainingGraph& training,
                                                    const std::vector<std::string>& devices,
                                                    const NcclIdGenerator& new_nccl_id = nullptr);
+
+// Why NCCL cannot join the cluster's GPUs, or "" when it can: NCCL refuses
+// two ranks on one GPU, so every GPU must report a physical_device_desc (its
+// UUID) that no other GPU device shares, as when two tasks on one machine
+// both open its only GPU. The master then hands out no NCCL id and GPU
+// all-reduces take the gRPC ring on host copies.
+std::string WhyNotNccl(const std::vector<DeviceAttributes>& devices);
 
 }  // namespace master
 }  // namespace weft

@@ -183,6 +183,28 @@ TEST(DistributedJobTest, GpuReplicasAllReduceWithTheMastersNcclIdInEveryPartitio
   }
 }
 
+DeviceAttributes Dev(const std::string& name, const std::string& type, const std::string& desc) {
+  DeviceAttributes a;
+  a.set_name(name);
+  a.set_device_type(type);
+  a.set_physical_device_desc(desc);
+  return a;
+}
+
+// NCCL refuses two ranks on one GPU: two tasks that opened the same GPU (or a
+// GPU that cannot say which it is) keep the cluster off NCCL.
+TEST(WhyNotNcclTest, NeedsEveryGpuDistinctAndIdentified) {
+  const std::string w0 = "/job:worker/task:0/device:", w1 = "/job:worker/task:1/device:";
+  EXPECT_EQ(WhyNotNccl({Dev(w0 + "CPU:0", "CPU", ""), Dev(w1 + "CPU:0", "CPU", "")}), "");
+  EXPECT_EQ(WhyNotNccl({Dev(w0 + "CPU:0", "CPU", ""), Dev(w0 + "GPU:0", "GPU", "GPU-aa"),
+                        Dev(w1 + "GPU:0", "GPU", "GPU-bb")}),
+            "");
+  const std::string shared = WhyNotNccl({Dev(w0 + "GPU:0", "GPU", "GPU-aa"), Dev(w1 + "GPU:0", "GPU", "GPU-aa")});
+  EXPECT_NE(shared.find(w1 + "GPU:0 and " + w0 + "GPU:0 are one GPU (GPU-aa)"), std::string::npos) << shared;
+  const std::string unknown = WhyNotNccl({Dev(w0 + "GPU:0", "GPU", "GPU-aa"), Dev(w1 + "GPU:0", "GPU", "")});
+  EXPECT_NE(unknown.find(w1 + "GPU:0 does not say which GPU"), std::string::npos) << unknown;
+}
+
 }  // namespace
 }  // namespace master
 }  // namespace weft

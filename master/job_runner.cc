@@ -140,7 +140,15 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
   ASSIGN_OR_RETURN(std::vector<DeviceAttributes> attrs, ListClusterDevices(workers_));
   std::vector<std::string> devices;
   for (const DeviceAttributes& a : attrs) devices.push_back(a.name());
-  ASSIGN_OR_RETURN(DistributedPlan plan, PlanDistributedJob(job_, training_, devices, NcclIdsOfThisBuild()));
+  NcclIdGenerator nccl_ids = NcclIdsOfThisBuild();
+  if (nccl_ids != nullptr) {
+    const std::string why_not = WhyNotNccl(attrs);
+    if (!why_not.empty()) {
+      Logger("master")->info("job '{}': no NCCL: {}; GPU all-reduces take the gRPC ring", job_.name(), why_not);
+      nccl_ids = nullptr;
+    }
+  }
+  ASSIGN_OR_RETURN(DistributedPlan plan, PlanDistributedJob(job_, training_, devices, nccl_ids));
   if (plan.replicated.num_nccl_groups > 0) {
     Logger("master")->info("job '{}': {} all-reduce group(s) on GPUs reduce through NCCL", job_.name(),
                            plan.replicated.num_nccl_groups);

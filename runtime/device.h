@@ -41,6 +41,9 @@ class Device {
   // itself the thread's current CUDA device); the executor calls it, under
   // compute_mutex(), before each kernel.
   virtual void BindThread() {}
+  // What the device physically is ("GPU-<uuid>"); "" when that does not
+  // matter (CPUs). Reported in DeviceAttributes.physical_device_desc.
+  virtual std::string physical_device_desc() const { return ""; }
   // False when this device's tensors live in device memory (a GPU).
   bool host_memory() { return allocator()->on_host(); }
   // A host copy of `t` once the work producing it is done; `t` itself when it

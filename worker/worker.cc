@@ -90,6 +90,7 @@ void Worker::GetStatusAsync(const GetStatusRequest*, GetStatusResponse* response
     DeviceAttributes* a = response->add_device();
     a->set_name(d->name());
     a->set_device_type(d->device_type());
+    a->set_physical_device_desc(d->physical_device_desc());
     a->set_memory_limit(0);
     a->set_incarnation(incarnation_);
   }

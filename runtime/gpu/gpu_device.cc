@@ -68,6 +68,10 @@ absl::Status GpuDevice::Init() {
     return absl::UnavailableError(absl::StrCat("no GPU ", ordinal_, ": ", count, " visible"));
   }
   WEFT_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+  cudaDeviceProp prop;
+  WEFT_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, ordinal_));
+  physical_desc_ = "GPU-";
+  for (unsigned char byte : prop.uuid.bytes) absl::StrAppend(&physical_desc_, absl::Hex(byte, absl::kZeroPad2));
   WEFT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
   WEFT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&h2d_, cudaStreamNonBlocking));
   WEFT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&d2h_, cudaStreamNonBlocking));

@@ -93,6 +93,9 @@ class GpuDevice final : public Device {
   ~GpuDevice() override;
 
   int ordinal() const { return ordinal_; }
+  // "GPU-" and the GPU's UUID in hex: the same for every process that opens
+  // this GPU.
+  std::string physical_device_desc() const override { return physical_desc_; }
   // The compute stream: every GPU kernel enqueues here, in order.
   cudaStream_t stream() const { return compute_; }
   // Bound to stream(). Not for concurrent use (see compute_mutex()).
@@ -152,6 +155,7 @@ class GpuDevice final : public Device {
   cudaEvent_t GetEvent() ABSL_EXCLUSIVE_LOCKS_REQUIRED(completion_mu_);
 
   const int ordinal_;
+  std::string physical_desc_;  // set by Init
   cudaStream_t compute_ = nullptr;
   cudaStream_t h2d_ = nullptr;  // copies host->device
   cudaStream_t d2h_ = nullptr;  // copies device->host

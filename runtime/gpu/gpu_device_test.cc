@@ -40,6 +40,20 @@ TEST(GpuStatusTest, MacroReturnsTheCallText) {
   EXPECT_NE(s.message().find("cudaErrorInvalidValue: "), std::string::npos) << s;
 }
 
+// Two processes that open one GPU must report the same identity, so the
+// master can keep NCCL off a GPU two tasks share.
+TEST(GpuDeviceTest, SaysWhichGpuItIs) {
+  GpuDevice* gpu = TestGpu();
+  SKIP_WITHOUT_GPU(gpu);
+  const std::string desc = gpu->physical_device_desc();
+  ASSERT_EQ(desc.size(), 4u + 32u) << desc;
+  EXPECT_EQ(desc.substr(0, 4), "GPU-");
+  EXPECT_NE(desc.substr(4), std::string(32, '0')) << "an all-zero UUID identifies nothing";
+  auto second = GpuDevice::Create("/device:GPU:0", gpu->ordinal());
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ((*second)->physical_device_desc(), desc);
+}
+
 TEST(GpuDeviceTest, RoundTripThroughTheDevice) {
   GpuDevice* gpu = TestGpu();
   SKIP_WITHOUT_GPU(gpu);
