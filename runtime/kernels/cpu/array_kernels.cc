@@ -132,6 +132,10 @@ class CastOp : public OpKernel {
 
 WEFT_REGISTER_KERNEL("Reshape", "CPU", ReshapeOp);
 WEFT_REGISTER_KERNEL("ReshapeLike", "CPU", ReshapeLikeOp);
+// Reshapes only change the shape a buffer is seen with, so they serve a GPU
+// as they are.
+WEFT_REGISTER_KERNEL("Reshape", "GPU", ReshapeOp);
+WEFT_REGISTER_KERNEL("ReshapeLike", "GPU", ReshapeLikeOp);
 WEFT_REGISTER_KERNEL("Cast", "CPU", CastOp);
 
 }  // namespace

@@ -176,6 +176,9 @@ WEFT_REGISTER_KERNEL("Const", "CPU", ConstOp);
 WEFT_REGISTER_KERNEL("Variable", "CPU", VariableOp);
 WEFT_REGISTER_KERNEL("Identity", "CPU", IdentityOp);
 WEFT_REGISTER_KERNEL("NoOp", "CPU", NoOpOp);
+// Neither reads a payload, so they serve a GPU as they are.
+WEFT_REGISTER_KERNEL("Identity", "GPU", IdentityOp);
+WEFT_REGISTER_KERNEL("NoOp", "GPU", NoOpOp);
 
 }  // namespace
 }  // namespace weft

@@ -1,5 +1,6 @@
-// GPU kernels for Const, Variable, Identity, NoOp, Reshape, ReshapeLike,
-// Cast, ConcatRows and SliceRows.
+// GPU kernels for Const, Variable, Cast, ConcatRows and SliceRows. (Identity,
+// NoOp, Reshape and ReshapeLike never read a payload, so the CPU's kernels are
+// registered for GPUs too, beside them.)
 //
 // A Variable's value lives in device memory, in the ResourceMgr the step
 // uses, under the CPU's name rules (shared_name). Its initial value is
@@ -129,73 +130,6 @@ class VariableOp : public OpKernel {
   std::unique_ptr<OpKernel> host_kernel_;
 };
 
-class IdentityOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override { ctx->set_output(0, ctx->input(0)); }
-};
-
-class NoOpOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext*) override {}
-};
-
-// Reshape and ReshapeLike only change the shape a buffer is seen with, as on
-// the CPU (runtime/kernels/cpu/array_kernels.cc).
-class ReshapeOp : public OpKernel {
- public:
-  explicit ReshapeOp(OpKernelConstruction* c) : OpKernel(c) {
-    if (!GetAttr(c, GetIntListAttr(c->def(), "shape"), &dims_)) return;
-    for (int i = 0; i < static_cast<int>(dims_.size()); ++i) {
-      if (dims_[i] == -1) {
-        unknown_ = i;
-      } else {
-        known_ *= dims_[i];
-      }
-    }
-  }
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x = ctx->input(0);
-    TensorShape shape(dims_);
-    const int64_t n = x.NumElements();
-    if (unknown_ >= 0) {
-      OP_REQUIRES(ctx, known_ != 0 && n % known_ == 0, Mismatch(x));
-      shape.set_dim(unknown_, n / known_);
-    }
-    auto y = x.Reshaped(shape);
-    OP_REQUIRES(ctx, y.ok(), Mismatch(x));
-    ctx->set_output(0, *std::move(y));
-  }
-
- private:
-  absl::Status Mismatch(const Tensor& x) const {
-    return absl::InvalidArgumentError(absl::StrCat("cannot reshape ", x.shape().DebugString(), " (",
-                                                   x.NumElements(), " elements) to [", absl::StrJoin(dims_, ","),
-                                                   "]"));
-  }
-
-  std::vector<int64_t> dims_;
-  int unknown_ = -1;
-  int64_t known_ = 1;
-};
-
-class ReshapeLikeOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x = ctx->input(0);
-    const Tensor& like = ctx->input(1);
-    auto y = x.Reshaped(like.shape());
-    OP_REQUIRES(ctx, y.ok(),
-                absl::InvalidArgumentError(absl::StrCat("cannot reshape ", x.shape().DebugString(), " (",
-                                                        x.NumElements(), " elements) like ",
-                                                        like.shape().DebugString())));
-    ctx->set_output(0, *std::move(y));
-  }
-};
-
 class CastOp : public OpKernel {
  public:
   explicit CastOp(OpKernelConstruction* c) : OpKernel(c) { GetAttr(c, GetTypeAttr(c->def(), "dtype"), &to_); }
@@ -274,10 +208,6 @@ class SliceRowsOp : public OpKernel {
 
 WEFT_REGISTER_KERNEL("Const", "GPU", ConstOp);
 WEFT_REGISTER_KERNEL("Variable", "GPU", VariableOp);
-WEFT_REGISTER_KERNEL("Identity", "GPU", IdentityOp);
-WEFT_REGISTER_KERNEL("NoOp", "GPU", NoOpOp);
-WEFT_REGISTER_KERNEL("Reshape", "GPU", ReshapeOp);
-WEFT_REGISTER_KERNEL("ReshapeLike", "GPU", ReshapeLikeOp);
 WEFT_REGISTER_KERNEL("Cast", "GPU", CastOp);
 WEFT_REGISTER_KERNEL("ConcatRows", "GPU", ConcatRowsOp);
 WEFT_REGISTER_KERNEL("SliceRows", "GPU", SliceRowsOp);
