@@ -153,6 +153,17 @@ class PosixEnv final : public Env {
     return absl::OkStatus();
   }
 
+  absl::Status DeleteDir(const std::string& dir) override {
+    if (::rmdir(dir.c_str()) != 0) return PosixError("rmdir", dir, errno);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<bool> IsDirectory(const std::string& path) override {
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0) return PosixError("lstat", path, errno);
+    return S_ISDIR(st.st_mode);
+  }
+
   absl::Status RenameFile(const std::string& from, const std::string& to) override {
     if (::rename(from.c_str(), to.c_str()) != 0) return PosixError("rename", absl::StrCat(from, " -> ", to), errno);
     return absl::OkStatus();
@@ -254,6 +265,33 @@ absl::StatusOr<std::string> ReadFileToString(Env* env, const std::string& path) 
   absl::Status s = (*file)->Read(0, out.size(), out.data());
   if (!s.ok()) return s;
   return out;
+}
+
+namespace {
+
+// Deletes the directory `dir` (known to be one) and its contents.
+absl::Status DeleteTree(Env* env, const std::string& dir) {
+  absl::StatusOr<std::vector<std::string>> names = env->ListDirectory(dir);
+  if (!names.ok()) return names.status();
+  for (const std::string& name : *names) {
+    const std::string path = JoinPath(dir, name);
+    absl::StatusOr<bool> is_dir = env->IsDirectory(path);
+    if (!is_dir.ok()) return is_dir.status();
+    absl::Status s = *is_dir ? DeleteTree(env, path) : env->DeleteFile(path);
+    if (!s.ok()) return s;
+  }
+  return env->DeleteDir(dir);
+}
+
+}  // namespace
+
+absl::Status DeleteRecursively(Env* env, const std::string& dir) {
+  absl::StatusOr<bool> is_dir = env->IsDirectory(dir);
+  if (!is_dir.ok()) return is_dir.status();
+  if (!*is_dir) {
+    return absl::FailedPreconditionError(absl::StrCat("delete recursively(", dir, "): not a directory"));
+  }
+  return DeleteTree(env, dir);
 }
 
 }  // namespace weft

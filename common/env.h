@@ -75,6 +75,13 @@ class Env {
   // Names of the entries in `dir` (not "." or ".."), sorted.
   virtual absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& dir) = 0;
   virtual absl::Status DeleteFile(const std::string& path) = 0;
+  // Removes the empty directory `dir`; FAILED_PRECONDITION (ENOTEMPTY) when
+  // it still has entries.
+  virtual absl::Status DeleteDir(const std::string& dir) = 0;
+  // Whether `path` is a directory, not following a symbolic link: a link to
+  // a directory is not one (so DeleteRecursively removes the link, never
+  // what it points to). NOT_FOUND when nothing is there.
+  virtual absl::StatusOr<bool> IsDirectory(const std::string& path) = 0;
   // Atomically replaces `to` (same file system).
   virtual absl::Status RenameFile(const std::string& from, const std::string& to) = 0;
   // Creates `dir` and its missing parents; OK when it already exists as a
@@ -103,6 +110,13 @@ absl::Status WriteFileAtomically(Env* env, const std::string& path, absl::Span<c
 
 // The whole file as a string.
 absl::StatusOr<std::string> ReadFileToString(Env* env, const std::string& path);
+
+// Removes the directory `dir` and everything under it, through ListDirectory,
+// DeleteFile and DeleteDir. Symbolic links inside are removed, not followed.
+// FAILED_PRECONDITION when `dir` is not a directory (a file, a link), NOT_FOUND
+// when it does not exist. Stops at the first error, which names the path and
+// the call; what was deleted before it stays deleted.
+absl::Status DeleteRecursively(Env* env, const std::string& dir);
 
 }  // namespace weft
 

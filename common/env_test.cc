@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <string>
 
@@ -219,6 +220,79 @@ TEST_F(EnvTest, CountsAndSilentShortWrites) {
   EXPECT_FALSE(WriteFileAtomically(&env, path, pieces).ok());
   EXPECT_EQ(env.appends(), 2);
   EXPECT_EQ(Read(path), "abcd");
+}
+
+TEST_F(EnvTest, IsDirectoryAndDeleteDir) {
+  Env* env = Env::Default();
+  ASSERT_TRUE(Write(env, Path("f"), "x").ok());
+  ASSERT_TRUE(env->CreateDirs(Path("d/e")).ok());
+  EXPECT_TRUE(env->IsDirectory(Path("d")).value());
+  EXPECT_FALSE(env->IsDirectory(Path("f")).value());
+  auto missing = env->IsDirectory(Path("nope"));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(missing.status().message(), Path("nope"))) << missing.status();
+
+  // Not empty: refused, naming the call and the directory.
+  absl::Status s = env->DeleteDir(Path("d"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "rmdir(" + Path("d") + ")")) << s;
+  ASSERT_TRUE(env->DeleteDir(Path("d/e")).ok());
+  ASSERT_TRUE(env->DeleteDir(Path("d")).ok());
+  EXPECT_FALSE(env->FileExists(Path("d")));
+  EXPECT_EQ(env->DeleteDir(Path("d")).code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(env->DeleteDir(Path("f")).ok());
+  EXPECT_TRUE(env->FileExists(Path("f")));
+}
+
+TEST_F(EnvTest, DeleteRecursivelyRemovesATreeButNotWhatLinksPointTo) {
+  Env* env = Env::Default();
+  const std::string tree = Path("tree");
+  ASSERT_TRUE(env->CreateDirs(JoinPath(tree, "a/b")).ok());
+  ASSERT_TRUE(env->CreateDirs(JoinPath(tree, "empty")).ok());
+  ASSERT_TRUE(Write(env, JoinPath(tree, "top"), "1").ok());
+  ASSERT_TRUE(Write(env, JoinPath(tree, "a/mid"), "2").ok());
+  ASSERT_TRUE(Write(env, JoinPath(tree, "a/b/deep"), "3").ok());
+  // A link to a directory outside the tree: the link goes, the target stays.
+  ASSERT_TRUE(env->CreateDirs(Path("outside")).ok());
+  ASSERT_TRUE(Write(env, Path("outside/keep"), "k").ok());
+  ASSERT_EQ(::symlink(Path("outside").c_str(), JoinPath(tree, "a/link").c_str()), 0);
+  EXPECT_FALSE(env->IsDirectory(JoinPath(tree, "a/link")).value());
+
+  ASSERT_TRUE(DeleteRecursively(env, tree).ok());
+  EXPECT_FALSE(env->FileExists(tree));
+  EXPECT_EQ(Read(Path("outside/keep")), "k");
+
+  absl::Status s = DeleteRecursively(env, tree);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), tree)) << s;
+  // A file is not a directory to delete recursively.
+  ASSERT_TRUE(Write(env, Path("f"), "x").ok());
+  s = DeleteRecursively(env, Path("f"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), Path("f"))) << s;
+  EXPECT_TRUE(env->FileExists(Path("f")));
+}
+
+TEST_F(EnvTest, InjectedDeleteFailuresNameThePath) {
+  FaultInjectingEnv env(Env::Default());
+  const std::string tree = Path("tree");
+  ASSERT_TRUE(env.CreateDirs(JoinPath(tree, "sub")).ok());
+  ASSERT_TRUE(Write(&env, JoinPath(tree, "sub/f"), "x").ok());
+  EXPECT_TRUE(env.IsDirectory(tree).value());
+
+  FaultInjectingEnv::Faults f;
+  f.delete_errno = EACCES;
+  env.SetFaults(f);
+  absl::Status s = DeleteRecursively(&env, tree);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "unlink(" + JoinPath(tree, "sub/f") + ")")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "[injected]")) << s;
+  EXPECT_EQ(env.DeleteDir(JoinPath(tree, "sub")).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Read(JoinPath(tree, "sub/f")), "x");
+
+  env.ClearFaults();
+  ASSERT_TRUE(DeleteRecursively(&env, tree).ok());
+  EXPECT_TRUE(Entries().empty());
 }
 
 }  // namespace

@@ -115,6 +115,16 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> FaultInjectingEnv::NewRandomAc
   return base_->NewRandomAccessFile(path);
 }
 
+absl::Status FaultInjectingEnv::DeleteFile(const std::string& path) {
+  if (int err = ErrnoFor(&Faults::delete_errno)) return Injected(err, "unlink", path);
+  return base_->DeleteFile(path);
+}
+
+absl::Status FaultInjectingEnv::DeleteDir(const std::string& dir) {
+  if (int err = ErrnoFor(&Faults::delete_errno)) return Injected(err, "rmdir", dir);
+  return base_->DeleteDir(dir);
+}
+
 absl::Status FaultInjectingEnv::RenameFile(const std::string& from, const std::string& to) {
   {
     absl::MutexLock lock(&mu_);

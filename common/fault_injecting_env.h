@@ -51,6 +51,7 @@ class FaultInjectingEnv final : public Env {
     int rename_errno = 0;
     int sync_dir_errno = 0;
     int open_for_read_errno = 0;
+    int delete_errno = 0;  // DeleteFile and DeleteDir
   };
 
   explicit FaultInjectingEnv(Env* base) : base_(base) {}
@@ -73,7 +74,9 @@ class FaultInjectingEnv final : public Env {
   absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& dir) override {
     return base_->ListDirectory(dir);
   }
-  absl::Status DeleteFile(const std::string& path) override { return base_->DeleteFile(path); }
+  absl::Status DeleteFile(const std::string& path) override;
+  absl::Status DeleteDir(const std::string& dir) override;
+  absl::StatusOr<bool> IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
   absl::Status RenameFile(const std::string& from, const std::string& to) override;
   absl::Status CreateDirs(const std::string& dir) override { return base_->CreateDirs(dir); }
   absl::Status SyncDir(const std::string& dir) override;
