@@ -39,6 +39,9 @@ struct MasterOptions {
   WorkerCacheInterface* workers = nullptr;
   // Job records; null keeps them in memory. Must outlive the Master.
   JobStoreInterface* store = nullptr;
+  // Shutdown checkpoints running jobs and leaves them for the next master
+  // over the same store (JobManagerOptions::preempt_on_shutdown).
+  bool preempt_jobs_on_shutdown = false;
   // Threads for blocking handler work (session steps, device listing).
   int num_threads = 4;
   // Least time between two progress updates of a running job.

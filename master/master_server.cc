@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -30,6 +31,16 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOp
   std::unique_ptr<MasterServer> s(new MasterServer());
   s->host_ = options.address.substr(0, colon);
   s->shutdown_deadline_ = options.shutdown_deadline;
+  JobStoreInterface* store = options.store;
+  if (!options.state_dir.empty()) {
+    if (store != nullptr) return absl::InvalidArgumentError("the master takes a job store or a state_dir, not both");
+    ASSIGN_OR_RETURN(s->own_store_, SqliteJobStore::Open(options.state_dir));
+    // Refuse a store that cannot be read rather than start empty and
+    // overwrite it.
+    ASSIGN_OR_RETURN(const std::vector<JobRecord> records, s->own_store_->LoadAll());
+    Logger("master")->info("jobs kept in {} ({} found)", s->own_store_->path(), records.size());
+    store = s->own_store_.get();
+  }
   WorkerCacheInterface* workers = options.workers;
   if (workers == nullptr) {
     WorkerFactory factory = options.worker_factory ? options.worker_factory : GrpcWorkerFactory();
@@ -38,7 +49,10 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOp
   }
   MasterOptions mo;
   mo.workers = workers;
-  mo.store = options.store;
+  mo.store = store;
+  // With a durable store, a stopping master (SIGTERM: a preemption or an
+  // upgrade) checkpoints its running jobs for its successor to resume.
+  mo.preempt_jobs_on_shutdown = !options.state_dir.empty();
   mo.num_threads = options.num_threads;
   mo.progress_interval = options.progress_interval;
   s->master_ = std::make_unique<Master>(std::move(mo));

@@ -1,7 +1,8 @@
 // MasterServer: the master daemon's gRPC server.
 //
-// Start builds the worker cache (unless the options bring one), the Master
-// and its GrpcMasterService, enables the standard health service
+// Start opens the job store under `state_dir` when one is given, builds
+// the worker cache (unless the options bring one), the Master and its
+// GrpcMasterService, enables the standard health service
 // (grpc.health.v1, for Kubernetes probes) and listens on `address`; port 0
 // picks a free port, reported by port(). Shutdown cancels running jobs,
 // stops the server (calls still running after `shutdown_deadline` are
@@ -22,6 +23,7 @@
 #include "grpcpp/grpcpp.h"
 #include "master/grpc_master_service.h"
 #include "master/master.h"
+#include "master/sqlite_job_store.h"
 #include "master/worker_cache.h"
 #include "proto/cluster.pb.h"
 
@@ -40,6 +42,9 @@ struct MasterServerOptions {
   WorkerCacheInterface* workers = nullptr;
   // Job records; null keeps them in memory. Must outlive the server.
   JobStoreInterface* store = nullptr;
+  // When set, the server keeps the job records in a SqliteJobStore there
+  // (`<state_dir>/jobs.db`) instead; not together with `store`.
+  std::string state_dir;
   int num_threads = 4;
   absl::Duration progress_interval = absl::Seconds(1);
   // How long Shutdown lets calls in flight finish before cancelling them.
@@ -53,7 +58,8 @@ WorkerFactory GrpcWorkerFactory(absl::Duration timeout = absl::Seconds(60));
 class MasterServer {
  public:
   // INVALID_ARGUMENT for a bad cluster; UNAVAILABLE
-  // when the address cannot be bound.
+  // when the address cannot be bound; the SqliteJobStore's error, naming the
+  // database, when the state directory cannot be opened or read.
   static absl::StatusOr<std::unique_ptr<MasterServer>> Start(MasterServerOptions options);
   // Shutdown().
   ~MasterServer();
@@ -76,6 +82,9 @@ class MasterServer {
   int port_ = 0;
   absl::Duration shutdown_deadline_;
   std::unique_ptr<WorkerCache> own_workers_;
+  // Opened from state_dir; declared before master_ so that it outlives the
+  // Master's JobManager, which writes to it until it is destroyed.
+  std::unique_ptr<SqliteJobStore> own_store_;
   std::unique_ptr<Master> master_;
   std::unique_ptr<GrpcMasterService> service_;
   std::unique_ptr<grpc::Server> server_;
