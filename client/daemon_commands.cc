@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "client/flags.h"
 #include "common/cluster_spec.h"
 #include "common/logging.h"
@@ -85,7 +86,8 @@ int WaitForTerminationSignal() {
 }
 
 int RunTaskCommand(int argc, char** argv, const char* job) {
-  auto f = Flags::Parse(argc, argv, 2, {"task", "cluster", "listen", "intra_op_threads", "inter_op_threads", "cpu_devices", "gpus", "log_level"},
+  auto f = Flags::Parse(argc, argv, 2, {"task", "cluster", "listen", "intra_op_threads", "inter_op_threads", "cpu_devices", "gpus", "log_level",
+                         "drain_seconds"},
                         {});
   if (!f.ok()) return Usage(job, f.status().message());
   if (f->Has("log_level") && !SetLogLevel(f->Get("log_level"))) return Usage(job, "unknown --log_level");
@@ -108,6 +110,9 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
   // on its CPU, so it opens none unless asked.
   auto gpus = f->GetInt("gpus", std::string(job) == "ps" ? 0 : -1, -1, 64);
   if (!gpus.ok()) return Usage(job, gpus.status().message());
+  // After SIGTERM, how long the task waits for the master to checkpoint.
+  auto drain = f->GetInt("drain_seconds", 20, 0, 3600);
+  if (!drain.ok()) return Usage(job, drain.status().message());
   const std::string own = *TaskAddress(config->cluster, config->task);
   std::string listen = f->Get("listen");
   if (listen.empty()) listen = absl::StrCat("0.0.0.0:", own.substr(own.rfind(':') + 1));
@@ -124,9 +129,11 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
   opts.num_cpu_devices = static_cast<int>(*cpus);
   opts.inter_op_threads = static_cast<int>(*inter);
   opts.max_gpus = static_cast<int>(*gpus);
-  // A ps task also serves the ParameterServer service (shard list, save,
-  // restore) beside the WorkerService.
-  if (config->task.job == "ps") opts.extra_services.push_back(ps::PsServiceFactory());
+  // Every task serves the ParameterServer service (shard list, save,
+  // restore) beside the WorkerService: ps tasks hold the variables of
+  // PARAMETER_SERVER jobs, workers those of the mirrored strategies, and the
+  // master checkpoints both through it.
+  opts.extra_services.push_back(ps::PsServiceFactory());
   auto server = worker::StartWorkerServer(opts);
   if (!server.ok()) {
     log->error("cannot start: {}", std::string(server.status().message()));
@@ -134,6 +141,17 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
   }
   log->info("{} serving on {} (cluster {})", (*server)->task(), (*server)->address(), ClusterToFlag(config->cluster));
   const int sig = WaitForTerminationSignal();
+  // A preemption: say so in GetStatus, so the master checkpoints the jobs
+  // running here and releases their graphs, then stop (at the latest after
+  // --drain_seconds).
+  (*server)->worker()->SetDraining();
+  const absl::Time drain_end = absl::Now() + absl::Seconds(*drain);
+  if ((*server)->worker()->NumGraphs() > 0 && *drain > 0) {
+    log->info("signal {}: draining: waiting up to {} s for the master to checkpoint and release {} graph(s)", sig,
+              *drain, (*server)->worker()->NumGraphs());
+    // Bounded by drain_end; the master's heartbeat does the work.
+    while ((*server)->worker()->NumGraphs() > 0 && absl::Now() < drain_end) absl::SleepFor(absl::Milliseconds(50));
+  }
   log->info("signal {}: stopping", sig);
   (*server)->Shutdown();
   log->info("stopped");
@@ -141,8 +159,9 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
 }
 
 int RunMasterCommand(int argc, char** argv) {
-  auto f = Flags::Parse(argc, argv, 2, {"cluster", "task", "listen", "port", "log_level"}, {});
+  auto f = Flags::Parse(argc, argv, 2, {"cluster", "task", "listen", "port", "log_level", "state_dir"}, {});
   if (!f.ok()) return Usage("master", f.status().message());
+  if (f->Has("state_dir") && f->Get("state_dir").empty()) return Usage("master", "--state_dir needs a directory");
   if (f->Has("log_level") && !SetLogLevel(f->Get("log_level"))) return Usage("master", "unknown --log_level");
   auto config = ClusterFrom(*f, /*needs_task=*/false);
   if (!config.ok()) return Usage("master", config.status().message());
@@ -166,6 +185,8 @@ int RunMasterCommand(int argc, char** argv) {
   master::MasterServerOptions opts;
   opts.address = listen;
   opts.cluster = WithoutJob(config->cluster, config->task.job.empty() ? "master" : config->task.job);
+  // Without it, jobs are kept in memory and forgotten on restart.
+  opts.state_dir = f->Get("state_dir");
   auto server = master::MasterServer::Start(std::move(opts));
   if (!server.ok()) {
     log->error("cannot start: {}", std::string(server.status().message()));

@@ -2,6 +2,8 @@
 
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -84,6 +86,37 @@ absl::Status ValidateJob(const JobSpec& job) {
   }
   if (ds.scale() < 0) return absl::InvalidArgumentError("job: dataset.scale cannot be negative");
   if (job.intra_op_threads() < 0) return absl::InvalidArgumentError("job: intra_op_threads cannot be negative");
+  const CheckpointPolicy& ck = job.checkpoint();
+  if (ck.every_steps() < 0 || ck.every_seconds() < 0 || ck.keep() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("job: checkpoint.every_steps (", ck.every_steps(),
+                                                   "), every_seconds (", ck.every_seconds(), ") and keep (",
+                                                   ck.keep(), ") cannot be negative"));
+  }
+  for (const auto& [field, dir] : {std::pair<const char*, std::string>{"dir", ck.dir()}, {"resume_from", ck.resume_from()}}) {
+    if (!dir.empty() && dir[0] != '/') {
+      return absl::InvalidArgumentError(absl::StrCat("job: checkpoint.", field, " '", dir,
+                                                     "' must be an absolute path (every task resolves it)"));
+    }
+  }
+  if (ck.dir().empty() && (ck.every_steps() > 0 || ck.every_seconds() > 0 || !ck.resume_from().empty())) {
+    return absl::InvalidArgumentError("job: checkpoint.dir is empty but the checkpoint policy asks for checkpoints");
+  }
+  if (!ck.dir().empty() && job.strategy().kind() == StrategySpec::NONE) {
+    return absl::UnimplementedError(
+        "job: checkpoints need a distribution strategy (strategy.kind); a job without one runs on one task and is "
+        "not checkpointed");
+  }
+  if (!ck.dir().empty() && job.strategy().replicas_to_aggregate() > 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "job: checkpoints are not supported with strategy.replicas_to_aggregate ",
+        job.strategy().replicas_to_aggregate(), " (k-of-N replicas never stand still between global steps)"));
+  }
+  const RecoveryPolicy& rp = job.recovery();
+  if (rp.task_wait_seconds() < 0 || rp.heartbeat_ms() < 0 || rp.heartbeat_timeout_ms() < 0 || rp.max_restarts() < -1) {
+    return absl::InvalidArgumentError(
+        "job: recovery.task_wait_seconds, heartbeat_ms and heartbeat_timeout_ms cannot be negative, and "
+        "max_restarts must be >= -1");
+  }
   return absl::OkStatus();
 }
 

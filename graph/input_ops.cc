@@ -32,7 +32,8 @@ InputBatchOutputs InputBatch(GraphBuilder* b, const DatasetSpec& dataset, const 
                        {Attr("dataset", EncodeDatasetSpecAttr(dataset)), Attr("train", options.train),
                         Attr("batch_size", options.batch_size), Attr("shard_index", options.shard_index),
                         Attr("num_shards", options.num_shards), Attr("seed", static_cast<int64_t>(options.seed)),
-                        Attr("example_shape", options.example_shape), Attr("num_classes", options.num_classes)},
+                        Attr("example_shape", options.example_shape), Attr("num_classes", options.num_classes),
+                        Attr("skip_batches", options.skip_batches)},
                        name);
   if (n == nullptr) return {};
   return {Output(n, 0), Output(n, 1), Output(n, 2)};

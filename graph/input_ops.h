@@ -49,6 +49,9 @@ struct InputBatchOptions {
   uint64_t seed = 0;          // shuffle seed; the order is a function of (seed, epoch)
   TensorShape example_shape;  // one example's shape; fully defined, rank >= 1
   int64_t num_classes = 0;    // labels must be below it; 0 checks nothing
+  // Training: batches of this node's shard to pass over first (a job
+  // resumed at a step starts where it left off).
+  int64_t skip_batches = 0;
 };
 
 struct InputBatchOutputs {

@@ -98,9 +98,15 @@ absl::Status Rewire(GraphDef* g, const std::string& name, const std::string& sou
 
 }  // namespace
 
+// "/job:worker/task:1" of a full device name ("" when it does not parse).
+static std::string TaskOfDevice(const std::string& device) {
+  absl::StatusOr<DeviceName> d = DeviceName::Parse(device);
+  return d.ok() ? TaskName(d->job, d->task) : "";
+}
+
 absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const TrainingGraph& training,
                                                    const std::vector<std::string>& devices,
-                                                   const NcclIdGenerator& new_nccl_id) {
+                                                   const NcclIdGenerator& new_nccl_id, int64_t start_step) {
   ASSIGN_OR_RETURN(Cluster cluster, ReadCluster(devices));
   const StrategySpec& spec = job.strategy();
   StrategyOptions o;
@@ -170,6 +176,13 @@ absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const Tra
     in.seed = job.seed();
     in.example_shape = training.example_shape;
     in.num_classes = num_classes;
+    // Resuming at a step: the batches each replica has read by then. Sync
+    // replicas read one per step; async ones take turns (about 1/n each);
+    // a k-of-N global step trains on k replicas' batches.
+    in.skip_batches = !plan.sync                     ? start_step / n
+                      : plan.replicas_to_aggregate > 0 ? start_step * plan.replicas_to_aggregate / n
+                                                       : start_step;
+    plan.replica_tasks.push_back(TaskOfDevice(o.replica_devices[r]));
     const std::string name = ReplicaName(r, "input");
     ASSIGN_OR_RETURN(NodeDef node, InputNode(job, training, name, o.replica_devices[r], in));
     *plan.graph.add_node() = std::move(node);

@@ -39,6 +39,7 @@ struct DistributedPlan {
   ReplicatedGraph replicated;   // names (its graph is the rewrite's, before inputs)
   int num_replicas = 0;
   int64_t replica_batch = 0;    // examples per replica per step
+  std::vector<std::string> replica_tasks;  // the task of each replica's device
   bool sync = true;
   // Sync PS: 0, all replicas in one lockstep step; k > 0, replicas run free
   // and the ps applies the first k current gradients per global step.
@@ -56,9 +57,12 @@ struct DistributedPlan {
 // than sync PARAMETER_SERVER; the message names the strategy and what is wrong.
 // `new_nccl_id` goes to StrategyOptions::new_nccl_id (the master passes
 // NewNcclUniqueId when built with NCCL; tests a fake or nothing).
+// `start_step` > 0 plans a job resumed at that step: each replica's input
+// passes over the batches it read before (exactly for sync replicas).
 absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const TrainingGraph& training,
                                                    const std::vector<std::string>& devices,
-                                                   const NcclIdGenerator& new_nccl_id = nullptr);
+                                                   const NcclIdGenerator& new_nccl_id = nullptr,
+                                                   int64_t start_step = 0);
 
 // Why NCCL cannot join the cluster's GPUs, or "" when it can: NCCL refuses
 // two ranks on one GPU, so every GPU must report a physical_device_desc (its

@@ -3,7 +3,10 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "client/job_file.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -79,25 +82,61 @@ JobManager::JobManager(JobManagerOptions options)
     Logger("master")->error("reading the job store: {}", records.status().ToString());
     return;
   }
+  std::vector<Job*> resumed;
   absl::MutexLock lock(&mu_);
   for (JobRecord& r : *records) {
     auto job = std::make_shared<Job>(r.status.job_id(), std::move(r.spec));
+    bool resume = false;
     {
       absl::MutexLock job_lock(&job->mu);
       job->status = std::move(r.status);
       job->finished = true;
-      // Resuming from checkpoints comes with fault tolerance; until then a
-      // job the previous master did not finish has failed.
       if (!IsTerminal(job->status.state())) {
-        job->status.set_state(FAILED);
-        job->status.set_error("the master restarted while the job ran");
+        // The previous master did not finish it: resume it from its newest
+        // checkpoint (or from the start), unless it cannot run any more.
+        absl::StatusOr<TrainingGraph> training = LowerJob(job->spec);
+        if (training.ok() && job->spec.strategy().kind() != StrategySpec::NONE && !shutting_down_) {
+          JobRunnerOptions ro = RunnerOptions(job.get());
+          ro.resumed = true;
+          job->runner = std::make_unique<JobRunner>(job->spec, *std::move(training), absl::StrCat("job/", job->id),
+                                                    options_.workers, std::move(ro));
+          job->finished = false;
+          job->status.set_state(RECOVERING);
+          job->status.set_restarts(job->status.restarts() + 1);
+          job->status.set_failed_task("master");
+          job->status.set_failure("the master restarted while the job ran; resuming from its newest checkpoint");
+          job->status.set_failure_time_unix_ms(absl::ToUnixMillis(absl::Now()));
+          resume = true;
+        } else {
+          job->status.set_state(FAILED);
+          job->status.set_error(training.ok() ? "the master restarted while the job ran (a job without a strategy "
+                                                "does not resume)"
+                                              : absl::StrCat("the master restarted while the job ran, and the job "
+                                                             "no longer lowers: ",
+                                                             training.status().ToString()));
+        }
         store_->Put(JobRecord{job->spec, job->status}).IgnoreError();
       }
     }
+    if (resume) resumed.push_back(job.get());
     order_.push_back(job->id);
+    // Ids continue after the highest one found.
+    int64_t n = 0;
+    if (absl::SimpleAtoi(absl::StripPrefix(job->id, "job-"), &n) && n >= next_id_) next_id_ = n + 1;
     jobs_[job->id] = std::move(job);
-    ++next_id_;
   }
+  for (Job* job : resumed) {
+    Logger("master")->info("job {} ('{}') was running under the previous master: resuming it", job->id,
+                           job->spec.name());
+    job->thread = std::thread([this, job] { RunJob(job); });
+  }
+}
+
+JobRunnerOptions JobManager::RunnerOptions(Job* job) {
+  JobRunnerOptions o;
+  o.env = options_.env;
+  o.update_status = [this, job](const std::function<void(JobStatus*)>& update) { Update(job, update, /*force=*/true); };
+  return o;
 }
 
 JobManager::~JobManager() { Shutdown(); }
@@ -129,7 +168,8 @@ absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec) {
   if (shutting_down_) return absl::UnavailableError("the master is shutting down");
   const std::string id = absl::StrCat("job-", next_id_++);
   auto job = std::make_shared<Job>(id, spec);
-  job->runner = std::make_unique<JobRunner>(spec, *std::move(training), absl::StrCat("job/", id), options_.workers);
+  job->runner = std::make_unique<JobRunner>(spec, *std::move(training), absl::StrCat("job/", id), options_.workers,
+                                            RunnerOptions(job.get()));
   {
     absl::MutexLock job_lock(&job->mu);
     JobStatus& s = job->status;
@@ -256,7 +296,12 @@ void JobManager::Shutdown() {
     }
   }
   for (auto& job : jobs) {
-    if (job->runner != nullptr) job->runner->Cancel();
+    if (job->runner == nullptr) continue;
+    if (options_.preempt_on_shutdown) {
+      job->runner->Preempt();
+    } else {
+      job->runner->Cancel();
+    }
   }
   for (std::thread& t : threads) t.join();
 }
@@ -295,7 +340,9 @@ void JobManager::Persist(Job* job) {
 
 void JobManager::RunJob(Job* job) {
   auto log = Logger("master");
-  Update(job, [](JobStatus* s) { s->set_state(RUNNING); }, /*force=*/true);
+  // A resumed job stays RECOVERING until its runner has restored it.
+  Update(
+      job, [](JobStatus* s) { if (s->state() != RECOVERING) s->set_state(RUNNING); }, /*force=*/true);
   absl::StatusOr<TrainResult> result = job->runner->Run([&](const TrainProgress& p) {
     Update(
         job,
@@ -326,6 +373,15 @@ void JobManager::RunJob(Job* job) {
           }
           return;
         }
+        if (result->state == "PREEMPTED") {
+          // Not an end: a restarted master resumes it from its checkpoint.
+          s->set_state(RECOVERING);
+          s->set_failed_task("master");
+          s->set_failure(absl::StrCat("the master stopped (SIGTERM) at step ", result->steps,
+                                      "; the job resumes when it restarts"));
+          s->set_failure_time_unix_ms(absl::ToUnixMillis(absl::Now()));
+          return;
+        }
         s->set_state(result->state == "CANCELLED" ? CANCELLED : SUCCEEDED);
         s->set_step(result->steps);
         s->set_epoch(result->epochs);
@@ -337,7 +393,12 @@ void JobManager::RunJob(Job* job) {
         s->set_wall_seconds(result->wall_seconds);
       },
       /*force=*/true);
-  if (result.ok()) {
+  if (result.ok() && result->state == "PREEMPTED") {
+    // Its watchers and Wait see the stop; the store keeps it RECOVERING.
+    absl::MutexLock lock(&job->mu);
+    job->finished = true;
+    log->info("job {} stopped with the master; it resumes when the master restarts", job->id);
+  } else if (result.ok()) {
     log->info("job {} ended {}", job->id, result->state);
   } else if (cancelled) {
     log->info("job {} cancelled", job->id);

@@ -27,6 +27,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/env.h"
+#include "master/job_runner.h"
 #include "master/job_store.h"
 #include "master/worker_cache.h"
 #include "proto/job.pb.h"
@@ -43,6 +45,12 @@ struct JobManagerOptions {
   JobStoreInterface* store = nullptr;
   // Least time between two progress updates of one job.
   absl::Duration progress_interval = absl::Seconds(1);
+  // The checkpoints' file system; null: Env::Default().
+  Env* env = nullptr;
+  // Shutdown preempts running jobs instead of cancelling them: each is
+  // checkpointed after its current step and stays RECOVERING in the store,
+  // for the next master over the same store to resume (a durable store).
+  bool preempt_on_shutdown = false;
 };
 
 // A Watch subscription; destroying it unsubscribes, after which its callback
@@ -89,6 +97,7 @@ class JobManager {
   class Watcher;
 
   std::shared_ptr<Job> Find(const std::string& job_id) const;
+  JobRunnerOptions RunnerOptions(Job* job);
   void RunJob(Job* job);
   // Applies `update` to the job's status; publishes it when `force` or when
   // progress_interval has passed since the last publication.

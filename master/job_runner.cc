@@ -1,16 +1,19 @@
 #include "master/job_runner.h"
 
-#include "master/distributed_job.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "master/distributed_job.h"
+#include "master/task_monitor.h"
 #include "runtime/data/dataset.h"
 #if WEFT_WITH_NCCL
 #include "runtime/gpu/nccl_communicators.h"
@@ -45,11 +48,12 @@ struct JobRunner::Data {
 };
 
 JobRunner::JobRunner(JobSpec job, TrainingGraph training, std::string session_handle,
-                     WorkerCacheInterface* workers)
+                     WorkerCacheInterface* workers, JobRunnerOptions options)
     : job_(std::move(job)),
       training_(std::move(training)),
       session_handle_(std::move(session_handle)),
-      workers_(workers) {}
+      workers_(workers),
+      options_(std::move(options)) {}
 
 JobRunner::~JobRunner() = default;
 
@@ -131,94 +135,373 @@ absl::StatusOr<TrainResult> JobRunner::Train(MasterSession* session, const Data&
   return RunTrainingLoop(job_, d.train, d.test, hooks, d.created);
 }
 
+// What one attempt of a distributed job leaves behind for the recovery that
+// may follow it.
+struct JobRunner::Attempt {
+  absl::Mutex mu;
+  std::map<std::string, uint64_t> incarnations ABSL_GUARDED_BY(mu);  // of its session's tasks
+  std::optional<TaskFailure> heartbeat_failure ABSL_GUARDED_BY(mu);
+  std::string draining ABSL_GUARDED_BY(mu);       // a task the heartbeat saw draining
+  std::string drained ABSL_GUARDED_BY(mu);        // the one this attempt stopped for
+  std::vector<std::string> replica_tasks;         // set before any replica runs
+  std::set<std::string> ps_tasks;                 // tasks holding no replica
+  MasterSession* session = nullptr;
+  Heartbeat* heartbeat = nullptr;
+  std::atomic<int64_t> reached_step{0};
+  int64_t saved_step = -1;  // the last checkpoint of this attempt
+  bool preempted = false;
+};
+
+namespace {
+
+constexpr int kDefaultTaskWaitSeconds = 120;
+constexpr int kDefaultMaxRestarts = 20;
+constexpr int kDefaultHeartbeatMs = 1000;
+constexpr int kDefaultHeartbeatTimeoutMs = 5000;
+
+absl::Duration HeartbeatInterval(const JobSpec& job) {
+  const int ms = job.recovery().heartbeat_ms();
+  return absl::Milliseconds(ms > 0 ? ms : kDefaultHeartbeatMs);
+}
+
+absl::Duration HeartbeatTimeout(const JobSpec& job) {
+  const int ms = job.recovery().heartbeat_timeout_ms();
+  return absl::Milliseconds(ms > 0 ? ms : kDefaultHeartbeatTimeoutMs);
+}
+
+int64_t NowUnixMillis() { return absl::ToUnixMillis(absl::Now()); }
+
+}  // namespace
+
+void JobRunner::Preempt() {
+  preempted_.store(true);
+  // A job without a strategy has no checkpoints: it stops like a cancel.
+  if (job_.strategy().kind() == StrategySpec::NONE) Cancel();
+}
+
 // A job with a strategy: the replicated graph, each replica reading its
 // shard on its task; sync steps run every replica at once, async replicas
 // each run their own steps on a thread, as fast as they go, and so do k-of-N
-// sync replicas, whose job steps are the ps's global steps.
+// sync replicas, whose job steps are the ps's global steps. Attempts follow
+// one another until one ends the job; between them the job recovers.
 absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(const TrainProgress&)>& on_progress) {
   const Clock::time_point created = Clock::now();
+  auto log = Logger("master");
+  Env* env = options_.env != nullptr ? options_.env : Env::Default();
+  Checkpointer checkpointer(env, workers_, job_.name(), job_.checkpoint());
+  const RecoveryPolicy& policy = job_.recovery();
+  const absl::Duration task_wait =
+      absl::Seconds(policy.task_wait_seconds() > 0 ? policy.task_wait_seconds() : kDefaultTaskWaitSeconds);
+  const int max_restarts = policy.max_restarts() == 0 ? kDefaultMaxRestarts : policy.max_restarts();
+
+  // The master reads the training split only to count it (the epoch's steps).
+  const std::vector<int64_t> shape(training_.example_shape.dims().begin(), training_.example_shape.dims().end());
+  const int64_t num_classes = job_.has_model() ? job_.model().num_classes() : 0;
+  int64_t train_examples = 0;
+  {
+    ASSIGN_OR_RETURN(data::InMemoryDataset train,
+                     data::LoadDataset(job_.dataset(), /*train=*/true, shape, num_classes));
+    train_examples = train.size();
+  }
+
+  // Where training starts: the newest valid checkpoint, if any.
+  std::optional<ps::CheckpointEntry> resume;
+  if (checkpointer.enabled()) {
+    absl::StatusOr<ps::CheckpointEntry> found = checkpointer.FindResumePoint();
+    if (found.ok()) {
+      resume = *std::move(found);
+    } else if (!absl::IsNotFound(found.status())) {
+      return found.status();
+    } else if (!job_.checkpoint().resume_from().empty()) {
+      return absl::FailedPreconditionError(absl::StrCat("job '", job_.name(), "': resume_from ",
+                                                        job_.checkpoint().resume_from(),
+                                                        " holds no valid checkpoint: ", found.status().message()));
+    }
+  }
+  if (resume.has_value()) {
+    UpdateStatus([&](JobStatus* s) {
+      s->set_checkpoint_step(resume->step);
+      s->set_checkpoint_path(resume->path);
+    });
+  }
+  if (options_.resumed) {
+    // The tasks may have lost their state with the old master, or be
+    // restarting themselves.
+    absl::StatusOr<std::map<std::string, uint64_t>> back = WaitForTasks(workers_, task_wait, &cancelled_);
+    if (!back.ok() && !cancelled_.load()) return back.status();
+  }
+
+  int restarts = 0;
+  int64_t steps_lost = 0;
+  for (int attempt = 0;; ++attempt) {
+    if (cancelled_.load()) {
+      TrainResult r;
+      r.state = "CANCELLED";
+      r.job = job_.name();
+      r.wall_seconds = Seconds(created);
+      return r;
+    }
+    Attempt a;
+    absl::StatusOr<TrainResult> result =
+        RunAttempt(attempt, resume, &checkpointer, train_examples, on_progress, &a);
+    if (result.ok()) {
+      result->wall_seconds = Seconds(created);
+      return result;
+    }
+    if (cancelled_.load()) return result;
+
+    // A task failure, or an error of the job itself?
+    TaskFailure failure;
+    {
+      absl::MutexLock lock(&a.mu);
+      if (!a.drained.empty()) {
+        failure = {a.drained, "is stopping after SIGTERM (checkpointed first)"};
+      } else {
+        std::vector<TaskFailure> failed = FailedTasks(ProbeTasks(workers_, HeartbeatTimeout(job_)), a.incarnations);
+        if (a.incarnations.empty()) {  // the attempt did not get as far as a session
+          for (const TaskHealth& h : ProbeTasks(workers_, HeartbeatTimeout(job_))) {
+            if (!h.answered) failed.push_back({h.task, absl::StrCat("unreachable: ", h.error.message())});
+          }
+        }
+        if (!failed.empty()) {
+          failure = failed[0];
+        } else if (a.heartbeat_failure.has_value()) {
+          failure = *a.heartbeat_failure;
+        }
+      }
+    }
+    if (failure.task.empty()) return result.status();
+    if (max_restarts >= 0 && restarts >= max_restarts) {
+      return absl::UnavailableError(absl::StrCat("task ", failure.task, " ", failure.reason, "; the job gave up after ",
+                                                 restarts, " recoveries (recovery.max_restarts): ",
+                                                 result.status().message()));
+    }
+    ++restarts;
+    const absl::Time failed_at = absl::Now();
+    log->warn("job '{}': task {} {}; recovering (restart {}): {}", job_.name(), failure.task, failure.reason, restarts,
+              result.status().ToString());
+    UpdateStatus([&](JobStatus* s) {
+      s->set_state(RECOVERING);
+      s->set_restarts(s->restarts() + 1);
+      s->set_failed_task(failure.task);
+      s->set_failure(absl::StrCat(failure.reason, " (", result.status().ToString(), ")"));
+      s->set_failure_time_unix_ms(absl::ToUnixMillis(failed_at));
+    });
+    absl::StatusOr<std::map<std::string, uint64_t>> back = WaitForTasks(workers_, task_wait, &cancelled_);
+    if (!back.ok()) {
+      if (cancelled_.load()) continue;  // ends CANCELLED above
+      return absl::UnavailableError(absl::StrCat("task ", failure.task, " ", failure.reason,
+                                                 " and did not come back (recovery.task_wait_seconds): ",
+                                                 back.status().message()));
+    }
+    resume.reset();
+    if (checkpointer.enabled()) {
+      absl::StatusOr<ps::CheckpointEntry> found = checkpointer.FindResumePoint();
+      if (found.ok()) {
+        resume = *std::move(found);
+      } else if (!absl::IsNotFound(found.status())) {
+        return found.status();
+      }
+    }
+    const int64_t from = resume.has_value() ? resume->step : 0;
+    const int64_t lost = std::max<int64_t>(0, a.reached_step.load() - from);
+    steps_lost += lost;
+    log->info("job '{}': every task answers again after {:.1f} s; resuming at step {} ({} step(s) to train again)",
+              job_.name(), absl::ToDoubleSeconds(absl::Now() - failed_at), from, lost);
+    UpdateStatus([&](JobStatus* s) {
+      s->set_steps_lost(steps_lost);
+      s->set_recovery_seconds(absl::ToDoubleSeconds(absl::Now() - failed_at));
+    });
+  }
+}
+
+absl::StatusOr<TrainResult> JobRunner::RunAttempt(int attempt, const std::optional<ps::CheckpointEntry>& resume,
+                                                  Checkpointer* checkpointer, int64_t train_examples,
+                                                  const std::function<void(const TrainProgress&)>& on_progress,
+                                                  Attempt* a) {
+  auto log = Logger("master");
+  const Clock::time_point started = Clock::now();
+  const int64_t start_step = resume.has_value() ? resume->step : 0;
   ASSIGN_OR_RETURN(std::vector<DeviceAttributes> attrs, ListClusterDevices(workers_));
   std::vector<std::string> devices;
-  for (const DeviceAttributes& a : attrs) devices.push_back(a.name());
+  for (const DeviceAttributes& d : attrs) devices.push_back(d.name());
   NcclIdGenerator nccl_ids = NcclIdsOfThisBuild();
   if (nccl_ids != nullptr) {
     const std::string why_not = WhyNotNccl(attrs);
     if (!why_not.empty()) {
-      Logger("master")->info("job '{}': no NCCL: {}; GPU all-reduces take the gRPC ring", job_.name(), why_not);
+      log->info("job '{}': no NCCL: {}; GPU all-reduces take the gRPC ring", job_.name(), why_not);
       nccl_ids = nullptr;
     }
   }
-  ASSIGN_OR_RETURN(DistributedPlan plan, PlanDistributedJob(job_, training_, devices, nccl_ids));
+  ASSIGN_OR_RETURN(DistributedPlan plan, PlanDistributedJob(job_, training_, devices, nccl_ids, start_step));
   if (plan.replicated.num_nccl_groups > 0) {
-    Logger("master")->info("job '{}': {} all-reduce group(s) on GPUs reduce through NCCL", job_.name(),
-                           plan.replicated.num_nccl_groups);
+    log->info("job '{}': {} all-reduce group(s) on GPUs reduce through NCCL", job_.name(),
+              plan.replicated.num_nccl_groups);
   }
   if (!plan.replicated.nccl_id_status.ok()) {
-    Logger("master")->warn("job '{}': {}; those GPUs all-reduce through host copies and the gRPC ring instead",
-                           job_.name(), plan.replicated.nccl_id_status.ToString());
+    log->warn("job '{}': {}; those GPUs all-reduce through host copies and the gRPC ring instead", job_.name(),
+              plan.replicated.nccl_id_status.ToString());
   }
-  // The master reads the training split only to count it (the epoch's steps).
-  const std::vector<int64_t> shape(training_.example_shape.dims().begin(), training_.example_shape.dims().end());
-  const int64_t num_classes = job_.has_model() ? job_.model().num_classes() : 0;
-  ASSIGN_OR_RETURN(data::InMemoryDataset train, data::LoadDataset(job_.dataset(), /*train=*/true, shape, num_classes));
-  const int64_t train_examples = train.size();
-  train = data::InMemoryDataset();
-  if (cancelled_.load()) {
-    TrainResult r;
-    r.state = "CANCELLED";
-    r.job = job_.name();
-    r.wall_seconds = Seconds(created);
-    return r;
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<MasterSession> owned, MasterSession::Create(session_handle_, plan.graph, workers_));
+  const std::string handle = attempt == 0 ? session_handle_ : absl::StrCat(session_handle_, "/attempt-", attempt);
+  ASSIGN_OR_RETURN(std::unique_ptr<MasterSession> owned, MasterSession::Create(handle, plan.graph, workers_));
   MasterSession* session = owned.get();
   {
     absl::MutexLock lock(&mu_);
     session_ = std::move(owned);
   }
-  Logger("master")->info("job '{}': {} with {} replica(s) of batch {}", job_.name(),
-                         StrategySpec::Kind_Name(job_.strategy().kind()), plan.num_replicas, plan.replica_batch);
+  a->session = session;
+  a->replica_tasks = plan.replica_tasks;
+  for (const std::string& t : workers_->ListTasks()) {
+    if (std::find(plan.replica_tasks.begin(), plan.replica_tasks.end(), t) == plan.replica_tasks.end()) {
+      a->ps_tasks.insert(t);
+    }
+  }
+  {
+    absl::MutexLock lock(&a->mu);
+    a->incarnations = session->task_incarnations();
+  }
+  // From here on a failed or restarted task aborts the running steps, so
+  // that none waits for a peer that is gone.
+  auto heartbeat = std::make_unique<Heartbeat>(
+      workers_, session->task_incarnations(), HeartbeatInterval(job_), HeartbeatTimeout(job_),
+      [a, session](const TaskFailure& f) {
+        {
+          absl::MutexLock lock(&a->mu);
+          if (!a->heartbeat_failure.has_value()) a->heartbeat_failure = f;
+        }
+        session->AbortRunningSteps(absl::UnavailableError(absl::StrCat("task ", f.task, " ", f.reason)));
+      },
+      [a](const std::string& task) {
+        absl::MutexLock lock(&a->mu);
+        if (a->draining.empty()) a->draining = task;
+      });
+  a->heartbeat = heartbeat.get();
+
+  const int k = plan.replicas_to_aggregate;
+  const ReplicatedGraph& rg = plan.replicated;
+  // The training signatures, registered before a restore so that every task
+  // holding variables knows the session.
+  std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> signatures;
+  std::vector<std::string> losses;
+  for (const ReplicaNames& r : rg.replicas) losses.push_back(r.loss);
+  if (k > 0) {
+    for (const ReplicaNames& r : rg.replicas) {
+      std::vector<std::string> fetches = {r.loss};
+      fetches.insert(fetches.end(), r.push_outcomes.begin(), r.push_outcomes.end());
+      signatures.push_back({fetches, {r.train_op}});
+    }
+  } else if (plan.sync) {
+    signatures.push_back({losses, rg.train_targets});
+  } else {
+    for (const ReplicaNames& r : rg.replicas) signatures.push_back({{r.loss}, {r.train_op}});
+  }
+  absl::Status ready;
+  if (resume.has_value()) {
+    for (const auto& [fetches, targets] : signatures) {
+      if (ready.ok()) ready = session->Prepare(fetches, targets);
+    }
+    if (ready.ok()) ready = checkpointer->Restore(handle, *resume);
+  }
+  if (ready.ok() && (attempt > 0 || options_.resumed)) {
+    UpdateStatus([&](JobStatus* s) {
+      s->set_state(RUNNING);
+      if (s->failure_time_unix_ms() > 0) {
+        s->set_recovery_seconds(static_cast<double>(NowUnixMillis() - s->failure_time_unix_ms()) / 1000.0);
+      }
+    });
+  }
+  log->info("job '{}': {} with {} replica(s) of batch {}{}", job_.name(),
+            StrategySpec::Kind_Name(job_.strategy().kind()), plan.num_replicas, plan.replica_batch,
+            attempt > 0 ? absl::StrCat(" (attempt ", attempt + 1, ")") : "");
 
   StepSource source;
   source.examples = train_examples;
+  source.start_step = start_step;
   // Async replicas take turns in the count: an epoch is the steps that
   // together see each example once. A global step of k-of-N replicas trains
   // on k replicas' batches.
-  const int k = plan.replicas_to_aggregate;
   const int64_t step_examples = k > 0 ? k * plan.replica_batch : plan.sync ? job_.batch_size() : plan.replica_batch;
   const int64_t replica_steps = (train_examples / plan.num_replicas) / plan.replica_batch * plan.num_replicas;
   source.batches_per_epoch = k > 0 ? replica_steps / k : plan.sync ? replica_steps / plan.num_replicas : replica_steps;
-  const ReplicatedGraph& rg = plan.replicated;
+  const int64_t total = job_.steps() > 0 ? job_.steps() : source.batches_per_epoch * job_.epochs();
   std::unique_ptr<AsyncReplicas> async;
   std::unique_ptr<AccumulatingReplicas> accumulating;
-  if (k > 0) {
-    Logger("master")->info("job '{}': the ps applies the first {} of {} replicas' gradients per global step",
-                           job_.name(), k, plan.num_replicas);
-    const int64_t total = job_.steps() > 0 ? job_.steps() : source.batches_per_epoch * job_.epochs();
-    accumulating = std::make_unique<AccumulatingReplicas>(session, rg, total, step_examples, &cancelled_);
+  if (!ready.ok()) {
+    // Fall through to the cleanup below with the error.
+  } else if (k > 0) {
+    log->info("job '{}': the ps applies the first {} of {} replicas' gradients per global step", job_.name(), k,
+              plan.num_replicas);
+    accumulating =
+        std::make_unique<AccumulatingReplicas>(session, rg, total - start_step, step_examples, &cancelled_);
     source.step = [&](int64_t) { return accumulating->Next(); };
   } else if (plan.sync) {
     // Each replica's loss from its own task, averaged here, and the step's
     // targets on the tasks that run them: no extra tensor crosses tasks.
-    // With steps_per_execution k, one RunGraph runs up to k steps on every
+    // With steps_per_execution n, one RunGraph runs up to n steps on every
     // task (each reads its next batch itself) and the master's round trip
-    // is paid once per k steps.
-    std::vector<std::string> losses;
-    for (const ReplicaNames& r : rg.replicas) losses.push_back(r.loss);
-    const int64_t k = std::max(1, job_.strategy().steps_per_execution());
-    source.step = [&, k, losses, out = std::vector<Tensor>()](int64_t max_steps) mutable -> absl::StatusOr<StepResult> {
-      const int64_t n = std::min(k, max_steps);
-      RETURN_IF_ERROR(session->Run({}, losses, rg.train_targets, &out, static_cast<int>(n)));
+    // is paid once per n steps.
+    const int64_t n = std::max(1, job_.strategy().steps_per_execution());
+    source.step = [&, n, out = std::vector<Tensor>()](int64_t max_steps) mutable -> absl::StatusOr<StepResult> {
+      const int64_t m = std::min(n, max_steps);
+      RETURN_IF_ERROR(session->Run({}, losses, rg.train_targets, &out, static_cast<int>(m)));
       double sum = 0;
       for (const Tensor& t : out) sum += t.data<float>()[0];
-      return StepResult{static_cast<float>(sum / static_cast<double>(out.size())), n * step_examples, n};
+      return StepResult{static_cast<float>(sum / static_cast<double>(out.size())), m * step_examples, m};
     };
   } else {
-    const int64_t total = job_.steps() > 0 ? job_.steps() : source.batches_per_epoch * job_.epochs();
-    async = std::make_unique<AsyncReplicas>(session, rg, total, step_examples,
-                                            std::max(1, job_.strategy().steps_per_execution()), &cancelled_);
+    std::function<bool(const absl::Status&, const std::string&)> recover;
+    if (job_.strategy().kind() == StrategySpec::PARAMETER_SERVER && job_.recovery().max_restarts() >= 0) {
+      recover = [this, a](const absl::Status& error, const std::string& task) {
+        return RecoverReplica(error, task, a);
+      };
+    }
+    async = std::make_unique<AsyncReplicas>(session, rg, plan.replica_tasks, total - start_step, step_examples,
+                                            std::max(1, job_.strategy().steps_per_execution()), &cancelled_,
+                                            std::move(recover));
     source.step = [&](int64_t max_steps) { return async->Next(max_steps); };
   }
+  // Checkpoints between steps: every_steps/every_seconds, when a task
+  // drains after SIGTERM, and when the master is preempted.
+  auto save = [&](int64_t step) -> absl::Status {
+    auto save_at = [&](int64_t at) -> absl::Status {
+      ASSIGN_OR_RETURN(ps::CheckpointEntry saved, checkpointer->Save(handle, at));
+      a->saved_step = at;
+      UpdateStatus([&](JobStatus* s) {
+        s->set_checkpoint_step(saved.step);
+        s->set_checkpoint_path(saved.path);
+      });
+      return absl::OkStatus();
+    };
+    if (async != nullptr) return async->Quiesce([&](int64_t completed) { return save_at(start_step + completed); });
+    return save_at(step);
+  };
+  source.after_steps = [&](int64_t step) -> absl::Status {
+    a->reached_step.store(step);
+    std::string draining;
+    {
+      absl::MutexLock lock(&a->mu);
+      draining = a->draining;
+    }
+    const bool preempted = preempted_.load();
+    if (checkpointer->enabled() && (preempted || !draining.empty() || checkpointer->Due(step))) {
+      if (k > 0) {
+        // k-of-N replicas never stand still between global steps: their
+        // checkpoints are not supported (the submit refuses the policy).
+      } else {
+        RETURN_IF_ERROR(save(step));
+      }
+    }
+    if (!draining.empty()) {
+      absl::MutexLock lock(&a->mu);
+      a->drained = draining;
+      return absl::UnavailableError(absl::StrCat("task ", draining, " is stopping (SIGTERM)"));
+    }
+    if (preempted) {
+      a->preempted = true;
+      return absl::CancelledError("the master is stopping (SIGTERM)");
+    }
+    return absl::OkStatus();
+  };
   if (!plan.eval_correct.empty()) {
     source.evaluate = [&, out = std::vector<Tensor>()]() mutable -> absl::StatusOr<EvalResult> {
       std::vector<std::string> fetches = {plan.eval_labels, plan.eval_correct};
@@ -241,36 +524,113 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
       return e;
     };
   }
-  absl::StatusOr<TrainResult> result = RunTrainingLoop(job_, source, on_progress, &cancelled_, created);
+  absl::StatusOr<TrainResult> result =
+      ready.ok() ? RunTrainingLoop(job_, source, on_progress, &cancelled_, started) : ready;
+  if (!result.ok() && a->preempted) {
+    TrainResult r;
+    r.state = "PREEMPTED";
+    r.job = job_.name();
+    r.steps = a->reached_step.load();
+    result = r;
+  }
+  // The last state of a finished job, for a later job to start from.
+  if (result.ok() && result->state == "SUCCEEDED" && checkpointer->enabled() && k == 0 &&
+      a->saved_step != result->steps) {
+    absl::Status s = save(result->steps);
+    if (!s.ok()) result = Annotate(s, "the final checkpoint");
+  }
   async.reset();  // joins the replicas' threads
   if (accumulating != nullptr) {
     const int64_t refused = accumulating->refused(), refused_steps = accumulating->refused_steps();
     accumulating.reset();
-    Logger("master")->info(
+    log->info(
         "job '{}': the ps refused {} stale gradient(s) of {} replica step(s) (pushed after their global step was "
         "applied)",
         job_.name(), refused, refused_steps);
   }
+  if (!result.ok()) session->AbortRunningSteps(result.status());
+  a->heartbeat = nullptr;
+  heartbeat.reset();
   {
     absl::MutexLock lock(&mu_);
     owned = std::move(session_);
   }
+  a->session = nullptr;
   absl::Status closed = owned->Close();
-  if (!closed.ok()) Logger("master")->warn("job '{}': closing its session: {}", job_.name(), closed.ToString());
-  if (result.ok()) result->wall_seconds = Seconds(created);
+  if (!closed.ok()) log->warn("job '{}': closing its session: {}", job_.name(), closed.ToString());
   return result;
 }
 
-JobRunner::AsyncReplicas::AsyncReplicas(MasterSession* session, const ReplicatedGraph& rg, int64_t total_steps,
+bool JobRunner::RecoverReplica(const absl::Status& error, const std::string& task, Attempt* a) {
+  if (cancelled_.load() || preempted_.load()) return false;
+  std::map<std::string, uint64_t> known;
+  {
+    absl::MutexLock lock(&a->mu);
+    known = a->incarnations;
+  }
+  std::vector<TaskFailure> failed = FailedTasks(ProbeTasks(workers_, HeartbeatTimeout(job_)), known);
+  if (failed.empty()) {
+    // The heartbeat aborted the step for a worker that is back already, or
+    // the error is the job's own.
+    absl::MutexLock lock(&a->mu);
+    return a->heartbeat_failure.has_value() && a->ps_tasks.count(a->heartbeat_failure->task) == 0 &&
+           absl::IsUnavailable(error);
+  }
+  bool mine = false;
+  for (const TaskFailure& f : failed) {
+    if (a->ps_tasks.count(f.task) > 0) return false;  // the variables' owner: a full recovery
+    mine = mine || f.task == task;
+  }
+  if (!mine) return true;  // another replica's worker: this one goes on
+  auto log = Logger("master");
+  const absl::Time failed_at = absl::Now();
+  const std::string reason = failed[0].task == task ? failed[0].reason : "failed";
+  log->warn("job '{}': worker {} {}; the other replicas train on while it comes back", job_.name(), task, reason);
+  UpdateStatus([&](JobStatus* s) {
+    s->set_restarts(s->restarts() + 1);
+    s->set_failed_task(task);
+    s->set_failure(absl::StrCat(reason, " (", error.ToString(), "); no step lost: the other replicas trained on"));
+    s->set_failure_time_unix_ms(absl::ToUnixMillis(failed_at));
+  });
+  const RecoveryPolicy& policy = job_.recovery();
+  const absl::Time deadline =
+      failed_at + absl::Seconds(policy.task_wait_seconds() > 0 ? policy.task_wait_seconds() : kDefaultTaskWaitSeconds);
+  while (!cancelled_.load() && absl::Now() < deadline) {
+    for (const TaskHealth& h : ProbeTasks(workers_, HeartbeatTimeout(job_))) {
+      if (h.task != task || !h.answered || h.draining || h.incarnation == known[task]) continue;
+      {
+        absl::MutexLock lock(&a->mu);
+        a->incarnations[task] = h.incarnation;
+        if (a->heartbeat_failure.has_value() && a->heartbeat_failure->task == task) a->heartbeat_failure.reset();
+      }
+      if (a->heartbeat != nullptr) a->heartbeat->Update(task, h.incarnation);
+      a->session->ForgetTask(task);
+      log->info("job '{}': worker {} is back after {:.1f} s; its replica trains again", job_.name(), task,
+                absl::ToDoubleSeconds(absl::Now() - failed_at));
+      UpdateStatus([&](JobStatus* s) { s->set_recovery_seconds(absl::ToDoubleSeconds(absl::Now() - failed_at)); });
+      return true;
+    }
+    // Waiting for a process to be restarted; bounded by the deadline.
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  return false;
+}
+
+JobRunner::AsyncReplicas::AsyncReplicas(MasterSession* session, const ReplicatedGraph& rg,
+                                        const std::vector<std::string>& tasks, int64_t total_steps,
                                         int64_t step_examples, int64_t steps_per_call,
-                                        const std::atomic<bool>* cancelled)
+                                        const std::atomic<bool>* cancelled,
+                                        std::function<bool(const absl::Status&, const std::string&)> recover)
     : session_(session),
+      total_(total_steps),
       step_examples_(step_examples),
       steps_per_call_(steps_per_call),
       cancelled_(cancelled),
+      recover_(std::move(recover)),
       remaining_(total_steps) {
   for (size_t r = 0; r < rg.replicas.size(); ++r) {
-    threads_.emplace_back([this, names = rg.replicas[r]] { Loop(names); });
+    threads_.emplace_back(
+        [this, names = rg.replicas[r], task = r < tasks.size() ? tasks[r] : std::string()] { Loop(names, task); });
   }
 }
 
@@ -278,22 +638,32 @@ JobRunner::AsyncReplicas::~AsyncReplicas() {
   {
     absl::MutexLock lock(&mu_);
     remaining_ = 0;
+    paused_ = false;
   }
   for (std::thread& t : threads_) t.join();
 }
 
-void JobRunner::AsyncReplicas::Loop(const ReplicaNames& names) {
+void JobRunner::AsyncReplicas::Loop(const ReplicaNames& names, const std::string& task) {
   std::vector<Tensor> out;
   for (;;) {
     int64_t n = 0;
     {
       absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](AsyncReplicas* self) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !self->paused_ || self->remaining_ <= 0; },
+          this));
       if (remaining_ <= 0 || cancelled_->load()) return;
       n = std::min(steps_per_call_, remaining_);
       remaining_ -= n;  // tickets: exactly total_steps steps run
       ++active_;
     }
     absl::Status s = session_->Run({}, {names.loss}, {names.train_op}, &out, static_cast<int>(n));
+    if (!s.ok() && recover_ != nullptr && !cancelled_->load() && recover_(s, task)) {
+      absl::MutexLock lock(&mu_);
+      --active_;
+      remaining_ += n;  // the steps go back to the pool
+      continue;
+    }
     absl::MutexLock lock(&mu_);
     --active_;
     if (!s.ok()) {
@@ -303,6 +673,20 @@ void JobRunner::AsyncReplicas::Loop(const ReplicaNames& names) {
     }
     done_.push_back(StepResult{out[0].data<float>()[0], n * step_examples_, n});
   }
+}
+
+absl::Status JobRunner::AsyncReplicas::Quiesce(const std::function<absl::Status(int64_t completed)>& fn) {
+  int64_t completed = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    paused_ = true;
+    mu_.Await(absl::Condition(+[](int* n) { return *n == 0; }, &active_));
+    completed = total_ - remaining_;
+  }
+  absl::Status s = fn(completed);
+  absl::MutexLock lock(&mu_);
+  paused_ = false;
+  return s;
 }
 
 bool JobRunner::AsyncReplicas::Ready() const {

@@ -19,6 +19,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,22 +27,47 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/env.h"
 #include "graph/lowering.h"
+#include "master/checkpointer.h"
 #include "master/master_session.h"
 #include "master/strategy.h"
 #include "master/worker_cache.h"
 #include "proto/job.pb.h"
+#include "proto/master_service.pb.h"
 #include "runtime/trainer.h"
 #include "runtime/training_loop.h"
 
 namespace weft {
 namespace master {
 
+struct JobRunnerOptions {
+  Env* env = nullptr;  // checkpoints' file system; null: Env::Default()
+  // Applies a change to the job's status and publishes it at once: entering
+  // and leaving RECOVERING, the failed task, checkpoints. May be null.
+  std::function<void(const std::function<void(JobStatus*)>&)> update_status;
+  // The job was found unfinished in the job store by a restarted master: it
+  // resumes from its newest checkpoint (or from the start without one).
+  bool resumed = false;
+};
+
+// Fault tolerance (jobs with a strategy; docs/fault_tolerance.md): while a
+// job runs, a Heartbeat watches its tasks. A step that fails because a task
+// died, restarted (new incarnation) or stopped answering, or a task that
+// drains after SIGTERM, ends the attempt: every step is aborted, the job
+// goes RECOVERING, the runner waits for every task to answer again
+// (recovery.task_wait_seconds), then starts a new session, restores the
+// newest valid checkpoint and trains on from its step. Under async
+// PARAMETER_SERVER a lost worker costs nothing: its replica waits for it
+// while the others train on, its steps handed to them. Any other error ends
+// the job FAILED, as does a task that does not come back in time (naming
+// it) or more than recovery.max_restarts recoveries.
 class JobRunner {
  public:
   // `training` is LowerJob(job). `session_handle` names the job's session to
   // the tasks. `workers` must outlive the runner.
-  JobRunner(JobSpec job, TrainingGraph training, std::string session_handle, WorkerCacheInterface* workers);
+  JobRunner(JobSpec job, TrainingGraph training, std::string session_handle, WorkerCacheInterface* workers,
+            JobRunnerOptions options = {});
   ~JobRunner();
 
   // Trains to the job's end. `on_progress` (optional) runs after every step
@@ -52,9 +78,26 @@ class JobRunner {
   // Stops the run after the current step, aborting that step on every task.
   void Cancel();
   bool cancelled() const { return cancelled_.load(); }
+  // The master is stopping (SIGTERM): after the current step the job is
+  // checkpointed (when it has a checkpoint dir) and Run returns state
+  // "PREEMPTED", for a restarted master to resume. Jobs without a strategy
+  // stop as if cancelled.
+  void Preempt();
 
  private:
   struct Data;
+  struct Attempt;
+  absl::StatusOr<TrainResult> RunAttempt(int attempt, const std::optional<ps::CheckpointEntry>& resume,
+                                         Checkpointer* checkpointer, int64_t train_examples,
+                                         const std::function<void(const TrainProgress&)>& on_progress, Attempt* a);
+  void UpdateStatus(const std::function<void(JobStatus*)>& update) const {
+    if (options_.update_status) options_.update_status(update);
+  }
+  // Async PS: a replica's step failed. True when the replica may go on: the
+  // failure was another task's (a worker that the heartbeat or the step
+  // found dead), or its own worker died and came back in time (the session
+  // then registers its graphs anew). False ends the job with the error.
+  bool RecoverReplica(const absl::Status& error, const std::string& task, Attempt* a);
   absl::StatusOr<TrainResult> Train(MasterSession* session, const Data& data,
                                     const std::function<void(const TrainProgress&)>& on_progress);
   absl::StatusOr<TrainResult> RunDistributed(const std::function<void(const TrainProgress&)>& on_progress);
@@ -66,24 +109,34 @@ class JobRunner {
    public:
     // Each replica runs up to `steps_per_call` steps per dispatch
     // (steps_per_execution).
-    AsyncReplicas(MasterSession* session, const ReplicatedGraph& rg, int64_t total_steps, int64_t step_examples,
-                  int64_t steps_per_call, const std::atomic<bool>* cancelled);
+    // `recover` (may be null) decides whether a replica whose step failed
+    // goes on (JobRunner::RecoverReplica); its steps return to the pool.
+    AsyncReplicas(MasterSession* session, const ReplicatedGraph& rg, const std::vector<std::string>& tasks,
+                  int64_t total_steps, int64_t step_examples, int64_t steps_per_call,
+                  const std::atomic<bool>* cancelled,
+                  std::function<bool(const absl::Status&, const std::string& task)> recover);
     ~AsyncReplicas();  // stops handing out steps and joins the threads
     // The next finished steps, at most `max_steps` of them: a dispatch of
     // more is handed out in parts (all with its loss).
     absl::StatusOr<StepResult> Next(int64_t max_steps);
+    // Holds new steps back, waits for the running ones, and runs `fn` with
+    // the steps completed so far (for a checkpoint), then lets them go on.
+    absl::Status Quiesce(const std::function<absl::Status(int64_t completed)>& fn);
 
    private:
-    void Loop(const ReplicaNames& names);
+    void Loop(const ReplicaNames& names, const std::string& task);
     bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
     MasterSession* const session_;
+    const int64_t total_;
     const int64_t step_examples_;
     const int64_t steps_per_call_;
     const std::atomic<bool>* const cancelled_;
+    const std::function<bool(const absl::Status&, const std::string&)> recover_;
     absl::Mutex mu_;
     int64_t remaining_ ABSL_GUARDED_BY(mu_);
     int active_ ABSL_GUARDED_BY(mu_) = 0;
+    bool paused_ ABSL_GUARDED_BY(mu_) = false;
     std::deque<absl::StatusOr<StepResult>> done_ ABSL_GUARDED_BY(mu_);
     std::vector<std::thread> threads_;
   };
@@ -133,7 +186,9 @@ class JobRunner {
   const TrainingGraph training_;
   const std::string session_handle_;
   WorkerCacheInterface* const workers_;
+  const JobRunnerOptions options_;
   std::atomic<bool> cancelled_{false};
+  std::atomic<bool> preempted_{false};
   absl::Mutex mu_;
   // Set while Run uses it, so Cancel can abort its steps.
   std::unique_ptr<MasterSession> session_ ABSL_GUARDED_BY(mu_);

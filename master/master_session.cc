@@ -194,6 +194,11 @@ std::string PickDefaultDevice(const std::vector<std::string>& devices) {
 
 }  // namespace
 
+uint64_t MasterIncarnation() {
+  static const uint64_t incarnation = absl::Uniform<uint64_t>(absl::BitGen(), 1, ~uint64_t{0});
+  return incarnation;
+}
+
 absl::StatusOr<std::unique_ptr<MasterSession>> MasterSession::Create(std::string handle, const GraphDef& graph_def,
                                                                      WorkerCacheInterface* workers,
                                                                      MasterSessionOptions options) {
@@ -219,8 +224,10 @@ absl::StatusOr<std::unique_ptr<MasterSession>> MasterSession::Create(std::string
   pending.Wait();
   std::vector<std::string> devices;
   std::map<std::string, std::string> device_task;
+  std::map<std::string, uint64_t> incarnations;
   for (size_t i = 0; i < tasks.size(); ++i) {
     RETURN_IF_ERROR(WithTask(statuses[i], tasks[i]));
+    incarnations[tasks[i]] = responses[i].incarnation();
     for (const DeviceAttributes& d : responses[i].device()) {
       auto parsed = DeviceName::Parse(d.name());
       if (!parsed.ok() || !parsed->IsFullySpecified()) {
@@ -248,18 +255,21 @@ absl::StatusOr<std::unique_ptr<MasterSession>> MasterSession::Create(std::string
   }
   return std::unique_ptr<MasterSession>(new MasterSession(std::move(handle), std::move(graph), workers,
                                                           std::move(options), std::move(devices),
-                                                          std::move(device_task), std::move(default_device)));
+                                                          std::move(device_task), std::move(default_device),
+                                                          std::move(incarnations)));
 }
 
 MasterSession::MasterSession(std::string handle, std::unique_ptr<Graph> graph, WorkerCacheInterface* workers,
                              MasterSessionOptions options, std::vector<std::string> devices,
-                             std::map<std::string, std::string> device_task, std::string default_device)
+                             std::map<std::string, std::string> device_task, std::string default_device,
+                             std::map<std::string, uint64_t> task_incarnations)
     : handle_(std::move(handle)),
       workers_(workers),
       options_(std::move(options)),
       devices_(std::move(devices)),
       device_task_(std::move(device_task)),
       default_device_(std::move(default_device)),
+      task_incarnations_(std::move(task_incarnations)),
       // 2^62 leaves room for the counter and for steps_per_execution's
       // consecutive ids without wrapping past the int64 range.
       step_id_base_(absl::Uniform<uint64_t>(absl::BitGen(), 1, uint64_t{1} << 62)),
@@ -451,6 +461,7 @@ absl::Status MasterSession::Register(Plan* plan) {
     Partition& p = plan->parts[i];
     RegisterGraphRequest& r = requests[i];
     r.set_session_handle(handle_);
+    r.set_master_incarnation(options_.master_incarnation);
     *r.mutable_graph_def() = std::move(p.graph_def);
     for (const std::string& f : p.feeds) r.add_feed(f);
     for (const std::string& f : p.fetches) r.add_fetch(f);
@@ -617,6 +628,46 @@ void MasterSession::AbortRunningSteps(const absl::Status& reason) {
   // Abort only issues asynchronous calls, so holding mu_ is brief; it keeps
   // a step from leaving running_ (and cleaning up) between the two.
   for (auto& [id, step] : running_) step->Abort(reason, "");
+}
+
+absl::Status MasterSession::Prepare(const std::vector<std::string>& fetches, const std::vector<std::string>& targets) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return absl::FailedPreconditionError(absl::StrCat("session ", handle_, " is closed"));
+  }
+  return GetPlan({}, fetches, targets).status();
+}
+
+void MasterSession::ForgetTask(const std::string& task) {
+  std::vector<std::shared_ptr<const Plan>> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    deferred_cleanup_.erase(task);
+    for (auto it = plans_.begin(); it != plans_.end();) {
+      const std::shared_ptr<PlanEntry>& entry = it->second;
+      // A plan still being built is left to its builder.
+      const bool touches = entry->ready.HasBeenNotified() && entry->plan != nullptr &&
+                           std::find(entry->plan->tasks.begin(), entry->plan->tasks.end(), task) !=
+                               entry->plan->tasks.end();
+      if (!touches) {
+        ++it;
+        continue;
+      }
+      dropped.push_back(entry->plan);
+      plans_.erase(it++);
+    }
+  }
+  for (const auto& plan : dropped) {
+    // The restarted task no longer knows its handles; the others release
+    // theirs. Failures only leave a graph behind until the session closes.
+    Plan others;
+    for (const Partition& p : plan->parts) {
+      if (p.task != task) others.parts.push_back(p);
+    }
+    absl::Status s = Deregister(others);
+    if (!s.ok()) Logger("master")->debug("session {}: releasing a plan after {} restarted: {}", handle_, task, s.ToString());
+  }
+  Logger("master")->info("session {}: {} restarted; {} plan(s) will register again", handle_, task, dropped.size());
 }
 
 absl::Status MasterSession::Close() {

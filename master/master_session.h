@@ -47,6 +47,9 @@
 namespace weft {
 namespace master {
 
+// This process's master incarnation: random, nonzero, fixed for its life.
+uint64_t MasterIncarnation();
+
 struct MasterSessionOptions {
   // Device of nodes that request none. Empty: "/job:worker/task:0/device:CPU:0"
   // when the cluster has it, else the first device of a "worker" task, else
@@ -54,6 +57,9 @@ struct MasterSessionOptions {
   std::string default_device;
   // Deadline of one RunGraph call (one step on one task).
   absl::Duration step_timeout = absl::InfiniteDuration();
+  // Sent with every RegisterGraph: a task drops the graphs of other master
+  // incarnations when it sees a new one (worker/graph_mgr.h AdoptMaster).
+  uint64_t master_incarnation = MasterIncarnation();
 };
 
 class MasterSession {
@@ -93,6 +99,20 @@ class MasterSession {
   // those Run calls return promptly with an error. Returns at once.
   void AbortRunningSteps(const absl::Status& reason);
 
+  // Builds and registers the plan of a signature without running a step, so
+  // that every task it touches holds the session (and a checkpoint can be
+  // restored into it before the first step).
+  absl::Status Prepare(const std::vector<std::string>& fetches, const std::vector<std::string>& targets);
+
+  // `task` restarted and lost its graphs: drops every plan with a partition
+  // there (deregistering its partitions on the other tasks) and the task's
+  // deferred cleanups, so the next step of those signatures registers anew.
+  // Steps running now keep their plans.
+  void ForgetTask(const std::string& task);
+
+  // Each task's incarnation when the session was created.
+  const std::map<std::string, uint64_t>& task_incarnations() const { return task_incarnations_; }
+
   // Waits for running steps, then deregisters every graph on every task.
   // Later Run and Extend calls fail with FAILED_PRECONDITION. Idempotent;
   // returns the first deregistration error (graphs are released either way).
@@ -109,7 +129,8 @@ class MasterSession {
 
   MasterSession(std::string handle, std::unique_ptr<Graph> graph, WorkerCacheInterface* workers,
                 MasterSessionOptions options, std::vector<std::string> devices,
-                std::map<std::string, std::string> device_task, std::string default_device);
+                std::map<std::string, std::string> device_task, std::string default_device,
+                std::map<std::string, uint64_t> task_incarnations);
 
   // The plan of a signature, building and registering it on first use.
   absl::StatusOr<std::shared_ptr<const Plan>> GetPlan(const std::vector<std::string>& feeds,
@@ -138,6 +159,7 @@ class MasterSession {
   const std::vector<std::string> devices_;
   const std::map<std::string, std::string> device_task_;  // device -> its task
   const std::string default_device_;
+  const std::map<std::string, uint64_t> task_incarnations_;
   const uint64_t step_id_base_;
   std::atomic<uint64_t> step_counter_{0};
 

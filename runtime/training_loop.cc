@@ -103,13 +103,26 @@ absl::StatusOr<TrainResult> RunTrainingLoop(const JobSpec& job, const StepSource
   p.total_steps = job.steps() > 0 ? job.steps() : per_epoch * job.epochs();
   p.epochs = job.steps() > 0 ? (job.steps() + per_epoch - 1) / per_epoch : job.epochs();
   p.epoch = 1;
-  log->info("training '{}': {} steps, {} examples per epoch, batch {}", job.name(), p.total_steps, source.examples,
-            job.batch_size());
+  if (source.start_step < 0 || source.start_step > p.total_steps) {
+    return absl::InvalidArgumentError(absl::StrCat("job '", job.name(), "': cannot start at step ", source.start_step,
+                                                   " of ", p.total_steps));
+  }
+  p.step = source.start_step;
+  p.epoch = source.start_step / per_epoch + 1;
+  result.epochs = source.start_step / per_epoch;
+  if (source.start_step > 0) {
+    log->info("training '{}': resuming at step {} of {} (epoch {})", job.name(), p.step, p.total_steps, p.epoch);
+  } else {
+    log->info("training '{}': {} steps, {} examples per epoch, batch {}", job.name(), p.total_steps,
+              source.examples, job.batch_size());
+  }
 
   const bool evaluate = source.evaluate != nullptr && !job.eval().skip();
   auto cancelled = [&] { return cancelled_flag != nullptr && cancelled_flag->load(); };
   double epoch_loss = 0, last_epoch_loss = 0;
-  int64_t epoch_steps = 0;
+  // Steps of the current epoch, and those of them whose loss this run saw
+  // (a resumed run enters an epoch part-way).
+  int64_t epoch_steps = source.start_step % per_epoch, loss_steps = 0;
   int64_t samples = 0;
   double train_seconds = 0;
   const int every = job.eval().every_epochs();
@@ -122,7 +135,7 @@ absl::StatusOr<TrainResult> RunTrainingLoop(const JobSpec& job, const StepSource
   Clock::time_point t0 = Clock::now();
   auto end_epoch = [&]() -> absl::Status {
     train_seconds += Seconds(t0);
-    last_epoch_loss = epoch_steps > 0 ? epoch_loss / epoch_steps : 0;
+    last_epoch_loss = loss_steps > 0 ? epoch_loss / loss_steps : 0;
     p.epoch_end = true;
     p.test_accuracy = -1;
     evaluated_last = false;
@@ -138,6 +151,7 @@ absl::StatusOr<TrainResult> RunTrainingLoop(const JobSpec& job, const StepSource
     ++p.epoch;
     epoch_loss = 0;
     epoch_steps = 0;
+    loss_steps = 0;
     t0 = Clock::now();
     return absl::OkStatus();
   };
@@ -165,18 +179,20 @@ absl::StatusOr<TrainResult> RunTrainingLoop(const JobSpec& job, const StepSource
     }
     p.step += step->steps;
     epoch_steps += step->steps;
+    loss_steps += step->steps;
     epoch_loss += static_cast<double>(step->loss) * step->steps;  // the last step's loss stands for the run
     samples += step->examples;
-    p.loss = epoch_loss / static_cast<double>(epoch_steps);
+    p.loss = epoch_loss / static_cast<double>(loss_steps);
     p.elapsed_seconds = Seconds(started);
     const double t = train_seconds + Seconds(t0);
     p.samples_per_second = t > 0 ? samples / t : 0;
     if (on_progress) on_progress(p);
     if (epoch_steps == per_epoch) RETURN_IF_ERROR(end_epoch());
+    if (source.after_steps) RETURN_IF_ERROR(source.after_steps(p.step));
   }
-  if (epoch_steps > 0) {  // a run counted in steps (or cancelled) can stop mid-epoch
+  if (loss_steps > 0) {  // a run counted in steps (or cancelled) can stop mid-epoch
     train_seconds += Seconds(t0);
-    last_epoch_loss = epoch_loss / epoch_steps;
+    last_epoch_loss = epoch_loss / loss_steps;
   }
   if (result.state.empty()) result.state = "SUCCEEDED";
   result.steps = p.step;

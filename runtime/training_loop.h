@@ -86,6 +86,13 @@ struct StepSource {
   // or of the job).
   std::function<absl::StatusOr<StepResult>(int64_t max_steps)> step;
   std::function<absl::StatusOr<EvalResult>()> evaluate;  // null: not evaluated
+  // Steps already trained (a job resumed from a checkpoint of that step):
+  // the loop starts there, in the epoch it falls in.
+  int64_t start_step = 0;
+  // Called after the steps of each call (and after the evaluation that
+  // closes an epoch), with the steps done so far: the place for checkpoints.
+  // An error ends the loop with it. May be null.
+  std::function<absl::Status(int64_t step)> after_steps;
 };
 
 // The loop over steps from `source`: epochs, progress, evaluation, cancel.

@@ -25,6 +25,7 @@ struct GraphMgr::Item {
   // whose kernels use them.
   std::shared_ptr<ResourceMgr> resources;
   std::string resources_key;
+  uint64_t master_incarnation = 0;  // of the master that registered it (0: unknown)
   std::unique_ptr<Executor> executor;  // declared after the graph it runs
 };
 
@@ -103,11 +104,43 @@ absl::StatusOr<std::string> GraphMgr::Register(const RegisterGraphRequest& reque
   item->feeds = opts.feeds;
   item->fetches = opts.fetches;
   ASSIGN_OR_RETURN(item->executor, Executor::Create(item->graph.get(), device, std::move(opts)));
+  item->master_incarnation = request.master_incarnation();
   absl::MutexLock lock(&mu_);
   item->handle = absl::StrCat(handle_prefix_, next_handle_++);
   const std::string handle = item->handle;
   graphs_.emplace(handle, std::move(item));
   return handle;
+}
+
+std::vector<int64_t> GraphMgr::AdoptMaster(uint64_t master_incarnation) {
+  std::vector<int64_t> orphaned;
+  std::vector<std::shared_ptr<Item>> dropped;  // released outside the lock
+  if (master_incarnation == 0) return orphaned;
+  absl::MutexLock lock(&mu_);
+  if (master_incarnation == master_incarnation_) return orphaned;
+  master_incarnation_ = master_incarnation;
+  for (auto it = graphs_.begin(); it != graphs_.end();) {
+    const Item& item = *it->second;
+    if (item.master_incarnation == 0 || item.master_incarnation == master_incarnation) {
+      ++it;
+      continue;
+    }
+    const std::string key = item.resources_key;
+    dropped.push_back(std::move(it->second));
+    graphs_.erase(it++);
+    auto res = session_resources_.find(key);
+    if (res != session_resources_.end()) {
+      bool shared = false;
+      for (const auto& [h, other] : graphs_) shared = shared || other->resources_key == key;
+      if (!shared) session_resources_.erase(res);
+    }
+  }
+  for (const auto& [step, handle] : running_) {
+    for (const auto& d : dropped) {
+      if (d->handle == handle) orphaned.push_back(step);
+    }
+  }
+  return orphaned;
 }
 
 absl::Status GraphMgr::Deregister(const std::string& handle) {
@@ -215,6 +248,26 @@ absl::Status GraphMgr::Run(const RunGraphRequest& request, Rendezvous* rendezvou
     }
   }
 
+  // Known as running, so that a new master can abort it (AdoptMaster).
+  {
+    absl::MutexLock lock(&mu_);
+    running_.emplace(request.step_id(), item->handle);
+  }
+  struct Unmark {
+    GraphMgr* self;
+    int64_t step;
+    const std::string* handle;
+    ~Unmark() {
+      absl::MutexLock lock(&self->mu_);
+      auto range = self->running_.equal_range(step);
+      for (auto it = range.first; it != range.second; ++it) {
+        if (it->second == *handle) {
+          self->running_.erase(it);
+          break;
+        }
+      }
+    }
+  } unmark{this, request.step_id(), &item->handle};
   std::vector<Tensor> fetched;
   absl::Status status;
   for (int i = 0; i < iterations && status.ok(); ++i) {

@@ -19,6 +19,7 @@
 #ifndef WEFT_WORKER_GRAPH_MGR_H_
 #define WEFT_WORKER_GRAPH_MGR_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -69,6 +70,14 @@ class GraphMgr {
 
   int NumGraphs() const;
 
+  // A RegisterGraph from master incarnation `master_incarnation` (nonzero):
+  // when it differs from the last one seen, the graphs registered by other
+  // nonzero incarnations belong to a master that died. They are dropped
+  // (with their sessions' variables, once no graph of theirs is left) and
+  // the ids of their running steps returned, for the caller to abort.
+  // 0 changes nothing.
+  std::vector<int64_t> AdoptMaster(uint64_t master_incarnation);
+
  private:
   struct Item;
 
@@ -86,6 +95,9 @@ class GraphMgr {
   absl::flat_hash_map<std::string, std::shared_ptr<Item>> graphs_ ABSL_GUARDED_BY(mu_);
   // "session@device" -> that session's variables; shared by its graphs.
   absl::flat_hash_map<std::string, std::shared_ptr<ResourceMgr>> session_resources_ ABSL_GUARDED_BY(mu_);
+  uint64_t master_incarnation_ ABSL_GUARDED_BY(mu_) = 0;  // the last nonzero one registering
+  // Steps running now: step id -> graph handle.
+  std::multimap<int64_t, std::string> running_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace worker

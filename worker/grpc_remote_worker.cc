@@ -31,7 +31,31 @@ void Call(const std::string& task, absl::Duration timeout, StatusCallback done, 
 }  // namespace
 
 GrpcRemoteWorker::GrpcRemoteWorker(std::string task, std::shared_ptr<grpc::Channel> channel, absl::Duration timeout)
-    : task_(std::move(task)), stub_(WorkerService::NewStub(std::move(channel))), timeout_(timeout) {}
+    : task_(std::move(task)),
+      stub_(WorkerService::NewStub(channel)),
+      ps_stub_(ParameterServer::NewStub(channel)),
+      timeout_(timeout) {}
+
+void GrpcRemoteWorker::ListShardsAsync(const ListShardsRequest* request, ListShardsResponse* response,
+                                       StatusCallback done) {
+  Call(task_, timeout_, std::move(done), [&](grpc::ClientContext* ctx, GrpcDone cb) {
+    ps_stub_->async()->ListShards(ctx, request, response, std::move(cb));
+  });
+}
+
+void GrpcRemoteWorker::SaveShardAsync(const SaveShardRequest* request, SaveShardResponse* response,
+                                      StatusCallback done) {
+  Call(task_, timeout_, std::move(done), [&](grpc::ClientContext* ctx, GrpcDone cb) {
+    ps_stub_->async()->SaveShard(ctx, request, response, std::move(cb));
+  });
+}
+
+void GrpcRemoteWorker::RestoreShardAsync(const RestoreShardRequest* request, RestoreShardResponse* response,
+                                         StatusCallback done) {
+  Call(task_, timeout_, std::move(done), [&](grpc::ClientContext* ctx, GrpcDone cb) {
+    ps_stub_->async()->RestoreShard(ctx, request, response, std::move(cb));
+  });
+}
 
 void GrpcRemoteWorker::GetStatusAsync(const GetStatusRequest* request, GetStatusResponse* response,
                                       StatusCallback done) {

@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
 #include "proto/cluster.pb.h"
+#include "proto/ps_service.grpc.pb.h"
 #include "proto/worker_service.grpc.pb.h"
 #include "worker/grpc_channel_cache.h"
 #include "worker/remote_rendezvous.h"
@@ -54,10 +55,15 @@ class GrpcRemoteWorker final : public WorkerInterface {
   void AbortStepAsync(const AbortStepRequest* request, AbortStepResponse* response, StatusCallback done) override;
   void CleanupStepAsync(const CleanupStepRequest* request, CleanupStepResponse* response,
                         StatusCallback done) override;
+  void ListShardsAsync(const ListShardsRequest* request, ListShardsResponse* response, StatusCallback done) override;
+  void SaveShardAsync(const SaveShardRequest* request, SaveShardResponse* response, StatusCallback done) override;
+  void RestoreShardAsync(const RestoreShardRequest* request, RestoreShardResponse* response,
+                         StatusCallback done) override;
 
  private:
   const std::string task_;
   const std::unique_ptr<WorkerService::Stub> stub_;
+  const std::unique_ptr<ParameterServer::Stub> ps_stub_;  // same channel
   const absl::Duration timeout_;
 };
 

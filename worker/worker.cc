@@ -94,6 +94,8 @@ void Worker::GetStatusAsync(const GetStatusRequest*, GetStatusResponse* response
     a->set_memory_limit(0);
     a->set_incarnation(incarnation_);
   }
+  response->set_draining(draining_.load());
+  response->set_num_graphs(graph_mgr_->NumGraphs());
   done(absl::OkStatus());
 }
 
@@ -101,6 +103,15 @@ void Worker::RegisterGraphAsync(const RegisterGraphRequest* request, RegisterGra
                                 StatusCallback done) {
   Schedule(
       [this, request, response, done] {
+        // Steps of graphs a dead master registered would wait for peers or
+        // pushes that never come: abort them.
+        for (int64_t step : graph_mgr_->AdoptMaster(request->master_incarnation())) {
+          const absl::Status gone = absl::AbortedError(absl::StrCat(
+              "step ", step, " belongs to a master that has been replaced (master incarnation ",
+              absl::Hex(request->master_incarnation()), " registered a graph)"));
+          rendezvous_mgr_.AbortStep(step, gone);
+          if (collectives_ != nullptr) collectives_->AbortStep(step, gone);
+        }
         auto handle = graph_mgr_->Register(*request);
         if (!handle.ok()) return done(handle.status());
         response->set_graph_handle(*handle);

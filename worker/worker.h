@@ -25,6 +25,7 @@
 #ifndef WEFT_WORKER_WORKER_H_
 #define WEFT_WORKER_WORKER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -89,6 +90,11 @@ class Worker {
   // `done` gets the value (sharing the sender's buffer) or the failure.
   void RecvTensorAsync(const RecvTensorRequest* request, Rendezvous::DoneCallback done);
 
+  // Marks the task as about to stop (SIGTERM): GetStatus reports draining,
+  // so the master checkpoints its jobs before the task goes.
+  void SetDraining() { draining_.store(true); }
+  bool draining() const { return draining_.load(); }
+
   // Idempotent. Returns once no step is running and none can start.
   // REQUIRES: not called from a callback of this worker (it joins them).
   void Shutdown();
@@ -116,6 +122,7 @@ class Worker {
   const std::string task_;
   const uint64_t incarnation_;
   CollectiveRuntime* const collectives_;
+  std::atomic<bool> draining_{false};
   std::vector<std::unique_ptr<Device>> devices_;
   std::vector<Device*> device_ptrs_;
   std::unique_ptr<ThreadPool> inter_op_pool_;

@@ -17,6 +17,8 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "absl/strings/str_cat.h"
+#include "proto/ps_service.pb.h"
 #include "proto/worker_service.pb.h"
 
 namespace weft {
@@ -41,6 +43,26 @@ class WorkerInterface {
   virtual void AbortStepAsync(const AbortStepRequest* request, AbortStepResponse* response, StatusCallback done) = 0;
   virtual void CleanupStepAsync(const CleanupStepRequest* request, CleanupStepResponse* response,
                                 StatusCallback done) = 0;
+
+  // The task's ParameterServer service (proto/ps_service.proto): how the
+  // master lists, saves and restores the variables a session holds there.
+  // `weft ps` and `weft worker` both serve it; an implementation without it
+  // fails with UNIMPLEMENTED naming the task.
+  virtual void ListShardsAsync(const ListShardsRequest*, ListShardsResponse*, StatusCallback done) {
+    done(Unserved("ListShards"));
+  }
+  virtual void SaveShardAsync(const SaveShardRequest*, SaveShardResponse*, StatusCallback done) {
+    done(Unserved("SaveShard"));
+  }
+  virtual void RestoreShardAsync(const RestoreShardRequest*, RestoreShardResponse*, StatusCallback done) {
+    done(Unserved("RestoreShard"));
+  }
+
+ private:
+  absl::Status Unserved(const char* call) const {
+    return absl::UnimplementedError(
+        absl::StrCat("task ", task(), ": ", call, " is not served (no ParameterServer service on this task)"));
+  }
 };
 
 

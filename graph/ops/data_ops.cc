@@ -27,6 +27,8 @@ absl::Status InputBatchShape(InferenceContext* c) {
                                  ")"));
   }
   RETURN_IF_ERROR(GetIntAttrOr(c->node, "seed", 0).status());
+  ASSIGN_OR_RETURN(int64_t skip, GetIntAttrOr(c->node, "skip_batches", 0));
+  if (skip < 0) return c->Error(absl::StrCat("attribute 'skip_batches' must be >= 0, got ", skip));
   ASSIGN_OR_RETURN(int64_t num_classes, GetIntAttrOr(c->node, "num_classes", 0));
   if (num_classes < 0) return c->Error(absl::StrCat("attribute 'num_classes' must be >= 0, got ", num_classes));
   ASSIGN_OR_RETURN(TensorShape example, GetShapeAttr(c->node, "example_shape"));
@@ -51,7 +53,8 @@ absl::Status InputBatchShape(InferenceContext* c) {
 // the dataset's train (`train` true) or test split.
 // Attrs: dataset (base64 DatasetSpec, graph/input_ops.h), train, batch_size,
 // shard_index (0), num_shards (1), seed (0), example_shape, num_classes (0:
-// unchecked).
+// unchecked), skip_batches (0: training starts with the first batch; k: with
+// the one after the first k, as when a job resumes at a step).
 // Train: shuffled by (seed, epoch) unless the spec says no_shuffle, partial
 // batches dropped, epochs follow one another forever. Test: file order, the
 // last partial batch kept; after the last batch of a pass one EMPTY batch

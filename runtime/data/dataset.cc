@@ -116,6 +116,15 @@ class BatchIterator::Producer {
         inv_scale_(1.0f / o.scale),
         order_(static_cast<size_t>(ds->size())),
         epoch_(o.first_epoch) {
+    // Skipping whole epochs is arithmetic; the rest starts the first epoch
+    // that many examples in (training drops the remainder, so batches align).
+    const int64_t n = ds->size();
+    const int64_t per_epoch = o.drop_remainder ? n / o.batch_size : (n + o.batch_size - 1) / o.batch_size;
+    if (per_epoch > 0 && o.skip_batches > 0) {
+      epoch_ += o.skip_batches / per_epoch;
+      start_pos_ = (o.skip_batches % per_epoch) * o.batch_size;
+    }
+    first_epoch_ = epoch_;
     batch_shape_.AddDim(o.batch_size);
     for (int64_t d : ds->example_shape()) batch_shape_.AddDim(d);
   }
@@ -130,7 +139,7 @@ class BatchIterator::Producer {
     if (take == 0 || (options_.drop_remainder && take < options_.batch_size)) {
       epoch_started_ = false;
       ++epoch_;
-      finished_ = options_.num_epochs > 0 && epoch_ - options_.first_epoch >= options_.num_epochs;
+      finished_ = options_.num_epochs > 0 && epoch_ - first_epoch_ >= options_.num_epochs;
       return std::nullopt;
     }
     const int64_t elems = ds_->example_elems();
@@ -159,7 +168,8 @@ class BatchIterator::Producer {
         std::swap(order_[i - 1], order_[UniformBelow(rng, i)]);
       }
     }
-    pos_ = 0;
+    pos_ = start_pos_;
+    start_pos_ = 0;
     epoch_started_ = true;
   }
 
@@ -168,6 +178,8 @@ class BatchIterator::Producer {
   Allocator* const allocator_;
   const float inv_scale_;
   TensorShape batch_shape_;     // [batch, example_shape...]; dim 0 set per batch
+  int64_t start_pos_ = 0;       // where the first epoch started begins (skip_batches)
+  int64_t first_epoch_ = 0;     // the first epoch produced (after skip_batches)
   std::vector<int64_t> order_;  // example indices of the current epoch
   int64_t epoch_;
   int64_t pos_ = 0;  // next position in order_
@@ -178,11 +190,12 @@ class BatchIterator::Producer {
 absl::StatusOr<std::unique_ptr<BatchIterator>> BatchIterator::Create(const InMemoryDataset* dataset,
                                                                      const BatchOptions& options) {
   if (options.batch_size < 1 || !(options.scale > 0) || options.prefetch < 0 ||
-      options.num_epochs < 0) {
+      options.num_epochs < 0 || options.skip_batches < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("bad batch options: batch_size=", options.batch_size, " scale=", options.scale,
                      " prefetch=", options.prefetch, " num_epochs=", options.num_epochs,
-                     " (need batch_size >= 1, scale > 0, prefetch >= 0, num_epochs >= 0)"));
+                     " skip_batches=", options.skip_batches,
+                     " (need batch_size >= 1, scale > 0, prefetch >= 0, num_epochs >= 0, skip_batches >= 0)"));
   }
   const int64_t n = dataset->size();
   const int64_t batches = options.drop_remainder
@@ -194,8 +207,9 @@ absl::StatusOr<std::unique_ptr<BatchIterator>> BatchIterator::Create(const InMem
                      options.drop_remainder ? " (partial batches are dropped)" : ""));
   }
   auto producer = std::make_unique<Producer>(dataset, options);
-  return std::unique_ptr<BatchIterator>(
-      new BatchIterator(std::move(producer), options.prefetch, options.first_epoch, batches));
+  return std::unique_ptr<BatchIterator>(new BatchIterator(std::move(producer), options.prefetch,
+                                                          options.first_epoch + options.skip_batches / batches,
+                                                          batches));
 }
 
 BatchIterator::BatchIterator(std::unique_ptr<Producer> producer, int prefetch, int64_t first_epoch,

@@ -106,6 +106,11 @@ struct BatchOptions {
   float scale = 255.0f;     // features = pixel * (1 / scale); must be > 0
   int64_t first_epoch = 0;  // number of the first epoch (to resume a job)
   int64_t num_epochs = 0;   // epochs to produce; 0 = no limit
+  // Batches to pass over before the first one returned, counted from the
+  // start of first_epoch and crossing into later epochs (to resume a job at
+  // a step): the batches that follow are those an iterator that had
+  // returned that many would give. Not counted in num_epochs. >= 0.
+  int64_t skip_batches = 0;
   // Where batch tensors come from; null = CpuAllocator(). Must outlive the
   // iterator and every batch it returned.
   Allocator* allocator = nullptr;

@@ -179,6 +179,45 @@ TEST(BatchIteratorTest, ShuffleDependsOnlyOnSeedAndEpoch) {
   EXPECT_NE(Flatten(EpochLabels(MakeIterator(&ds, other).get())), a0);
 }
 
+TEST(BatchIteratorTest, SkipBatchesResumesWhereAnIteratorThatTookThemWouldBe) {
+  // 23 examples in batches of 4: 5 batches per epoch (3 dropped). Skipping k
+  // batches must give what the (k+1)-th Next() of a fresh iterator gives,
+  // across epoch ends, with the same epoch numbers.
+  const InMemoryDataset ds = MakeDataset(23);
+  BatchOptions o;
+  o.batch_size = 4;
+  o.seed = 11;
+  o.first_epoch = 2;
+  std::vector<std::pair<int64_t, std::vector<int32_t>>> all;  // epoch, labels
+  auto full = MakeIterator(&ds, o);
+  while (all.size() < 13) {
+    auto b = full->Next();
+    ASSERT_TRUE(b.ok());
+    if (!b->has_value()) continue;
+    const int32_t* l = (*b)->labels.data<int32_t>();
+    all.emplace_back((*b)->epoch, std::vector<int32_t>(l, l + 4));
+  }
+  for (int64_t skip : {0, 1, 4, 5, 7, 10, 12}) {
+    BatchOptions resumed = o;
+    resumed.skip_batches = skip;
+    resumed.prefetch = skip % 2 == 0 ? 0 : 2;
+    auto it = MakeIterator(&ds, resumed);
+    EXPECT_EQ(it->epoch(), 2 + skip / 5) << "skip " << skip;
+    for (size_t i = static_cast<size_t>(skip); i < all.size(); ++i) {
+      auto b = it->Next();
+      ASSERT_TRUE(b.ok());
+      if (!b->has_value()) b = it->Next();  // an epoch's end
+      ASSERT_TRUE(b.ok() && b->has_value());
+      const int32_t* l = (*b)->labels.data<int32_t>();
+      EXPECT_EQ((*b)->epoch, all[i].first) << "skip " << skip << " batch " << i;
+      EXPECT_EQ(std::vector<int32_t>(l, l + 4), all[i].second) << "skip " << skip << " batch " << i;
+    }
+  }
+  BatchOptions bad = o;
+  bad.skip_batches = -1;
+  EXPECT_FALSE(BatchIterator::Create(&ds, bad).ok());
+}
+
 TEST(BatchIteratorTest, ShuffleOrderIsPinned) {
   // The order is part of the contract (resumed and replicated jobs rely on
   // it): changing the generator or the shuffle must fail this test.

@@ -81,6 +81,7 @@ struct InputAttrs {
   uint64_t seed = 0;
   std::vector<int64_t> example_shape;
   int64_t num_classes = 0;
+  int64_t skip_batches = 0;
 };
 
 std::string SplitName(bool train) { return train ? "train" : "test"; }
@@ -132,6 +133,7 @@ class InputState {
 
     data::BatchOptions o = data::BatchOptionsFromSpec(a.spec, a.batch_size, a.seed, a.train);
     o.num_epochs = 0;  // test passes repeat too, each ended by an empty batch
+    if (a.train) o.skip_batches = a.skip_batches;
     absl::StatusOr<std::unique_ptr<data::BatchIterator>> it = data::BatchIterator::Create(source, o);
     if (!it.ok()) return Annotate(it.status(), where);
     absl::MutexLock lock(&state->mu_);
@@ -191,6 +193,7 @@ absl::StatusOr<InputAttrs> ReadAttrs(const NodeDef& def) {
   ASSIGN_OR_RETURN(TensorShape shape, GetShapeAttr(def, "example_shape"));
   a.example_shape.assign(shape.dims().begin(), shape.dims().end());
   ASSIGN_OR_RETURN(a.num_classes, GetIntAttrOr(def, "num_classes", 0));
+  ASSIGN_OR_RETURN(a.skip_batches, GetIntAttrOr(def, "skip_batches", 0));
   // The op's shape function has checked these; a kernel built from a
   // hand-made NodeDef gets the same answer.
   if (a.batch_size < 1) return absl::InvalidArgumentError(absl::StrCat("batch_size must be >= 1, got ", a.batch_size));

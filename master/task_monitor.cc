@@ -1,0 +1,154 @@
+#include "master/task_monitor.h"
+
+#include <memory>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+
+namespace weft {
+namespace master {
+
+std::vector<TaskHealth> ProbeTasks(WorkerCacheInterface* workers, absl::Duration timeout) {
+  // The calls may outlive this function (a task that does not answer in
+  // time): their state is shared with the callbacks.
+  struct Probe {
+    absl::Mutex mu;
+    int pending = 0;
+    std::vector<GetStatusRequest> requests;
+    std::vector<GetStatusResponse> responses;
+    std::vector<absl::Status> statuses;
+    std::vector<bool> done;
+  };
+  const std::vector<std::string> tasks = workers->ListTasks();
+  auto probe = std::make_shared<Probe>();
+  probe->requests.resize(tasks.size());
+  probe->responses.resize(tasks.size());
+  probe->statuses.resize(tasks.size());
+  probe->done.assign(tasks.size(), false);
+  probe->pending = static_cast<int>(tasks.size());
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    WorkerInterface* w = workers->GetOrCreateWorker(tasks[i]);
+    w->GetStatusAsync(&probe->requests[i], &probe->responses[i], [probe, i](const absl::Status& s) {
+      absl::MutexLock lock(&probe->mu);
+      probe->statuses[i] = s;
+      probe->done[i] = true;
+      --probe->pending;
+    });
+  }
+  std::vector<TaskHealth> out(tasks.size());
+  absl::MutexLock lock(&probe->mu);
+  probe->mu.AwaitWithTimeout(absl::Condition(+[](int* n) { return *n == 0; }, &probe->pending), timeout);
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    TaskHealth& h = out[i];
+    h.task = tasks[i];
+    if (!probe->done[i]) {
+      h.error = absl::DeadlineExceededError(
+          absl::StrCat("task ", tasks[i], ": no answer to GetStatus within ", absl::FormatDuration(timeout)));
+    } else if (!probe->statuses[i].ok()) {
+      h.error = probe->statuses[i];
+    } else {
+      h.answered = true;
+      h.incarnation = probe->responses[i].incarnation();
+      h.draining = probe->responses[i].draining();
+    }
+  }
+  return out;
+}
+
+std::vector<TaskFailure> FailedTasks(const std::vector<TaskHealth>& probe,
+                                     const std::map<std::string, uint64_t>& known) {
+  std::vector<TaskFailure> failed;
+  for (const TaskHealth& h : probe) {
+    auto it = known.find(h.task);
+    if (it == known.end()) continue;
+    if (!h.answered) {
+      failed.push_back({h.task, absl::StrCat("unreachable: ", h.error.message())});
+    } else if (h.incarnation != it->second) {
+      failed.push_back({h.task, absl::StrCat("restarted (incarnation ", absl::Hex(it->second), " -> ",
+                                             absl::Hex(h.incarnation), "), losing its state")});
+    }
+  }
+  return failed;
+}
+
+absl::StatusOr<std::map<std::string, uint64_t>> WaitForTasks(WorkerCacheInterface* workers, absl::Duration limit,
+                                                             const std::atomic<bool>* cancelled,
+                                                             absl::Duration poll) {
+  const absl::Time deadline = absl::Now() + limit;
+  for (;;) {
+    std::vector<TaskHealth> probe = ProbeTasks(workers, std::min(poll * 5, absl::Seconds(2)));
+    std::vector<std::string> missing;
+    std::map<std::string, uint64_t> incarnations;
+    for (const TaskHealth& h : probe) {
+      if (!h.answered) {
+        missing.push_back(absl::StrCat(h.task, " (", h.error.message(), ")"));
+      } else if (h.draining) {
+        missing.push_back(absl::StrCat(h.task, " (stopping after SIGTERM)"));
+      } else {
+        incarnations[h.task] = h.incarnation;
+      }
+    }
+    if (missing.empty()) return incarnations;
+    if (cancelled != nullptr && cancelled->load()) return absl::CancelledError("job cancelled while recovering");
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("waited ", absl::FormatDuration(limit),
+                                                      " for the job's tasks; still missing: ",
+                                                      absl::StrJoin(missing, "; ")));
+    }
+    // Waiting for a process to be restarted: the poll interval bounds how
+    // late recovery notices it.
+    absl::SleepFor(std::min(poll, deadline - absl::Now()));
+  }
+}
+
+Heartbeat::Heartbeat(WorkerCacheInterface* workers, std::map<std::string, uint64_t> known, absl::Duration interval,
+                     absl::Duration timeout, std::function<void(const TaskFailure&)> on_failure,
+                     std::function<void(const std::string& task)> on_draining)
+    : workers_(workers),
+      known_(std::move(known)),
+      interval_(interval),
+      timeout_(timeout),
+      on_failure_(std::move(on_failure)),
+      on_draining_(std::move(on_draining)),
+      thread_([this] { Loop(); }) {}
+
+Heartbeat::~Heartbeat() {
+  stop_.Notify();
+  thread_.join();
+}
+
+void Heartbeat::Update(const std::string& task, uint64_t incarnation) {
+  absl::MutexLock lock(&mu_);
+  known_[task] = incarnation;
+  reported_.erase(task);
+}
+
+void Heartbeat::Loop() {
+  std::set<std::string> draining;
+  while (!stop_.WaitForNotificationWithTimeout(interval_)) {
+    std::vector<TaskHealth> probe = ProbeTasks(workers_, timeout_);
+    if (stop_.HasBeenNotified()) return;
+    for (const TaskHealth& h : probe) {
+      if (h.answered && h.draining && draining.insert(h.task).second && on_draining_) on_draining_(h.task);
+    }
+    std::vector<TaskFailure> fresh;
+    {
+      absl::MutexLock lock(&mu_);
+      for (TaskFailure& f : FailedTasks(probe, known_)) {
+        if (reported_.insert(f.task).second) fresh.push_back(std::move(f));
+      }
+    }
+    for (const TaskFailure& f : fresh) {
+      Logger("master")->warn("heartbeat: task {} {}", f.task, f.reason);
+      if (on_failure_) on_failure_(f);
+    }
+  }
+}
+
+}  // namespace master
+}  // namespace weft
