@@ -1,11 +1,16 @@
 #include "client/job_commands.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "client/flags.h"
 #include "client/job_file.h"
 #include "client/progress.h"
@@ -45,8 +50,10 @@ struct Common {
   bool json = false;
 };
 
-absl::StatusOr<Common> Connect(int argc, char** argv, const std::set<std::string>& booleans) {
-  ASSIGN_OR_RETURN(Flags f, Flags::Parse(argc, argv, 2, {"master", "output"}, booleans));
+absl::StatusOr<Common> Connect(int argc, char** argv, const std::set<std::string>& booleans,
+                               std::set<std::string> valued = {}) {
+  valued.insert({"master", "output"});
+  ASSIGN_OR_RETURN(Flags f, Flags::Parse(argc, argv, 2, valued, booleans));
   std::string master = f.Get("master");
   if (master.empty() && std::getenv("WEFT_MASTER") != nullptr) master = std::getenv("WEFT_MASTER");
   if (master.empty()) return absl::InvalidArgumentError("no master: pass --master=HOST:PORT or set WEFT_MASTER");
@@ -66,8 +73,76 @@ std::string StatusLine(const JobStatus& s) {
                                      s.total_steps());
   if (s.step() > 0) absl::StrAppendFormat(&line, " loss %.4f", s.loss());
   if (s.test_accuracy() >= 0 && Terminal(s.state())) absl::StrAppendFormat(&line, " test accuracy %.4f", s.test_accuracy());
+  if (s.state() == RECOVERING && !s.failed_task().empty()) absl::StrAppend(&line, " failed task ", s.failed_task());
+  if (s.restarts() > 0) absl::StrAppend(&line, " restarts ", s.restarts());
   if (!s.error().empty()) absl::StrAppend(&line, " error: ", s.error());
   return line;
+}
+
+// The JSON of `weft status` and `weft jobs`: ResultFromStatus's object with
+// the recovery fields added.
+std::string StatusJson(const JobStatus& s) {
+  std::string json = ResultFromStatus(s).ToJson();
+  json.insert(json.rfind('}'), absl::StrCat(", ", RecoveryJsonFields(s)));
+  return json;
+}
+
+// Rides out a master that goes away while a job is followed (a restart):
+// says so once per outage, waits for the channel to connect again, and gives
+// up once the master has been away for `limit` without a break.
+class MasterOutage {
+ public:
+  // `client` and `display` must outlive this.
+  MasterOutage(MasterClient* client, ProgressDisplay* display, const std::string& job_id, absl::Duration limit)
+      : client_(client), display_(display), job_id_(job_id), limit_(limit) {}
+
+  // After a call to the master failed with `s`: OK to make the call again
+  // (the master is back, or may be), else the error to report.
+  absl::Status Wait(const absl::Status& s) {
+    if (s.code() != absl::StatusCode::kUnavailable || limit_ <= absl::ZeroDuration()) return s;
+    if (!down_) {
+      down_ = true;
+      had_outage_ = true;
+      since_ = absl::Now();
+      tries_ = 0;
+      display_->Notice(absl::StrFormat("weft: master unavailable; waiting for it to come back (up to %d s)",
+                                       absl::ToInt64Seconds(limit_)));
+    }
+    const absl::Time give_up = since_ + limit_;
+    const absl::Status gone =
+        Annotate(s, absl::StrCat("the master did not come back within ", absl::FormatDuration(limit_)));
+    if (absl::Now() >= give_up) return gone;
+    // A master that is up but not serving yet answers UNAVAILABLE at once:
+    // back off between such tries (0.2 s, doubling to 1.6 s).
+    if (tries_ > 0) absl::SleepFor(std::min(give_up - absl::Now(), absl::Milliseconds(100 << std::min(tries_, 4))));
+    ++tries_;
+    if (!client_->WaitForConnection(give_up - absl::Now()).ok()) return gone;
+    return absl::OkStatus();
+  }
+
+  // The master answered: a later failure starts a new outage.
+  void Answered() {
+    if (down_) display_->Notice(absl::StrCat("weft: the master is back; following job ", job_id_, " again"));
+    down_ = false;
+  }
+
+  bool had_outage() const { return had_outage_; }
+
+ private:
+  MasterClient* const client_;
+  ProgressDisplay* const display_;
+  const std::string job_id_;
+  const absl::Duration limit_;
+  bool down_ = false;
+  bool had_outage_ = false;
+  absl::Time since_;
+  int tries_ = 0;
+};
+
+// --master_wait_seconds, as FollowJob takes it.
+absl::StatusOr<absl::Duration> MasterWait(const Flags& f) {
+  ASSIGN_OR_RETURN(int seconds, f.GetInt("master_wait_seconds", 120, 0, 86400));
+  return absl::Seconds(seconds);
 }
 
 }  // namespace
@@ -87,12 +162,47 @@ TrainResult ResultFromStatus(const JobStatus& s) {
   return r;
 }
 
-int FollowJob(MasterClient* client, const std::string& job_id, bool json) {
+absl::Status SetResumeFrom(const std::string& dir, JobSpec* job) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--resume_from: '", dir, "': ", std::strerror(errno)));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("--resume_from: '", dir, "' is not a directory"));
+  }
+  std::string path = dir;
+  if (path.front() != '/') {
+    char cwd[4096];
+    if (::getcwd(cwd, sizeof(cwd)) == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("--resume_from: '", dir, "': cannot make it absolute: ",
+                                                     std::strerror(errno)));
+    }
+    path = absl::StrCat(cwd, "/", path);
+  }
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  job->mutable_checkpoint()->set_resume_from(path);
+  return absl::OkStatus();
+}
+
+int FollowJob(MasterClient* client, const std::string& job_id, bool json, absl::Duration master_wait) {
   ProgressDisplay display(stderr, isatty(fileno(stderr)) != 0);
+  MasterOutage outage(client, &display, job_id, master_wait);
   JobStatus last;
   int64_t last_epoch = 0;
-  absl::Status s = client->WatchJob(job_id, [&](const JobStatus& st) {
+  int32_t recovered_shown = 0;  // the restarts a "recovered" line was printed for
+  auto on_status = [&](const JobStatus& st) {
+    outage.Answered();
+    const JobState before = last.state();
+    const int32_t restarts_before = last.restarts();
     last = st;
+    if (st.state() == RECOVERING && (before != RECOVERING || st.restarts() != restarts_before)) {
+      display.Notice(RecoveringLine(st));
+    } else if (st.state() == RUNNING && (before == RECOVERING || st.restarts() > recovered_shown)) {
+      // The second case: a restarted master resumed the job before this
+      // client saw it recovering.
+      display.Notice(RecoveredLine(st));
+      recovered_shown = st.restarts();
+    }
     if (st.state() != RUNNING || st.total_steps() == 0) return;
     // While a job runs, `epoch` is the current epoch, from 1.
     TrainProgress p;
@@ -112,14 +222,30 @@ int FollowJob(MasterClient* client, const std::string& job_id, bool json) {
     }
     last_epoch = st.epoch();
     display.Update(p);
-  });
-  display.Finish();
-  if (!s.ok()) return Error(s);
-  if (!Terminal(last.state())) {
-    auto final_status = client->GetJob(job_id);
-    if (!final_status.ok()) return Error(final_status.status());
-    last = *final_status;
+  };
+  absl::Status s;
+  for (;;) {
+    s = client->WatchJob(job_id, on_status);
+    if (s.ok()) break;
+    s = outage.Wait(s);
+    if (!s.ok()) break;
   }
+  if (!Terminal(last.state()) && s.ok()) {
+    for (;;) {
+      auto final_status = client->GetJob(job_id);
+      if (final_status.ok()) {
+        last = *final_status;
+        break;
+      }
+      s = outage.Wait(final_status.status());
+      if (!s.ok()) break;
+    }
+  }
+  display.Finish();
+  if (s.code() == absl::StatusCode::kNotFound && outage.had_outage()) {
+    s = Annotate(s, "the master came back without the job (was it started with --state_dir?)");
+  }
+  if (!s.ok()) return Error(s);
   if (last.state() == FAILED) {
     std::fprintf(stderr, "weft: job %s failed: %s\n", job_id.c_str(), last.error().c_str());
     if (json) {
@@ -140,9 +266,11 @@ int FollowJob(MasterClient* client, const std::string& job_id, bool json) {
 }
 
 int RunSubmitCommand(int argc, char** argv) {
-  auto c = Connect(argc, argv, {"follow"});
+  auto c = Connect(argc, argv, {"follow"}, {"resume_from", "master_wait_seconds"});
   if (!c.ok()) return Usage("submit", std::string(c.status().message()));
   if (c->flags.args().size() != 1) return Usage("submit", "expected one job file");
+  auto master_wait = MasterWait(c->flags);
+  if (!master_wait.ok()) return Usage("submit", std::string(master_wait.status().message()));
   const std::string& path = c->flags.args()[0];
   auto job = LoadJobFile(path);
   if (!job.ok()) return Error(job.status());
@@ -150,6 +278,9 @@ int RunSubmitCommand(int argc, char** argv) {
   if (job->name().empty()) {
     std::string base = path.substr(path.rfind('/') + 1);
     job->set_name(base.substr(0, base.find('.')));
+  }
+  if (c->flags.Has("resume_from")) {
+    if (absl::Status s = SetResumeFrom(c->flags.Get("resume_from"), &*job); !s.ok()) return Error(s);
   }
   auto id = c->client->SubmitJob(*job);
   if (!id.ok()) return Error(id.status());
@@ -162,7 +293,7 @@ int RunSubmitCommand(int argc, char** argv) {
     return 0;
   }
   std::fprintf(stderr, "submitted job %s\n", id->c_str());
-  return FollowJob(c->client.get(), *id, c->json);
+  return FollowJob(c->client.get(), *id, c->json, *master_wait);
 }
 
 int RunJobsCommand(int argc, char** argv) {
@@ -172,7 +303,7 @@ int RunJobsCommand(int argc, char** argv) {
   if (!jobs.ok()) return Error(jobs.status());
   for (const JobStatus& j : *jobs) {
     if (c->json) {
-      std::printf("%s\n", ResultFromStatus(j).ToJson().c_str());
+      std::printf("%s\n", StatusJson(j).c_str());
     } else {
       std::printf("%s\n", StatusLine(j).c_str());
     }
@@ -187,9 +318,9 @@ int RunStatusCommand(int argc, char** argv) {
   auto st = c->client->GetJob(c->flags.args()[0]);
   if (!st.ok()) return Error(st.status());
   if (c->json) {
-    std::printf("%s\n", ResultFromStatus(*st).ToJson().c_str());
+    std::printf("%s\n", StatusJson(*st).c_str());
   } else {
-    std::printf("%s\n", StatusLine(*st).c_str());
+    std::printf("%s\n%s", StatusLine(*st).c_str(), RecoveryDetails(*st).c_str());
   }
   return 0;
 }

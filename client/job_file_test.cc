@@ -64,6 +64,36 @@ TEST(JobFileTest, ValidationNamesTheField) {
   }
 }
 
+TEST(JobFileTest, CheckpointAndRecoveryPoliciesAreChecked) {
+  const std::string base = "batch_size: 2 epochs: 1 model {} dataset { dir: 'd' } ";
+  struct Case {
+    std::string text;
+    const char* expect;  // "" when valid
+  } cases[] = {
+      {base + "strategy { kind: PARAMETER_SERVER } checkpoint { dir: '/ckpt' every_steps: 10 }", ""},
+      {base + "strategy { kind: PARAMETER_SERVER } checkpoint { dir: 'ckpt' }", "checkpoint.dir 'ckpt' must be an absolute"},
+      {base + "strategy { kind: PARAMETER_SERVER } checkpoint { dir: '/c' resume_from: 'old' }", "checkpoint.resume_from"},
+      {base + "strategy { kind: PARAMETER_SERVER } checkpoint { every_steps: 10 }", "checkpoint.dir is empty"},
+      {base + "strategy { kind: PARAMETER_SERVER } checkpoint { dir: '/c' keep: -1 }", "cannot be negative"},
+      {base + "checkpoint { dir: '/c' }", "need a distribution strategy"},
+      {base + "strategy { kind: PARAMETER_SERVER sync: true replicas_to_aggregate: 1 } checkpoint { dir: '/c' }",
+       "replicas_to_aggregate"},
+      {base + "strategy { kind: PARAMETER_SERVER } recovery { max_restarts: -2 }", "max_restarts"},
+      {base + "strategy { kind: PARAMETER_SERVER } recovery { max_restarts: -1 task_wait_seconds: 5 }", ""},
+  };
+  for (const Case& c : cases) {
+    auto job = ParseJob(c.text, "case");
+    ASSERT_TRUE(job.ok()) << c.text << ": " << job.status();
+    absl::Status s = ValidateJob(*job);
+    if (*c.expect == '\0') {
+      EXPECT_TRUE(s.ok()) << c.text << " -> " << s;
+    } else {
+      EXPECT_FALSE(s.ok()) << c.text;
+      EXPECT_TRUE(absl::StrContains(s.message(), c.expect)) << c.text << " -> " << s;
+    }
+  }
+}
+
 TEST(JobFileTest, MissingFileIsNotFound) {
   auto job = LoadJobFile("/nonexistent/job.pbtxt");
   ASSERT_FALSE(job.ok());

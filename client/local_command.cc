@@ -1,12 +1,15 @@
 #include "client/local_command.h"
 
 #include <signal.h>
-#include <sys/wait.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <set>
@@ -14,8 +17,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/daemon_commands.h"
 #include "client/flags.h"
@@ -23,15 +28,22 @@
 #include "client/job_file.h"
 #include "client/master_client.h"
 #include "client/subprocess.h"
+#include "common/env.h"
 #include "common/status_macros.h"
 
 namespace weft {
 namespace {
 
 struct Task {
-  std::string name;  // "worker:0"
+  std::string name;     // "worker:0"
+  std::string address;  // "127.0.0.1:40123"
   std::string log;
   std::unique_ptr<Subprocess> process;
+  absl::Time started;  // of the current process
+  int restarts = 0;
+  bool restart_pending = false;  // exited; starts again at `restart_at`
+  absl::Time restart_at;
+  bool given_up = false;  // exited with no restarts left
 };
 
 std::string SelfPath() {
@@ -85,10 +97,133 @@ void StopAll(std::vector<Task>* tasks) {
   for (auto it = tasks->rbegin(); it != tasks->rend(); ++it) it->process->Terminate(absl::Seconds(10));
 }
 
+// `name pid address` per task, replaced in one rename so that a reader never
+// sees half a file.
+absl::Status WriteTasksFile(const std::string& path, const std::vector<Task>& tasks) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    for (const Task& t : tasks) out << t.name << " " << t.process->pid() << " " << t.address << "\n";
+    out.flush();
+    if (!out) return absl::UnavailableError(absl::StrCat("cannot write '", tmp, "'"));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot rename '", tmp, "' to '", path, "': ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+// Keeps a running local cluster's tasks up: a task that exits unasked (a
+// crash, kill -9, the OOM killer) starts again with the same command line,
+// at the same address, appending to the same log, at most `max_restarts`
+// times. Its thread also stops the tasks at the end: PR_SET_PDEATHSIG ties a
+// child to the thread that forked it, so the thread that restarts children
+// must outlive them.
+//
+// Thread-safety: Start and Stop are called from one thread. Between them the
+// tasks belong to the supervisor's thread.
+class Supervisor {
+ public:
+  // `tasks` must outlive this; `tasks_file` is rewritten on each restart.
+  Supervisor(std::vector<Task>* tasks, int max_restarts, std::string tasks_file)
+      : tasks_(tasks), max_restarts_(max_restarts), tasks_file_(std::move(tasks_file)) {}
+  ~Supervisor() { Stop(); }
+
+  void Start() {
+    thread_ = std::thread([this] { Run(); });
+  }
+
+  // Stops every task, master first, with no restarts from the moment it is
+  // called; returns once all have exited.
+  void Stop() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    if (thread_.joinable()) {
+      thread_.join();
+    } else {
+      StopAll(tasks_);
+    }
+  }
+
+ private:
+  // A child's exit is noticed within this; waitpid has no timeout, and a
+  // thread per child would be more code than the delay costs.
+  static constexpr absl::Duration kCheckInterval = absl::Milliseconds(100);
+  // A task that exits sooner than this after its start waits this long
+  // before the next one, so a crash loop does not spend every restart in a
+  // second.
+  static constexpr absl::Duration kQuickExit = absl::Seconds(10);
+  static constexpr absl::Duration kCrashLoopDelay = absl::Seconds(1);
+
+  void Run() {
+    for (;;) {
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.AwaitWithTimeout(absl::Condition(&stopping_), kCheckInterval);
+        if (stopping_) break;
+      }
+      CheckTasks();
+    }
+    StopAll(tasks_);
+  }
+
+  void CheckTasks() {
+    const absl::Time now = absl::Now();
+    bool restarted = false;
+    for (Task& t : *tasks_) {
+      if (t.given_up) continue;
+      if (!t.restart_pending) {
+        if (t.process->Running()) continue;
+        const std::string how = DescribeExitStatus(t.process->exit_status());
+        if (t.restarts >= max_restarts_) {
+          t.given_up = true;
+          std::fprintf(stderr,
+                       "weft local: task %s exited (%s); not restarting it (--max_restarts=%d reached); see %s\n",
+                       t.name.c_str(), how.c_str(), max_restarts_, t.log.c_str());
+          continue;
+        }
+        ++t.restarts;
+        std::fprintf(stderr, "weft local: task %s exited (%s); restarting it (restart %d of at most %d)\n",
+                     t.name.c_str(), how.c_str(), t.restarts, max_restarts_);
+        t.restart_pending = true;
+        t.restart_at = now - t.started < kQuickExit ? now + kCrashLoopDelay : now;
+      }
+      if (now < t.restart_at) continue;
+      t.restart_pending = false;
+      if (absl::Status s = t.process->Restart(); !s.ok()) {
+        t.given_up = true;
+        std::fprintf(stderr, "weft local: cannot restart task %s: %s\n", t.name.c_str(),
+                     std::string(s.message()).c_str());
+        continue;
+      }
+      t.started = now;
+      restarted = true;
+    }
+    if (restarted) {
+      if (absl::Status s = WriteTasksFile(tasks_file_, *tasks_); !s.ok()) {
+        std::fprintf(stderr, "weft local: %s\n", std::string(s.message()).c_str());
+      }
+    }
+  }
+
+  std::vector<Task>* const tasks_;
+  const int max_restarts_;
+  const std::string tasks_file_;
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
 }  // namespace
 
 int RunLocalCommand(int argc, char** argv) {
-  auto f = Flags::Parse(argc, argv, 2, {"workers", "ps", "cpu_devices", "gpus", "output", "log_dir", "log_level"}, {});
+  auto f = Flags::Parse(argc, argv, 2,
+                        {"workers", "ps", "cpu_devices", "gpus", "output", "log_dir", "log_level", "max_restarts",
+                         "resume_from", "master_wait_seconds"},
+                        {});
   if (!f.ok()) {
     std::fprintf(stderr, "weft local: %s\n", std::string(f.status().message()).c_str());
     return 2;
@@ -108,6 +243,17 @@ int RunLocalCommand(int argc, char** argv) {
                                         : "--output must be text or json");
     return 2;
   }
+  auto max_restarts = f->GetInt("max_restarts", 10, 0, 1000000);
+  auto master_wait = f->GetInt("master_wait_seconds", 120, 0, 86400);
+  if (!max_restarts.ok() || !master_wait.ok()) {
+    std::fprintf(stderr, "weft local: %s\n",
+                 std::string((!max_restarts.ok() ? max_restarts.status() : master_wait.status()).message()).c_str());
+    return 2;
+  }
+  if (f->Has("resume_from") && f->args().empty()) {
+    std::fprintf(stderr, "weft local: --resume_from needs a job file\n");
+    return 2;
+  }
   const bool json = output == "json";
   JobSpec job;
   if (f->args().size() == 1) {
@@ -124,6 +270,12 @@ int RunLocalCommand(int argc, char** argv) {
     if (job.name().empty()) {
       std::string base = f->args()[0].substr(f->args()[0].rfind('/') + 1);
       job.set_name(base.substr(0, base.find('.')));
+    }
+    if (f->Has("resume_from")) {
+      if (absl::Status s = SetResumeFrom(f->Get("resume_from"), &job); !s.ok()) {
+        std::fprintf(stderr, "weft: %s\n", std::string(s.message()).c_str());
+        return 1;
+      }
     }
   }
 
@@ -161,29 +313,50 @@ int RunLocalCommand(int argc, char** argv) {
 
   BlockTerminationSignals();  // the signal thread below takes them
   std::vector<Task> tasks;
-  auto start = [&](const std::string& name, std::vector<std::string> argv) -> absl::Status {
+  // A restarted master finds its unfinished jobs here and resumes them. A
+  // new `weft local` is a new cluster: jobs of an earlier run in the same
+  // --log_dir are not resumed.
+  const std::string state_dir = log_dir + "/master-state";
+  if (Env::Default()->FileExists(state_dir)) {
+    if (absl::Status s = DeleteRecursively(Env::Default(), state_dir); !s.ok()) {
+      std::fprintf(stderr, "weft local: clearing '%s': %s\n", state_dir.c_str(), std::string(s.message()).c_str());
+      return 1;
+    }
+  }
+  if (::mkdir(state_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    std::fprintf(stderr, "weft local: cannot create '%s': %s\n", state_dir.c_str(), std::strerror(errno));
+    return 1;
+  }
+  auto start = [&](const std::string& name, const std::string& address, std::vector<std::string> argv) -> absl::Status {
     Task t;
     t.name = name;
+    t.address = address;
     t.log = absl::StrCat(log_dir, "/", name.substr(0, name.find(':')), "-", name.substr(name.find(':') + 1), ".log");
     t.process = std::make_unique<Subprocess>();
     if (f->Has("log_level")) argv.push_back("--log_level=" + f->Get("log_level"));
     RETURN_IF_ERROR(t.process->Start(argv, t.log));
+    t.started = absl::Now();
     tasks.push_back(std::move(t));
     return absl::OkStatus();
   };
   absl::Status s;
   for (int i = 0; i < *ps && s.ok(); ++i) {
-    s = start(absl::StrCat("ps:", i), {self, "ps", absl::StrCat("--task=ps:", i), "--cluster=" + cluster,
-                                       "--listen=" + ps_addrs[i]});
+    s = start(absl::StrCat("ps:", i), ps_addrs[i],
+              {self, "ps", absl::StrCat("--task=ps:", i), "--cluster=" + cluster, "--listen=" + ps_addrs[i]});
   }
   for (int i = 0; i < *workers && s.ok(); ++i) {
-    s = start(absl::StrCat("worker:", i), {self, "worker", absl::StrCat("--task=worker:", i),
-                                           "--cluster=" + cluster, "--listen=" + worker_addrs[i],
-                                           absl::StrCat("--cpu_devices=", *cpus),
-                                           // A job that asks for the CPU keeps its workers off the GPUs.
-                                           absl::StrCat("--gpus=", job.device() == JobSpec::CPU ? 0 : *gpus)});
+    s = start(absl::StrCat("worker:", i), worker_addrs[i],
+              {self, "worker", absl::StrCat("--task=worker:", i), "--cluster=" + cluster,
+               "--listen=" + worker_addrs[i], absl::StrCat("--cpu_devices=", *cpus),
+               // A job that asks for the CPU keeps its workers off the GPUs.
+               absl::StrCat("--gpus=", job.device() == JobSpec::CPU ? 0 : *gpus)});
   }
-  if (s.ok()) s = start("master:0", {self, "master", "--cluster=" + cluster, "--listen=" + master_addr});
+  if (s.ok()) {
+    s = start("master:0", master_addr,
+              {self, "master", "--cluster=" + cluster, "--listen=" + master_addr, "--state_dir=" + state_dir});
+  }
+  const std::string tasks_file = log_dir + "/tasks.txt";
+  if (s.ok()) s = WriteTasksFile(tasks_file, tasks);
   auto client = MasterClient::Create(master_addr);
   if (s.ok()) s = WaitUntilReady(client.get(), &tasks, *workers + *ps, absl::Seconds(60));
   if (!s.ok()) {
@@ -193,6 +366,8 @@ int RunLocalCommand(int argc, char** argv) {
   }
   std::fprintf(stderr, "weft local: master %s, cluster %s, logs in %s\n", master_addr.c_str(), cluster.c_str(),
                log_dir.c_str());
+  Supervisor supervisor(&tasks, *max_restarts, tasks_file);
+  supervisor.Start();
 
   // A signal cancels the job (if any) and ends the wait below.
   std::atomic<bool> stopping{false};
@@ -229,19 +404,19 @@ int RunLocalCommand(int argc, char** argv) {
         job_id = *id;
       }
       std::fprintf(stderr, "submitted job %s\n", id->c_str());
-      rc = FollowJob(client.get(), *id, json);
+      rc = FollowJob(client.get(), *id, json, absl::Seconds(*master_wait));
     }
     // Wake the signal thread if no signal came, so it can be joined.
     finished = true;
     if (!stopping) ::kill(::getpid(), SIGTERM);
     signals.join();
   }
-  StopAll(&tasks);
+  supervisor.Stop();
   for (const Task& t : tasks) {
     const int st = t.process->exit_status();
-    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
-      std::fprintf(stderr, "weft local: task %s did not stop cleanly (status %d); see %s\n", t.name.c_str(), st,
-                   t.log.c_str());
+    if (!t.given_up && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {  // a given-up task was reported then
+      std::fprintf(stderr, "weft local: task %s did not stop cleanly (%s); see %s\n", t.name.c_str(),
+                   DescribeExitStatus(st).c_str(), t.log.c_str());
     }
   }
   return rc;

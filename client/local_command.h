@@ -7,6 +7,15 @@
 // same result as `weft submit --follow`. Without JOB it serves until Ctrl-C.
 // Every process is stopped on the way out, on Ctrl-C (which cancels the job
 // first), and even if this process is killed (children die with it).
+//
+// Fault tolerance: a task that exits while the cluster runs (a crash, kill
+// -9, the OOM killer) is started again with the same command line, at the
+// same address, appending to the same log, up to --max_restarts times per
+// task (default 10; 0: never). The master keeps its jobs in DIR/master-state
+// so that a restarted master resumes them, and the client waits up to
+// --master_wait_seconds (default 120) for it. DIR/tasks.txt lists each task
+// as `name pid address`, rewritten whenever a task restarts.
+// --resume_from=CKPT_DIR starts JOB from a checkpoint, as with `weft submit`.
 #ifndef WEFT_CLIENT_LOCAL_COMMAND_H_
 #define WEFT_CLIENT_LOCAL_COMMAND_H_
 

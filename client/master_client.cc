@@ -1,5 +1,6 @@
 #include "client/master_client.h"
 
+#include <chrono>
 #include <deque>
 
 #include "absl/base/thread_annotations.h"
@@ -76,7 +77,8 @@ std::unique_ptr<MasterClient> MasterClient::Create(const std::string& target, Ma
 }
 
 MasterClient::MasterClient(std::shared_ptr<grpc::Channel> channel, std::string target, MasterClientOptions options)
-    : target_(std::move(target)), options_(options), stub_(MasterService::NewStub(std::move(channel))) {}
+    : target_(std::move(target)), options_(options), channel_(std::move(channel)),
+      stub_(MasterService::NewStub(channel_)) {}
 
 absl::Status MasterClient::FromRpc(const grpc::Status& s) const {
   absl::Status st = FromGrpcStatus(s);
@@ -154,6 +156,13 @@ absl::StatusOr<std::vector<DeviceAttributes>> MasterClient::ListDevices() {
     stub_->async()->ListDevices(ctx, &req, &resp, std::move(cb));
   }));
   return std::vector<DeviceAttributes>(resp.device().begin(), resp.device().end());
+}
+
+absl::Status MasterClient::WaitForConnection(absl::Duration timeout) {
+  const auto deadline = std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout);
+  if (channel_->WaitForConnected(deadline)) return absl::OkStatus();
+  return absl::UnavailableError(
+      absl::StrCat("master at ", target_, " did not answer within ", absl::FormatDuration(timeout)));
 }
 
 absl::Status MasterClient::Reset() {

@@ -54,6 +54,11 @@ class MasterClient {
   // terminal status, NOT_FOUND for an unknown job, or the transport's error.
   absl::Status WatchJob(const std::string& job_id, const std::function<void(const JobStatus&)>& on_status);
   absl::StatusOr<std::vector<DeviceAttributes>> ListDevices();
+  // Blocks until the channel to the master is connected (at once when it
+  // is), for at most `timeout`; UNAVAILABLE naming the master otherwise. For
+  // riding out a master restart: the channel retries its connection at least
+  // once a second (common/grpc_util.h), and this waits without polling.
+  absl::Status WaitForConnection(absl::Duration timeout);
   // Closes every session on the master.
   absl::Status Reset();
 
@@ -72,6 +77,7 @@ class MasterClient {
 
   const std::string target_;
   const MasterClientOptions options_;
+  const std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<MasterService::Stub> stub_;
 };
 

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 
 namespace weft {
 namespace {
@@ -18,6 +20,13 @@ std::string Rate(double r) {
   if (r >= 1e6) return absl::StrFormat("%.2fM", r / 1e6);
   if (r >= 1e3) return absl::StrFormat("%.1fk", r / 1e3);
   return absl::StrFormat("%.0f", r);
+}
+
+bool HasCheckpoint(const JobStatus& s) { return !s.checkpoint_path().empty() && s.checkpoint_step() >= 0; }
+
+std::string FailureTime(const JobStatus& s) {
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::FromUnixMillis(s.failure_time_unix_ms()),
+                          absl::UTCTimeZone());
 }
 
 }  // namespace
@@ -64,12 +73,68 @@ void ProgressDisplay::Update(const TrainProgress& p) {
   }
 }
 
+void ProgressDisplay::Notice(const std::string& line) {
+  if (terminal_ && drawn_) std::fprintf(out_, "\r\x1b[K");
+  std::fprintf(out_, "%s\n", line.c_str());
+  std::fflush(out_);
+  drawn_ = false;        // redraw the bar at once
+  next_plain_step_ = 0;  // and say where training stands
+}
+
 void ProgressDisplay::Finish() {
   if (terminal_ && drawn_) {
     std::fprintf(out_, "\n");
     std::fflush(out_);
   }
   drawn_ = false;
+}
+
+std::string RecoveringLine(const JobStatus& s) {
+  std::string line = absl::StrCat("recovering (restart ", s.restarts(), "):");
+  if (!s.failed_task().empty()) absl::StrAppend(&line, " task ", s.failed_task(), " failed");
+  if (!s.failure().empty()) absl::StrAppend(&line, s.failed_task().empty() ? " " : ": ", s.failure());
+  if (!s.failed_task().empty() || !s.failure().empty()) absl::StrAppend(&line, ";");
+  if (HasCheckpoint(s)) {
+    absl::StrAppend(&line, " checkpoint: step ", s.checkpoint_step());
+  } else {
+    absl::StrAppend(&line, " no checkpoint yet");
+  }
+  return line;
+}
+
+std::string RecoveredLine(const JobStatus& s) {
+  std::string line = absl::StrCat("recovered (restart ", s.restarts(), ")");
+  if (s.recovery_seconds() > 0) absl::StrAppendFormat(&line, " after %.1f s", s.recovery_seconds());
+  absl::StrAppendFormat(&line, "; %d steps lost in all; training at step %d", s.steps_lost(), s.step());
+  return line;
+}
+
+std::string RecoveryDetails(const JobStatus& s) {
+  std::string out;
+  if (s.restarts() > 0) absl::StrAppend(&out, "  restarts: ", s.restarts(), "\n");
+  if (!s.failed_task().empty()) absl::StrAppend(&out, "  failed task: ", s.failed_task(), "\n");
+  if (!s.failure().empty()) {
+    absl::StrAppend(&out, "  failure: ", s.failure());
+    if (s.failure_time_unix_ms() > 0) absl::StrAppend(&out, " (at ", FailureTime(s), ")");
+    absl::StrAppend(&out, "\n");
+  } else if (s.failure_time_unix_ms() > 0) {
+    absl::StrAppend(&out, "  failure time: ", FailureTime(s), "\n");
+  }
+  if (HasCheckpoint(s)) {
+    absl::StrAppend(&out, "  checkpoint: step ", s.checkpoint_step(), " in ", s.checkpoint_path(), "\n");
+  }
+  if (s.restarts() > 0 || s.steps_lost() > 0) absl::StrAppend(&out, "  steps lost: ", s.steps_lost(), "\n");
+  if (s.recovery_seconds() > 0) absl::StrAppend(&out, absl::StrFormat("  recovery: %.1f s\n", s.recovery_seconds()));
+  return out;
+}
+
+std::string RecoveryJsonFields(const JobStatus& s) {
+  return absl::StrFormat(
+      "\"restarts\": %d, \"failed_task\": %s, \"failure\": %s, \"failure_time_unix_ms\": %d, "
+      "\"checkpoint_step\": %d, \"checkpoint_path\": %s, \"steps_lost\": %d, \"recovery_seconds\": %.3f",
+      s.restarts(), JsonString(s.failed_task()), JsonString(s.failure()), s.failure_time_unix_ms(),
+      HasCheckpoint(s) ? s.checkpoint_step() : -1, JsonString(s.checkpoint_path()), s.steps_lost(),
+      s.recovery_seconds());
 }
 
 }  // namespace weft

@@ -5,7 +5,11 @@
 // Elsewhere (a pipe, a CI log): a plain line at every tenth of the run and at
 // every epoch's end, so logs stay short.
 //
-// Thread-safety: not thread-safe.
+// Also the text of a job's failures and recoveries (RecoveringLine,
+// RecoveredLine, RecoveryDetails, RecoveryJsonFields), which `weft submit
+// --follow` and `weft status` print.
+//
+// Thread-safety: ProgressDisplay is not thread-safe; the functions are.
 #ifndef WEFT_CLIENT_PROGRESS_H_
 #define WEFT_CLIENT_PROGRESS_H_
 
@@ -13,6 +17,7 @@
 #include <cstdio>
 #include <string>
 
+#include "proto/master_service.pb.h"
 #include "runtime/trainer.h"
 
 namespace weft {
@@ -22,6 +27,9 @@ class ProgressDisplay {
   // Draws to `out`; `terminal` picks the redrawn bar over plain lines.
   ProgressDisplay(std::FILE* out, bool terminal) : out_(out), terminal_(terminal) {}
   void Update(const TrainProgress& p);
+  // Prints `line` on a line of its own (under the bar on a terminal, which
+  // the next Update redraws; in a log, the next Update prints its step).
+  void Notice(const std::string& line);
   // Ends the bar's line.
   void Finish();
 
@@ -35,6 +43,21 @@ class ProgressDisplay {
   int64_t next_plain_step_ = 0;
   std::chrono::steady_clock::time_point last_draw_{};
 };
+
+// For a job in state RECOVERING: which task failed, how, the job's restarts
+// and the checkpoint it will resume from.
+std::string RecoveringLine(const JobStatus& s);
+// For a job that trains again after a recovery: how long it took, the
+// steps lost and the step it is at.
+std::string RecoveredLine(const JobStatus& s);
+// `weft status`'s lines on failures, checkpoints and recovery, each
+// "  name: value\n", only those the master set; empty for a job that never
+// failed and has no checkpoint.
+std::string RecoveryDetails(const JobStatus& s);
+// The same as JSON members, every one always present (checkpoint_step -1
+// when there is no checkpoint): `"restarts": 1, "failed_task": ...` with no
+// braces, for appending to an object.
+std::string RecoveryJsonFields(const JobStatus& s);
 
 }  // namespace weft
 

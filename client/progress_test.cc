@@ -60,5 +60,93 @@ TEST(ProgressTest, PlainModePrintsATenthOfTheRunAndEpochEnds) {
   EXPECT_EQ(text.find('\r'), std::string::npos);  // no bar redraws in a log
 }
 
+TEST(ProgressTest, NoticeClearsTheBarAndTheLogSaysWhereTrainingStands) {
+  char* buf = nullptr;
+  size_t len = 0;
+  std::FILE* out = open_memstream(&buf, &len);
+  ASSERT_NE(out, nullptr);
+  {
+    ProgressDisplay plain(out, /*terminal=*/false);
+    TrainProgress p;
+    p.total_steps = 100;
+    p.step = 50;
+    plain.Update(p);  // prints; the next line is due at step 60
+    plain.Notice("recovering: something");
+    p.step = 40;      // resumed from an earlier checkpoint
+    plain.Update(p);  // printed although before step 60
+    ProgressDisplay bar(out, /*terminal=*/true);
+    bar.Update(p);
+    bar.Notice("on a terminal");
+    bar.Update(p);  // redrawn at once, not held back for 100 ms
+  }
+  std::fclose(out);
+  const std::string text(buf, len);
+  std::free(buf);
+  EXPECT_TRUE(absl::StrContains(text, "step 50/100 loss 0.0000 0 samples/s\nrecovering: something\n"
+                                      "step 40/100 loss 0.0000 0 samples/s\n"))
+      << text;
+  EXPECT_TRUE(absl::StrContains(text, "\x1b[K\r\x1b[Kon a terminal\n\r[")) << text;
+}
+
+JobStatus RecoveredStatus() {
+  JobStatus s;
+  s.set_job_id("job-7");
+  s.set_state(RECOVERING);
+  s.set_step(430);
+  s.set_restarts(2);
+  s.set_failed_task("/job:worker/task:1");
+  s.set_failure("task stopped answering heartbeats");
+  s.set_failure_time_unix_ms(1700000000123);  // 2023-11-14 22:13:20 UTC
+  s.set_checkpoint_step(400);
+  s.set_checkpoint_path("/ckpt/step-000000000400");
+  s.set_steps_lost(50);
+  s.set_recovery_seconds(3.3);
+  return s;
+}
+
+TEST(ProgressTest, RecoveryLinesNameTheTaskTheFailureAndTheCheckpoint) {
+  JobStatus s = RecoveredStatus();
+  EXPECT_EQ(RecoveringLine(s),
+            "recovering (restart 2): task /job:worker/task:1 failed: task stopped answering heartbeats; "
+            "checkpoint: step 400");
+  s.set_state(RUNNING);
+  EXPECT_EQ(RecoveredLine(s), "recovered (restart 2) after 3.3 s; 50 steps lost in all; training at step 430");
+  JobStatus bare;
+  bare.set_state(RECOVERING);
+  bare.set_restarts(1);
+  bare.set_checkpoint_step(-1);
+  EXPECT_EQ(RecoveringLine(bare), "recovering (restart 1): no checkpoint yet");
+}
+
+TEST(ProgressTest, StatusDetailsShowOnlyWhatIsSet) {
+  EXPECT_EQ(RecoveryDetails(RecoveredStatus()),
+            "  restarts: 2\n"
+            "  failed task: /job:worker/task:1\n"
+            "  failure: task stopped answering heartbeats (at 2023-11-14 22:13:20 UTC)\n"
+            "  checkpoint: step 400 in /ckpt/step-000000000400\n"
+            "  steps lost: 50\n"
+            "  recovery: 3.3 s\n");
+  JobStatus quiet;  // never failed, no checkpoint
+  quiet.set_state(RUNNING);
+  quiet.set_checkpoint_step(-1);
+  EXPECT_EQ(RecoveryDetails(quiet), "");
+  JobStatus checkpointed;  // a checkpoint but no failure
+  checkpointed.set_checkpoint_step(0);
+  checkpointed.set_checkpoint_path("/c/step-000000000000");
+  EXPECT_EQ(RecoveryDetails(checkpointed), "  checkpoint: step 0 in /c/step-000000000000\n");
+}
+
+TEST(ProgressTest, StatusJsonCarriesEveryRecoveryField) {
+  EXPECT_EQ(RecoveryJsonFields(RecoveredStatus()),
+            "\"restarts\": 2, \"failed_task\": \"/job:worker/task:1\", \"failure\": \"task stopped answering "
+            "heartbeats\", \"failure_time_unix_ms\": 1700000000123, \"checkpoint_step\": 400, \"checkpoint_path\": "
+            "\"/ckpt/step-000000000400\", \"steps_lost\": 50, \"recovery_seconds\": 3.300");
+  JobStatus none;  // a master that sets none of them
+  const std::string json = RecoveryJsonFields(none);
+  EXPECT_TRUE(absl::StrContains(json, "\"restarts\": 0,")) << json;
+  EXPECT_TRUE(absl::StrContains(json, "\"checkpoint_step\": -1,")) << json;
+  EXPECT_TRUE(absl::StrContains(json, "\"failed_task\": \"\",")) << json;
+}
+
 }  // namespace
 }  // namespace weft

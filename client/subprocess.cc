@@ -49,6 +49,7 @@ absl::Status Subprocess::Start(const std::vector<std::string>& argv, const std::
     return absl::ResourceExhaustedError(absl::StrCat("fork: ", std::strerror(errno)));
   }
   if (pid == 0) {
+    ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != parent) ::_exit(127);  // the parent died before prctl took effect
     if (log_fd >= 0) {
@@ -59,10 +60,19 @@ absl::Status Subprocess::Start(const std::vector<std::string>& argv, const std::
     ::_exit(127);
   }
   if (log_fd >= 0) ::close(log_fd);
+  ::setpgid(pid, pid);  // also here, so the group exists when Start returns
+  if (&argv != &argv_) argv_ = argv;
+  if (&log_path != &log_path_) log_path_ = log_path;
+  if (&env != &env_) env_ = env;
   pid_ = pid;
   exited_ = false;
   status_ = 0;
   return absl::OkStatus();
+}
+
+absl::Status Subprocess::Restart() {
+  if (argv_.empty()) return absl::FailedPreconditionError("Subprocess::Restart: never started");
+  return Start(argv_, log_path_, env_);
 }
 
 bool Subprocess::Running() {
@@ -99,6 +109,12 @@ void Subprocess::Terminate(absl::Duration grace) {
   int status = 0;
   if (::waitpid(pid_, &status, 0) == pid_) status_ = status;
   exited_ = true;
+}
+
+std::string DescribeExitStatus(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exit status ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return absl::StrCat("killed by signal ", WTERMSIG(status));
+  return absl::StrCat("wait status ", status);
 }
 
 absl::StatusOr<int> PickFreeLoopbackPort() {

@@ -2,8 +2,11 @@
 //
 // A child started here gets PR_SET_PDEATHSIG(SIGTERM), so it stops when the
 // supervising process dies, even by SIGKILL, and no daemon outlives a local
-// cluster. Terminate sends SIGTERM, waits up to a grace period, then sends
-// SIGKILL.
+// cluster. PR_SET_PDEATHSIG follows the thread that forked, not the process:
+// keep the thread that calls Start or Restart alive while the child should
+// run. A child leads its own process group, so a terminal's Ctrl-C reaches
+// only the supervisor, which stops its children in its own order. Terminate
+// sends SIGTERM, waits up to a grace period, then sends SIGKILL.
 //
 // Thread-safety: a Subprocess is used by one thread at a time.
 #ifndef WEFT_CLIENT_SUBPROCESS_H_
@@ -30,6 +33,9 @@ class Subprocess {
   // non-empty (appended), else are inherited. `env` entries ("K=V") are added.
   absl::Status Start(const std::vector<std::string>& argv, const std::string& log_path = "",
                      const std::vector<std::string>& env = {});
+  // Starts the command line of the last Start again, appending to the same
+  // log. REQUIRES: Start succeeded once and that child has exited.
+  absl::Status Restart();
   pid_t pid() const { return pid_; }
   // True while the child has not exited (reaps it if it has).
   bool Running();
@@ -43,10 +49,16 @@ class Subprocess {
   bool WaitFor(absl::Duration timeout);
 
  private:
+  std::vector<std::string> argv_;  // of the last Start, for Restart
+  std::string log_path_;
+  std::vector<std::string> env_;
   pid_t pid_ = -1;
   int status_ = 0;
   bool exited_ = true;
 };
+
+// A waitpid status in words: "exit status 1", "killed by signal 9".
+std::string DescribeExitStatus(int status);
 
 // A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0 and
 // released). A daemon that then fails to bind it reports the address in use.

@@ -16,6 +16,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
+#include "client/checkpoints_command.h"
 #include "client/daemon_commands.h"
 #include "client/flags.h"
 #include "client/job_commands.h"
@@ -38,17 +39,20 @@ constexpr char kUsage[] =
     "\n"
     "run a local cluster of processes (and optionally a job on it):\n"
     "  local --workers=N --ps=M [--cpu_devices=D] [--gpus=G] [JOB] [--output=text|json] [--log_dir=DIR]\n"
+    "        [--max_restarts=N] [--resume_from=DIR] [--master_wait_seconds=S]\n"
     "\n"
     "daemons (cluster from --cluster='worker=h:p,h:p;ps=h:p' or $TF_CONFIG):\n"
-    "  master --port=P | --listen=HOST:PORT [--cluster=...]\n"
+    "  master --port=P | --listen=HOST:PORT [--cluster=...] [--state_dir=DIR]\n"
     "  worker --task=worker:I [--cluster=...] [--listen=HOST:PORT] [--cpu_devices=D] [--gpus=G] [--inter_op_threads=N]\n"
-    "  ps     --task=ps:I     [--cluster=...] [--listen=HOST:PORT]\n"
+    "         [--drain_seconds=S]\n"
+    "  ps     --task=ps:I     [--cluster=...] [--listen=HOST:PORT] [--drain_seconds=S]\n"
     "\n"
     "jobs (master from --master=HOST:PORT or $WEFT_MASTER):\n"
-    "  submit JOB [--follow] [--output=text|json]\n"
+    "  submit JOB [--follow] [--output=text|json] [--resume_from=DIR] [--master_wait_seconds=S]\n"
     "  jobs | status ID | cancel ID | devices\n"
     "\n"
-    "  ops                                 list the registered ops\n"
+    "  checkpoints DIR [--output=text|json]   list and check a job's checkpoints, newest first\n"
+    "  ops                                    list the registered ops\n"
     "\n"
     "--gpus=G: GPUs a process may use (default: every visible one, when built with CUDA;\n"
     "  0: none). A job's `device: CPU` keeps it off GPUs, `device: GPU` requires one.\n";
@@ -164,6 +168,7 @@ int main(int argc, char** argv) {
   if (cmd == "status") return RunStatusCommand(argc, argv);
   if (cmd == "cancel") return RunCancelCommand(argc, argv);
   if (cmd == "devices") return RunDevicesCommand(argc, argv);
+  if (cmd == "checkpoints") return RunCheckpointsCommand(argc, argv);
   if (cmd == "ops") {
     for (const std::string& op : OpRegistry::Global()->OpNames()) {
       if (op[0] != '_') std::printf("%s\n", op.c_str());  // _Send, _Recv: inserted by partitioning

@@ -280,6 +280,7 @@ TEST_F(ClusterTest, KillingAWorkerUnderMultiWorkerMirroredFailsNamingTheTask) {
   JobSpec job = Job(WriteData("data_kill_mwm", 480), 1000);
   job.set_batch_size(16);
   job.mutable_strategy()->set_kind(StrategySpec::MULTI_WORKER_MIRRORED);
+  job.mutable_recovery()->set_max_restarts(-1);  // no recovery: the first failure ends the job
   auto id = client_->SubmitJob(job);
   ASSERT_TRUE(id.ok()) << id.status();
   const absl::Time start = absl::Now();

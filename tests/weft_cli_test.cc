@@ -1,19 +1,30 @@
 // Runs the real `weft` binary as a process, the way a user does, on job files
 // and data files that the test writes, and on a slice of Debian's
 // Fashion-MNIST when it is installed.
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/env.h"
+#include "common/tensor.h"
 #include "gtest/gtest.h"
+#include "ps/manifest.h"
+#include "ps/shard_file.h"
 #include "runtime/data/test_files.h"
 
 namespace weft {
@@ -217,6 +228,173 @@ TEST(WeftCliTest, MlpLearnsFashionMnistSubset) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(JsonNumber(r.out, "test_examples"), 2000);
   EXPECT_GT(JsonNumber(r.out, "test_accuracy"), 0.75) << r.out;  // chance is 0.10
+}
+
+// A checkpoint of `step` under `dir` as the ps and the master write it: one
+// shard file, then (with `manifest`) the MANIFEST.
+void WriteCheckpoint(const std::string& dir, int64_t step, bool manifest) {
+  const std::string ckpt = JoinPath(dir, absl::StrFormat("step-%012d", step));
+  ASSERT_TRUE(Env::Default()->CreateDirs(ckpt).ok());
+  ps::Shard shard;
+  shard.owner_task = "/job:ps/task:0";
+  shard.global_step = step;
+  Tensor t(DType::kFloat32, {4});
+  for (int i = 0; i < 4; ++i) t.data<float>()[i] = static_cast<float>(i);
+  shard.tensors.push_back({"w", t, ""});
+  auto info = ps::WriteShard(Env::Default(), JoinPath(ckpt, "ps-0.shard"), shard);
+  ASSERT_TRUE(info.ok()) << info.status();
+  if (!manifest) return;
+  CheckpointManifest m;
+  m.set_job_name("quadrants");
+  m.set_step(step);
+  m.set_wall_time_micros(int64_t{1700000000} * 1000000);  // 2023-11-14T22:13:20Z
+  ManifestShard* ms = m.add_shard();
+  ms->set_file("ps-0.shard");
+  ms->set_owner_task(shard.owner_task);
+  ms->set_size(info->size);
+  ms->set_crc32c(info->crc32c);
+  ASSERT_TRUE(ps::WriteManifest(Env::Default(), ckpt, m).ok());
+}
+
+TEST(WeftCliTest, CheckpointsListsValidAndInvalidNewestFirst) {
+  const std::string dir = MakeDir("checkpoints");
+  WriteCheckpoint(dir, 100, /*manifest=*/true);
+  WriteCheckpoint(dir, 200, /*manifest=*/false);  // its writer died before the manifest
+  Result r = RunWeft(absl::StrCat("checkpoints ", dir));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> lines = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  EXPECT_TRUE(absl::StrContains(lines[0], "200")) << lines[0];
+  EXPECT_TRUE(absl::StrContains(lines[0], dir + "/step-000000000200")) << lines[0];
+  EXPECT_TRUE(absl::StrContains(lines[0], "INVALID: no manifest " + dir + "/step-000000000200/MANIFEST")) << lines[0];
+  EXPECT_TRUE(absl::StrContains(lines[1], "100")) << lines[1];
+  EXPECT_TRUE(absl::StrContains(lines[1], "2023-11-14T22:13:20Z")) << lines[1];
+  EXPECT_TRUE(absl::StrContains(lines[1], "1 shards")) << lines[1];
+  EXPECT_TRUE(absl::StrContains(lines[1], dir + "/step-000000000100")) << lines[1];
+  EXPECT_FALSE(absl::StrContains(lines[1], "INVALID")) << lines[1];
+
+  r = RunWeft(absl::StrCat("checkpoints ", dir, " --output=json"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  EXPECT_TRUE(absl::StartsWith(r.out, "[{\"step\": 200, ")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "\"valid\": false")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "{\"step\": 100, ")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "\"time\": \"2023-11-14T22:13:20Z\"")) << r.out;
+  EXPECT_TRUE(absl::EndsWith(r.out, "}]\n")) << r.out;
+
+  // Only the invalid one left: exit 1, saying so.
+  ASSERT_TRUE(DeleteRecursively(Env::Default(), dir + "/step-000000000100").ok());
+  r = RunWeft(absl::StrCat("checkpoints ", dir));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(r.err, "no valid checkpoint in " + dir)) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "INVALID")) << r.out;
+  EXPECT_EQ(RunWeft(absl::StrCat("checkpoints ", dir, "/missing")).exit_code, 1);
+  EXPECT_EQ(RunWeft("checkpoints").exit_code, 2);
+  EXPECT_EQ(RunWeft(absl::StrCat("checkpoints ", dir, " --output=yaml")).exit_code, 2);
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// `weft local`'s tasks.txt: task name -> {pid, address}.
+std::map<std::string, std::pair<pid_t, std::string>> ReadTasksFile(const std::string& path) {
+  std::map<std::string, std::pair<pid_t, std::string>> tasks;
+  std::ifstream in(path);
+  std::string name, address;
+  long pid = 0;
+  while (in >> name >> pid >> address) tasks[name] = {static_cast<pid_t>(pid), address};
+  return tasks;
+}
+
+// Calls `done` every 50 ms until it returns true or `limit` passes; returns
+// its last answer.
+template <typename Fn>
+bool PollUntil(absl::Duration limit, Fn done) {
+  const absl::Time deadline = absl::Now() + limit;
+  while (!done()) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return true;
+}
+
+TEST(WeftCliTest, LocalRestartsAKilledWorkerAtTheSameAddress) {
+  const std::string dir = MakeDir("local_restart");
+  const std::string err_path = dir + "/local.stderr";
+  const std::string binary = WeftBinary();
+  const std::string log_dir_flag = "--log_dir=" + dir;
+  // Serving mode (no job); everything the child needs is built before fork.
+  std::vector<char*> args = {const_cast<char*>(binary.c_str()), const_cast<char*>("local"),
+                             const_cast<char*>("--workers=1"), const_cast<char*>(log_dir_flag.c_str()),
+                             const_cast<char*>("--max_restarts=2"), nullptr};
+  const pid_t local = ::fork();
+  ASSERT_GE(local, 0);
+  if (local == 0) {
+    const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(err, STDERR_FILENO);
+    ::dup2(null, STDOUT_FILENO);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  bool reaped = false;
+  auto exited = [&] {
+    if (!reaped && ::waitpid(local, &status, WNOHANG) == local) reaped = true;
+    return reaped;
+  };
+  struct KillOnExit {  // a failed assertion must not leave the cluster up
+    pid_t pid;
+    const bool* reaped;
+    ~KillOnExit() {
+      if (*reaped) return;
+      ::kill(pid, SIGKILL);  // its tasks die with it
+      ::waitpid(pid, nullptr, 0);
+    }
+  } cleanup{local, &reaped};
+
+  // The supervisor starts once the cluster serves; tasks.txt is there by then.
+  ASSERT_TRUE(PollUntil(absl::Seconds(90), [&] {
+    return exited() || absl::StrContains(ReadAll(err_path), "serving; Ctrl-C stops every task");
+  }));
+  ASSERT_FALSE(exited()) << ReadAll(err_path);
+  const std::string tasks_file = dir + "/tasks.txt";
+  auto before = ReadTasksFile(tasks_file);
+  ASSERT_EQ(before.count("worker:0"), 1u) << ReadAll(tasks_file);
+  ASSERT_EQ(before.count("master:0"), 1u) << ReadAll(tasks_file);
+  const pid_t old_pid = before["worker:0"].first;
+  const std::string address = before["worker:0"].second;
+  ASSERT_GT(old_pid, 0);
+  ASSERT_EQ(::kill(old_pid, SIGKILL), 0);
+
+  pid_t new_pid = 0;
+  ASSERT_TRUE(PollUntil(absl::Seconds(60), [&] {
+    auto now = ReadTasksFile(tasks_file);
+    if (now.count("worker:0") == 0 || now["worker:0"].first == old_pid) return false;
+    new_pid = now["worker:0"].first;
+    return true;
+  })) << ReadAll(err_path);
+  EXPECT_EQ(ReadTasksFile(tasks_file)["worker:0"].second, address);
+  EXPECT_EQ(::kill(new_pid, 0), 0) << "the restarted worker is not running";
+  const std::string err = ReadAll(err_path);
+  EXPECT_TRUE(
+      absl::StrContains(err, "task worker:0 exited (killed by signal 9); restarting it (restart 1 of at most 2)"))
+      << err;
+  // The new process binds the same address and appends to the old log.
+  const std::string worker_log = dir + "/worker-0.log";
+  EXPECT_TRUE(PollUntil(absl::Seconds(60), [&] {
+    const std::string log = ReadAll(worker_log);
+    return log.find("serving on") != log.rfind("serving on");
+  })) << ReadAll(worker_log);
+  EXPECT_FALSE(exited());
+
+  ASSERT_EQ(::kill(local, SIGTERM), 0);
+  ASSERT_TRUE(PollUntil(absl::Seconds(60), exited)) << "weft local did not stop after SIGTERM";
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << ReadAll(err_path);
+  EXPECT_NE(::kill(new_pid, 0), 0) << "the restarted worker outlived weft local";
 }
 
 }  // namespace

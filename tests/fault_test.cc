@@ -1,0 +1,555 @@
+// Fault injection with real processes: a master (keeping its jobs in a state
+// directory), two workers and a parameter server run as separate `weft`
+// processes on loopback; the tests SIGKILL one of them mid-job and restart
+// it at the same address, as Kubernetes or `weft local` would.
+//
+// What must hold (master/job_runner.h): a sync job restored from its newest
+// valid checkpoint ends with exactly the variables of an undisturbed run; an
+// async PS job loses no steps to a dead worker; a restarted master resumes
+// its unfinished job; a task that never comes back fails the job naming it;
+// a damaged checkpoint is never restored.
+//
+// Each kill lands at a random step; the target is printed (and traced) so a
+// failure can be reproduced, and each recovery prints its figures:
+//   [fault] ... killed at step X ...; recovered in Y s; steps lost Z
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/job_file.h"
+#include "client/master_client.h"
+#include "client/subprocess.h"
+#include "common/dtype.h"
+#include "common/env.h"
+#include "common/tensor.h"
+#include "gtest/gtest.h"
+#include "proto/checkpoint.pb.h"
+#include "ps/checkpoint_index.h"
+#include "ps/manifest.h"
+#include "ps/shard_file.h"
+#include "runtime/data/test_files.h"
+
+namespace weft {
+namespace {
+
+using data::testing::Gzip;
+using data::testing::IdxBytes;
+using data::testing::TempPath;
+using data::testing::WriteFile;
+
+constexpr int kExamples = 480;
+constexpr int kBatch = 16;   // the global batch: 8 per replica
+constexpr int kSteps = 400;  // job steps (async PS: replica steps)
+constexpr int kEvery = 50;   // checkpoint.every_steps
+// A dispatch is one step (steps_per_execution 1): a recovery trains again
+// at most the steps since the last checkpoint, plus the one in flight.
+constexpr int kMaxStepsLost = kEvery + 1;
+// Bounds on waits that a healthy run ends far inside.
+constexpr absl::Duration kJobDeadline = absl::Seconds(150);
+constexpr absl::Duration kPollInterval = absl::Milliseconds(10);
+
+const char* const kPs = "/job:ps/task:0";
+const char* const kWorker1 = "/job:worker/task:1";
+
+std::string WeftBinary() {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* ws = std::getenv("TEST_WORKSPACE");
+  return absl::StrCat(srcdir ? srcdir : ".", "/", ws ? ws : "weft", "/client/weft");
+}
+
+// A synthetic 3-class problem: class c brightens the c-th third of a
+// 12-pixel image.
+std::string WriteData(const std::string& dir, int n) {
+  ::mkdir(dir.c_str(), 0755);
+  std::vector<uint8_t> pixels(static_cast<size_t>(n) * 12), labels(n);
+  uint32_t r = 12345;
+  for (int i = 0; i < n; ++i) {
+    const int c = i % 3;
+    labels[i] = static_cast<uint8_t>(c);
+    for (int p = 0; p < 12; ++p) {
+      r = r * 1103515245u + 12345u;
+      pixels[static_cast<size_t>(i) * 12 + p] = static_cast<uint8_t>((p / 4 == c ? 170 : 20) + (r >> 24) % 60);
+    }
+  }
+  for (const char* split : {"train", "t10k"}) {
+    WriteFile(absl::StrCat(dir, "/", split, "-images-idx3-ubyte.gz"),
+              Gzip(IdxBytes({static_cast<uint32_t>(n), 3, 4}, pixels)));
+    WriteFile(absl::StrCat(dir, "/", split, "-labels-idx1-ubyte.gz"),
+              Gzip(IdxBytes({static_cast<uint32_t>(n)}, labels)));
+  }
+  return dir;
+}
+
+JobSpec FaultJob(const std::string& data, StrategySpec::Kind kind, bool sync, const std::string& checkpoint_dir,
+                 int64_t steps, int task_wait_seconds) {
+  auto job = ParseJob(absl::StrCat(R"(name: "fault-job"
+      model { input_shape: [12] num_classes: 3
+              layer { dense { units: 16 activation: RELU } } layer { dense { units: 3 } } }
+      dataset { dir: ")", data, R"(" } optimizer { sgd { learning_rate: 0.1 } } seed: 2 intra_op_threads: 1
+      batch_size: )", kBatch, " steps: ", steps, R"(
+      checkpoint { dir: ")", checkpoint_dir, R"(" every_steps: )", kEvery, R"( }
+      recovery { task_wait_seconds: )", task_wait_seconds, " }"),
+                      "fault_test");
+  EXPECT_TRUE(job.ok()) << job.status();
+  job->mutable_strategy()->set_kind(kind);
+  job->mutable_strategy()->set_sync(sync);
+  return *job;
+}
+
+// The variables of a checkpoint, by "<owner task>|<name>".
+struct SavedVariable {
+  DType dtype = DType::kInvalid;
+  TensorShape shape;
+  std::string bytes;
+};
+struct SavedCheckpoint {
+  std::string path;
+  int64_t step = -1;
+  std::map<std::string, SavedVariable> variables;
+};
+
+// The newest valid checkpoint under `dir`, every shard read and checked
+// through ps::ReadShard.
+absl::StatusOr<SavedCheckpoint> ReadNewestCheckpoint(const std::string& dir) {
+  Env* env = Env::Default();
+  absl::StatusOr<ps::CheckpointEntry> newest = ps::NewestValidCheckpoint(env, dir);
+  if (!newest.ok()) return newest.status();
+  SavedCheckpoint out;
+  out.path = newest->path;
+  out.step = newest->step;
+  for (const ManifestShard& ms : newest->manifest.shard()) {
+    absl::StatusOr<ps::Shard> shard = ps::ReadShard(env, JoinPath(newest->path, ms.file()));
+    if (!shard.ok()) return shard.status();
+    if (shard->global_step != newest->step) {
+      return absl::DataLossError(absl::StrCat(ms.file(), " holds step ", shard->global_step, ", its checkpoint ",
+                                              newest->step));
+    }
+    for (const ps::ShardTensor& t : shard->tensors) {
+      SavedVariable& v = out.variables[absl::StrCat(ms.owner_task(), "|", t.name)];
+      v.dtype = t.value.dtype();
+      v.shape = t.value.shape();
+      v.bytes.assign(static_cast<const char*>(t.value.raw_data()), t.value.TotalBytes());
+    }
+  }
+  return out;
+}
+
+// Same step, same variables, bit for bit.
+void ExpectSameVariables(const SavedCheckpoint& got, const SavedCheckpoint& want) {
+  EXPECT_EQ(got.step, want.step) << got.path << " vs " << want.path;
+  ASSERT_FALSE(want.variables.empty()) << want.path;
+  ASSERT_EQ(got.variables.size(), want.variables.size()) << got.path << " vs " << want.path;
+  for (const auto& [key, w] : want.variables) {
+    auto it = got.variables.find(key);
+    ASSERT_NE(it, got.variables.end()) << key << " is missing from " << got.path;
+    const SavedVariable& g = it->second;
+    EXPECT_EQ(DTypeName(g.dtype), DTypeName(w.dtype)) << key;
+    EXPECT_EQ(g.shape.DebugString(), w.shape.DebugString()) << key;
+    EXPECT_TRUE(g.bytes == w.bytes) << key << " differs between " << got.path << " and " << want.path;
+  }
+}
+
+bool Terminal(JobState s) { return s == SUCCEEDED || s == FAILED || s == CANCELLED; }
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+int RandomKillStep() {
+  std::random_device rd;
+  return std::uniform_int_distribution<int>(kEvery + 1, kSteps - kEvery)(rd);
+}
+
+// The undisturbed runs' final checkpoints, by strategy kind, computed once
+// per test binary by the first test that needs one (the runs are
+// deterministic, so any cluster of this shape gives the same).
+std::map<int, SavedCheckpoint>& UndisturbedRuns() {
+  static auto* runs = new std::map<int, SavedCheckpoint>;
+  return *runs;
+}
+
+class FaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Unique per test and per run: the checkpoint and state directories of
+    // one run never see another's.
+    static int run = 0;
+    tag_ = absl::StrCat(::testing::UnitTest::GetInstance()->current_test_info()->name(), "-", ::getpid(), "-", ++run);
+    std::vector<std::string> addrs;
+    for (int i = 0; i < 4; ++i) addrs.push_back(absl::StrCat("127.0.0.1:", PickFreeLoopbackPort().value()));
+    const std::string cluster = absl::StrCat("worker=", addrs[0], ",", addrs[1], ";ps=", addrs[2]);
+    master_addr_ = addrs[3];
+    data_ = WriteData(Path("data"), kExamples);
+    Start("ps-0", {"ps", "--task=ps:0", "--cluster=" + cluster, "--listen=" + addrs[2]});
+    Start("worker-0", {"worker", "--task=worker:0", "--cluster=" + cluster, "--listen=" + addrs[0]});
+    Start("worker-1", {"worker", "--task=worker:1", "--cluster=" + cluster, "--listen=" + addrs[1]});
+    Start("master", {"master", "--cluster=" + cluster, "--listen=" + master_addr_, "--state_dir=" + Path("state")});
+    client_ = MasterClient::Create(master_addr_);
+    WaitForCluster();
+  }
+
+  void TearDown() override {
+    for (auto& [name, p] : procs_) {
+      if (!p->Running()) continue;
+      p->Signal(SIGTERM);
+      ASSERT_TRUE(p->WaitFor(absl::Seconds(30))) << name << " did not stop on SIGTERM";
+      EXPECT_TRUE(WIFEXITED(p->exit_status()) && WEXITSTATUS(p->exit_status()) == 0)
+          << name << " " << DescribeExitStatus(p->exit_status());
+    }
+  }
+
+  // A fresh path of this test's run.
+  std::string Path(const std::string& name) const { return TempPath(absl::StrCat(tag_, "-", name)); }
+  std::string LogPath(const std::string& proc) const { return Path(proc + ".log"); }
+
+  void Start(const std::string& name, std::vector<std::string> args) {
+    args.insert(args.begin(), WeftBinary());
+    auto p = std::make_unique<Subprocess>();
+    ASSERT_TRUE(p->Start(args, LogPath(name)).ok());
+    procs_[name] = std::move(p);
+  }
+
+  // Bounded start-up probe: the master lists a device of every task.
+  void WaitForCluster() {
+    for (int i = 0; i < 300; ++i) {
+      auto devices = client_->ListDevices();
+      if (devices.ok() && devices->size() >= 3) return;
+      for (auto& [name, p] : procs_) ASSERT_TRUE(p->Running()) << name << " exited during start-up";
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    FAIL() << "the cluster did not come up";
+  }
+
+  // SIGKILL, and reap it.
+  void Kill(const std::string& name) {
+    Subprocess* p = procs_.at(name).get();
+    ASSERT_TRUE(p->Running()) << name << " died before it was killed: " << DescribeExitStatus(p->exit_status());
+    p->Signal(SIGKILL);
+    ASSERT_TRUE(p->WaitFor(absl::Seconds(10))) << name << " outlived SIGKILL";
+    EXPECT_TRUE(WIFSIGNALED(p->exit_status()) && WTERMSIG(p->exit_status()) == SIGKILL)
+        << name << " " << DescribeExitStatus(p->exit_status());
+  }
+
+  // The same command line and address again, appending to its log. Called
+  // on the test's thread, which outlives the child (PR_SET_PDEATHSIG).
+  void Restart(const std::string& name) {
+    absl::Status s = procs_.at(name)->Restart();
+    ASSERT_TRUE(s.ok()) << name << ": " << s;
+  }
+
+  absl::StatusOr<std::string> Submit(const JobSpec& job) { return client_->SubmitJob(job); }
+
+  // The master's restores so far, each "restored N variable(s) of step S
+  // from <path>" (master/checkpointer.cc), in order.
+  std::vector<std::string> Restores() const {
+    std::vector<std::string> out;
+    const std::string log = ReadText(LogPath("master"));
+    for (absl::string_view line : absl::StrSplit(log, '\n')) {
+      const size_t at = line.find("restored ");
+      if (at != absl::string_view::npos && absl::StrContains(line, " from ")) out.emplace_back(line.substr(at));
+    }
+    return out;
+  }
+
+  // Polls the job until `until` holds for its status or it ends; returns the
+  // last status. For kills that must land at a given step: the watch
+  // publishes progress only about once a second.
+  JobStatus PollUntil(const std::string& id, const std::function<bool(const JobStatus&)>& until) {
+    JobStatus last;
+    const absl::Time deadline = absl::Now() + kJobDeadline;
+    while (absl::Now() < deadline) {
+      absl::StatusOr<JobStatus> st = client_->GetJob(id);
+      EXPECT_TRUE(st.ok()) << st.status();
+      if (!st.ok()) return last;
+      last = *st;
+      if (until(last) || Terminal(last.state())) return last;
+      absl::SleepFor(kPollInterval);
+    }
+    ADD_FAILURE() << "job " << id << " did not get there in " << kJobDeadline << ": " << last.DebugString();
+    return last;
+  }
+
+  // Watches the job to its end, recording every state it streams. A job
+  // still running after kJobDeadline is cancelled, which ends the watch.
+  JobStatus WatchToEnd(const std::string& id, std::vector<JobState>* states = nullptr) {
+    absl::Notification ended;
+    bool timed_out = false;
+    std::thread watchdog([&] {
+      if (!ended.WaitForNotificationWithTimeout(kJobDeadline)) {
+        timed_out = true;
+        client_->CancelJob(id).IgnoreError();
+      }
+    });
+    JobStatus last;
+    absl::Status s = client_->WatchJob(id, [&](const JobStatus& st) {
+      last = st;
+      if (states != nullptr && (states->empty() || states->back() != st.state())) states->push_back(st.state());
+    });
+    ended.Notify();
+    watchdog.join();
+    EXPECT_TRUE(s.ok()) << s;
+    EXPECT_FALSE(timed_out) << "job " << id << " still ran after " << kJobDeadline << ": " << last.DebugString();
+    return last;
+  }
+
+  // The final checkpoint of an undisturbed run of `kind` (sync), run here
+  // when no earlier test has.
+  const SavedCheckpoint* Undisturbed(StrategySpec::Kind kind) {
+    auto it = UndisturbedRuns().find(kind);
+    if (it != UndisturbedRuns().end()) return &it->second;
+    const std::string dir = Path(absl::StrCat("undisturbed-", StrategySpec::Kind_Name(kind), "-ckpt"));
+    auto id = Submit(FaultJob(data_, kind, /*sync=*/true, dir, kSteps, 60));
+    EXPECT_TRUE(id.ok()) << id.status();
+    if (!id.ok()) return nullptr;
+    JobStatus st = WatchToEnd(*id);
+    EXPECT_EQ(st.state(), SUCCEEDED) << st.DebugString();
+    EXPECT_EQ(st.step(), kSteps);
+    EXPECT_EQ(st.restarts(), 0) << st.DebugString();
+    absl::StatusOr<SavedCheckpoint> saved = ReadNewestCheckpoint(dir);
+    EXPECT_TRUE(saved.ok()) << saved.status();
+    if (!saved.ok() || st.state() != SUCCEEDED) return nullptr;
+    std::printf("[fault] undisturbed %s: test accuracy %.4f, train loss %.6f, %.1f s\n",
+                StrategySpec::Kind_Name(kind).c_str(), st.test_accuracy(), st.train_loss(), st.wall_seconds());
+    return &UndisturbedRuns().emplace(kind, *std::move(saved)).first->second;
+  }
+
+  std::string tag_, master_addr_, data_;
+  std::map<std::string, std::unique_ptr<Subprocess>> procs_;
+  std::unique_ptr<MasterClient> client_;
+};
+
+// Sync PS losing its ps, and multi-worker mirrored losing a worker: the job
+// recovers once from its newest checkpoint and ends with the undisturbed
+// run's variables, bit for bit.
+TEST_F(FaultTest, SyncJobsKilledMidJobEndWithTheUndisturbedVariables) {
+  struct Case {
+    StrategySpec::Kind kind;
+    std::string victim;  // process
+    std::string task;    // its task name
+  };
+  for (const Case& c : {Case{StrategySpec::PARAMETER_SERVER, "ps-0", kPs},
+                        Case{StrategySpec::MULTI_WORKER_MIRRORED, "worker-1", kWorker1}}) {
+    const std::string kind = StrategySpec::Kind_Name(c.kind);
+    const SavedCheckpoint* undisturbed = Undisturbed(c.kind);
+    ASSERT_NE(undisturbed, nullptr) << kind;
+    const int target = RandomKillStep();
+    SCOPED_TRACE(absl::StrCat(kind, ": kill ", c.victim, " at step >= ", target));
+    std::printf("[fault] %s: killing %s at step >= %d\n", kind.c_str(), c.victim.c_str(), target);
+
+    const size_t restores_before = Restores().size();
+    const std::string dir = Path(absl::StrCat(kind, "-ckpt"));
+    auto id = Submit(FaultJob(data_, c.kind, /*sync=*/true, dir, kSteps, 60));
+    ASSERT_TRUE(id.ok()) << id.status();
+    JobStatus before = PollUntil(*id, [&](const JobStatus& s) { return s.step() >= target; });
+    ASSERT_EQ(before.state(), RUNNING) << before.DebugString();
+    Kill(c.victim);
+    Restart(c.victim);
+    JobStatus st = WatchToEnd(*id);
+
+    EXPECT_EQ(st.state(), SUCCEEDED) << st.DebugString();
+    EXPECT_EQ(st.step(), kSteps);
+    EXPECT_EQ(st.restarts(), 1) << st.DebugString();
+    EXPECT_EQ(st.failed_task(), c.task) << st.DebugString();
+    EXPECT_GE(st.steps_lost(), 0);
+    EXPECT_LE(st.steps_lost(), kMaxStepsLost) << st.DebugString();
+    EXPECT_GT(st.recovery_seconds(), 0) << st.DebugString();
+    absl::StatusOr<SavedCheckpoint> final_checkpoint = ReadNewestCheckpoint(dir);
+    ASSERT_TRUE(final_checkpoint.ok()) << final_checkpoint.status();
+    ExpectSameVariables(*final_checkpoint, *undisturbed);
+    const std::vector<std::string> restores = Restores();
+    EXPECT_EQ(restores.size(), restores_before + 1);
+    for (size_t i = restores_before; i < restores.size(); ++i) std::printf("[fault] %s\n", restores[i].c_str());
+    std::printf("[fault] %s: %s killed at step %lld; recovered in %.2f s; steps lost %lld; test accuracy %.4f; "
+                "%zu variable(s) of step %lld compared\n",
+                kind.c_str(), c.task.c_str(), static_cast<long long>(before.step()), st.recovery_seconds(),
+                static_cast<long long>(st.steps_lost()), st.test_accuracy(), final_checkpoint->variables.size(),
+                static_cast<long long>(final_checkpoint->step));
+  }
+}
+
+// Async PS: the killed worker's replica waits for it while the other trains
+// on; no step is trained twice and the job learns.
+TEST_F(FaultTest, AsyncParameterServerLosesNoStepsToAKilledWorker) {
+  const int target = RandomKillStep();
+  SCOPED_TRACE(absl::StrCat("kill worker-1 at step >= ", target));
+  std::printf("[fault] async PARAMETER_SERVER: killing worker-1 at step >= %d\n", target);
+  auto id = Submit(FaultJob(data_, StrategySpec::PARAMETER_SERVER, /*sync=*/false, Path("ckpt"), kSteps, 60));
+  ASSERT_TRUE(id.ok()) << id.status();
+  JobStatus before = PollUntil(*id, [&](const JobStatus& s) { return s.step() >= target; });
+  ASSERT_EQ(before.state(), RUNNING) << before.DebugString();
+  Kill("worker-1");
+  Restart("worker-1");
+  JobStatus st = WatchToEnd(*id);
+
+  EXPECT_EQ(st.state(), SUCCEEDED) << st.DebugString();
+  EXPECT_EQ(st.step(), kSteps);  // every replica step, none lost
+  EXPECT_EQ(st.steps_lost(), 0) << st.DebugString();
+  EXPECT_GE(st.restarts(), 1) << st.DebugString();
+  EXPECT_EQ(st.failed_task(), kWorker1) << st.DebugString();
+  // An undisturbed run reaches 1.0 on this data; chance is 1/3.
+  EXPECT_GT(st.test_accuracy(), 0.9) << st.DebugString();
+  std::printf("[fault] async PARAMETER_SERVER: %s killed at step %lld; recovered in %.2f s; steps lost %lld; "
+              "test accuracy %.4f\n",
+              kWorker1, static_cast<long long>(before.step()), st.recovery_seconds(),
+              static_cast<long long>(st.steps_lost()), st.test_accuracy());
+}
+
+// The master dies mid-job; restarted over the same state directory it
+// resumes the job under its id from its newest checkpoint, to the same end.
+TEST_F(FaultTest, RestartedMasterResumesTheJobToTheUndisturbedVariables) {
+  const SavedCheckpoint* undisturbed = Undisturbed(StrategySpec::PARAMETER_SERVER);
+  ASSERT_NE(undisturbed, nullptr);
+  const int target = RandomKillStep();
+  SCOPED_TRACE(absl::StrCat("kill the master at step >= ", target));
+  std::printf("[fault] sync PARAMETER_SERVER: killing the master at step >= %d\n", target);
+  const std::string dir = Path("ckpt");
+  auto id = Submit(FaultJob(data_, StrategySpec::PARAMETER_SERVER, /*sync=*/true, dir, kSteps, 60));
+  ASSERT_TRUE(id.ok()) << id.status();
+  JobStatus before = PollUntil(*id, [&](const JobStatus& s) { return s.step() >= target; });
+  ASSERT_EQ(before.state(), RUNNING) << before.DebugString();
+  Kill("master");
+  Restart("master");
+
+  // The old stream died with the master: a new client polls.
+  client_ = MasterClient::Create(master_addr_);
+  ASSERT_TRUE(client_->WaitForConnection(absl::Seconds(60)).ok());
+  JobStatus st;
+  bool seen = false;
+  std::vector<JobState> states;
+  const absl::Time deadline = absl::Now() + kJobDeadline;
+  while (absl::Now() < deadline) {
+    absl::StatusOr<JobStatus> got = client_->GetJob(*id);
+    if (got.ok()) {
+      st = *got;
+      seen = true;
+      if (states.empty() || states.back() != st.state()) states.push_back(st.state());
+      if (Terminal(st.state())) break;
+    } else {
+      // The master may not serve its restored jobs at once; nothing else.
+      ASSERT_TRUE(absl::IsUnavailable(got.status()) || absl::IsDeadlineExceeded(got.status())) << got.status();
+    }
+    absl::SleepFor(kPollInterval);
+  }
+  ASSERT_TRUE(seen) << "the restarted master never reported job " << *id;
+  EXPECT_EQ(st.job_id(), *id);
+  EXPECT_EQ(st.state(), SUCCEEDED) << st.DebugString();
+  EXPECT_EQ(st.step(), kSteps);
+  EXPECT_GE(st.restarts(), 1) << st.DebugString();
+  EXPECT_EQ(st.failed_task(), "master") << st.DebugString();
+  absl::StatusOr<SavedCheckpoint> final_checkpoint = ReadNewestCheckpoint(dir);
+  ASSERT_TRUE(final_checkpoint.ok()) << final_checkpoint.status();
+  ExpectSameVariables(*final_checkpoint, *undisturbed);
+  for (const std::string& line : Restores()) std::printf("[fault] %s\n", line.c_str());
+  std::string seen_states;
+  for (JobState s : states) absl::StrAppend(&seen_states, seen_states.empty() ? "" : " -> ", JobState_Name(s));
+  std::printf("[fault] sync PARAMETER_SERVER: master killed at step %lld (checkpoint step %lld then); recovered in "
+              "%.2f s; steps lost %lld; states after the restart: %s\n",
+              static_cast<long long>(before.step()), static_cast<long long>(before.checkpoint_step()),
+              st.recovery_seconds(), static_cast<long long>(st.steps_lost()), seen_states.c_str());
+}
+
+// A worker that is killed and not restarted: the job waits
+// recovery.task_wait_seconds in RECOVERING, then fails naming it; the master
+// keeps serving.
+TEST_F(FaultTest, ATaskThatNeverComesBackFailsTheJobNamingIt) {
+  auto id = Submit(FaultJob(data_, StrategySpec::PARAMETER_SERVER, /*sync=*/true, Path("ckpt"), 100000, 2));
+  ASSERT_TRUE(id.ok()) << id.status();
+  JobStatus before = PollUntil(*id, [](const JobStatus& s) { return s.step() > 0; });
+  ASSERT_EQ(before.state(), RUNNING) << before.DebugString();
+  Kill("worker-1");
+  std::vector<JobState> states;
+  JobStatus st = WatchToEnd(*id, &states);
+
+  EXPECT_EQ(st.state(), FAILED) << st.DebugString();
+  EXPECT_TRUE(absl::StrContains(st.error(), kWorker1)) << st.error();
+  EXPECT_TRUE(absl::StrContains(st.error(), "did not come back")) << st.error();
+  EXPECT_EQ(st.error_code(), static_cast<int>(absl::StatusCode::kUnavailable)) << st.error();
+  EXPECT_NE(std::find(states.begin(), states.end(), RECOVERING), states.end()) << "never RECOVERING";
+  EXPECT_EQ(st.failed_task(), kWorker1) << st.DebugString();
+  auto jobs = client_->ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_EQ(jobs->size(), 1u);
+  std::printf("[fault] worker 1 killed at step %lld and not restarted: %s\n", static_cast<long long>(before.step()),
+              st.error().c_str());
+}
+
+// A checkpoint damaged after it was written (one flipped byte in a shard)
+// is passed over: the job restores an older (or newer) valid one and still
+// ends with the undisturbed run's variables.
+TEST_F(FaultTest, ADamagedCheckpointIsNeverRestored) {
+  const SavedCheckpoint* undisturbed = Undisturbed(StrategySpec::PARAMETER_SERVER);
+  ASSERT_NE(undisturbed, nullptr);
+  const std::string dir = Path("ckpt");
+  auto id = Submit(FaultJob(data_, StrategySpec::PARAMETER_SERVER, /*sync=*/true, dir, kSteps, 60));
+  ASSERT_TRUE(id.ok()) << id.status();
+  JobStatus before = PollUntil(*id, [](const JobStatus& s) { return s.checkpoint_step() >= 2 * kEvery; });
+  ASSERT_EQ(before.state(), RUNNING) << before.DebugString();
+
+  const std::string damaged = JoinPath(dir, ps::CheckpointDirName(2 * kEvery));
+  Env* env = Env::Default();
+  absl::StatusOr<CheckpointManifest> manifest = ps::ReadManifest(env, damaged);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  ASSERT_GT(manifest->shard_size(), 0);
+  const std::string shard_path = JoinPath(damaged, manifest->shard(0).file());
+  {
+    std::fstream f(shard_path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << shard_path;
+    const std::streamoff middle = static_cast<std::streamoff>(manifest->shard(0).size() / 2);
+    char byte = 0;
+    f.seekg(middle);
+    ASSERT_TRUE(f.read(&byte, 1).good()) << shard_path;
+    byte = static_cast<char>(byte ^ 0x5a);
+    f.seekp(middle);
+    ASSERT_TRUE(f.write(&byte, 1).good()) << shard_path;
+  }
+  EXPECT_FALSE(ps::VerifyCheckpoint(env, damaged, *manifest).ok()) << "the flip went unnoticed: " << shard_path;
+  Kill("ps-0");
+  Restart("ps-0");
+  JobStatus st = WatchToEnd(*id);
+
+  EXPECT_EQ(st.state(), SUCCEEDED) << st.DebugString();
+  EXPECT_EQ(st.step(), kSteps);
+  EXPECT_EQ(st.restarts(), 1) << st.DebugString();
+  EXPECT_EQ(st.failed_task(), kPs) << st.DebugString();
+  absl::StatusOr<SavedCheckpoint> final_checkpoint = ReadNewestCheckpoint(dir);
+  ASSERT_TRUE(final_checkpoint.ok()) << final_checkpoint.status();
+  ExpectSameVariables(*final_checkpoint, *undisturbed);
+
+  // The recovery restored a checkpoint, never the damaged one.
+  const std::vector<std::string> restores = Restores();
+  ASSERT_FALSE(restores.empty()) << ReadText(LogPath("master"));
+  for (const std::string& line : restores) {
+    EXPECT_FALSE(absl::EndsWith(line, absl::StrCat(" from ", damaged))) << line;
+    std::printf("[fault] %s\n", line.c_str());
+  }
+  std::printf("[fault] damaged %s (byte %llu of %s); ps killed at step %lld; recovered in %.2f s; steps lost %lld\n",
+              ps::CheckpointDirName(2 * kEvery).c_str(),
+              static_cast<unsigned long long>(manifest->shard(0).size() / 2), manifest->shard(0).file().c_str(),
+              static_cast<long long>(before.step()), st.recovery_seconds(), static_cast<long long>(st.steps_lost()));
+}
+
+}  // namespace
+}  // namespace weft
