@@ -54,12 +54,15 @@ struct JobManager::Job {
   mutable absl::Mutex mu;
   JobStatus status ABSL_GUARDED_BY(mu);
   absl::Time last_publish ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+  absl::Time last_persist ABSL_GUARDED_BY(mu) = absl::InfinitePast();
   // The terminal status has been delivered to the watchers and stored.
   bool finished ABSL_GUARDED_BY(mu) = false;
   std::vector<std::shared_ptr<Watcher>> watchers ABSL_GUARDED_BY(mu);
 };
 
 namespace {
+
+constexpr absl::Duration kPersistProgressEvery = absl::Seconds(2);
 
 class JobWatchImpl final : public JobWatch {
  public:
@@ -98,6 +101,7 @@ JobManager::JobManager(JobManagerOptions options)
         if (training.ok() && job->spec.strategy().kind() != StrategySpec::NONE && !shutting_down_) {
           JobRunnerOptions ro = RunnerOptions(job.get());
           ro.resumed = true;
+          ro.reached_step = job->status.step();
           job->runner = std::make_unique<JobRunner>(job->spec, *std::move(training), absl::StrCat("job/", job->id),
                                                     options_.workers, std::move(ro));
           job->finished = false;
@@ -320,7 +324,16 @@ void JobManager::Update(Job* job, const std::function<void(JobStatus*)>& update,
   }
   // Only the job's thread publishes, so watchers see statuses in order.
   for (const auto& w : watchers) w->Deliver(snapshot);
-  if (force) Persist(job);
+  // Progress reaches the store every few seconds too, so that a restarted
+  // master knows about how far the job had come.
+  bool persist = force;
+  {
+    absl::MutexLock lock(&job->mu);
+    const absl::Time now = absl::Now();
+    if (now - job->last_persist >= kPersistProgressEvery) persist = true;
+    if (persist) job->last_persist = now;
+  }
+  if (persist) Persist(job);
   if (IsTerminal(snapshot.state())) {
     absl::MutexLock lock(&job->mu);
     job->finished = true;

@@ -192,7 +192,8 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
   const RecoveryPolicy& policy = job_.recovery();
   const absl::Duration task_wait =
       absl::Seconds(policy.task_wait_seconds() > 0 ? policy.task_wait_seconds() : kDefaultTaskWaitSeconds);
-  const int max_restarts = policy.max_restarts() == 0 ? kDefaultMaxRestarts : policy.max_restarts();
+  // -1: no recovery at all, the first failure ends the job.
+  const int max_restarts = policy.max_restarts() == 0 ? kDefaultMaxRestarts : std::max(0, policy.max_restarts());
 
   // The master reads the training split only to count it (the epoch's steps).
   const std::vector<int64_t> shape(training_.example_shape.dims().begin(), training_.example_shape.dims().end());
@@ -231,8 +232,13 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
     if (!back.ok() && !cancelled_.load()) return back.status();
   }
 
+  if (options_.resumed) {
+    // The steps the previous master had reached (as last stored) and that
+    // are trained again from the checkpoint.
+    const int64_t lost = std::max<int64_t>(0, options_.reached_step - (resume.has_value() ? resume->step : 0));
+    UpdateStatus([&](JobStatus* s) { s->set_steps_lost(s->steps_lost() + lost); });
+  }
   int restarts = 0;
-  int64_t steps_lost = 0;
   for (int attempt = 0;; ++attempt) {
     if (cancelled_.load()) {
       TrainResult r;
@@ -271,7 +277,7 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
       }
     }
     if (failure.task.empty()) return result.status();
-    if (max_restarts >= 0 && restarts >= max_restarts) {
+    if (restarts >= max_restarts) {
       return absl::UnavailableError(absl::StrCat("task ", failure.task, " ", failure.reason, "; the job gave up after ",
                                                  restarts, " recoveries (recovery.max_restarts): ",
                                                  result.status().message()));
@@ -305,11 +311,10 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
     }
     const int64_t from = resume.has_value() ? resume->step : 0;
     const int64_t lost = std::max<int64_t>(0, a.reached_step.load() - from);
-    steps_lost += lost;
     log->info("job '{}': every task answers again after {:.1f} s; resuming at step {} ({} step(s) to train again)",
               job_.name(), absl::ToDoubleSeconds(absl::Now() - failed_at), from, lost);
     UpdateStatus([&](JobStatus* s) {
-      s->set_steps_lost(steps_lost);
+      s->set_steps_lost(s->steps_lost() + lost);  // the total may predate this master
       s->set_recovery_seconds(absl::ToDoubleSeconds(absl::Now() - failed_at));
     });
   }

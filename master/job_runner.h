@@ -49,6 +49,9 @@ struct JobRunnerOptions {
   // The job was found unfinished in the job store by a restarted master: it
   // resumes from its newest checkpoint (or from the start without one).
   bool resumed = false;
+  // With `resumed`: the step the job had reached as last stored, to count
+  // the steps trained again.
+  int64_t reached_step = 0;
 };
 
 // Fault tolerance (jobs with a strategy; docs/fault_tolerance.md): while a
