@@ -71,6 +71,7 @@ constexpr absl::Duration kJobDeadline = absl::Seconds(150);
 constexpr absl::Duration kPollInterval = absl::Milliseconds(10);
 
 const char* const kPs = "/job:ps/task:0";
+const char* const kWorker0 = "/job:worker/task:0";
 const char* const kWorker1 = "/job:worker/task:1";
 
 std::string WeftBinary() {
@@ -204,7 +205,9 @@ class FaultTest : public ::testing::Test {
     master_addr_ = addrs[3];
     data_ = WriteData(Path("data"), kExamples);
     Start("ps-0", {"ps", "--task=ps:0", "--cluster=" + cluster, "--listen=" + addrs[2]});
-    Start("worker-0", {"worker", "--task=worker:0", "--cluster=" + cluster, "--listen=" + addrs[0]});
+    // Two CPU devices on worker 0: MIRRORED and CENTRAL_STORAGE replicate over them.
+    Start("worker-0",
+          {"worker", "--task=worker:0", "--cluster=" + cluster, "--listen=" + addrs[0], "--cpu_devices=2"});
     Start("worker-1", {"worker", "--task=worker:1", "--cluster=" + cluster, "--listen=" + addrs[1]});
     Start("master", {"master", "--cluster=" + cluster, "--listen=" + master_addr_, "--state_dir=" + Path("state")});
     client_ = MasterClient::Create(master_addr_);
@@ -351,7 +354,10 @@ TEST_F(FaultTest, SyncJobsKilledMidJobEndWithTheUndisturbedVariables) {
     std::string task;    // its task name
   };
   for (const Case& c : {Case{StrategySpec::PARAMETER_SERVER, "ps-0", kPs},
-                        Case{StrategySpec::MULTI_WORKER_MIRRORED, "worker-1", kWorker1}}) {
+                        Case{StrategySpec::PARAMETER_SERVER, "worker-0", kWorker0},
+                        Case{StrategySpec::MULTI_WORKER_MIRRORED, "worker-1", kWorker1},
+                        Case{StrategySpec::MIRRORED, "worker-0", kWorker0},
+                        Case{StrategySpec::CENTRAL_STORAGE, "worker-0", kWorker0}}) {
     const std::string kind = StrategySpec::Kind_Name(c.kind);
     const SavedCheckpoint* undisturbed = Undisturbed(c.kind);
     ASSERT_NE(undisturbed, nullptr) << kind;
@@ -360,7 +366,7 @@ TEST_F(FaultTest, SyncJobsKilledMidJobEndWithTheUndisturbedVariables) {
     std::printf("[fault] %s: killing %s at step >= %d\n", kind.c_str(), c.victim.c_str(), target);
 
     const size_t restores_before = Restores().size();
-    const std::string dir = Path(absl::StrCat(kind, "-ckpt"));
+    const std::string dir = Path(absl::StrCat(kind, "-", c.victim, "-ckpt"));
     auto id = Submit(FaultJob(data_, c.kind, /*sync=*/true, dir, kSteps, 60));
     ASSERT_TRUE(id.ok()) << id.status();
     JobStatus before = PollUntil(*id, [&](const JobStatus& s) { return s.step() >= target; });
