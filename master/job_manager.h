@@ -3,9 +3,12 @@
 // Submit validates a JobSpec (client/job_file.h's ValidateJob, then lowering,
 // so a bad model names its layer or node) and returns a job id at once; the
 // job then runs on its own thread through a JobRunner. Every change of state
-// (PENDING, RUNNING, then SUCCEEDED, FAILED or CANCELLED) and, while it runs,
-// progress at most once per `progress_interval` is published to the job's
-// watchers and the state changes to the JobStore.
+// (PENDING, RUNNING, RECOVERING and back while a task is lost, then
+// SUCCEEDED, FAILED or CANCELLED) and, while it runs, progress at most once
+// per `progress_interval` is published to the job's watchers; state changes
+// and, every 2 s, progress go to the JobStore. At construction the jobs the
+// store holds unfinished (a previous master died or stopped) resume from
+// their checkpoints under their ids.
 //
 // Cancel stops a job after its current step, aborting that step on every
 // task; the job ends CANCELLED. A failing step ends it FAILED with the
