@@ -396,6 +396,42 @@ TEST_F(FaultTest, SyncJobsKilledMidJobEndWithTheUndisturbedVariables) {
   }
 }
 
+// A preemption: SIGTERM to the ps makes it drain; the master checkpoints
+// after the running step and releases it, it exits on its own, and once it
+// is back the job resumes from that checkpoint without training a step twice.
+TEST_F(FaultTest, APreemptedPsIsCheckpointedBeforeItStopsAndNoStepIsLost) {
+  const SavedCheckpoint* undisturbed = Undisturbed(StrategySpec::PARAMETER_SERVER);
+  ASSERT_NE(undisturbed, nullptr);
+  // Early enough that the job is still running when the heartbeat sees it.
+  const int target = std::min(RandomKillStep(), kSteps / 2);
+  SCOPED_TRACE(absl::StrCat("SIGTERM to ps-0 at step >= ", target));
+  JobSpec job = FaultJob(data_, StrategySpec::PARAMETER_SERVER, /*sync=*/true, Path("ckpt"), kSteps, 60);
+  job.mutable_recovery()->set_heartbeat_ms(20);
+  auto id = Submit(job);
+  ASSERT_TRUE(id.ok()) << id.status();
+  JobStatus before = PollUntil(*id, [&](const JobStatus& s) { return s.step() >= target; });
+  ASSERT_EQ(before.state(), RUNNING) << before.DebugString();
+  Subprocess* ps = procs_.at("ps-0").get();
+  ps->Signal(SIGTERM);
+  // It stops once the master has released it (well before its drain limit).
+  ASSERT_TRUE(ps->WaitFor(absl::Seconds(60))) << "the ps did not stop after SIGTERM";
+  EXPECT_TRUE(WIFEXITED(ps->exit_status()) && WEXITSTATUS(ps->exit_status()) == 0)
+      << DescribeExitStatus(ps->exit_status());
+  Restart("ps-0");
+  JobStatus st = WatchToEnd(*id);
+  EXPECT_EQ(st.state(), SUCCEEDED) << st.DebugString();
+  EXPECT_EQ(st.step(), kSteps);
+  EXPECT_EQ(st.restarts(), 1) << st.DebugString();
+  EXPECT_EQ(st.failed_task(), kPs) << st.DebugString();
+  EXPECT_TRUE(absl::StrContains(st.failure(), "SIGTERM")) << st.failure();
+  EXPECT_EQ(st.steps_lost(), 0) << st.DebugString();
+  absl::StatusOr<SavedCheckpoint> final_checkpoint = ReadNewestCheckpoint(Path("ckpt"));
+  ASSERT_TRUE(final_checkpoint.ok()) << final_checkpoint.status();
+  ExpectSameVariables(*final_checkpoint, *undisturbed);
+  std::printf("[fault] ps preempted (SIGTERM) at step %lld; recovered in %.2f s; steps lost %lld\n",
+              static_cast<long long>(before.step()), st.recovery_seconds(), static_cast<long long>(st.steps_lost()));
+}
+
 // Async PS: the killed worker's replica waits for it while the other trains
 // on; no step is trained twice and the job learns.
 TEST_F(FaultTest, AsyncParameterServerLosesNoStepsToAKilledWorker) {
