@@ -173,6 +173,14 @@ int64_t NowUnixMillis() { return absl::ToUnixMillis(absl::Now()); }
 
 }  // namespace
 
+TrainResult JobRunner::Preempted(int64_t step) const {
+  TrainResult r;
+  r.state = "PREEMPTED";
+  r.job = job_.name();
+  r.steps = step;
+  return r;
+}
+
 void JobRunner::Preempt() {
   preempted_.store(true);
   // A job without a strategy has no checkpoints: it stops like a cancel.
@@ -225,11 +233,12 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
       s->set_checkpoint_path(resume->path);
     });
   }
+  auto stop_waiting = [this] { return cancelled_.load() || preempted_.load(); };
   if (options_.resumed) {
     // The tasks may have lost their state with the old master, or be
     // restarting themselves.
-    absl::StatusOr<std::map<std::string, uint64_t>> back = WaitForTasks(workers_, task_wait, &cancelled_);
-    if (!back.ok() && !cancelled_.load()) return back.status();
+    absl::StatusOr<std::map<std::string, uint64_t>> back = WaitForTasks(workers_, task_wait, stop_waiting);
+    if (!back.ok() && !stop_waiting()) return back.status();
   }
 
   if (options_.resumed) {
@@ -240,6 +249,7 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
   }
   int restarts = 0;
   for (int attempt = 0;; ++attempt) {
+    if (preempted_.load() && !cancelled_.load()) return Preempted(resume.has_value() ? resume->step : 0);
     if (cancelled_.load()) {
       TrainResult r;
       r.state = "CANCELLED";
@@ -293,9 +303,10 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
       s->set_failure(absl::StrCat(failure.reason, " (", result.status().ToString(), ")"));
       s->set_failure_time_unix_ms(absl::ToUnixMillis(failed_at));
     });
-    absl::StatusOr<std::map<std::string, uint64_t>> back = WaitForTasks(workers_, task_wait, &cancelled_);
+    absl::StatusOr<std::map<std::string, uint64_t>> back = WaitForTasks(workers_, task_wait, stop_waiting);
     if (!back.ok()) {
       if (cancelled_.load()) continue;  // ends CANCELLED above
+      if (preempted_.load()) return Preempted(a.reached_step.load());
       return absl::UnavailableError(absl::StrCat("task ", failure.task, " ", failure.reason,
                                                  " and did not come back (recovery.task_wait_seconds): ",
                                                  back.status().message()));
@@ -531,13 +542,7 @@ absl::StatusOr<TrainResult> JobRunner::RunAttempt(int attempt, const std::option
   }
   absl::StatusOr<TrainResult> result =
       ready.ok() ? RunTrainingLoop(job_, source, on_progress, &cancelled_, started) : ready;
-  if (!result.ok() && a->preempted) {
-    TrainResult r;
-    r.state = "PREEMPTED";
-    r.job = job_.name();
-    r.steps = a->reached_step.load();
-    result = r;
-  }
+  if (!result.ok() && a->preempted) result = Preempted(a->reached_step.load());
   // The last state of a finished job, for a later job to start from.
   if (result.ok() && result->state == "SUCCEEDED" && checkpointer->enabled() && k == 0 &&
       a->saved_step != result->steps) {

@@ -93,6 +93,8 @@ class JobRunner {
   absl::StatusOr<TrainResult> RunAttempt(int attempt, const std::optional<ps::CheckpointEntry>& resume,
                                          Checkpointer* checkpointer, int64_t train_examples,
                                          const std::function<void(const TrainProgress&)>& on_progress, Attempt* a);
+  // What Run returns for a preempted job that reached `step`.
+  TrainResult Preempted(int64_t step) const;
   void UpdateStatus(const std::function<void(JobStatus*)>& update) const {
     if (options_.update_status) options_.update_status(update);
   }

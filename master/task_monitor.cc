@@ -77,7 +77,7 @@ std::vector<TaskFailure> FailedTasks(const std::vector<TaskHealth>& probe,
 }
 
 absl::StatusOr<std::map<std::string, uint64_t>> WaitForTasks(WorkerCacheInterface* workers, absl::Duration limit,
-                                                             const std::atomic<bool>* cancelled,
+                                                             const std::function<bool()>& stop,
                                                              absl::Duration poll) {
   const absl::Time deadline = absl::Now() + limit;
   for (;;) {
@@ -94,7 +94,7 @@ absl::StatusOr<std::map<std::string, uint64_t>> WaitForTasks(WorkerCacheInterfac
       }
     }
     if (missing.empty()) return incarnations;
-    if (cancelled != nullptr && cancelled->load()) return absl::CancelledError("job cancelled while recovering");
+    if (stop && stop()) return absl::CancelledError("stopped waiting for the job's tasks (cancel or preemption)");
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat("waited ", absl::FormatDuration(limit),
                                                       " for the job's tasks; still missing: ",

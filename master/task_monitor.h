@@ -14,7 +14,6 @@
 #ifndef WEFT_MASTER_TASK_MONITOR_H_
 #define WEFT_MASTER_TASK_MONITOR_H_
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -56,9 +55,10 @@ std::vector<TaskFailure> FailedTasks(const std::vector<TaskHealth>& probe,
 
 // Polls every `poll` until every task answers and none is draining; returns
 // their incarnations. DEADLINE_EXCEEDED after `limit`, naming the tasks
-// still missing and their last error; CANCELLED once `*cancelled` is set.
+// still missing and their last error; CANCELLED once `stop` (may be null)
+// returns true.
 absl::StatusOr<std::map<std::string, uint64_t>> WaitForTasks(WorkerCacheInterface* workers, absl::Duration limit,
-                                                             const std::atomic<bool>* cancelled,
+                                                             const std::function<bool()>& stop,
                                                              absl::Duration poll = absl::Milliseconds(200));
 
 class Heartbeat {

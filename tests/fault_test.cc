@@ -33,6 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
@@ -464,53 +465,80 @@ TEST_F(FaultTest, AsyncParameterServerLosesNoStepsToAKilledWorker) {
 TEST_F(FaultTest, RestartedMasterResumesTheJobToTheUndisturbedVariables) {
   const SavedCheckpoint* undisturbed = Undisturbed(StrategySpec::PARAMETER_SERVER);
   ASSERT_NE(undisturbed, nullptr);
-  const int target = RandomKillStep();
-  SCOPED_TRACE(absl::StrCat("kill the master at step >= ", target));
-  std::printf("[fault] sync PARAMETER_SERVER: killing the master at step >= %d\n", target);
-  const std::string dir = Path("ckpt");
-  auto id = Submit(FaultJob(data_, StrategySpec::PARAMETER_SERVER, /*sync=*/true, dir, kSteps, 60));
-  ASSERT_TRUE(id.ok()) << id.status();
-  JobStatus before = PollUntil(*id, [&](const JobStatus& s) { return s.step() >= target; });
-  ASSERT_EQ(before.state(), RUNNING) << before.DebugString();
-  Kill("master");
-  Restart("master");
-
-  // The old stream died with the master: a new client polls.
-  client_ = MasterClient::Create(master_addr_);
-  ASSERT_TRUE(client_->WaitForConnection(absl::Seconds(60)).ok());
-  JobStatus st;
-  bool seen = false;
-  std::vector<JobState> states;
-  const absl::Time deadline = absl::Now() + kJobDeadline;
-  while (absl::Now() < deadline) {
-    absl::StatusOr<JobStatus> got = client_->GetJob(*id);
-    if (got.ok()) {
-      st = *got;
-      seen = true;
-      if (states.empty() || states.back() != st.state()) states.push_back(st.state());
-      if (Terminal(st.state())) break;
+  // SIGKILL: the successor resumes from the newest checkpoint. SIGTERM (a
+  // preemption, with --state_dir): the master checkpoints the job after its
+  // running step first, so the successor trains no step twice.
+  for (int sig : {SIGKILL, SIGTERM}) {
+    const int target = RandomKillStep();
+    SCOPED_TRACE(absl::StrCat("signal ", sig, " to the master at step >= ", target));
+    std::printf("[fault] sync PARAMETER_SERVER: signal %d to the master at step >= %d\n", sig, target);
+    const std::string dir = Path(absl::StrCat("ckpt-", sig));
+    auto id = Submit(FaultJob(data_, StrategySpec::PARAMETER_SERVER, /*sync=*/true, dir, kSteps, 60));
+    ASSERT_TRUE(id.ok()) << id.status();
+    JobStatus before = PollUntil(*id, [&](const JobStatus& s) { return s.step() >= target; });
+    ASSERT_EQ(before.state(), RUNNING) << before.DebugString();
+    if (sig == SIGKILL) {
+      Kill("master");
     } else {
-      // The master may not serve its restored jobs at once; nothing else.
-      ASSERT_TRUE(absl::IsUnavailable(got.status()) || absl::IsDeadlineExceeded(got.status())) << got.status();
+      Subprocess* m = procs_.at("master").get();
+      m->Signal(SIGTERM);
+      ASSERT_TRUE(m->WaitFor(absl::Seconds(60))) << "the master did not stop after SIGTERM";
+      EXPECT_TRUE(WIFEXITED(m->exit_status()) && WEXITSTATUS(m->exit_status()) == 0)
+          << DescribeExitStatus(m->exit_status());
     }
-    absl::SleepFor(kPollInterval);
+    const size_t restores_before = Restores().size();
+    Restart("master");
+
+    // The old stream died with the master: a new client polls.
+    client_ = MasterClient::Create(master_addr_);
+    ASSERT_TRUE(client_->WaitForConnection(absl::Seconds(60)).ok());
+    JobStatus st;
+    bool seen = false;
+    std::vector<JobState> states;
+    const absl::Time deadline = absl::Now() + kJobDeadline;
+    while (absl::Now() < deadline) {
+      absl::StatusOr<JobStatus> got = client_->GetJob(*id);
+      if (got.ok()) {
+        st = *got;
+        seen = true;
+        if (states.empty() || states.back() != st.state()) states.push_back(st.state());
+        if (Terminal(st.state())) break;
+      } else {
+        // The master may not serve its restored jobs at once; nothing else.
+        ASSERT_TRUE(absl::IsUnavailable(got.status()) || absl::IsDeadlineExceeded(got.status())) << got.status();
+      }
+      absl::SleepFor(kPollInterval);
+    }
+    ASSERT_TRUE(seen) << "the restarted master never reported job " << *id;
+    EXPECT_EQ(st.job_id(), *id);
+    EXPECT_EQ(st.state(), SUCCEEDED) << st.DebugString();
+    EXPECT_EQ(st.step(), kSteps);
+    EXPECT_GE(st.restarts(), 1) << st.DebugString();
+    EXPECT_EQ(st.failed_task(), "master") << st.DebugString();
+    absl::StatusOr<SavedCheckpoint> final_checkpoint = ReadNewestCheckpoint(dir);
+    ASSERT_TRUE(final_checkpoint.ok()) << final_checkpoint.status();
+    ExpectSameVariables(*final_checkpoint, *undisturbed);
+    const std::vector<std::string> restores = Restores();
+    ASSERT_GT(restores.size(), restores_before);
+    for (size_t i = restores_before; i < restores.size(); ++i) std::printf("[fault] %s\n", restores[i].c_str());
+    if (sig == SIGTERM) {
+      // Restored from the checkpoint the stopping master took at the step it
+      // had reached, not from an every_steps one before the signal.
+      const std::string& line = restores[restores_before];
+      const size_t at = line.find("of step ");
+      ASSERT_NE(at, std::string::npos) << line;
+      int64_t restored = -1;
+      ASSERT_TRUE(absl::SimpleAtoi(line.substr(at + 8, line.find(' ', at + 8) - (at + 8)), &restored)) << line;
+      EXPECT_GE(restored, before.step()) << line;
+      EXPECT_EQ(st.steps_lost(), 0) << st.DebugString();
+    }
+    std::string seen_states;
+    for (JobState s : states) absl::StrAppend(&seen_states, seen_states.empty() ? "" : " -> ", JobState_Name(s));
+    std::printf("[fault] sync PARAMETER_SERVER: master stopped by signal %d at step %lld (checkpoint step %lld then); "
+                "recovered in %.2f s; steps lost %lld; states after the restart: %s\n",
+                sig, static_cast<long long>(before.step()), static_cast<long long>(before.checkpoint_step()),
+                st.recovery_seconds(), static_cast<long long>(st.steps_lost()), seen_states.c_str());
   }
-  ASSERT_TRUE(seen) << "the restarted master never reported job " << *id;
-  EXPECT_EQ(st.job_id(), *id);
-  EXPECT_EQ(st.state(), SUCCEEDED) << st.DebugString();
-  EXPECT_EQ(st.step(), kSteps);
-  EXPECT_GE(st.restarts(), 1) << st.DebugString();
-  EXPECT_EQ(st.failed_task(), "master") << st.DebugString();
-  absl::StatusOr<SavedCheckpoint> final_checkpoint = ReadNewestCheckpoint(dir);
-  ASSERT_TRUE(final_checkpoint.ok()) << final_checkpoint.status();
-  ExpectSameVariables(*final_checkpoint, *undisturbed);
-  for (const std::string& line : Restores()) std::printf("[fault] %s\n", line.c_str());
-  std::string seen_states;
-  for (JobState s : states) absl::StrAppend(&seen_states, seen_states.empty() ? "" : " -> ", JobState_Name(s));
-  std::printf("[fault] sync PARAMETER_SERVER: master killed at step %lld (checkpoint step %lld then); recovered in "
-              "%.2f s; steps lost %lld; states after the restart: %s\n",
-              static_cast<long long>(before.step()), static_cast<long long>(before.checkpoint_step()),
-              st.recovery_seconds(), static_cast<long long>(st.steps_lost()), seen_states.c_str());
 }
 
 // A worker that is killed and not restarted: the job waits
