@@ -1,0 +1,454 @@
+"""The checks a schema cannot make: that the objects of one deployment agree.
+
+Each check reads the rendered objects of one overlay (plus the submit Job)
+and returns errors that name the object and what to change. What is
+checked: StatefulSets name a headless Service whose selector and ports match
+their pods; the cluster spec in the ConfigMap lists exactly the StatefulSet
+pods' DNS names (<set>-<i>.<service>:<port>, i < replicas) at the port each
+daemon listens on; probes are gRPC health probes on that port; each
+container's `weft` subcommand matches its role and passes only flags that
+`weft` knows (client/daemon_commands.cc, client/job_commands.cc), with every
+$(VAR) defined; ConfigMap keys, volumes and claims referenced exist; the
+checkpoint directory of the example job is on the one shared claim in every
+daemon; the master's state dir is on its own claim; the grace period covers
+the drain; resources are set, GPUs agree; the PodDisruptionBudget covers the
+daemons.
+"""
+import re
+
+# The flags each `weft` subcommand accepts.
+WEFT_FLAGS = {
+    "worker": {"task", "cluster", "listen", "intra_op_threads", "inter_op_threads", "cpu_devices", "gpus",
+               "log_level", "drain_seconds"},
+    "ps": {"task", "cluster", "listen", "intra_op_threads", "inter_op_threads", "cpu_devices", "gpus",
+           "log_level", "drain_seconds"},
+    "master": {"cluster", "task", "listen", "port", "log_level", "state_dir"},
+    "submit": {"master", "output", "follow", "resume_from", "master_wait_seconds"},
+    "jobs": {"master", "output"},
+}
+DAEMONS = ("master", "worker", "ps")
+VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+POD_INDEX_FIELD = "metadata.labels['apps.kubernetes.io/pod-index']"
+
+
+def name_of(o):
+    return "%s/%s" % (o.get("kind"), (o.get("metadata") or {}).get("name"))
+
+
+def pod_spec(o):
+    if o.get("kind") in ("StatefulSet", "Job", "Deployment"):
+        return ((o.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return {}
+
+
+def flags_of(args):
+    """(subcommand, {flag: value}, positional args) of a `weft` argument list."""
+    sub = args[0] if args else None
+    flags, positional = {}, []
+    for a in args[1:]:
+        if a.startswith("--"):
+            k, _, v = a[2:].partition("=")
+            flags[k] = v
+        else:
+            positional.append(a)
+    return sub, flags, positional
+
+
+def port_of(address):
+    return int(address.rsplit(":", 1)[1]) if ":" in address else None
+
+
+def parse_cluster(text):
+    """'worker=a:1,b:2;ps=c:3' -> {'worker': ['a:1', 'b:2'], 'ps': ['c:3']}."""
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        job, _, addrs = part.partition("=")
+        out[job] = [a.strip() for a in addrs.split(",")]
+    return out
+
+
+def job_checkpoint_dir(job_text):
+    m = re.search(r'checkpoint\s*\{[^}]*\bdir\s*:\s*"([^"]+)"', job_text or "")
+    return m.group(1) if m else None
+
+
+def under(path, mount):
+    return path == mount or path.startswith(mount.rstrip("/") + "/")
+
+
+class Checker:
+    def __init__(self, objects):
+        self.objects = objects
+        self.errors = []
+        self.by_kind = {}
+        for o in objects:
+            self.by_kind.setdefault(o.get("kind"), {})[(o.get("metadata") or {}).get("name")] = o
+
+    def error(self, obj, msg):
+        self.errors.append("%s: %s" % (name_of(obj) if isinstance(obj, dict) else obj, msg))
+
+    def get(self, kind, name):
+        return self.by_kind.get(kind, {}).get(name)
+
+    def configmap_value(self, ref):
+        cm = self.get("ConfigMap", ref.get("name"))
+        if cm is None:
+            return None
+        return (cm.get("data") or {}).get(ref.get("key"))
+
+    def env_of(self, obj, container):
+        """{name: value or None for downward-API values}, reporting bad refs."""
+        env = {}
+        for e in container.get("env") or []:
+            vf = e.get("valueFrom")
+            if vf is None:
+                env[e["name"]] = str(e.get("value", ""))
+            elif "configMapKeyRef" in vf:
+                ref = vf["configMapKeyRef"]
+                value = self.configmap_value(ref)
+                if value is None:
+                    self.error(obj, "env %s: ConfigMap %s has no key %r" % (e["name"], ref.get("name"), ref.get("key")))
+                env[e["name"]] = value
+            elif "fieldRef" in vf:
+                env[e["name"]] = None
+            else:
+                env[e["name"]] = None
+        return env
+
+    def expand(self, obj, container, env, text):
+        def sub(m):
+            if m.group(1) not in env:
+                self.error(obj, "container %s: $(%s) is not defined in its env; Kubernetes would pass it literally"
+                           % (container.get("name"), m.group(1)))
+                return m.group(0)
+            v = env[m.group(1)]
+            return m.group(0) if v is None else v
+        return VAR_REF.sub(sub, text)
+
+    # --- the checks ---------------------------------------------------------
+
+    def run(self):
+        daemons = {}
+        for sts in self.by_kind.get("StatefulSet", {}).values():
+            role = ((sts.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component")
+            if role not in DAEMONS:
+                self.error(sts, "label app.kubernetes.io/component must be one of %s" % (DAEMONS,))
+                continue
+            daemons[role] = sts
+            self.check_statefulset(sts, role)
+        for role in DAEMONS:
+            if role not in daemons:
+                self.errors.append("no StatefulSet runs the %s" % role)
+        if len(daemons) == len(DAEMONS):
+            self.check_cluster_spec(daemons)
+            self.check_checkpoints(daemons)
+        for job in self.by_kind.get("Job", {}).values():
+            self.check_submit_job(job, daemons)
+        for pdb in self.by_kind.get("PodDisruptionBudget", {}).values():
+            sel = ((pdb.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+            for role, sts in daemons.items():
+                labels = ((sts["spec"].get("template") or {}).get("metadata") or {}).get("labels") or {}
+                if any(labels.get(k) != v for k, v in sel.items()):
+                    self.error(pdb, "selector %s does not cover the %s pods" % (sel, role))
+        if daemons and not self.by_kind.get("PodDisruptionBudget"):
+            self.errors.append("no PodDisruptionBudget covers the daemons")
+        return self.errors
+
+    def daemon_container(self, sts, role):
+        containers = pod_spec(sts).get("containers") or []
+        if len(containers) != 1:
+            self.error(sts, "expected one container, found %d" % len(containers))
+            return None
+        return containers[0]
+
+    def listen_port(self, sts, role, flags):
+        if role == "master":
+            if "port" in flags:
+                return int(flags["port"])
+            if "listen" in flags:
+                return port_of(flags["listen"])
+            self.error(sts, "weft master needs --port or --listen")
+            return None
+        if "listen" in flags:
+            return port_of(flags["listen"])
+        return None  # the port of its own cluster address
+
+    def check_statefulset(self, sts, role):
+        spec = sts.get("spec") or {}
+        pod = pod_spec(sts)
+        labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+        sel = (spec.get("selector") or {}).get("matchLabels") or {}
+        if any(labels.get(k) != v for k, v in sel.items()):
+            self.error(sts, "selector %s does not match the pod labels %s" % (sel, labels))
+        if role == "master" and spec.get("replicas", 1) != 1:
+            self.error(sts, "the master must have exactly 1 replica (one master drives a cluster)")
+        c = self.daemon_container(sts, role)
+        if c is None:
+            return
+        env = self.env_of(sts, c)
+        if c.get("command") != ["weft"]:
+            self.error(sts, "container %s: command must be [\"weft\"], got %s" % (c.get("name"), c.get("command")))
+        args = [self.expand(sts, c, env, a) for a in c.get("args") or []]
+        sub, flags, positional = flags_of(args)
+        if sub != role:
+            self.error(sts, "container %s runs `weft %s`; a %s StatefulSet runs `weft %s`" % (c["name"], sub, role, role))
+            return
+        for f in sorted(set(flags) - WEFT_FLAGS[role]):
+            self.error(sts, "container %s: `weft %s` has no flag --%s" % (c["name"], role, f))
+        if positional:
+            self.error(sts, "container %s: unexpected arguments %s" % (c["name"], positional))
+        if "cluster" not in flags:
+            self.error(sts, "container %s: no --cluster (the daemons take it from the ConfigMap)" % c["name"])
+        if role != "master":
+            task = flags.get("task", "")
+            if not re.fullmatch(r"%s:\$\(POD_INDEX\)" % role, task):
+                self.error(sts, "container %s: --task must be %s:$(POD_INDEX) (the pod's ordinal), got %r"
+                           % (c["name"], role, task))
+            pod_index = [e for e in c.get("env") or [] if e.get("name") == "POD_INDEX"]
+            if not pod_index or (((pod_index[0].get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+                                 != POD_INDEX_FIELD):
+                self.error(sts, "container %s: POD_INDEX must come from the fieldRef %s" % (c["name"], POD_INDEX_FIELD))
+        # Ports and probes.
+        port = self.listen_port(sts, role, flags)
+        cports = {p.get("name"): p.get("containerPort") for p in c.get("ports") or []}
+        if "grpc" not in cports:
+            self.error(sts, "container %s: no port named grpc" % c["name"])
+        elif port is not None and cports["grpc"] != port:
+            self.error(sts, "container %s: port grpc is %s but weft listens on %s" % (c["name"], cports["grpc"], port))
+        listen = port if port is not None else cports.get("grpc")
+        for probe_name in ("readinessProbe", "livenessProbe"):
+            probe = c.get(probe_name)
+            if not probe:
+                self.error(sts, "container %s: no %s" % (c["name"], probe_name))
+                continue
+            grpc = probe.get("grpc")
+            if not grpc:
+                self.error(sts, "container %s: %s must be a gRPC health probe (grpc: {port: ...})" % (c["name"], probe_name))
+            elif grpc.get("port") != listen:
+                self.error(sts, "container %s: %s probes port %s, but weft listens on %s"
+                           % (c["name"], probe_name, grpc.get("port"), listen))
+        # The headless Service.
+        svc = self.get("Service", spec.get("serviceName"))
+        if svc is None:
+            self.error(sts, "serviceName %r names no Service" % spec.get("serviceName"))
+        else:
+            sspec = svc.get("spec") or {}
+            if sspec.get("clusterIP") != "None":
+                self.error(svc, "must be headless (clusterIP: None) to give each pod a DNS name")
+            ssel = sspec.get("selector") or {}
+            if not ssel or any(labels.get(k) != v for k, v in ssel.items()):
+                self.error(svc, "selector %s does not select the pods of %s" % (ssel, name_of(sts)))
+            for sp in sspec.get("ports") or []:
+                target = sp.get("targetPort", sp.get("port"))
+                resolved = cports.get(target) if isinstance(target, str) else target
+                if resolved != listen or sp.get("port") != listen:
+                    self.error(svc, "port %s (targetPort %s) does not reach weft's port %s" % (sp.get("port"), target, listen))
+        # Volumes.
+        claims = {t["metadata"]["name"] for t in spec.get("volumeClaimTemplates") or []}
+        volumes = {v["name"]: v for v in pod.get("volumes") or []}
+        for m in c.get("volumeMounts") or []:
+            if m["name"] not in volumes and m["name"] not in claims:
+                self.error(sts, "volumeMount %s: no volume or volumeClaimTemplate of that name" % m["name"])
+        for v in volumes.values():
+            self.check_volume(sts, v)
+        if role == "master":
+            state = flags.get("state_dir")
+            if not state:
+                self.error(sts, "the master needs --state_dir on its volume, or a restart forgets its jobs")
+            elif not any(under(state, m["mountPath"]) and m["name"] in claims for m in c.get("volumeMounts") or []):
+                self.error(sts, "--state_dir=%s is not on a volumeClaimTemplate mount" % state)
+        # Grace, resources, security.
+        grace = pod.get("terminationGracePeriodSeconds", 30)
+        if role != "master":
+            drain = flags.get("drain_seconds", "20")
+            if not drain.isdigit():
+                self.error(sts, "--drain_seconds=%s is not a number" % drain)
+            elif grace < int(drain) + 10:
+                self.error(sts, "terminationGracePeriodSeconds %d must exceed --drain_seconds %s by 10 s or more"
+                           % (grace, drain))
+        res = c.get("resources") or {}
+        for kind in ("requests", "limits"):
+            for r in ("cpu", "memory"):
+                if r not in (res.get(kind) or {}):
+                    self.error(sts, "container %s: no resources.%s.%s" % (c["name"], kind, r))
+        gpu_limit = int((res.get("limits") or {}).get("nvidia.com/gpu", 0))
+        if role == "worker":
+            gpus = flags.get("gpus", "-1")
+            if gpus.lstrip("-").isdigit():
+                if int(gpus) > gpu_limit:
+                    self.error(sts, "--gpus=%s but the nvidia.com/gpu limit is %d" % (gpus, gpu_limit))
+                if gpu_limit > 0 and int(gpus) == 0:
+                    self.error(sts, "nvidia.com/gpu limit %d but --gpus=0 leaves it idle" % gpu_limit)
+            else:
+                self.error(sts, "--gpus=%s is not a number" % gpus)
+        if not (pod.get("securityContext") or {}).get("runAsNonRoot"):
+            self.error(sts, "pod securityContext.runAsNonRoot must be true")
+
+    def check_volume(self, obj, v):
+        if "persistentVolumeClaim" in v:
+            claim = v["persistentVolumeClaim"].get("claimName")
+            if self.get("PersistentVolumeClaim", claim) is None:
+                self.error(obj, "volume %s: PersistentVolumeClaim %s is not in the manifests" % (v["name"], claim))
+        if "configMap" in v:
+            cm = self.get("ConfigMap", v["configMap"].get("name"))
+            if cm is None:
+                self.error(obj, "volume %s: ConfigMap %s is not in the manifests" % (v["name"], v["configMap"].get("name")))
+            else:
+                for item in v["configMap"].get("items") or []:
+                    if item.get("key") not in (cm.get("data") or {}):
+                        self.error(obj, "volume %s: ConfigMap %s has no key %s" % (v["name"], name_of(cm), item.get("key")))
+
+    def daemon_args(self, sts):
+        c = (pod_spec(sts).get("containers") or [{}])[0]
+        env = self.env_of(sts, c)
+        return flags_of([self.expand(sts, c, env, a) for a in c.get("args") or []])[1], env
+
+    def check_cluster_spec(self, daemons):
+        flags, _ = self.daemon_args(daemons["master"])
+        text = flags.get("cluster", "")
+        if "$(" in text or not text:
+            return  # reported as an undefined variable or a missing flag
+        cluster = parse_cluster(text)
+        for role in ("worker", "ps"):
+            sts = daemons[role]
+            rflags, _ = self.daemon_args(sts)
+            if rflags.get("cluster") != text:
+                self.error(sts, "its --cluster differs from the master's: %r vs %r" % (rflags.get("cluster"), text))
+            spec = sts["spec"]
+            replicas = spec.get("replicas", 1)
+            if not isinstance(replicas, int):
+                continue  # the schema check reports it
+            c = pod_spec(sts)["containers"][0]
+            port = port_of(rflags["listen"]) if "listen" in rflags else None
+            if port is None:
+                port = {p.get("name"): p.get("containerPort") for p in c.get("ports") or []}.get("grpc")
+            want = ["%s-%d.%s:%s" % (sts["metadata"]["name"], i, spec.get("serviceName"), port)
+                    for i in range(replicas)]
+            got = cluster.get(role, [])
+            if got != want:
+                self.error(sts, "the cluster spec's %s job is %s, but the StatefulSet's pods are %s"
+                           " (replicas, Service name and port must agree)" % (role, got, want))
+        extra = set(cluster) - {"worker", "ps"}
+        if extra:
+            self.errors.append("the cluster spec names jobs no StatefulSet runs: %s" % sorted(extra))
+        master = daemons["master"]
+        mport = self.listen_port(master, "master", flags)
+        want_master = "%s-0.%s:%s" % (master["metadata"]["name"], master["spec"].get("serviceName"), mport)
+        cm = self.by_kind.get("ConfigMap", {})
+        for o in cm.values():
+            if "master" in (o.get("data") or {}) and o["data"]["master"] != want_master:
+                self.error(o, "master is %r; the master pod is reached at %r" % (o["data"]["master"], want_master))
+
+    def check_checkpoints(self, daemons):
+        job_texts = [(o, (o.get("data") or {}).get("job.pbtxt")) for o in self.by_kind.get("ConfigMap", {}).values()]
+        for cm, text in job_texts:
+            if text is None:
+                continue
+            ckpt = job_checkpoint_dir(text)
+            if not ckpt:
+                self.error(cm, "job.pbtxt has no checkpoint { dir: ... }: a job could not survive a lost task")
+                continue
+            claims = set()
+            for role, sts in daemons.items():
+                c = pod_spec(sts)["containers"][0]
+                volumes = {v["name"]: v for v in pod_spec(sts).get("volumes") or []}
+                mounts = [m for m in c.get("volumeMounts") or [] if under(ckpt, m["mountPath"])]
+                pvc = [volumes.get(m["name"], {}).get("persistentVolumeClaim", {}).get("claimName") for m in mounts]
+                if not pvc or not pvc[-1]:
+                    self.error(sts, "checkpoint dir %s (job.pbtxt) is not on a shared PersistentVolumeClaim here" % ckpt)
+                else:
+                    claims.add(pvc[-1])
+            if len(claims) > 1:
+                self.errors.append("checkpoint dir %s is on different claims in different daemons: %s"
+                                   % (ckpt, sorted(claims)))
+            for claim in claims:
+                pvc = self.get("PersistentVolumeClaim", claim)
+                if pvc and "ReadWriteMany" not in (pvc.get("spec") or {}).get("accessModes", []):
+                    self.error(pvc, "holds the shared checkpoints: it must be ReadWriteMany")
+
+    def check_submit_job(self, job, daemons):
+        pod = pod_spec(job)
+        volumes = {v["name"]: v for v in pod.get("volumes") or []}
+        for v in volumes.values():
+            self.check_volume(job, v)
+        for c in (pod.get("initContainers") or []) + (pod.get("containers") or []):
+            env = self.env_of(job, c)
+            if "WEFT_MASTER" not in env:
+                self.error(job, "container %s: no WEFT_MASTER" % c.get("name"))
+            if c.get("command") == ["weft"]:
+                sub, flags, positional = flags_of([self.expand(job, c, env, a) for a in c.get("args") or []])
+                if sub not in WEFT_FLAGS:
+                    self.error(job, "container %s: `weft %s` is not a client command here" % (c["name"], sub))
+                    continue
+                for f in sorted(set(flags) - WEFT_FLAGS[sub]):
+                    self.error(job, "container %s: `weft %s` has no flag --%s" % (c["name"], sub, f))
+                if sub == "submit":
+                    if len(positional) != 1:
+                        self.error(job, "container %s: weft submit takes one job file" % c["name"])
+                        continue
+                    path = positional[0]
+                    ok = False
+                    for m in c.get("volumeMounts") or []:
+                        v = volumes.get(m["name"], {})
+                        if "configMap" in v and under(path, m["mountPath"]):
+                            rel = path[len(m["mountPath"].rstrip("/")) + 1:]
+                            items = v["configMap"].get("items")
+                            keys = [i.get("path") for i in items] if items else list(
+                                ((self.get("ConfigMap", v["configMap"].get("name")) or {}).get("data") or {}))
+                            ok = rel in keys
+                    if not ok:
+                        self.error(job, "container %s: the job file %s is not in a mounted ConfigMap" % (c["name"], path))
+            elif c.get("command", [None])[0] != "/bin/sh":
+                self.error(job, "container %s: command must be weft or /bin/sh" % c.get("name"))
+        if job.get("spec", {}).get("backoffLimit", 6) != 0:
+            self.error(job, "backoffLimit must be 0: a retried `weft submit` would start a second training job")
+
+
+def check_tfjob(tfjob, base_objects):
+    """A TFJob's replicas against Kubeflow's conventions and the base objects it uses."""
+    errors = []
+    names = {(o.get("kind"), o["metadata"]["name"]) for o in base_objects}
+    specs = (tfjob.get("spec") or {}).get("tfReplicaSpecs") or {}
+    roles = {"Chief": "master", "Master": "master", "PS": "ps", "Worker": "worker"}
+    for rtype in ("Chief", "PS", "Worker"):
+        if rtype not in specs:
+            errors.append("TFJob: no %s replica" % rtype)
+    for rtype, spec in specs.items():
+        where = "TFJob %s" % rtype
+        pod = (spec.get("template") or {}).get("spec") or {}
+        cs = [c for c in pod.get("containers") or [] if c.get("name") == "tensorflow"]
+        if not cs:
+            errors.append("%s: the operator needs a container named tensorflow" % where)
+            continue
+        c = cs[0]
+        ports = {p.get("name"): p.get("containerPort") for p in c.get("ports") or []}
+        if "tfjob-port" not in ports:
+            errors.append("%s: no port named tfjob-port (the port TF_CONFIG lists)" % where)
+        cmdline = " ".join((c.get("command") or []) + (c.get("args") or []))
+        role = roles.get(rtype)
+        if role and not re.search(r"\bweft %s\b" % role, cmdline):
+            errors.append("%s: does not run `weft %s`" % (where, role))
+        if "--cluster" in cmdline or "--task" in cmdline:
+            errors.append("%s: the cluster and task come from TF_CONFIG; pass no --cluster/--task" % where)
+        allowed = set(WEFT_FLAGS.get(role, ()))
+        if role == "master":  # the chief also submits and follows the job
+            allowed |= WEFT_FLAGS["submit"] | WEFT_FLAGS["jobs"]
+        for m in re.finditer(r"--(\w+)", cmdline):
+            if m.group(1) not in allowed:
+                errors.append("%s: `weft %s` has no flag --%s" % (where, role, m.group(1)))
+        for probe_name in ("readinessProbe",):
+            grpc = (c.get(probe_name) or {}).get("grpc") or {}
+            if grpc.get("port") != ports.get("tfjob-port"):
+                errors.append("%s: %s must be a gRPC probe on tfjob-port" % (where, probe_name))
+        for v in pod.get("volumes") or []:
+            if "persistentVolumeClaim" in v and ("PersistentVolumeClaim", v["persistentVolumeClaim"]["claimName"]) not in names:
+                errors.append("%s: claim %s is not created by deploy/k8s" % (where, v["persistentVolumeClaim"]["claimName"]))
+            if "configMap" in v and ("ConfigMap", v["configMap"]["name"]) not in names:
+                errors.append("%s: ConfigMap %s is not created by deploy/k8s" % (where, v["configMap"]["name"]))
+        mounts = {m["name"]: m for m in c.get("volumeMounts") or []}
+        for name in mounts:
+            if name not in {v["name"] for v in pod.get("volumes") or []}:
+                errors.append("%s: volumeMount %s has no volume" % (where, name))
+        if not any(m["mountPath"] == "/checkpoints" for m in mounts.values()):
+            errors.append("%s: the shared checkpoints volume is not mounted at /checkpoints" % where)
+    return errors

@@ -1,0 +1,310 @@
+#!/usr/bin/env python3
+"""weft's Kubernetes manifests run as a multi-host cluster, without Kubernetes.
+
+Each pod of the rendered cpu overlay (master, workers, ps, and the submit
+Job) runs as a separate "host": its own network namespace with its own
+10.x address on a bridge, its StatefulSet host name (UTS namespace), and
+name resolution for the StatefulSet DNS names (weft-worker-0.weft-worker...)
+through a hosts file bind-mounted over /etc/hosts in the pod's own mount
+namespace, so the daemons resolve names through the system resolver as in
+a cluster. The bridge lives in a namespace of its own: nothing here touches
+the host's network.
+
+Each container's command, args and env are taken from the rendered
+manifests; only what Kubernetes itself would supply is substituted: $(VAR)
+from env, ConfigMap keys, the downward API (metadata.name, the pod-index
+label) and volumes (each mountPath becomes a directory of this test: the
+checkpoint claim one shared directory, the master's claim its own). The
+example job is replaced by a small one on a synthetic dataset.
+
+The job is submitted by the submit Job's containers; once it has written a
+checkpoint, worker 1 is SIGKILLed and started again under the same name and
+address (as the StatefulSet controller would), and the job must still
+SUCCEED, with a recovery recorded. Skips, saying why, where namespaces
+cannot be created (not root, no `ip`/`unshare`, no CAP_NET_ADMIN).
+
+    deploy_multihost_test.py REPO_ROOT WEFT_BINARY
+"""
+import gzip
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT, WEFT = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+sys.path.insert(0, os.path.join(ROOT, "deploy", "check"))
+import kustomize  # noqa: E402
+
+DEADLINE_S = 240  # the whole run; a healthy one ends far inside
+SUBNET = "10.%d.%d" % (random.randint(64, 127), random.randint(1, 254))
+TAG = "wt%d" % os.getpid()
+VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+def log(msg):
+    print("[multihost] " + msg, flush=True)
+
+
+def run(*cmd, check=True):
+    return subprocess.run(list(cmd), check=check, capture_output=True, text=True)
+
+
+def skip(reason):
+    log("SKIPPED: " + reason)
+    sys.exit(0)
+
+
+def write_idx_data(d, n=480):
+    """The synthetic 3-class problem of tests/fault_test.cc, as gzipped IDX."""
+    os.makedirs(d, exist_ok=True)
+    r = 12345
+    pixels, labels = bytearray(), bytearray()
+    for i in range(n):
+        c = i % 3
+        labels.append(c)
+        for p in range(12):
+            r = (r * 1103515245 + 12345) & 0xFFFFFFFF
+            pixels.append((170 if p // 4 == c else 20) + (r >> 24) % 60)
+    for split in ("train", "t10k"):
+        with gzip.open(os.path.join(d, split + "-images-idx3-ubyte.gz"), "wb") as f:
+            f.write(struct.pack(">IIII", 0x0803, n, 3, 4) + bytes(pixels))
+        with gzip.open(os.path.join(d, split + "-labels-idx1-ubyte.gz"), "wb") as f:
+            f.write(struct.pack(">II", 0x0801, n) + bytes(labels))
+
+
+class Pod:
+    """One pod: a network namespace, an address, and its containers' command lines."""
+
+    def __init__(self, name, index, obj, ordinal, work):
+        self.name, self.obj, self.ordinal = name, obj, ordinal
+        self.ns = "%s-%d" % (TAG, index)
+        self.ip = "%s.%d" % (SUBNET, 10 + index)
+        self.dir = os.path.join(work, name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.proc = None
+        self.log_path = os.path.join(self.dir, "log.txt")
+
+
+class Cluster:
+    def __init__(self, work, objects):
+        self.work, self.objects = work, objects
+        self.hub = TAG + "-hub"
+        self.pods = []
+        self.namespaces = []
+        self.hosts = os.path.join(work, "hosts")
+        self.shared = os.path.join(work, "shared")  # the ReadWriteMany claim
+        self.bin = os.path.join(work, "bin")  # the image's /usr/local/bin
+        os.makedirs(self.bin)
+        os.symlink(WEFT, os.path.join(self.bin, "weft"))
+
+    def get(self, kind, name):
+        return next(o for o in self.objects if o["kind"] == kind and o["metadata"]["name"] == name)
+
+    def network(self):
+        run("ip", "netns", "add", self.hub)
+        self.namespaces.append(self.hub)
+        run("ip", "-n", self.hub, "link", "add", "name", "br0", "type", "bridge")
+        run("ip", "-n", self.hub, "link", "set", "br0", "up")
+        lines = ["127.0.0.1 localhost"]
+        for i, pod in enumerate(self.pods):
+            run("ip", "netns", "add", pod.ns)
+            self.namespaces.append(pod.ns)
+            run("ip", "-n", self.hub, "link", "add", "name", "h%d" % i, "type", "veth", "peer", "name", "eth0",
+                "netns", pod.ns)
+            run("ip", "-n", self.hub, "link", "set", "h%d" % i, "master", "br0", "up")
+            run("ip", "-n", pod.ns, "addr", "add", pod.ip + "/24", "dev", "eth0")
+            run("ip", "-n", pod.ns, "link", "set", "eth0", "up")
+            run("ip", "-n", pod.ns, "link", "set", "lo", "up")
+            svc = pod.obj["spec"].get("serviceName")
+            names = [pod.name] + (["%s.%s" % (pod.name, svc)] if svc else [])
+            lines.append("%s %s" % (pod.ip, " ".join(names)))
+        with open(self.hosts, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+    def volume_dirs(self, pod):
+        """{mountPath: directory} for a pod's volumes, as the kubelet would mount them."""
+        spec = pod.obj["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in spec.get("volumes") or []}
+        out = {}
+        for c in (spec.get("initContainers") or []) + spec["containers"]:
+            for m in c.get("volumeMounts") or []:
+                v = volumes.get(m["name"])
+                if v is None:  # a volumeClaimTemplate: the pod's own claim
+                    d = os.path.join(pod.dir, "claim-" + m["name"])
+                elif "persistentVolumeClaim" in v:
+                    d = os.path.join(self.shared, v["persistentVolumeClaim"]["claimName"])
+                elif "configMap" in v:
+                    d = os.path.join(pod.dir, "configmap-" + m["name"])
+                    os.makedirs(d, exist_ok=True)
+                    cm = self.get("ConfigMap", v["configMap"]["name"])
+                    items = v["configMap"].get("items") or [{"key": k, "path": k} for k in cm["data"]]
+                    for item in items:
+                        if os.path.exists(os.path.join(d, item["path"])):
+                            continue  # written once, as the kubelet projects it
+                        with open(os.path.join(d, item["path"]), "w") as f:
+                            f.write(cm["data"][item["key"]])
+                else:
+                    d = os.path.join(pod.dir, "volume-" + m["name"])
+                os.makedirs(d, exist_ok=True)
+                out[m["mountPath"]] = d
+        return out
+
+    def command_line(self, pod, container):
+        """argv and env of a container, with what Kubernetes substitutes."""
+        env = {}
+        for e in container.get("env") or []:
+            vf = e.get("valueFrom")
+            if vf is None:
+                env[e["name"]] = e.get("value", "")
+            elif "configMapKeyRef" in vf:
+                ref = vf["configMapKeyRef"]
+                env[e["name"]] = self.get("ConfigMap", ref["name"])["data"][ref["key"]]
+            elif vf.get("fieldRef", {}).get("fieldPath") == "metadata.name":
+                env[e["name"]] = pod.name
+            elif vf.get("fieldRef", {}).get("fieldPath") == "metadata.labels['apps.kubernetes.io/pod-index']":
+                env[e["name"]] = str(pod.ordinal)
+            else:
+                raise RuntimeError("%s: env %s: a source this test cannot supply" % (pod.name, e["name"]))
+        argv = [VAR_REF.sub(lambda m: env.get(m.group(1), m.group(0)), a)
+                for a in (container.get("command") or []) + (container.get("args") or [])]
+        mounts = self.volume_dirs(pod)
+        for mount, d in sorted(mounts.items(), key=lambda kv: -len(kv[0])):
+            argv = [re.sub(r"(?<![\w/])%s(?=/|$)" % re.escape(mount), d, a) for a in argv]
+        return argv, env, mounts
+
+    def wrap(self, pod, argv, env):
+        """The command that runs argv as the pod would, and its environment."""
+        full_env = {"PATH": self.bin + ":/usr/sbin:/usr/bin:/sbin:/bin", "HOME": pod.dir, "HOSTNAME": pod.name}
+        full_env.update(env)
+        # ip netns exec: the pod's network; unshare: its own mount and UTS
+        # namespaces, for /etc/hosts and the host name.
+        wrapper = ["ip", "netns", "exec", pod.ns, "unshare", "--mount", "--uts", "--propagation", "private", "sh",
+                   "-c", 'mount --bind "$0" /etc/hosts && hostname "$1" && shift && exec "$@"', self.hosts,
+                   pod.name] + argv
+        return wrapper, full_env
+
+    def start(self, pod, container):
+        argv, env, _ = self.command_line(pod, container)
+        wrapper, full_env = self.wrap(pod, argv, env)
+        out = open(pod.log_path, "a")
+        out.write("$ %s\n" % " ".join(argv))
+        out.flush()
+        return subprocess.Popen(wrapper, env=full_env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+    def start_daemon(self, pod):
+        pod.proc = self.start(pod, pod.obj["spec"]["template"]["spec"]["containers"][0])
+
+    def teardown(self):
+        for pod in self.pods:
+            if pod.proc and pod.proc.poll() is None:
+                os.killpg(pod.proc.pid, signal.SIGKILL)
+                pod.proc.wait()
+        for ns in reversed(self.namespaces):
+            run("ip", "netns", "del", ns, check=False)
+
+
+def main():
+    if os.geteuid() != 0:
+        skip("needs root to create network namespaces")
+    for tool in ("ip", "unshare", "mount"):
+        if shutil.which(tool) is None:
+            skip("no `%s` (Debian's iproute2/util-linux)" % tool)
+    probe = TAG + "-probe"
+    r = run("ip", "netns", "add", probe, check=False)
+    if r.returncode != 0:
+        skip("cannot create a network namespace: " + r.stderr.strip())
+    r = run("ip", "-n", probe, "link", "add", "name", "probe0", "type", "bridge", check=False)
+    run("ip", "netns", "del", probe, check=False)
+    if r.returncode != 0:
+        skip("cannot create links in a network namespace (CAP_NET_ADMIN?): " + r.stderr.strip())
+
+    objects = kustomize.render(os.path.join(ROOT, "deploy", "k8s", "overlays", "cpu"))
+    objects += kustomize.render(os.path.join(ROOT, "deploy", "k8s", "submit"))
+    work = tempfile.mkdtemp(prefix="weft-multihost-", dir=os.environ.get("TEST_TMPDIR"))
+    cluster = Cluster(work, objects)
+    statefulsets = [o for o in objects if o["kind"] == "StatefulSet"]
+    for sts in statefulsets:
+        for i in range(sts["spec"]["replicas"]):
+            cluster.pods.append(Pod("%s-%d" % (sts["metadata"]["name"], i), len(cluster.pods), sts, i, work))
+    submit_job = cluster.get("Job", "weft-submit")
+    submit = Pod("weft-submit-0", len(cluster.pods), submit_job, 0, work)
+    cluster.pods.append(submit)
+    ok = False
+    try:
+        cluster.network()
+        log("pods: " + ", ".join("%s %s" % (p.name, p.ip) for p in cluster.pods))
+        for pod in cluster.pods[:-1]:
+            cluster.start_daemon(pod)
+
+        # The job: the example's strategy and checkpoint policy, on the
+        # shared claim, over a tiny dataset on it.
+        spec = submit_job["spec"]["template"]["spec"]
+        _, _, mounts = cluster.command_line(submit, spec["containers"][0])
+        ckpt_claim = os.path.join(cluster.shared, "weft-checkpoints")
+        data = os.path.join(ckpt_claim, "data")
+        write_idx_data(data)
+        ckpt = os.path.join(ckpt_claim, "multihost-job")
+        job_path = os.path.join(mounts["/etc/weft"], "job.pbtxt")
+        with open(job_path, "w") as f:
+            f.write('name: "multihost" model { input_shape: [12] num_classes: 3 '
+                    'layer { dense { units: 16 activation: RELU } } layer { dense { units: 3 } } } '
+                    'dataset { dir: "%s" } optimizer { sgd { learning_rate: 0.1 } } seed: 2 intra_op_threads: 1 '
+                    'batch_size: 16 steps: 600 strategy { kind: PARAMETER_SERVER sync: true } '
+                    'checkpoint { dir: "%s" every_steps: 50 } recovery { task_wait_seconds: 60 }\n' % (data, ckpt))
+        deadline = time.monotonic() + DEADLINE_S
+
+        # The submit Job: its init container waits for the master, then weft submit --follow.
+        init = cluster.start(submit, spec["initContainers"][0])
+        init.wait(timeout=max(1, deadline - time.monotonic()))
+        assert init.returncode == 0, "the submit Job's init container failed (see %s)" % submit.log_path
+        submit.proc = cluster.start(submit, spec["containers"][0])
+
+        # Kill worker 1 once a checkpoint exists, mid-job.
+        victim = next(p for p in cluster.pods if p.name == "weft-worker-1")
+        while not (os.path.isdir(ckpt) and any(d.startswith("step-") for d in os.listdir(ckpt))):
+            assert submit.proc.poll() is None, "weft submit ended before the first checkpoint: see " + submit.log_path
+            assert time.monotonic() < deadline, "no checkpoint in %s before the deadline" % ckpt
+            time.sleep(0.05)
+        log("checkpoint written (%s); SIGKILL %s" % (sorted(os.listdir(ckpt))[-1], victim.name))
+        os.killpg(victim.proc.pid, signal.SIGKILL)
+        victim.proc.wait()
+        cluster.start_daemon(victim)
+        log("%s restarted at %s" % (victim.name, victim.ip))
+
+        code = submit.proc.wait(timeout=max(1, deadline - time.monotonic()))
+        with open(submit.log_path) as f:
+            submit_log = f.read()
+        assert code == 0, "weft submit exited %d:\n%s" % (code, submit_log[-3000:])
+        m = re.search(r"submitted job (\S+)", submit_log)
+        assert m, "no job id in the submit log"
+        status_argv, status_env, _ = cluster.command_line(submit, {"command": ["weft"], "args": [
+            "status", m.group(1), "--output=json"], "env": spec["containers"][0]["env"]})
+        wrapper, full_env = cluster.wrap(submit, status_argv, status_env)
+        status = subprocess.run(wrapper, capture_output=True, text=True, env=full_env, timeout=30)
+        log("weft status: " + status.stdout.strip())
+        st = json.loads(status.stdout)
+        assert st.get("state") == "SUCCEEDED", st
+        assert int(st.get("restarts", 0)) >= 1, "the job records no recovery: %s" % st
+        ok = True
+        log("PASSED: the job SUCCEEDED across the loss of %s" % victim.name)
+    finally:
+        cluster.teardown()
+        if not ok:
+            for pod in cluster.pods:
+                if os.path.exists(pod.log_path):
+                    with open(pod.log_path) as f:
+                        log("--- %s ---\n%s" % (pod.name, f.read()[-2000:]))
+    shutil.rmtree(work, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
