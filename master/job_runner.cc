@@ -421,6 +421,7 @@ absl::StatusOr<TrainResult> JobRunner::RunAttempt(int attempt, const std::option
   if (ready.ok() && (attempt > 0 || options_.resumed)) {
     UpdateStatus([&](JobStatus* s) {
       s->set_state(RUNNING);
+      s->set_step(start_step);  // where training resumes
       if (s->failure_time_unix_ms() > 0) {
         s->set_recovery_seconds(static_cast<double>(NowUnixMillis() - s->failure_time_unix_ms()) / 1000.0);
       }
