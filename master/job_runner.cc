@@ -669,11 +669,19 @@ void JobRunner::AsyncReplicas::Loop(const ReplicaNames& names, const std::string
       ++active_;
     }
     absl::Status s = session_->Run({}, {names.loss}, {names.train_op}, &out, static_cast<int>(n));
-    if (!s.ok() && recover_ != nullptr && !cancelled_->load() && recover_(s, task)) {
+    if (!s.ok() && recover_ != nullptr && !cancelled_->load()) {
+      {
+        // The steps go back to the pool, and a checkpoint (Quiesce) need
+        // not wait for this replica's worker to come back.
+        absl::MutexLock lock(&mu_);
+        --active_;
+        remaining_ += n;
+      }
+      if (recover_(s, task)) continue;
       absl::MutexLock lock(&mu_);
-      --active_;
-      remaining_ += n;  // the steps go back to the pool
-      continue;
+      done_.push_back(s);
+      remaining_ = 0;  // the first failure ends the job
+      return;
     }
     absl::MutexLock lock(&mu_);
     --active_;
