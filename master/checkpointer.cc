@@ -56,7 +56,8 @@ bool Checkpointer::Due(int64_t step) const {
   return policy_.every_seconds() > 0 && absl::Now() - last_save_ >= absl::Seconds(policy_.every_seconds());
 }
 
-absl::StatusOr<ps::CheckpointEntry> Checkpointer::Save(const std::string& session_handle, int64_t step) {
+absl::StatusOr<ps::CheckpointEntry> Checkpointer::Save(const std::string& session_handle, int64_t step,
+                                                       const std::vector<std::string>& holders) {
   if (!enabled()) return absl::FailedPreconditionError(absl::StrCat("job '", job_name_, "' has no checkpoint dir"));
   const absl::Time started = absl::Now();
   const std::string dir = JoinPath(policy_.dir(), ps::CheckpointDirName(step));
@@ -67,7 +68,7 @@ absl::StatusOr<ps::CheckpointEntry> Checkpointer::Save(const std::string& sessio
   if (env_->FileExists(manifest_path)) RETURN_IF_ERROR(env_->DeleteFile(manifest_path));
 
   // Which tasks hold the session's variables.
-  const std::vector<std::string> tasks = workers_->ListTasks();
+  const std::vector<std::string> tasks = holders.empty() ? workers_->ListTasks() : holders;
   std::vector<ListShardsRequest> list_requests(tasks.size());
   std::vector<ListShardsResponse> lists(tasks.size());
   for (ListShardsRequest& r : list_requests) r.add_session_handle(session_handle);

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -53,7 +54,11 @@ class Checkpointer {
   // Saves the variables of `session_handle` at `step` (see above) and
   // returns the checkpoint. The error names the task or file at fault; the
   // directory of a failed save is left without a manifest.
-  absl::StatusOr<ps::CheckpointEntry> Save(const std::string& session_handle, int64_t step);
+  // `holders`, when not empty, are the only tasks that can hold variables
+  // (the ps tasks of a PARAMETER_SERVER job): the others are not asked, so
+  // a worker being restarted does not hold the checkpoint up.
+  absl::StatusOr<ps::CheckpointEntry> Save(const std::string& session_handle, int64_t step,
+                                           const std::vector<std::string>& holders = {});
 
   // Restores `checkpoint` into `session_handle`, whose graphs must be
   // registered on every owner task (MasterSession::Prepare).

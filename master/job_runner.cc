@@ -481,7 +481,12 @@ absl::StatusOr<TrainResult> JobRunner::RunAttempt(int attempt, const std::option
   // drains after SIGTERM, and when the master is preempted.
   auto save = [&](int64_t step) -> absl::Status {
     auto save_at = [&](int64_t at) -> absl::Status {
-      ASSIGN_OR_RETURN(ps::CheckpointEntry saved, checkpointer->Save(handle, at));
+      // PARAMETER_SERVER keeps every variable on the ps tasks.
+      std::vector<std::string> holders;
+      if (job_.strategy().kind() == StrategySpec::PARAMETER_SERVER) {
+        holders.assign(a->ps_tasks.begin(), a->ps_tasks.end());
+      }
+      ASSIGN_OR_RETURN(ps::CheckpointEntry saved, checkpointer->Save(handle, at, holders));
       a->saved_step = at;
       UpdateStatus([&](JobStatus* s) {
         s->set_checkpoint_step(saved.step);
@@ -504,8 +509,14 @@ absl::StatusOr<TrainResult> JobRunner::RunAttempt(int attempt, const std::option
       if (k > 0) {
         // k-of-N replicas never stand still between global steps: their
         // checkpoints are not supported (the submit refuses the policy).
-      } else {
-        RETURN_IF_ERROR(save(step));
+      } else if (absl::Status saved = save(step); !saved.ok()) {
+        // A preemption needs its checkpoint. A periodic one that fails (a
+        // task lost meanwhile, a full disk) leaves no manifest, so nothing
+        // is damaged: training goes on, and a lost task is recovered from
+        // the previous checkpoint by the step that meets it.
+        if (preempted || !draining.empty()) return saved;
+        log->warn("job '{}': the checkpoint of step {} failed; training goes on: {}", job_.name(), step,
+                  saved.ToString());
       }
     }
     if (!draining.empty()) {
