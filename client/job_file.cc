@@ -106,11 +106,6 @@ absl::Status ValidateJob(const JobSpec& job) {
         "job: checkpoints need a distribution strategy (strategy.kind); a job without one runs on one task and is "
         "not checkpointed");
   }
-  if (!ck.dir().empty() && job.strategy().replicas_to_aggregate() > 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        "job: checkpoints are not supported with strategy.replicas_to_aggregate ",
-        job.strategy().replicas_to_aggregate(), " (k-of-N replicas never stand still between global steps)"));
-  }
   const RecoveryPolicy& rp = job.recovery();
   if (rp.task_wait_seconds() < 0 || rp.heartbeat_ms() < 0 || rp.heartbeat_timeout_ms() < 0 || rp.max_restarts() < -1) {
     return absl::InvalidArgumentError(

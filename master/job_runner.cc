@@ -495,6 +495,9 @@ absl::StatusOr<TrainResult> JobRunner::RunAttempt(int attempt, const std::option
       return absl::OkStatus();
     };
     if (async != nullptr) return async->Quiesce([&](int64_t completed) { return save_at(start_step + completed); });
+    if (accumulating != nullptr) {
+      return accumulating->Quiesce([&](int64_t completed) { return save_at(start_step + completed); });
+    }
     return save_at(step);
   };
   source.after_steps = [&](int64_t step) -> absl::Status {
@@ -506,10 +509,7 @@ absl::StatusOr<TrainResult> JobRunner::RunAttempt(int attempt, const std::option
     }
     const bool preempted = preempted_.load();
     if (checkpointer->enabled() && (preempted || !draining.empty() || checkpointer->Due(step))) {
-      if (k > 0) {
-        // k-of-N replicas never stand still between global steps: their
-        // checkpoints are not supported (the submit refuses the policy).
-      } else if (absl::Status saved = save(step); !saved.ok()) {
+      if (absl::Status saved = save(step); !saved.ok()) {
         // A preemption needs its checkpoint. A periodic one that fails (a
         // task lost meanwhile, a full disk) leaves no manifest, so nothing
         // is damaged: training goes on, and a lost task is recovered from
@@ -556,8 +556,7 @@ absl::StatusOr<TrainResult> JobRunner::RunAttempt(int attempt, const std::option
       ready.ok() ? RunTrainingLoop(job_, source, on_progress, &cancelled_, started) : ready;
   if (!result.ok() && a->preempted) result = Preempted(a->reached_step.load());
   // The last state of a finished job, for a later job to start from.
-  if (result.ok() && result->state == "SUCCEEDED" && checkpointer->enabled() && k == 0 &&
-      a->saved_step != result->steps) {
+  if (result.ok() && result->state == "SUCCEEDED" && checkpointer->enabled() && a->saved_step != result->steps) {
     absl::Status s = save(result->steps);
     if (!s.ok()) result = Annotate(s, "the final checkpoint");
   }
@@ -788,14 +787,20 @@ void JobRunner::AccumulatingReplicas::Loop(const ReplicaNames& names) {
   for (const std::string& o : names.push_outcomes) fetches.push_back(o);
   std::vector<Tensor> out;
   for (;;) {
+    bool paused_at_start = false;
     {
       absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](AccumulatingReplicas* self) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !self->paused_ || self->stopping_; },
+          this));
       if (stopping_ || cancelled_->load()) return;
       ++active_;
+      paused_at_start = paused_;
     }
     absl::Status s = session_->Run({}, fetches, {names.train_op}, &out);
     absl::MutexLock lock(&mu_);
     --active_;
+    if (!s.ok() && paused_ && !paused_at_start) continue;  // aborted for a checkpoint: not applied
     if (!s.ok()) {
       // After the last global step, aborted steps are expected.
       if (!stopping_) done_.push_back(s);
@@ -830,6 +835,30 @@ void JobRunner::AccumulatingReplicas::Loop(const ReplicaNames& names) {
     }
     if (global_steps_ >= total_) stopping_ = true;
   }
+}
+
+absl::Status JobRunner::AccumulatingReplicas::Quiesce(const std::function<absl::Status(int64_t completed)>& fn) {
+  {
+    absl::MutexLock lock(&mu_);
+    paused_ = true;
+  }
+  // As at the end: a push parked for pushes that paused replicas will not
+  // make is aborted; one between its check and its RunGraph can miss an
+  // abort, hence the loop.
+  for (;;) {
+    session_->AbortRunningSteps(absl::AbortedError("held for a checkpoint"));
+    absl::MutexLock lock(&mu_);
+    if (mu_.AwaitWithTimeout(absl::Condition(this, &AccumulatingReplicas::Idle), absl::Milliseconds(100))) break;
+  }
+  int64_t completed = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    completed = global_steps_;
+  }
+  absl::Status s = fn(completed);
+  absl::MutexLock lock(&mu_);
+  paused_ = false;
+  return s;
 }
 
 bool JobRunner::AccumulatingReplicas::Ready() const {

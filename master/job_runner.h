@@ -164,11 +164,19 @@ class JobRunner {
     // and the replica steps that had any refused.
     int64_t refused() const;
     int64_t refused_steps() const;
+    // Holds new replica steps back, aborts the ones parked on the ps (their
+    // gradients are taken back out of the sums, not applied), waits for all
+    // to return, and runs `fn` with the global steps applied so far, then
+    // lets the replicas go on. A variable whose k-th push of the next global
+    // step came in before the abort holds that step already: the state is
+    // within one global step per variable, as k-of-N training allows.
+    absl::Status Quiesce(const std::function<absl::Status(int64_t completed)>& fn);
 
    private:
     void Loop(const ReplicaNames& names);
     bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
     bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return active_ == 0; }
+    bool paused_ ABSL_GUARDED_BY(mu_) = false;
 
     MasterSession* const session_;
     const int64_t total_;

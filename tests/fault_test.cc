@@ -433,6 +433,34 @@ TEST_F(FaultTest, APreemptedPsIsCheckpointedBeforeItStopsAndNoStepIsLost) {
               static_cast<long long>(before.step()), st.recovery_seconds(), static_cast<long long>(st.steps_lost()));
 }
 
+// Sync PS aggregating the first k of N gradients: checkpoints hold the
+// replicas back between global steps (their parked pushes aborted), and a
+// lost ps costs at most the steps since the last one.
+TEST_F(FaultTest, KOfNParameterServerRecoversFromItsCheckpoint) {
+  const int target = RandomKillStep();
+  SCOPED_TRACE(absl::StrCat("k of N: kill ps-0 at step >= ", target));
+  JobSpec job = FaultJob(data_, StrategySpec::PARAMETER_SERVER, /*sync=*/true, Path("ckpt"), kSteps, 60);
+  job.mutable_strategy()->set_replicas_to_aggregate(2);
+  auto id = Submit(job);
+  ASSERT_TRUE(id.ok()) << id.status();
+  JobStatus before = PollUntil(*id, [&](const JobStatus& s) { return s.step() >= target; });
+  ASSERT_EQ(before.state(), RUNNING) << before.DebugString();
+  Kill("ps-0");
+  Restart("ps-0");
+  JobStatus st = WatchToEnd(*id);
+  EXPECT_EQ(st.state(), SUCCEEDED) << st.DebugString();
+  EXPECT_EQ(st.step(), kSteps);
+  EXPECT_EQ(st.restarts(), 1) << st.DebugString();
+  EXPECT_EQ(st.failed_task(), kPs) << st.DebugString();
+  EXPECT_GT(st.checkpoint_step(), 0) << st.DebugString();
+  EXPECT_LE(st.steps_lost(), kMaxStepsLost) << st.DebugString();
+  EXPECT_GT(st.test_accuracy(), 0.9) << st.DebugString();
+  std::printf("[fault] k-of-N PARAMETER_SERVER (k=2 of 2): ps killed at step %lld; recovered in %.2f s; steps lost "
+              "%lld; test accuracy %.4f\n",
+              static_cast<long long>(before.step()), st.recovery_seconds(), static_cast<long long>(st.steps_lost()),
+              st.test_accuracy());
+}
+
 // Async PS: the killed worker's replica waits for it while the other trains
 // on; no step is trained twice and the job learns.
 TEST_F(FaultTest, AsyncParameterServerLosesNoStepsToAKilledWorker) {
