@@ -109,7 +109,10 @@ JobManager::JobManager(JobManagerOptions options)
           job->status.set_restarts(job->status.restarts() + 1);
           job->status.set_failed_task("master");
           job->status.set_failure("the master restarted while the job ran; resuming from its newest checkpoint");
-          job->status.set_failure_time_unix_ms(absl::ToUnixMillis(absl::Now()));
+          // About when the old master stopped: its last write (progress
+          // is stored every 2 s), so recovery time includes the downtime.
+          job->status.set_failure_time_unix_ms(r.updated_unix_ms > 0 ? r.updated_unix_ms
+                                                                     : absl::ToUnixMillis(absl::Now()));
           resume = true;
         } else {
           job->status.set_state(FAILED);

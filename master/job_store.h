@@ -10,6 +10,7 @@
 #ifndef WEFT_MASTER_JOB_STORE_H_
 #define WEFT_MASTER_JOB_STORE_H_
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -26,6 +27,9 @@ namespace master {
 struct JobRecord {
   JobSpec spec;
   JobStatus status;  // status.job_id is the key
+  // When it was last stored (LoadAll sets it; 0 when the store does not
+  // know): for a job found unfinished, about when its master stopped.
+  int64_t updated_unix_ms = 0;
 };
 
 class JobStoreInterface {

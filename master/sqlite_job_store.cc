@@ -36,7 +36,7 @@ constexpr char kUpsert[] =
     "VALUES (?1, (SELECT IFNULL(MAX(seq), 0) + 1 FROM jobs), ?2, ?3, ?4) "
     "ON CONFLICT (job_id) DO UPDATE SET "
     "spec = excluded.spec, status = excluded.status, updated_unix_ms = excluded.updated_unix_ms";
-constexpr char kSelectAll[] = "SELECT job_id, spec, status FROM jobs ORDER BY seq";
+constexpr char kSelectAll[] = "SELECT job_id, spec, status, updated_unix_ms FROM jobs ORDER BY seq";
 
 // Codes for what the caller should do; see the header.
 absl::StatusCode CodeOf(int rc) {
@@ -248,6 +248,7 @@ absl::StatusOr<std::vector<JobRecord>> SqliteJobStore::LoadAll() const {
     const std::string spec = ColumnBytes(stmt, 1);
     const std::string status = ColumnBytes(stmt, 2);
     JobRecord r;
+    r.updated_unix_ms = sqlite3_column_int64(stmt, 3);
     if (!r.spec.ParseFromString(spec)) {
       return absl::DataLossError(absl::StrCat("job store ", path_, ": job '", id, "': its stored JobSpec does not parse"));
     }

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/env.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace weft {
@@ -107,11 +108,16 @@ TEST_F(SqliteJobStoreTest, RoundTripCreatesTheDirectory) {
 
   const std::vector<JobRecord> put = {Record("job-1", SUCCEEDED, 100), Record("job-2", FAILED, 7),
                                       Record("job-3", RUNNING, 12)};
+  const int64_t before_ms = absl::ToUnixMillis(absl::Now());
   for (const JobRecord& r : put) ASSERT_TRUE(store->Put(r).ok());
+  const int64_t after_ms = absl::ToUnixMillis(absl::Now());
   auto got = store->LoadAll();
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_EQ(got->size(), put.size());
   for (size_t i = 0; i < put.size(); ++i) {
+    // When it was stored: a restarted master dates its predecessor's stop by it.
+    EXPECT_GE((*got)[i].updated_unix_ms, before_ms);
+    EXPECT_LE((*got)[i].updated_unix_ms, after_ms);
     EXPECT_TRUE(MessageDifferencer::Equals((*got)[i].spec, put[i].spec)) << (*got)[i].spec.DebugString();
     EXPECT_TRUE(MessageDifferencer::Equals((*got)[i].status, put[i].status)) << (*got)[i].status.DebugString();
   }
