@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/cpu/kernel_util.h"
+#include "runtime/kernels/cpu/math_checks.h"
 #include "runtime/kernels/cuda/gpu_kernel_util.h"
 #include "runtime/kernels/cuda/gpu_launch.h"
 #include "runtime/op_kernel.h"
@@ -15,8 +16,15 @@ namespace weft {
 namespace gpu_kernels {
 namespace {
 
-using cpu::ExpectRank;
-using cpu::ExpectSameShape;
+using cpu::CheckAddNInputs;
+using cpu::CheckArgMax;
+using cpu::CheckBiasAdd;
+using cpu::CheckBiasAddGrad;
+using cpu::CheckBinaryOperands;
+using cpu::CheckEqualOperands;
+using cpu::CheckRowDot;
+using cpu::CheckScalarGradient;
+using cpu::CheckScaleRows;
 
 const float* F(const Tensor& t) { return t.data<float>(); }
 float* F(Tensor* t) { return t->data<float>(); }
@@ -27,12 +35,7 @@ class BiasAddOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
     const Tensor& bias = ctx->input(1);
-    OP_REQUIRES_OK(ctx, ExpectRank(bias, 1, "bias"));
-    const int r = x.shape().rank();
-    OP_REQUIRES(ctx, r >= 1 && x.shape().dim(r - 1) == bias.shape().dim(0),
-                absl::InvalidArgumentError(absl::StrCat("bias ", bias.shape().DebugString(),
-                                                        " must match the last dimension of x ",
-                                                        x.shape().DebugString())));
+    OP_REQUIRES_OK(ctx, CheckBiasAdd(x, bias));
     Tensor* out = ctx->allocate_output(0, DType::kFloat32, x.shape());
     if (out == nullptr) return;
     const int64_t c = bias.NumElements();
@@ -47,10 +50,8 @@ class BiasAddGradOp : public OpKernel {
   using OpKernel::OpKernel;
   void Compute(OpKernelContext* ctx) override {
     const Tensor& g = ctx->input(0);
-    const int r = g.shape().rank();
-    OP_REQUIRES(ctx, r >= 1,
-                absl::InvalidArgumentError(absl::StrCat("gradient must have rank >= 1, got ", g.shape().DebugString())));
-    const int64_t c = g.shape().dim(r - 1);
+    OP_REQUIRES_OK(ctx, CheckBiasAddGrad(g));
+    const int64_t c = g.shape().dim(g.shape().rank() - 1);
     Tensor* out = ctx->allocate_output(0, DType::kFloat32, TensorShape{c});
     if (out == nullptr || c == 0) return;
     const int64_t rows = g.NumElements() / c;
@@ -73,12 +74,7 @@ class BinaryOp : public OpKernel {
     const Tensor& x = ctx->input(0);
     const Tensor& y = ctx->input(1);
     const bool scalar_y = y.shape().rank() == 0;
-    if (!scalar_y) {
-      OP_REQUIRES(ctx, x.shape() == y.shape(),
-                  absl::InvalidArgumentError(absl::StrCat("incompatible shapes ", x.shape().DebugString(), " and ",
-                                                          y.shape().DebugString(),
-                                                          ": operands need the same shape, or a scalar second operand")));
-    }
+    OP_REQUIRES_OK(ctx, CheckBinaryOperands(x, y));
     Tensor* out = ctx->allocate_output(0, DType::kFloat32, x.shape());
     if (out == nullptr) return;
     OP_REQUIRES_CUDA(ctx, LaunchBinary(kFn, F(x), F(y), scalar_y, F(out), x.NumElements(), Stream(ctx)),
@@ -102,12 +98,7 @@ class AddNOp : public OpKernel {
   using OpKernel::OpKernel;
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x0 = ctx->input(0);
-    for (int i = 1; i < ctx->num_inputs(); ++i) {
-      OP_REQUIRES(ctx, ctx->input(i).shape() == x0.shape(),
-                  absl::InvalidArgumentError(absl::StrCat("input ", i, " has shape ",
-                                                          ctx->input(i).shape().DebugString(), ", input 0 has ",
-                                                          x0.shape().DebugString())));
-    }
+    OP_REQUIRES_OK(ctx, CheckAddNInputs(ctx));
     Tensor* out = ctx->allocate_output(0, DType::kFloat32, x0.shape());
     if (out == nullptr) return;
     // Up to 16 inputs per launch; further launches add the next ones in
@@ -142,9 +133,7 @@ class ReduceAllGradOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor& g = ctx->input(0);
     const Tensor& x = ctx->input(1);
-    OP_REQUIRES(ctx, g.NumElements() == 1,
-                absl::InvalidArgumentError(
-                    absl::StrCat("gradient must be a scalar, got shape ", g.shape().DebugString())));
+    OP_REQUIRES_OK(ctx, CheckScalarGradient(g));
     Tensor* out = ctx->allocate_output(0, DType::kFloat32, x.shape());
     if (out == nullptr) return;
     OP_REQUIRES_CUDA(ctx, LaunchFillFromScalar(F(g), kMean, F(out), x.NumElements(), Stream(ctx)),
@@ -158,13 +147,8 @@ class ScaleRowsOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor& m = ctx->input(0);
     const Tensor& s = ctx->input(1);
-    OP_REQUIRES_OK(ctx, ExpectRank(m, 2, "matrix"));
-    OP_REQUIRES_OK(ctx, ExpectRank(s, 1, "scale"));
+    OP_REQUIRES_OK(ctx, CheckScaleRows(m, s));
     const int64_t rows = m.shape().dim(0), cols = m.shape().dim(1);
-    OP_REQUIRES(ctx, s.shape().dim(0) == rows,
-                absl::InvalidArgumentError(absl::StrCat("scale ", s.shape().DebugString(),
-                                                        " needs one entry per row of matrix ",
-                                                        m.shape().DebugString())));
     Tensor* out = ctx->allocate_output(0, DType::kFloat32, m.shape());
     if (out == nullptr) return;
     OP_REQUIRES_CUDA(ctx, LaunchScaleRows(F(m), F(s), F(out), rows, cols, Stream(ctx)), "ScaleRows kernel");
@@ -177,8 +161,7 @@ class RowDotOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
     const Tensor& y = ctx->input(1);
-    OP_REQUIRES_OK(ctx, ExpectRank(x, 2, "x"));
-    OP_REQUIRES_OK(ctx, ExpectSameShape(x, y, "x", "y"));
+    OP_REQUIRES_OK(ctx, CheckRowDot(x, y));
     const int64_t rows = x.shape().dim(0), cols = x.shape().dim(1);
     Tensor* out = ctx->allocate_output(0, DType::kFloat32, TensorShape{rows});
     if (out == nullptr) return;
@@ -191,10 +174,8 @@ class ArgMaxOp : public OpKernel {
   using OpKernel::OpKernel;
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
+    OP_REQUIRES_OK(ctx, CheckArgMax(x));
     const int r = x.shape().rank();
-    OP_REQUIRES(ctx, r >= 1 && x.shape().dim(r - 1) > 0,
-                absl::InvalidArgumentError(absl::StrCat("x needs a non-empty last axis, got shape ",
-                                                        x.shape().DebugString())));
     TensorShape out_shape = x.shape();
     out_shape.RemoveDim(r - 1);
     Tensor* out = ctx->allocate_output(0, DType::kInt32, out_shape);
@@ -211,10 +192,7 @@ class EqualOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
     const Tensor& y = ctx->input(1);
-    OP_REQUIRES_OK(ctx, ExpectSameShape(x, y, "x", "y"));
-    OP_REQUIRES(ctx, x.dtype() == y.dtype(),
-                absl::InvalidArgumentError(absl::StrCat("x and y must have the same dtype, got ",
-                                                        DTypeName(x.dtype()), " and ", DTypeName(y.dtype()))));
+    OP_REQUIRES_OK(ctx, CheckEqualOperands(x, y));
     const DType t = x.dtype();
     OP_REQUIRES(ctx, t == DType::kFloat32 || t == DType::kInt32 || t == DType::kInt64 || t == DType::kBool,
                 absl::InvalidArgumentError(absl::StrCat("Equal does not support ", DTypeName(t))));
