@@ -35,6 +35,10 @@ std::shared_ptr<grpc::Channel> NewChannel(const std::string& target) {
 void ConfigureServer(grpc::ServerBuilder* builder) {
   builder->SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder->SetMaxSendMessageSize(kMaxMessageBytes);
+  // gRPC sets SO_REUSEPORT by default, so a second daemon started on a port
+  // already in use binds it too and the kernel splits connections between
+  // the two: a peer's call can reach the wrong task. One port, one daemon.
+  builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
 }
 
 void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {

@@ -28,7 +28,8 @@ absl::Status FromGrpcStatus(const grpc::Status& s, const std::string& peer);
 
 // An insecure channel to "host:port" with weft's limits and keepalive.
 std::shared_ptr<grpc::Channel> NewChannel(const std::string& target);
-// Applies weft's limits to a server under construction.
+// Applies weft's limits to a server under construction, and refuses to share
+// its port with another process (no SO_REUSEPORT).
 void ConfigureServer(grpc::ServerBuilder* builder);
 // Sets the deadline of `ctx` to now + timeout (nothing for an infinite one).
 void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout);

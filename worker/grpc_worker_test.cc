@@ -179,6 +179,17 @@ TEST_F(GrpcWorkerTest, GetStatusOverTheWire) {
   EXPECT_EQ(resp.device(0).name(), kTask1Cpu);
 }
 
+// A second task on a port in use must not start: with SO_REUSEPORT both
+// would listen and a peer's call could reach the wrong one.
+TEST_F(GrpcWorkerTest, ASecondServerOnAPortInUseDoesNotStart) {
+  WorkerServerOptions o;
+  o.task_index = 2;
+  o.listen_address = absl::StrCat("127.0.0.1:", servers_[0]->port());
+  o.shutdown_grace = absl::Seconds(2);
+  auto second = StartWorkerServer(o);
+  EXPECT_FALSE(second.ok()) << "a second server took port " << servers_[0]->port();
+}
+
 TEST_F(GrpcWorkerTest, PartitionedGraphMatchesTheWholeGraph) { RunSplitGraph(5, 7, 3, 3); }
 
 // h = Relu(x) is [4096, 4096] float32: 64 MiB crosses from task 0 to task 1.
