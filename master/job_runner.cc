@@ -169,6 +169,11 @@ absl::Duration HeartbeatTimeout(const JobSpec& job) {
   return absl::Milliseconds(ms > 0 ? ms : kDefaultHeartbeatTimeoutMs);
 }
 
+absl::Duration TaskWait(const JobSpec& job) {
+  const int seconds = job.recovery().task_wait_seconds();
+  return absl::Seconds(seconds > 0 ? seconds : kDefaultTaskWaitSeconds);
+}
+
 int64_t NowUnixMillis() { return absl::ToUnixMillis(absl::Now()); }
 
 }  // namespace
@@ -198,8 +203,7 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
   Env* env = options_.env != nullptr ? options_.env : Env::Default();
   Checkpointer checkpointer(env, workers_, job_.name(), job_.checkpoint());
   const RecoveryPolicy& policy = job_.recovery();
-  const absl::Duration task_wait =
-      absl::Seconds(policy.task_wait_seconds() > 0 ? policy.task_wait_seconds() : kDefaultTaskWaitSeconds);
+  const absl::Duration task_wait = TaskWait(job_);
   // -1: no recovery at all, the first failure ends the job.
   const int max_restarts = policy.max_restarts() == 0 ? kDefaultMaxRestarts : std::max(0, policy.max_restarts());
 
@@ -613,28 +617,20 @@ bool JobRunner::RecoverReplica(const absl::Status& error, const std::string& tas
     s->set_failure(absl::StrCat(reason, " (", error.ToString(), "); no step lost: the other replicas trained on"));
     s->set_failure_time_unix_ms(absl::ToUnixMillis(failed_at));
   });
-  const RecoveryPolicy& policy = job_.recovery();
-  const absl::Time deadline =
-      failed_at + absl::Seconds(policy.task_wait_seconds() > 0 ? policy.task_wait_seconds() : kDefaultTaskWaitSeconds);
-  while (!cancelled_.load() && absl::Now() < deadline) {
-    for (const TaskHealth& h : ProbeTasks(workers_, HeartbeatTimeout(job_))) {
-      if (h.task != task || !h.answered || h.draining || h.incarnation == known[task]) continue;
-      {
-        absl::MutexLock lock(&a->mu);
-        a->incarnations[task] = h.incarnation;
-        if (a->heartbeat_failure.has_value() && a->heartbeat_failure->task == task) a->heartbeat_failure.reset();
-      }
-      if (a->heartbeat != nullptr) a->heartbeat->Update(task, h.incarnation);
-      a->session->ForgetTask(task);
-      log->info("job '{}': worker {} is back after {:.1f} s; its replica trains again", job_.name(), task,
-                absl::ToDoubleSeconds(absl::Now() - failed_at));
-      UpdateStatus([&](JobStatus* s) { s->set_recovery_seconds(absl::ToDoubleSeconds(absl::Now() - failed_at)); });
-      return true;
-    }
-    // Waiting for a process to be restarted; bounded by the deadline.
-    absl::SleepFor(absl::Milliseconds(200));
+  absl::StatusOr<uint64_t> back = WaitForRestart(workers_, task, known[task], TaskWait(job_),
+                                                 [this] { return cancelled_.load() || preempted_.load(); });
+  if (!back.ok()) return false;
+  {
+    absl::MutexLock lock(&a->mu);
+    a->incarnations[task] = *back;
+    if (a->heartbeat_failure.has_value() && a->heartbeat_failure->task == task) a->heartbeat_failure.reset();
   }
-  return false;
+  if (a->heartbeat != nullptr) a->heartbeat->Update(task, *back);
+  a->session->ForgetTask(task);
+  log->info("job '{}': worker {} is back after {:.1f} s; its replica trains again", job_.name(), task,
+            absl::ToDoubleSeconds(absl::Now() - failed_at));
+  UpdateStatus([&](JobStatus* s) { s->set_recovery_seconds(absl::ToDoubleSeconds(absl::Now() - failed_at)); });
+  return true;
 }
 
 JobRunner::AsyncReplicas::AsyncReplicas(MasterSession* session, const ReplicatedGraph& rg,

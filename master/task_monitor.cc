@@ -76,24 +76,17 @@ std::vector<TaskFailure> FailedTasks(const std::vector<TaskHealth>& probe,
   return failed;
 }
 
-absl::StatusOr<std::map<std::string, uint64_t>> WaitForTasks(WorkerCacheInterface* workers, absl::Duration limit,
-                                                             const std::function<bool()>& stop,
-                                                             absl::Duration poll) {
+namespace {
+
+// Probes every `poll` until `done(probe, &missing)` holds; `missing` names
+// what is still awaited, for the deadline's error.
+absl::Status PollTasks(WorkerCacheInterface* workers, absl::Duration limit, const std::function<bool()>& stop,
+                       absl::Duration poll,
+                       const std::function<bool(const std::vector<TaskHealth>&, std::vector<std::string>*)>& done) {
   const absl::Time deadline = absl::Now() + limit;
   for (;;) {
-    std::vector<TaskHealth> probe = ProbeTasks(workers, std::min(poll * 5, absl::Seconds(2)));
     std::vector<std::string> missing;
-    std::map<std::string, uint64_t> incarnations;
-    for (const TaskHealth& h : probe) {
-      if (!h.answered) {
-        missing.push_back(absl::StrCat(h.task, " (", h.error.message(), ")"));
-      } else if (h.draining) {
-        missing.push_back(absl::StrCat(h.task, " (stopping after SIGTERM)"));
-      } else {
-        incarnations[h.task] = h.incarnation;
-      }
-    }
-    if (missing.empty()) return incarnations;
+    if (done(ProbeTasks(workers, std::min(poll * 5, absl::Seconds(2))), &missing)) return absl::OkStatus();
     if (stop && stop()) return absl::CancelledError("stopped waiting for the job's tasks (cancel or preemption)");
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat("waited ", absl::FormatDuration(limit),
@@ -104,6 +97,54 @@ absl::StatusOr<std::map<std::string, uint64_t>> WaitForTasks(WorkerCacheInterfac
     // late recovery notices it.
     absl::SleepFor(std::min(poll, deadline - absl::Now()));
   }
+}
+
+std::string Missing(const TaskHealth& h) {
+  return h.answered ? absl::StrCat(h.task, " (stopping after SIGTERM)")
+                    : absl::StrCat(h.task, " (", h.error.message(), ")");
+}
+
+}  // namespace
+
+absl::StatusOr<std::map<std::string, uint64_t>> WaitForTasks(WorkerCacheInterface* workers, absl::Duration limit,
+                                                             const std::function<bool()>& stop,
+                                                             absl::Duration poll) {
+  std::map<std::string, uint64_t> incarnations;
+  absl::Status s = PollTasks(workers, limit, stop, poll, [&](const std::vector<TaskHealth>& probe,
+                                                             std::vector<std::string>* missing) {
+    incarnations.clear();
+    for (const TaskHealth& h : probe) {
+      if (h.answered && !h.draining) {
+        incarnations[h.task] = h.incarnation;
+      } else {
+        missing->push_back(Missing(h));
+      }
+    }
+    return missing->empty();
+  });
+  if (!s.ok()) return s;
+  return incarnations;
+}
+
+absl::StatusOr<uint64_t> WaitForRestart(WorkerCacheInterface* workers, const std::string& task,
+                                        uint64_t old_incarnation, absl::Duration limit,
+                                        const std::function<bool()>& stop, absl::Duration poll) {
+  uint64_t incarnation = 0;
+  absl::Status s = PollTasks(workers, limit, stop, poll, [&](const std::vector<TaskHealth>& probe,
+                                                             std::vector<std::string>* missing) {
+    for (const TaskHealth& h : probe) {
+      if (h.task != task) continue;
+      if (h.answered && !h.draining && h.incarnation != old_incarnation) {
+        incarnation = h.incarnation;
+        return true;
+      }
+      missing->push_back(h.answered && !h.draining ? absl::StrCat(task, " (not restarted yet)") : Missing(h));
+    }
+    if (missing->empty()) missing->push_back(absl::StrCat(task, " (not in the cluster)"));
+    return false;
+  });
+  if (!s.ok()) return s;
+  return incarnation;
 }
 
 Heartbeat::Heartbeat(WorkerCacheInterface* workers, std::map<std::string, uint64_t> known, absl::Duration interval,

@@ -61,6 +61,14 @@ absl::StatusOr<std::map<std::string, uint64_t>> WaitForTasks(WorkerCacheInterfac
                                                              const std::function<bool()>& stop,
                                                              absl::Duration poll = absl::Milliseconds(200));
 
+// Polls like WaitForTasks until `task` answers with an incarnation other
+// than `old_incarnation` (it restarted) and is not draining; returns the new
+// incarnation. The same errors as WaitForTasks.
+absl::StatusOr<uint64_t> WaitForRestart(WorkerCacheInterface* workers, const std::string& task,
+                                        uint64_t old_incarnation, absl::Duration limit,
+                                        const std::function<bool()>& stop,
+                                        absl::Duration poll = absl::Milliseconds(200));
+
 class Heartbeat {
  public:
   // Probes every `interval` (each probe waiting at most `timeout`) until
