@@ -5,7 +5,8 @@
 // "VALID": the window stays inside the input; out = (in - k) / stride + 1.
 // "SAME":  out = ceil(in / stride); the input is padded by
 //          max((out - 1) * stride + k - in, 0), the smaller half before
-//          (TensorFlow's convention).
+//          (TensorFlow's convention), so pad_after is pad_before or
+//          pad_before + 1.
 #ifndef WEFT_GRAPH_OPS_WINDOW_GEOMETRY_H_
 #define WEFT_GRAPH_OPS_WINDOW_GEOMETRY_H_
 
@@ -32,6 +33,7 @@ inline absl::StatusOr<Padding> ParsePadding(const std::string& s) {
 struct WindowDim {
   int64_t out = -1;        // -1 when the input size is unknown
   int64_t pad_before = 0;  // 0 when unknown
+  int64_t pad_after = 0;   // 0 when unknown
 };
 
 // REQUIRES: k >= 1, stride >= 1. `in` may be -1 (unknown at graph-build time).
@@ -50,6 +52,7 @@ inline absl::StatusOr<WindowDim> ComputeWindow(int64_t in, int64_t k, int64_t st
   w.out = (in + stride - 1) / stride;
   const int64_t pad_total = std::max<int64_t>((w.out - 1) * stride + k - in, 0);
   w.pad_before = pad_total / 2;
+  w.pad_after = pad_total - w.pad_before;
   return w;
 }
 

@@ -17,6 +17,7 @@
 #include "graph/ops/window_geometry.h"
 #include "runtime/device.h"
 #include "runtime/kernels/cpu/kernel_util.h"
+#include "runtime/kernels/cpu/window_checks.h"
 #include "runtime/op_kernel.h"
 
 namespace weft {
@@ -26,56 +27,9 @@ namespace {
 // Target size of a chunk's patch matrix, in floats.
 constexpr int64_t kScratchFloats = int64_t{1} << 18;
 
-struct ConvGeometry {
-  int64_t n, h, w, cin;      // input
-  int64_t kh, kw, cout;      // filter
-  int64_t ho, wo;            // output
-  int64_t pad_top, pad_left;
-  int64_t stride;
-  int64_t k() const { return kh * kw * cin; }      // patch length
-  int64_t patches() const { return ho * wo; }      // patches per image
-  bool IsPointwise() const { return kh == 1 && kw == 1 && stride == 1 && pad_top == 0 && pad_left == 0; }
-  TensorShape OutputShape() const { return TensorShape{n, ho, wo, cout}; }
-  // Images per chunk of the patch matrix.
-  int64_t ImagesPerChunk() const {
-    return std::max<int64_t>(1, kScratchFloats / std::max<int64_t>(1, patches() * k()));
-  }
-};
-
-absl::StatusOr<ConvGeometry> ComputeGeometry(const Tensor& x, const Tensor& f, const ConvParams& p) {
-  if (x.shape().rank() != 4) {
-    return absl::InvalidArgumentError(absl::StrCat("x must have rank 4 (NHWC), got ", x.shape().DebugString()));
-  }
-  if (f.shape().rank() != 4) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("filter must have rank 4 (HWIO), got ", f.shape().DebugString()));
-  }
-  ConvGeometry g;
-  g.n = x.shape().dim(0);
-  g.h = x.shape().dim(1);
-  g.w = x.shape().dim(2);
-  g.cin = x.shape().dim(3);
-  g.kh = f.shape().dim(0);
-  g.kw = f.shape().dim(1);
-  g.cout = f.shape().dim(3);
-  g.stride = p.stride;
-  if (f.shape().dim(2) != g.cin) {
-    return absl::InvalidArgumentError(absl::StrCat("x ", x.shape().DebugString(), " has ", g.cin,
-                                                   " channels but filter ", f.shape().DebugString(), " expects ",
-                                                   f.shape().dim(2)));
-  }
-  if (g.kh < 1 || g.kw < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("filter ", f.shape().DebugString(), " has an empty window"));
-  }
-  auto wh = ComputeWindow(g.h, g.kh, g.stride, p.padding, "input height");
-  if (!wh.ok()) return wh.status();
-  auto ww = ComputeWindow(g.w, g.kw, g.stride, p.padding, "input width");
-  if (!ww.ok()) return ww.status();
-  g.ho = wh->out;
-  g.wo = ww->out;
-  g.pad_top = wh->pad_before;
-  g.pad_left = ww->pad_before;
-  return g;
+// Images per chunk of the patch matrix.
+int64_t ImagesPerChunk(const ConvGeometry& g) {
+  return std::max<int64_t>(1, kScratchFloats / std::max<int64_t>(1, g.patches() * g.k()));
 }
 
 // Writes the patches of images [n0, n1) as rows of `cols` ([.., K]).
@@ -153,14 +107,9 @@ class ConvOpBase : public OpKernel {
   // The geometry of (x, filter), and for the backprops a check that g has the
   // forward output's shape.
   absl::StatusOr<ConvGeometry> Geometry(OpKernelContext* ctx, bool with_grad) const {
-    auto g = ComputeGeometry(ctx->input(0), ctx->input(1), params_);
+    auto g = ComputeConvGeometry(ctx->input(0), ctx->input(1), params_);
     if (!g.ok() || !with_grad) return g;
-    const Tensor& grad = ctx->input(2);
-    if (grad.shape() != g->OutputShape()) {
-      return absl::InvalidArgumentError(absl::StrCat("gradient ", grad.shape().DebugString(),
-                                                     " does not match the convolution's output ",
-                                                     g->OutputShape().DebugString()));
-    }
+    if (absl::Status s = CheckConvGradient(*g, ctx->input(2)); !s.ok()) return s;
     return g;
   }
 
@@ -184,7 +133,7 @@ class Conv2DOp : public ConvOpBase {
       ym.noalias() = ConstMatrixMap(x, g.n * g.patches(), g.cin) * f;
       return;
     }
-    const int64_t per = g.ImagesPerChunk();
+    const int64_t per = ImagesPerChunk(g);
     const int64_t chunks = (g.n + per - 1) / per;
     ParallelFor(ctx, chunks, 2.0 * per * g.patches() * g.k() * g.cout, [&](int64_t begin, int64_t end) {
       Tensor scratch = Scratch(ctx, per * g.patches() * g.k());
@@ -218,7 +167,7 @@ class Conv2DBackpropInputOp : public ConvOpBase {
     }
     std::fill(dx, dx + out->NumElements(), 0.0f);
     if (g.patches() == 0) return;
-    const int64_t per = g.ImagesPerChunk();
+    const int64_t per = ImagesPerChunk(g);
     const int64_t chunks = (g.n + per - 1) / per;
     ParallelFor(ctx, chunks, 2.0 * per * g.patches() * g.k() * g.cout, [&](int64_t begin, int64_t end) {
       Tensor scratch = Scratch(ctx, per * g.patches() * g.k());
@@ -252,7 +201,7 @@ class Conv2DBackpropFilterOp : public ConvOpBase {
     }
     df.setZero();
     if (g.patches() == 0) return;
-    const int64_t per = g.ImagesPerChunk();
+    const int64_t per = ImagesPerChunk(g);
     Tensor scratch = Scratch(ctx, per * g.patches() * g.k());
     for (int64_t n0 = 0; n0 < g.n; n0 += per) {
       const int64_t n1 = std::min(g.n, n0 + per);

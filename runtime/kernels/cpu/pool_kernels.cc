@@ -9,48 +9,12 @@
 #include "graph/ops/window_geometry.h"
 #include "runtime/device.h"
 #include "runtime/kernels/cpu/kernel_util.h"
+#include "runtime/kernels/cpu/window_checks.h"
 #include "runtime/op_kernel.h"
 
 namespace weft {
 namespace cpu {
 namespace {
-
-struct PoolGeometry {
-  int64_t n, h, w, c;
-  int64_t ho, wo, pad_top, pad_left;
-  int64_t k, stride;
-  TensorShape OutputShape() const { return TensorShape{n, ho, wo, c}; }
-  // The window of output (oh, ow), clipped to the input: rows [i0, i1), cols [j0, j1).
-  void Window(int64_t oh, int64_t ow, int64_t* i0, int64_t* i1, int64_t* j0, int64_t* j1) const {
-    const int64_t ih = oh * stride - pad_top, iw = ow * stride - pad_left;
-    *i0 = std::max<int64_t>(ih, 0);
-    *i1 = std::min<int64_t>(ih + k, h);
-    *j0 = std::max<int64_t>(iw, 0);
-    *j1 = std::min<int64_t>(iw + k, w);
-  }
-};
-
-absl::StatusOr<PoolGeometry> ComputeGeometry(const Tensor& x, const PoolParams& p) {
-  if (x.shape().rank() != 4) {
-    return absl::InvalidArgumentError(absl::StrCat("x must have rank 4 (NHWC), got ", x.shape().DebugString()));
-  }
-  PoolGeometry g;
-  g.n = x.shape().dim(0);
-  g.h = x.shape().dim(1);
-  g.w = x.shape().dim(2);
-  g.c = x.shape().dim(3);
-  g.k = p.ksize;
-  g.stride = p.stride;
-  auto wh = ComputeWindow(g.h, g.k, g.stride, p.padding, "input height");
-  if (!wh.ok()) return wh.status();
-  auto ww = ComputeWindow(g.w, g.k, g.stride, p.padding, "input width");
-  if (!ww.ok()) return ww.status();
-  g.ho = wh->out;
-  g.wo = ww->out;
-  g.pad_top = wh->pad_before;
-  g.pad_left = ww->pad_before;
-  return g;
-}
 
 // best[c] = max(best[c], s[c]). Separate functions with restrict-qualified
 // parameters so gcc vectorises the channel loops without alias checks.
@@ -94,7 +58,7 @@ class MaxPoolOp : public PoolOpBase {
   using PoolOpBase::PoolOpBase;
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
-    auto geo = ComputeGeometry(x, params_);
+    auto geo = ComputePoolGeometry(x, params_);
     OP_REQUIRES_OK(ctx, geo.status());
     const PoolGeometry& g = *geo;
     Tensor* out = ctx->allocate_output(0, DType::kFloat32, g.OutputShape());
@@ -131,15 +95,10 @@ class MaxPoolGradOp : public PoolOpBase {
     const Tensor& x = ctx->input(0);
     const Tensor& y = ctx->input(1);
     const Tensor& grad = ctx->input(2);
-    auto geo = ComputeGeometry(x, params_);
+    auto geo = ComputePoolGeometry(x, params_);
     OP_REQUIRES_OK(ctx, geo.status());
     const PoolGeometry& g = *geo;
-    for (const Tensor* t : {&y, &grad}) {
-      OP_REQUIRES(ctx, t->shape() == g.OutputShape(),
-                  absl::InvalidArgumentError(absl::StrCat(t == &y ? "y " : "gradient ", t->shape().DebugString(),
-                                                          " does not match the pooling output ",
-                                                          g.OutputShape().DebugString())));
-    }
+    OP_REQUIRES_OK(ctx, CheckPoolGradInputs(g, y, grad));
     Tensor* out = ctx->allocate_output(0, DType::kFloat32, x.shape());
     if (out == nullptr || out->NumElements() == 0) return;
     float* dx = out->data<float>();

@@ -10,7 +10,12 @@
 // |gpu - cpu| <= atol + rtol |cpu|; integers and bools exactly. Error cases
 // must fail on both devices with the same code.
 //
+// The convolutions and max pooling run every case through both of their GPU
+// paths, cuDNN and the fallback (im2col + cuBLAS, CUDA pooling kernels),
+// flipping gpu_kernels::SetUseCudnn in between, and check which path ran.
+//
 // Without a GPU every test skips.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -30,6 +35,7 @@
 #include "runtime/device.h"
 #include "runtime/gpu/gpu_device.h"
 #include "runtime/gpu/gpu_test_util.h"
+#include "runtime/kernels/cuda/cudnn_conv.h"
 #include "runtime/op_kernel.h"
 #include "runtime/resource_mgr.h"
 #include "runtime/testing/test_util.h"
@@ -262,17 +268,18 @@ std::string Describe(const std::string& op, const std::vector<Tensor>& inputs) {
   return s + ")";
 }
 
-// Runs `op` on both devices and compares every output. With unknown_dims
-// the placeholders hide the shapes, for cases only a kernel can reject.
-// check_poison: the outputs must land in the poisoned blocks (not for Const,
-// whose value is copied to the device when its kernel is built).
-void ExpectGpuMatchesCpu(const std::string& op, const std::vector<Tensor>& inputs, const AttrList& attrs = {},
-                         Tolerance tol = kElementwise, bool unknown_dims = false, int64_t step_id = 1,
-                         bool check_poison = true) {
+// Runs `op` on both devices: with unknown_dims the placeholders hide the
+// shapes, for cases only a kernel can reject. check_poison: the outputs must
+// land in the poisoned blocks (not for Const, whose value is copied to the
+// device when its kernel is built). Sets *ok once both devices agreed on the
+// status; then `cpu` holds the CPU's outputs and `gpu` the GPU's, copied to
+// the host (both empty when the op failed).
+void RunOnBothDevices(const std::string& op, const std::vector<Tensor>& inputs, const AttrList& attrs,
+                      bool unknown_dims, int64_t step_id, bool check_poison, std::vector<Tensor>* cpu_out,
+                      std::vector<Tensor>* gpu_out, bool* ok) {
+  *ok = false;
   GpuDevice* gpu = gpu::TestGpu();
-  if (gpu == nullptr) GTEST_SKIP() << "no GPU";
-  const std::string what = Describe(op, inputs);
-  SCOPED_TRACE(what);
+  ASSERT_NE(gpu, nullptr);
   OpUnderTest t(op, inputs, attrs, unknown_dims);
   ASSERT_TRUE(t.status().ok()) << t.status()
                                 << (unknown_dims ? "\n(an error case the graph rejects never reaches a kernel)" : "");
@@ -280,16 +287,33 @@ void ExpectGpuMatchesCpu(const std::string& op, const std::vector<Tensor>& input
   std::vector<Tensor> dev_in = ToDeviceAll(gpu, inputs);
   KernelRun dev = t.RunGpu(dev_in, cpu.status.ok() ? cpu.outputs : std::vector<Tensor>{}, step_id);
   ASSERT_EQ(cpu.status.code(), dev.status.code()) << "cpu: " << cpu.status << "\ngpu: " << dev.status;
-  if (!cpu.status.ok()) return;
-  ASSERT_EQ(cpu.outputs.size(), dev.outputs.size());
-  for (size_t i = 0; i < cpu.outputs.size(); ++i) {
-    ASSERT_TRUE(dev.outputs[i].IsInitialized()) << "output " << i << " not set";
-    EXPECT_TRUE(!check_poison || t.WasPoisoned(dev.outputs[i], dev_in))
-        << "output " << i << " was not allocated in poisoned memory; the allocator did not reuse the block";
-    auto host = gpu::ToHost(gpu, dev.outputs[i]);
-    ASSERT_TRUE(host.ok()) << host.status();
-    ExpectMatches(cpu.outputs[i], *host, tol, absl::StrCat(what, " output ", i));
+  if (cpu.status.ok()) {
+    ASSERT_EQ(cpu.outputs.size(), dev.outputs.size());
+    for (size_t i = 0; i < cpu.outputs.size(); ++i) {
+      ASSERT_TRUE(dev.outputs[i].IsInitialized()) << "output " << i << " not set";
+      EXPECT_TRUE(!check_poison || t.WasPoisoned(dev.outputs[i], dev_in))
+          << "output " << i << " was not allocated in poisoned memory; the allocator did not reuse the block";
+      auto host = gpu::ToHost(gpu, dev.outputs[i]);
+      ASSERT_TRUE(host.ok()) << host.status();
+      cpu_out->push_back(cpu.outputs[i]);
+      gpu_out->push_back(*std::move(host));
+    }
   }
+  *ok = true;
+}
+
+// Runs `op` on both devices (see RunOnBothDevices) and compares every output.
+void ExpectGpuMatchesCpu(const std::string& op, const std::vector<Tensor>& inputs, const AttrList& attrs = {},
+                         Tolerance tol = kElementwise, bool unknown_dims = false, int64_t step_id = 1,
+                         bool check_poison = true) {
+  if (gpu::TestGpu() == nullptr) GTEST_SKIP() << "no GPU";
+  const std::string what = Describe(op, inputs);
+  SCOPED_TRACE(what);
+  std::vector<Tensor> cpu, gpu;
+  bool ok = false;
+  RunOnBothDevices(op, inputs, attrs, unknown_dims, step_id, check_poison, &cpu, &gpu, &ok);
+  if (!ok) return;
+  for (size_t i = 0; i < cpu.size(); ++i) ExpectMatches(cpu[i], gpu[i], tol, absl::StrCat(what, " output ", i));
 }
 
 void ExpectBothFail(const std::string& op, const std::vector<Tensor>& inputs, const AttrList& attrs = {}) {
@@ -520,39 +544,159 @@ TEST(GpuKernelTest, MatMulEveryTranspose) {
   ExpectBothFail("MatMul", {Rand({3, 4}), Rand({5, 2})});
 }
 
+// Sets the process-wide cuDNN switch for a scope.
+class ScopedCudnn {
+ public:
+  explicit ScopedCudnn(bool use) : saved_(UseCudnn()) { SetUseCudnn(use); }
+  ~ScopedCudnn() { SetUseCudnn(saved_); }
+  ScopedCudnn(const ScopedCudnn&) = delete;
+  ScopedCudnn& operator=(const ScopedCudnn&) = delete;
+
+ private:
+  const bool saved_;
+};
+
+// TensorFlow's padding of one dimension is symmetric (cuDNN can run it).
+bool Symmetric(int64_t in, int64_t k, int64_t stride, Padding padding) {
+  const WindowDim d = *ComputeWindow(in, k, stride, padding, "dim");
+  return d.pad_before == d.pad_after;
+}
+
 struct ConvCase {
   int64_t n, h, w, cin, kh, kw, cout, stride;
   const char* padding;
 };
 
-TEST(GpuKernelTest, ConvolutionAndBackprops) {
+TEST(GpuKernelTest, ConvolutionAndBackpropsOnBothPaths) {
   SKIP_WITHOUT_GPU();
-  for (const ConvCase& c : std::vector<ConvCase>{
-           {2, 5, 5, 3, 3, 3, 4, 1, "VALID"},
-           {2, 7, 7, 3, 3, 3, 4, 2, "SAME"},  // asymmetric padding
-           {1, 6, 6, 2, 2, 2, 3, 2, "SAME"},
-           {2, 4, 5, 3, 2, 3, 2, 1, "SAME"},  // non-square filter
-           {3, 8, 8, 4, 1, 1, 5, 1, "VALID"},  // pointwise: a plain GEMM
-           {2, 9, 9, 3, 1, 1, 4, 2, "SAME"},   // 1x1 with stride: patches
-           {64, 28, 28, 1, 3, 3, 16, 1, "SAME"},
-           {64, 14, 14, 16, 3, 3, 32, 1, "SAME"},
-           {0, 5, 5, 3, 3, 3, 4, 1, "SAME"},
-       }) {
-    const ConvParams p{c.stride, c.padding[0] == 'S' ? Padding::kSame : Padding::kValid};
-    const int64_t ho = ComputeWindow(c.h, c.kh, c.stride, p.padding, "h")->out;
-    const int64_t wo = ComputeWindow(c.w, c.kw, c.stride, p.padding, "w")->out;
-    Tensor x = Rand({c.n, c.h, c.w, c.cin});
-    Tensor f = Rand({c.kh, c.kw, c.cin, c.cout});
-    Tensor g = Rand({c.n, ho, wo, c.cout});
-    const AttrList attrs = {Attr("stride", c.stride), Attr("padding", std::string(c.padding))};
-    ExpectGpuMatchesCpu("Conv2D", {x, f}, attrs, kGemm);
-    ExpectGpuMatchesCpu("Conv2DBackpropInput", {x, f, g}, attrs, kGemm);
-    ExpectGpuMatchesCpu("Conv2DBackpropFilter", {x, f, g}, attrs, Tolerance{1e-3, 1e-4});
+  for (bool cudnn : {true, false}) {
+    ScopedCudnn use(cudnn);
+    SCOPED_TRACE(cudnn ? "cuDNN on" : "cuDNN off");
+    for (const ConvCase& c : std::vector<ConvCase>{
+             // Symmetric padding: cuDNN when it is on.
+             {2, 5, 5, 3, 3, 3, 4, 1, "VALID"},
+             {2, 8, 8, 3, 3, 3, 4, 1, "SAME"},   // 3x3 stride 1: one on each side
+             {1, 9, 9, 2, 5, 5, 3, 1, "SAME"},   // 5x5: two on each side
+             {2, 9, 9, 3, 3, 3, 4, 2, "VALID"},  // stride 2
+             {2, 7, 7, 3, 3, 3, 4, 2, "SAME"},   // stride 2, total padding 2
+             {1, 6, 6, 2, 2, 2, 3, 2, "SAME"},   // total padding 0
+             {2, 9, 9, 3, 1, 1, 4, 2, "SAME"},   // 1x1 with stride
+             {1, 6, 6, 1, 3, 3, 1, 1, "SAME"},   // one channel in and out
+             {3, 5, 7, 1, 3, 3, 8, 1, "VALID"},  // one input channel, non-square input
+             {64, 28, 28, 1, 3, 3, 16, 1, "SAME"},
+             {64, 14, 14, 16, 3, 3, 32, 1, "SAME"},
+             // Asymmetric SAME (one more after): the fallback, on both settings.
+             {2, 8, 8, 3, 3, 3, 4, 2, "SAME"},
+             {2, 4, 5, 3, 2, 3, 2, 1, "SAME"},  // rows only; non-square filter
+             {1, 6, 6, 4, 4, 4, 2, 1, "SAME"},  // even window, stride 1
+             {16, 14, 14, 8, 3, 3, 8, 2, "SAME"},
+             // Pointwise: one GEMM on both settings.
+             {3, 8, 8, 4, 1, 1, 5, 1, "VALID"},
+             {1, 5, 5, 1, 1, 1, 1, 1, "SAME"},
+             // Empty batch.
+             {0, 5, 5, 3, 3, 3, 4, 1, "SAME"},
+         }) {
+      const ConvParams p{c.stride, c.padding[0] == 'S' ? Padding::kSame : Padding::kValid};
+      const int64_t ho = ComputeWindow(c.h, c.kh, c.stride, p.padding, "h")->out;
+      const int64_t wo = ComputeWindow(c.w, c.kw, c.stride, p.padding, "w")->out;
+      const bool pointwise = c.kh == 1 && c.kw == 1 && c.stride == 1;  // no padding then either
+      const bool via_cudnn = cudnn && c.n > 0 && !pointwise && Symmetric(c.h, c.kh, c.stride, p.padding) &&
+                             Symmetric(c.w, c.kw, c.stride, p.padding);
+      Tensor x = Rand({c.n, c.h, c.w, c.cin});
+      Tensor f = Rand({c.kh, c.kw, c.cin, c.cout});
+      Tensor g = Rand({c.n, ho, wo, c.cout});
+      const AttrList attrs = {Attr("stride", c.stride), Attr("padding", std::string(c.padding))};
+      const int64_t before = CudnnConvolutionCount();
+      ExpectGpuMatchesCpu("Conv2D", {x, f}, attrs, kGemm);
+      ExpectGpuMatchesCpu("Conv2DBackpropInput", {x, f, g}, attrs, kGemm);
+      ExpectGpuMatchesCpu("Conv2DBackpropFilter", {x, f, g}, attrs, Tolerance{1e-3, 1e-4});
+      EXPECT_EQ(CudnnConvolutionCount() - before, via_cudnn ? 3 : 0)
+          << Describe("Conv2D", {x, f}) << " " << c.padding << " stride " << c.stride
+          << (via_cudnn ? ": cuDNN found no acceptable algorithm (see the gpu log)" : ": cuDNN ran");
+    }
+    const AttrList attrs = {Attr("stride", int64_t{1}), Attr("padding", std::string("VALID"))};
+    ExpectBothFail("Conv2D", {Rand({1, 5, 5, 3}), Rand({3, 3, 2, 4})}, attrs);
+    ExpectBothFail("Conv2D", {Rand({1, 2, 2, 3}), Rand({3, 3, 3, 4})}, attrs);
+    ExpectBothFail("Conv2DBackpropInput", {Rand({1, 5, 5, 3}), Rand({3, 3, 3, 4}), Rand({1, 3, 3, 5})}, attrs);
   }
-  const AttrList attrs = {Attr("stride", int64_t{1}), Attr("padding", std::string("VALID"))};
-  ExpectBothFail("Conv2D", {Rand({1, 5, 5, 3}), Rand({3, 3, 2, 4})}, attrs);
-  ExpectBothFail("Conv2D", {Rand({1, 2, 2, 3}), Rand({3, 3, 3, 4})}, attrs);
-  ExpectBothFail("Conv2DBackpropInput", {Rand({1, 5, 5, 3}), Rand({3, 3, 3, 4}), Rand({1, 3, 3, 5})}, attrs);
+}
+
+// A warm convolution or pooling (same shapes again) takes its filter
+// transpose, workspace and recomputed pooling output from the allocator's
+// cache: no cudaMalloc.
+TEST(GpuKernelTest, CudnnPathAllocatesNothingNewOnceWarm) {
+  SKIP_WITHOUT_GPU();
+  ScopedCudnn use(true);
+  GpuDevice* gpu = gpu::TestGpu();
+  struct Case {
+    std::string op;
+    std::vector<Tensor> inputs;
+    AttrList attrs;
+  };
+  const AttrList conv = {Attr("stride", int64_t{1}), Attr("padding", std::string("SAME"))};
+  const AttrList pool = {Attr("ksize", int64_t{3}), Attr("stride", int64_t{1}), Attr("padding", std::string("SAME"))};
+  const std::vector<Case> cases = {
+      {"Conv2D", {Rand({8, 12, 12, 6}), Rand({3, 3, 6, 10})}, conv},
+      {"Conv2DBackpropInput", {Rand({8, 12, 12, 6}), Rand({3, 3, 6, 10}), Rand({8, 12, 12, 10})}, conv},
+      {"Conv2DBackpropFilter", {Rand({8, 12, 12, 6}), Rand({3, 3, 6, 10}), Rand({8, 12, 12, 10})}, conv},
+      {"MaxPool", {Rand({8, 12, 12, 6})}, pool},
+      {"MaxPoolGrad", {Rand({8, 12, 12, 6}), Rand({8, 12, 12, 6}), Rand({8, 12, 12, 6})}, pool},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(Describe(c.op, c.inputs));
+    OpUnderTest t(c.op, c.inputs, c.attrs);
+    ASSERT_TRUE(t.status().ok()) << t.status();
+    KernelRun cpu = t.RunCpu(c.inputs);
+    ASSERT_TRUE(cpu.status.ok()) << cpu.status;
+    const std::vector<Tensor> dev_in = ToDeviceAll(gpu, c.inputs);
+    const int64_t cudnn_before = CudnnConvolutionCount() + CudnnPoolingCount();
+    {
+      KernelRun warm = t.RunGpu(dev_in, cpu.outputs);  // chooses the algorithm, fills the cache
+      ASSERT_TRUE(warm.status.ok()) << warm.status;
+    }
+    const Allocator::Stats before = gpu->allocator()->GetStats();
+    KernelRun again = t.RunGpu(dev_in, cpu.outputs);
+    ASSERT_TRUE(again.status.ok()) << again.status;
+    const Allocator::Stats after = gpu->allocator()->GetStats();
+    EXPECT_EQ(after.system_allocs, before.system_allocs);
+    EXPECT_EQ(CudnnConvolutionCount() + CudnnPoolingCount() - cudnn_before, 2) << "both runs went through cuDNN";
+    auto host = gpu::ToHost(gpu, again.outputs[0]);
+    ASSERT_TRUE(host.ok()) << host.status();
+    ExpectMatches(cpu.outputs[0], *host, c.op == "Conv2DBackpropFilter" ? Tolerance{1e-3, 1e-4} : kGemm,
+                  "second run");
+  }
+}
+
+// No two elements equal, in about [-1, 1].
+Tensor Distinct(const TensorShape& shape) {
+  return testing::DistinctTensor(shape, NextSeed(), 2.0f / std::max<int64_t>(shape.num_elements(), 1));
+}
+
+// v + offset for every element.
+Tensor Shifted(Tensor t, float offset) {
+  for (float& v : t.flat<float>()) v += offset;
+  return t;
+}
+
+// A ReLU's output: about half zeros (where a window of zeros ties), the
+// rest distinct and positive.
+Tensor ReluOf(Tensor t) {
+  for (float& v : t.flat<float>()) v = std::max(v, 0.0f);
+  return t;
+}
+
+// Where x <= 0, v is zeroed, as ReluGrad(v, x) does.
+Tensor ReluGradOf(Tensor v, const Tensor& x) {
+  const float* xp = x.data<float>();
+  float* vp = v.data<float>();
+  for (int64_t i = 0; i < v.NumElements(); ++i) vp[i] = xp[i] > 0.0f ? vp[i] : 0.0f;
+  return v;
+}
+
+double SumOf(const Tensor& t) {
+  double s = 0;
+  for (float v : t.flat<float>()) s += v;
+  return s;
 }
 
 struct PoolCase {
@@ -560,30 +704,104 @@ struct PoolCase {
   const char* padding;
 };
 
-TEST(GpuKernelTest, MaxPoolAndGradRouteToTheFirstMaximum) {
+const std::vector<PoolCase>& PoolCases() {
+  static const auto* cases = new std::vector<PoolCase>{
+      // Symmetric padding: cuDNN when it is on.
+      {2, 8, 8, 3, 2, 2, "VALID"},
+      {2, 7, 7, 3, 2, 2, "VALID"},  // a row and column left over
+      {2, 8, 8, 5, 3, 1, "SAME"},   // overlapping windows, one on each side
+      {1, 5, 5, 2, 3, 2, "SAME"},   // one on each side, stride 2
+      {1, 9, 9, 1, 5, 1, "SAME"},   // two on each side, one channel
+      {3, 9, 9, 4, 3, 2, "VALID"},
+      {64, 28, 28, 16, 2, 2, "VALID"},
+      // Asymmetric SAME: the CUDA kernels on both settings.
+      {2, 7, 7, 3, 2, 2, "SAME"},
+      {2, 8, 8, 3, 3, 2, "SAME"},
+      {1, 6, 6, 1, 2, 1, "SAME"},
+      // Empty batch.
+      {0, 4, 4, 2, 2, 2, "VALID"},
+  };
+  return *cases;
+}
+
+TEST(GpuKernelTest, MaxPoolAndGradOnBothPaths) {
   SKIP_WITHOUT_GPU();
-  for (const PoolCase& c : std::vector<PoolCase>{
-           {2, 7, 7, 3, 2, 2, "VALID"},
-           {2, 7, 7, 3, 2, 2, "SAME"},
-           {2, 8, 8, 5, 3, 1, "SAME"},  // overlapping windows
-           {1, 5, 5, 2, 3, 2, "SAME"},
-           {64, 28, 28, 16, 2, 2, "VALID"},
-           {0, 4, 4, 2, 2, 2, "VALID"},
-       }) {
-    const Padding pad = c.padding[0] == 'S' ? Padding::kSame : Padding::kValid;
-    const int64_t ho = ComputeWindow(c.h, c.k, c.stride, pad, "h")->out;
-    const int64_t wo = ComputeWindow(c.w, c.k, c.stride, pad, "w")->out;
-    const AttrList attrs = {Attr("ksize", c.k), Attr("stride", c.stride), Attr("padding", std::string(c.padding))};
-    // Continuous values, then a ReLU-like input where most windows tie.
-    for (Tensor x : {Rand({c.n, c.h, c.w, c.c}), RandSteps({c.n, c.h, c.w, c.c}, -2, 1)}) {
+  for (bool cudnn : {true, false}) {
+    ScopedCudnn use(cudnn);
+    SCOPED_TRACE(cudnn ? "cuDNN on" : "cuDNN off");
+    for (const PoolCase& c : PoolCases()) {
+      const Padding pad = c.padding[0] == 'S' ? Padding::kSame : Padding::kValid;
+      const int64_t ho = ComputeWindow(c.h, c.k, c.stride, pad, "h")->out;
+      const int64_t wo = ComputeWindow(c.w, c.k, c.stride, pad, "w")->out;
+      const bool via_cudnn =
+          cudnn && c.n > 0 && Symmetric(c.h, c.k, c.stride, pad) && Symmetric(c.w, c.k, c.stride, pad);
+      const AttrList attrs = {Attr("ksize", c.k), Attr("stride", c.stride), Attr("padding", std::string(c.padding))};
+      const TensorShape xs{c.n, c.h, c.w, c.c}, ys{c.n, ho, wo, c.c};
+      Tensor y(DType::kFloat32, ys);  // only its shape is read
+      const int64_t before = CudnnPoolingCount();
+      // Without ties every path routes the same way. All negative: padding
+      // must never win a maximum.
+      for (const Tensor& x : {Distinct(xs), Shifted(Distinct(xs), -2.0f)}) {
+        ExpectGpuMatchesCpu("MaxPool", {x}, attrs, kExact);
+        ExpectGpuMatchesCpu("MaxPoolGrad", {x, y, Rand(ys)}, attrs, kElementwise);
+      }
+      // After a ReLU, windows of zeros tie. Where the gradient of such a
+      // window goes may differ (see gpu_matmul_conv_kernels.cc), but
+      // ReluGrad then zeroes it wherever it went, so that must match.
+      {
+        Tensor x = ReluOf(Distinct(xs));
+        ExpectGpuMatchesCpu("MaxPool", {x}, attrs, kExact);
+        std::vector<Tensor> cpu, gpu;
+        bool ok = false;
+        RunOnBothDevices("MaxPoolGrad", {x, y, Rand(ys)}, attrs, false, 1, true, &cpu, &gpu, &ok);
+        if (ok && !cpu.empty()) {
+          ExpectMatches(ReluGradOf(cpu[0], x), ReluGradOf(gpu[0], x), kElementwise, "ReluGrad(MaxPoolGrad)");
+        }
+      }
+      EXPECT_EQ(CudnnPoolingCount() - before, via_cudnn ? 6 : 0) << c.padding << " ksize " << c.k;
+    }
+    const AttrList attrs = {Attr("ksize", int64_t{2}), Attr("stride", int64_t{2}),
+                            Attr("padding", std::string("VALID"))};
+    ExpectBothFail("MaxPool", {Rand({1, 1, 4, 2})}, attrs);
+    ExpectBothFail("MaxPoolGrad", {Rand({1, 4, 4, 2}), Rand({1, 2, 2, 2}), Rand({1, 2, 3, 2})}, attrs);
+  }
+}
+
+// Many ties (values from {-2, -1, 0, 1}). The CUDA kernels route each
+// window's gradient to its first maximum, as the CPU does. cuDNN picks one
+// of the tied positions its own way: the values it routes must still add up
+// to the gradient's total, each window's gradient going to exactly one place.
+TEST(GpuKernelTest, MaxPoolGradTies) {
+  SKIP_WITHOUT_GPU();
+  for (bool cudnn : {false, true}) {
+    ScopedCudnn use(cudnn);
+    SCOPED_TRACE(cudnn ? "cuDNN on" : "cuDNN off");
+    for (const PoolCase& c : PoolCases()) {
+      const Padding pad = c.padding[0] == 'S' ? Padding::kSame : Padding::kValid;
+      const int64_t ho = ComputeWindow(c.h, c.k, c.stride, pad, "h")->out;
+      const int64_t wo = ComputeWindow(c.w, c.k, c.stride, pad, "w")->out;
+      const bool first_maximum =
+          !cudnn || !(Symmetric(c.h, c.k, c.stride, pad) && Symmetric(c.w, c.k, c.stride, pad));
+      const AttrList attrs = {Attr("ksize", c.k), Attr("stride", c.stride), Attr("padding", std::string(c.padding))};
+      const TensorShape xs{c.n, c.h, c.w, c.c}, ys{c.n, ho, wo, c.c};
+      Tensor x = RandSteps(xs, -2, 1);
+      Tensor y(DType::kFloat32, ys);
+      // Gradients in steps of 1/8: their sums are exact in float.
+      Tensor g = RandSteps(ys, -8, 8);
+      for (float& v : g.flat<float>()) v /= 8.0f;
       ExpectGpuMatchesCpu("MaxPool", {x}, attrs, kExact);
-      Tensor y(DType::kFloat32, TensorShape{c.n, ho, wo, c.c});  // only its shape is read
-      ExpectGpuMatchesCpu("MaxPoolGrad", {x, y, Rand({c.n, ho, wo, c.c})}, attrs, kElementwise);
+      if (first_maximum) {
+        ExpectGpuMatchesCpu("MaxPoolGrad", {x, y, g}, attrs, kExact);
+        continue;
+      }
+      std::vector<Tensor> cpu, gpu;
+      bool ok = false;
+      RunOnBothDevices("MaxPoolGrad", {x, y, g}, attrs, false, 1, true, &cpu, &gpu, &ok);
+      if (!ok || cpu.empty()) continue;
+      EXPECT_EQ(SumOf(gpu[0]), SumOf(g)) << c.padding << " ksize " << c.k << " stride " << c.stride;
+      EXPECT_EQ(SumOf(cpu[0]), SumOf(g));
     }
   }
-  const AttrList attrs = {Attr("ksize", int64_t{2}), Attr("stride", int64_t{2}), Attr("padding", std::string("VALID"))};
-  ExpectBothFail("MaxPool", {Rand({1, 1, 4, 2})}, attrs);
-  ExpectBothFail("MaxPoolGrad", {Rand({1, 4, 4, 2}), Rand({1, 2, 2, 2}), Rand({1, 2, 3, 2})}, attrs);
 }
 
 // ---- Array and state ops -------------------------------------------------------------

@@ -129,6 +129,13 @@ cudaError_t LaunchMaxPool(const WindowGeometry& g, const float* x, float* y, cud
 cudaError_t LaunchMaxPoolGrad(const WindowGeometry& g, const float* x, const float* grad, float* dx,
                               cudaStream_t stream);
 
+// ---- transpose.cu --------------------------------------------------------------------
+
+// out [cols, rows] = in [rows, cols]^T, both row-major. A filter
+// [KH, KW, Cin, Cout] (HWIO) with rows = KH * KW * Cin, cols = Cout becomes
+// [Cout, KH, KW, Cin] (OHWI), and back with rows and cols swapped.
+cudaError_t LaunchTranspose(const float* in, float* out, int64_t rows, int64_t cols, cudaStream_t stream);
+
 }  // namespace gpu_kernels
 }  // namespace weft
 

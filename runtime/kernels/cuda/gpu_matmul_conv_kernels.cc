@@ -1,26 +1,54 @@
 // GPU MatMul, Conv2D with its backprops, MaxPool and MaxPoolGrad.
 //
 // Matrix products run in cuBLAS (FP32, on the device's handle and stream).
-// The convolutions mirror the CPU kernels (runtime/kernels/cpu/conv_kernels.cc:
-// NHWC input, HWIO filter): an im2col launch and one GEMM, whose [K, Cout]
-// filter view is the HWIO tensor itself, so no filter transpose is needed and
-// every padding the CPU accepts (TensorFlow's asymmetric SAME included) is
-// handled the same way. The patch matrix comes from the device allocator in
-// chunks of images of at most kScratchFloats.
+//
+// Convolutions (NHWC input, HWIO filter, as on the CPU) and max pooling have
+// two paths, chosen per call:
+//
+// - cuDNN (cudnn_conv.h), where the padding is symmetric: VALID, and SAME
+//   whenever its total padding is even (stride 1 with an odd window, say).
+//   Algorithms are deterministic and FP32-exact (no TF32), picked once per
+//   shape by cuDNN's heuristics.
+// - Otherwise, and when cuDNN is switched off or has no acceptable
+//   algorithm: TensorFlow's asymmetric SAME, which cuDNN cannot express
+//   (it pads both sides equally), goes through im2col + cuBLAS and the
+//   CUDA pooling kernels of conv_pool.cu, which mirror the CPU kernels
+//   exactly. A 1x1, stride-1 convolution is a single GEMM either way.
+//
+// The switch: gpu_kernels::SetUseCudnn(bool), process-wide and read once
+// per Compute, so tests and benchmarks can run both paths in one process;
+// the environment variable WEFT_CUDNN=0 turns cuDNN off from the start.
+//
+// The fallback convolutions: an im2col launch and one GEMM, whose [K, Cout]
+// filter view is the HWIO tensor itself, so no filter transpose is needed.
+// The patch matrix comes from the device allocator in chunks of images of
+// at most kScratchFloats.
 //
 //   forward:      Y[rows, Cout] = patches * F[K, Cout]
 //   input grad:   dpatches      = G * F^T, gathered back per input element
 //   filter grad:  dF            = sum over chunks of patches^T * G
 //
-// MaxPool(Grad) are plain CUDA kernels (conv_pool.cu): cuDNN's pooling pads
-// symmetrically and routes a tied maximum's gradient its own way, while the
-// CPU kernel pads TensorFlow's way and routes to the first maximum.
+// MaxPool on either path returns the CPU's values: padding never wins and
+// NaN inputs are skipped. MaxPoolGrad sends each window's gradient to one
+// position holding the window's maximum. The CPU and the CUDA kernel choose
+// the first such position in row-major window order; cuDNN makes its own
+// choice when several positions tie, so on ties the two devices may put a
+// window's gradient in different places (the same total, in another
+// element). With continuous inputs ties have probability ~0. In practice
+// they come from a ReLU before the pool: a window of zeros whose maximum is
+// 0. There the routed gradient lands on an input the ReLU clipped, and
+// ReluGrad (which passes the gradient only where the ReLU input is > 0)
+// zeroes it whichever position got it, so the gradient reaching the layer
+// below is the same. Ties among equal positive values (duplicated or
+// saturated inputs) would give a different, equally valid subgradient.
 #include <algorithm>
 #include <climits>
 
 #include "absl/strings/str_cat.h"
 #include "graph/ops/window_geometry.h"
 #include "runtime/kernels/cpu/kernel_util.h"
+#include "runtime/kernels/cpu/window_checks.h"
+#include "runtime/kernels/cuda/cudnn_conv.h"
 #include "runtime/kernels/cuda/gpu_kernel_util.h"
 #include "runtime/kernels/cuda/gpu_launch.h"
 #include "runtime/op_kernel.h"
@@ -90,55 +118,28 @@ class MatMulOp : public OpKernel {
 
 // ---- Convolution -------------------------------------------------------------------
 
-struct ConvGeometry {
-  WindowGeometry w;  // c: input channels
-  int64_t cout;
-  int64_t k() const { return w.kh * w.kw * w.c; }
-  int64_t patches() const { return w.ho * w.wo; }
-  bool IsPointwise() const {
-    return w.kh == 1 && w.kw == 1 && w.stride == 1 && w.pad_top == 0 && w.pad_left == 0;
-  }
-  TensorShape OutputShape() const { return TensorShape{w.n, w.ho, w.wo, cout}; }
-  int64_t ImagesPerChunk() const {
-    return std::max<int64_t>(1, kScratchFloats / std::max<int64_t>(1, patches() * k()));
-  }
-};
+using cpu::ConvGeometry;
+using cpu::PoolGeometry;
 
-// The CPU's geometry and messages (conv_kernels.cc).
-absl::StatusOr<ConvGeometry> ComputeConvGeometry(const Tensor& x, const Tensor& f, const ConvParams& p) {
-  if (x.shape().rank() != 4) {
-    return absl::InvalidArgumentError(absl::StrCat("x must have rank 4 (NHWC), got ", x.shape().DebugString()));
-  }
-  if (f.shape().rank() != 4) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("filter must have rank 4 (HWIO), got ", f.shape().DebugString()));
-  }
-  ConvGeometry g;
-  g.w.n = x.shape().dim(0);
-  g.w.h = x.shape().dim(1);
-  g.w.w = x.shape().dim(2);
-  g.w.c = x.shape().dim(3);
-  g.w.kh = f.shape().dim(0);
-  g.w.kw = f.shape().dim(1);
-  g.cout = f.shape().dim(3);
-  g.w.stride = p.stride;
-  if (f.shape().dim(2) != g.w.c) {
-    return absl::InvalidArgumentError(absl::StrCat("x ", x.shape().DebugString(), " has ", g.w.c,
-                                                   " channels but filter ", f.shape().DebugString(), " expects ",
-                                                   f.shape().dim(2)));
-  }
-  if (g.w.kh < 1 || g.w.kw < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("filter ", f.shape().DebugString(), " has an empty window"));
-  }
-  auto wh = ComputeWindow(g.w.h, g.w.kh, g.w.stride, p.padding, "input height");
-  if (!wh.ok()) return wh.status();
-  auto ww = ComputeWindow(g.w.w, g.w.kw, g.w.stride, p.padding, "input width");
-  if (!ww.ok()) return ww.status();
-  g.w.ho = wh->out;
-  g.w.wo = ww->out;
-  g.w.pad_top = wh->pad_before;
-  g.w.pad_left = ww->pad_before;
-  return g;
+// The fallback kernels' view of a convolution.
+WindowGeometry Window(const ConvGeometry& g) {
+  WindowGeometry w;
+  w.n = g.n;
+  w.h = g.h;
+  w.w = g.w;
+  w.c = g.cin;
+  w.kh = g.kh;
+  w.kw = g.kw;
+  w.ho = g.ho;
+  w.wo = g.wo;
+  w.pad_top = g.pad_top;
+  w.pad_left = g.pad_left;
+  w.stride = g.stride;
+  return w;
+}
+
+int64_t ImagesPerChunk(const ConvGeometry& g) {
+  return std::max<int64_t>(1, kScratchFloats / std::max<int64_t>(1, g.patches() * g.k()));
 }
 
 class ConvOpBase : public OpKernel {
@@ -147,16 +148,15 @@ class ConvOpBase : public OpKernel {
 
  protected:
   absl::StatusOr<ConvGeometry> Geometry(OpKernelContext* ctx, bool with_grad) const {
-    auto g = ComputeConvGeometry(ctx->input(0), ctx->input(1), params_);
+    auto g = cpu::ComputeConvGeometry(ctx->input(0), ctx->input(1), params_);
     if (!g.ok() || !with_grad) return g;
-    const Tensor& grad = ctx->input(2);
-    if (grad.shape() != g->OutputShape()) {
-      return absl::InvalidArgumentError(absl::StrCat("gradient ", grad.shape().DebugString(),
-                                                     " does not match the convolution's output ",
-                                                     g->OutputShape().DebugString()));
-    }
+    if (absl::Status s = cpu::CheckConvGradient(*g, ctx->input(2)); !s.ok()) return s;
     return g;
   }
+
+  // Whether this call goes to cuDNN: switched on, symmetric padding, and
+  // not a pointwise convolution, which is one GEMM already.
+  static bool ForCudnn(const ConvGeometry& g) { return UseCudnn() && !g.IsPointwise() && CudnnCanConvolve(g); }
 
   ConvParams params_;
 };
@@ -179,16 +179,22 @@ class Conv2DOp : public ConvOpBase {
       return;
     }
     if (g.IsPointwise()) {
-      OP_REQUIRES_OK(ctx, RowMajorGemm(blas, false, false, g.w.n * g.patches(), g.cout, g.w.c, x, g.w.c, f, g.cout,
-                                       y, g.cout, false));
+      OP_REQUIRES_OK(ctx, RowMajorGemm(blas, false, false, g.n * g.patches(), g.cout, g.cin, x, g.cin, f, g.cout, y,
+                                       g.cout, false));
       return;
     }
-    const int64_t per = std::min(g.w.n, g.ImagesPerChunk());
+    if (ForCudnn(g)) {
+      auto ran = CudnnConv2D(ctx, g, x, f, y);
+      OP_REQUIRES_OK(ctx, ran.status());
+      if (*ran) return;
+    }
+    const WindowGeometry w = Window(g);
+    const int64_t per = std::min(g.n, ImagesPerChunk(g));
     Tensor scratch = Scratch(ctx, per * g.patches() * g.k());
-    for (int64_t n0 = 0; n0 < g.w.n; n0 += per) {
-      const int64_t n1 = std::min(g.w.n, n0 + per);
+    for (int64_t n0 = 0; n0 < g.n; n0 += per) {
+      const int64_t n1 = std::min(g.n, n0 + per);
       const int64_t rows = (n1 - n0) * g.patches();
-      OP_REQUIRES_CUDA(ctx, LaunchIm2Col(g.w, x, n0, n1, scratch.data<float>(), Stream(ctx)), "Im2Col kernel");
+      OP_REQUIRES_CUDA(ctx, LaunchIm2Col(w, x, n0, n1, scratch.data<float>(), Stream(ctx)), "Im2Col kernel");
       OP_REQUIRES_OK(ctx, RowMajorGemm(blas, false, false, rows, g.cout, g.k(), scratch.data<float>(), g.k(), f,
                                        g.cout, y + n0 * g.patches() * g.cout, g.cout, false));
     }
@@ -214,18 +220,24 @@ class Conv2DBackpropInputOp : public ConvOpBase {
       return;
     }
     if (g.IsPointwise()) {
-      OP_REQUIRES_OK(ctx, RowMajorGemm(blas, false, true, g.w.n * g.patches(), g.w.c, g.cout, grad, g.cout, f,
-                                       g.cout, dx, g.w.c, false));
+      OP_REQUIRES_OK(ctx, RowMajorGemm(blas, false, true, g.n * g.patches(), g.cin, g.cout, grad, g.cout, f, g.cout,
+                                       dx, g.cin, false));
       return;
     }
-    const int64_t per = std::min(g.w.n, g.ImagesPerChunk());
+    if (ForCudnn(g)) {
+      auto ran = CudnnConv2DBackpropInput(ctx, g, f, grad, dx);
+      OP_REQUIRES_OK(ctx, ran.status());
+      if (*ran) return;
+    }
+    const WindowGeometry w = Window(g);
+    const int64_t per = std::min(g.n, ImagesPerChunk(g));
     Tensor scratch = Scratch(ctx, per * g.patches() * g.k());
-    for (int64_t n0 = 0; n0 < g.w.n; n0 += per) {
-      const int64_t n1 = std::min(g.w.n, n0 + per);
+    for (int64_t n0 = 0; n0 < g.n; n0 += per) {
+      const int64_t n1 = std::min(g.n, n0 + per);
       const int64_t rows = (n1 - n0) * g.patches();
       OP_REQUIRES_OK(ctx, RowMajorGemm(blas, false, true, rows, g.k(), g.cout, grad + n0 * g.patches() * g.cout,
                                        g.cout, f, g.cout, scratch.data<float>(), g.k(), false));
-      OP_REQUIRES_CUDA(ctx, LaunchCol2Im(g.w, scratch.data<float>(), n0, n1, dx, Stream(ctx)), "Col2Im kernel");
+      OP_REQUIRES_CUDA(ctx, LaunchCol2Im(w, scratch.data<float>(), n0, n1, dx, Stream(ctx)), "Col2Im kernel");
     }
   }
 };
@@ -243,22 +255,28 @@ class Conv2DBackpropFilterOp : public ConvOpBase {
     const float* x = ctx->input(0).data<float>();
     const float* grad = ctx->input(2).data<float>();
     cublasHandle_t blas = Gpu(ctx)->cublas();
-    if (g.w.n == 0 || g.patches() == 0) {
+    if (g.n == 0 || g.patches() == 0) {
       OP_REQUIRES_CUDA(ctx, cudaMemsetAsync(df, 0, out->TotalBytes(), Stream(ctx)),
                        "cudaMemsetAsync (Conv2DBackpropFilter)");
       return;
     }
     if (g.IsPointwise()) {
-      OP_REQUIRES_OK(ctx, RowMajorGemm(blas, true, false, g.w.c, g.cout, g.w.n * g.patches(), x, g.w.c, grad,
-                                       g.cout, df, g.cout, false));
+      OP_REQUIRES_OK(ctx, RowMajorGemm(blas, true, false, g.cin, g.cout, g.n * g.patches(), x, g.cin, grad, g.cout,
+                                       df, g.cout, false));
       return;
     }
-    const int64_t per = std::min(g.w.n, g.ImagesPerChunk());
+    if (ForCudnn(g)) {
+      auto ran = CudnnConv2DBackpropFilter(ctx, g, x, grad, df);
+      OP_REQUIRES_OK(ctx, ran.status());
+      if (*ran) return;
+    }
+    const WindowGeometry w = Window(g);
+    const int64_t per = std::min(g.n, ImagesPerChunk(g));
     Tensor scratch = Scratch(ctx, per * g.patches() * g.k());
-    for (int64_t n0 = 0; n0 < g.w.n; n0 += per) {
-      const int64_t n1 = std::min(g.w.n, n0 + per);
+    for (int64_t n0 = 0; n0 < g.n; n0 += per) {
+      const int64_t n1 = std::min(g.n, n0 + per);
       const int64_t rows = (n1 - n0) * g.patches();
-      OP_REQUIRES_CUDA(ctx, LaunchIm2Col(g.w, x, n0, n1, scratch.data<float>(), Stream(ctx)), "Im2Col kernel");
+      OP_REQUIRES_CUDA(ctx, LaunchIm2Col(w, x, n0, n1, scratch.data<float>(), Stream(ctx)), "Im2Col kernel");
       OP_REQUIRES_OK(ctx, RowMajorGemm(blas, true, false, g.k(), g.cout, rows, scratch.data<float>(), g.k(),
                                        grad + n0 * g.patches() * g.cout, g.cout, df, g.cout, n0 > 0));
     }
@@ -267,30 +285,21 @@ class Conv2DBackpropFilterOp : public ConvOpBase {
 
 // ---- Pooling -----------------------------------------------------------------------
 
-// The CPU's geometry and messages (pool_kernels.cc).
-absl::StatusOr<WindowGeometry> ComputePoolGeometry(const Tensor& x, const PoolParams& p) {
-  if (x.shape().rank() != 4) {
-    return absl::InvalidArgumentError(absl::StrCat("x must have rank 4 (NHWC), got ", x.shape().DebugString()));
-  }
-  WindowGeometry g;
-  g.n = x.shape().dim(0);
-  g.h = x.shape().dim(1);
-  g.w = x.shape().dim(2);
-  g.c = x.shape().dim(3);
-  g.kh = g.kw = p.ksize;
-  g.stride = p.stride;
-  auto wh = ComputeWindow(g.h, p.ksize, g.stride, p.padding, "input height");
-  if (!wh.ok()) return wh.status();
-  auto ww = ComputeWindow(g.w, p.ksize, g.stride, p.padding, "input width");
-  if (!ww.ok()) return ww.status();
-  g.ho = wh->out;
-  g.wo = ww->out;
-  g.pad_top = wh->pad_before;
-  g.pad_left = ww->pad_before;
-  return g;
+// The CUDA kernels' view of a pooling window.
+WindowGeometry Window(const PoolGeometry& g) {
+  WindowGeometry w;
+  w.n = g.n;
+  w.h = g.h;
+  w.w = g.w;
+  w.c = g.c;
+  w.kh = w.kw = g.k;
+  w.ho = g.ho;
+  w.wo = g.wo;
+  w.pad_top = g.pad_top;
+  w.pad_left = g.pad_left;
+  w.stride = g.stride;
+  return w;
 }
-
-TensorShape PoolOutputShape(const WindowGeometry& g) { return TensorShape{g.n, g.ho, g.wo, g.c}; }
 
 class PoolOpBase : public OpKernel {
  public:
@@ -305,11 +314,17 @@ class MaxPoolOp : public PoolOpBase {
   using PoolOpBase::PoolOpBase;
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
-    auto geo = ComputePoolGeometry(x, params_);
+    auto geo = cpu::ComputePoolGeometry(x, params_);
     OP_REQUIRES_OK(ctx, geo.status());
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, PoolOutputShape(*geo));
+    const PoolGeometry& g = *geo;
+    Tensor* out = ctx->allocate_output(0, DType::kFloat32, g.OutputShape());
     if (out == nullptr || out->NumElements() == 0) return;
-    OP_REQUIRES_CUDA(ctx, LaunchMaxPool(*geo, x.data<float>(), out->data<float>(), Stream(ctx)), "MaxPool kernel");
+    if (UseCudnn() && CudnnCanPool(g)) {
+      OP_REQUIRES_OK(ctx, CudnnMaxPool(ctx, g, x.data<float>(), out->data<float>()));
+      return;
+    }
+    OP_REQUIRES_CUDA(ctx, LaunchMaxPool(Window(g), x.data<float>(), out->data<float>(), Stream(ctx)),
+                     "MaxPool kernel");
   }
 };
 
@@ -318,21 +333,19 @@ class MaxPoolGradOp : public PoolOpBase {
   using PoolOpBase::PoolOpBase;
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
-    const Tensor& y = ctx->input(1);
     const Tensor& grad = ctx->input(2);
-    auto geo = ComputePoolGeometry(x, params_);
+    auto geo = cpu::ComputePoolGeometry(x, params_);
     OP_REQUIRES_OK(ctx, geo.status());
-    const TensorShape want = PoolOutputShape(*geo);
-    for (const Tensor* t : {&y, &grad}) {
-      OP_REQUIRES(ctx, t->shape() == want,
-                  absl::InvalidArgumentError(absl::StrCat(t == &y ? "y " : "gradient ", t->shape().DebugString(),
-                                                          " does not match the pooling output ",
-                                                          want.DebugString())));
-    }
+    const PoolGeometry& g = *geo;
+    OP_REQUIRES_OK(ctx, cpu::CheckPoolGradInputs(g, ctx->input(1), grad));
     Tensor* out = ctx->allocate_output(0, DType::kFloat32, x.shape());
     if (out == nullptr || out->NumElements() == 0) return;
+    if (UseCudnn() && CudnnCanPool(g)) {
+      OP_REQUIRES_OK(ctx, CudnnMaxPoolGrad(ctx, g, x.data<float>(), grad.data<float>(), out->data<float>()));
+      return;
+    }
     OP_REQUIRES_CUDA(ctx,
-                     LaunchMaxPoolGrad(*geo, x.data<float>(), grad.data<float>(), out->data<float>(), Stream(ctx)),
+                     LaunchMaxPoolGrad(Window(g), x.data<float>(), grad.data<float>(), out->data<float>(), Stream(ctx)),
                      "MaxPoolGrad kernel");
   }
 };

@@ -1,0 +1,423 @@
+#include "runtime/kernels/cuda/cudnn_conv.h"
+
+#include <cudnn.h>
+
+#include <array>
+#include <atomic>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "runtime/kernels/cuda/gpu_kernel_util.h"
+#include "runtime/kernels/cuda/gpu_launch.h"
+
+namespace weft {
+namespace gpu_kernels {
+namespace {
+
+std::atomic<bool>& UseCudnnFlag() {
+  static std::atomic<bool> flag([] {
+    const char* env = std::getenv("WEFT_CUDNN");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }());
+  return flag;
+}
+
+std::atomic<int64_t> convolutions{0};
+std::atomic<int64_t> poolings{0};
+
+// cuDNN's legacy API indexes tensors with 32-bit integers.
+bool FitsInt(std::initializer_list<int64_t> dims) {
+  int64_t elements = 1;
+  for (int64_t d : dims) {
+    if (d < 1 || d > INT_MAX) return false;
+    elements *= d;
+    if (elements > INT_MAX) return false;
+  }
+  return true;
+}
+
+// ---- RAII descriptors ----------------------------------------------------------------
+
+class TensorDesc {
+ public:
+  TensorDesc() = default;
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+  ~TensorDesc() {
+    if (d_ != nullptr) cudnnDestroyTensorDescriptor(d_);
+  }
+  // A float tensor [n, h, w, c] in NHWC. cuDNN takes the dims as n, c, h, w
+  // whatever the format.
+  absl::Status Init(int64_t n, int64_t h, int64_t w, int64_t c) {
+    WEFT_CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&d_));
+    WEFT_CUDNN_RETURN_IF_ERROR(cudnnSetTensor4dDescriptor(d_, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, static_cast<int>(n),
+                                                          static_cast<int>(c), static_cast<int>(h),
+                                                          static_cast<int>(w)));
+    return absl::OkStatus();
+  }
+  cudnnTensorDescriptor_t get() const { return d_; }
+
+ private:
+  cudnnTensorDescriptor_t d_ = nullptr;
+};
+
+class FilterDesc {
+ public:
+  FilterDesc() = default;
+  FilterDesc(const FilterDesc&) = delete;
+  FilterDesc& operator=(const FilterDesc&) = delete;
+  ~FilterDesc() {
+    if (d_ != nullptr) cudnnDestroyFilterDescriptor(d_);
+  }
+  // A float filter [cout, kh, kw, cin] (KRSC, cuDNN's NHWC filter layout).
+  // Note the argument order: data type before format, unlike tensors.
+  absl::Status Init(int64_t cout, int64_t kh, int64_t kw, int64_t cin) {
+    WEFT_CUDNN_RETURN_IF_ERROR(cudnnCreateFilterDescriptor(&d_));
+    WEFT_CUDNN_RETURN_IF_ERROR(cudnnSetFilter4dDescriptor(d_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC,
+                                                          static_cast<int>(cout), static_cast<int>(cin),
+                                                          static_cast<int>(kh), static_cast<int>(kw)));
+    return absl::OkStatus();
+  }
+  cudnnFilterDescriptor_t get() const { return d_; }
+
+ private:
+  cudnnFilterDescriptor_t d_ = nullptr;
+};
+
+class ConvolutionDesc {
+ public:
+  ConvolutionDesc() = default;
+  ConvolutionDesc(const ConvolutionDesc&) = delete;
+  ConvolutionDesc& operator=(const ConvolutionDesc&) = delete;
+  ~ConvolutionDesc() {
+    if (d_ != nullptr) cudnnDestroyConvolutionDescriptor(d_);
+  }
+  // Cross-correlation (the CPU kernel does not flip the filter), FP32
+  // accumulation, FMA math only: no TF32.
+  absl::Status Init(int64_t pad_h, int64_t pad_w, int64_t stride) {
+    WEFT_CUDNN_RETURN_IF_ERROR(cudnnCreateConvolutionDescriptor(&d_));
+    WEFT_CUDNN_RETURN_IF_ERROR(cudnnSetConvolution2dDescriptor(d_, static_cast<int>(pad_h), static_cast<int>(pad_w),
+                                                               static_cast<int>(stride), static_cast<int>(stride),
+                                                               /*dilation_h=*/1, /*dilation_w=*/1,
+                                                               CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    WEFT_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(d_, CUDNN_FMA_MATH));
+    return absl::OkStatus();
+  }
+  cudnnConvolutionDescriptor_t get() const { return d_; }
+
+ private:
+  cudnnConvolutionDescriptor_t d_ = nullptr;
+};
+
+class PoolingDesc {
+ public:
+  PoolingDesc() = default;
+  PoolingDesc(const PoolingDesc&) = delete;
+  PoolingDesc& operator=(const PoolingDesc&) = delete;
+  ~PoolingDesc() {
+    if (d_ != nullptr) cudnnDestroyPoolingDescriptor(d_);
+  }
+  absl::Status Init(const cpu::PoolGeometry& g) {
+    WEFT_CUDNN_RETURN_IF_ERROR(cudnnCreatePoolingDescriptor(&d_));
+    WEFT_CUDNN_RETURN_IF_ERROR(cudnnSetPooling2dDescriptor(
+        d_, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_NOT_PROPAGATE_NAN, static_cast<int>(g.k), static_cast<int>(g.k),
+        static_cast<int>(g.pad_top), static_cast<int>(g.pad_left), static_cast<int>(g.stride),
+        static_cast<int>(g.stride)));
+    return absl::OkStatus();
+  }
+  cudnnPoolingDescriptor_t get() const { return d_; }
+
+ private:
+  cudnnPoolingDescriptor_t d_ = nullptr;
+};
+
+// The four descriptors of a convolution.
+struct ConvDescs {
+  TensorDesc x;  // [n, h, w, cin]
+  FilterDesc filter;
+  ConvolutionDesc conv;
+  TensorDesc y;  // [n, ho, wo, cout]
+
+  absl::Status Init(const cpu::ConvGeometry& g) {
+    RETURN_IF_ERROR(x.Init(g.n, g.h, g.w, g.cin));
+    RETURN_IF_ERROR(filter.Init(g.cout, g.kh, g.kw, g.cin));
+    RETURN_IF_ERROR(conv.Init(g.pad_top, g.pad_left, g.stride));
+    return y.Init(g.n, g.ho, g.wo, g.cout);
+  }
+};
+
+// ---- Algorithm choice ----------------------------------------------------------------
+
+enum class Pass { kForward = 0, kBackpropInput = 1, kBackpropFilter = 2 };
+
+const char* PassName(Pass pass) {
+  switch (pass) {
+    case Pass::kForward:
+      return "Conv2D";
+    case Pass::kBackpropInput:
+      return "Conv2DBackpropInput";
+    case Pass::kBackpropFilter:
+      return "Conv2DBackpropFilter";
+  }
+  return "?";
+}
+
+struct Plan {
+  bool usable = false;  // false: no acceptable algorithm, use the fallback
+  int algo = 0;         // a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
+  size_t workspace_bytes = 0;
+};
+
+// (ordinal, pass, n, h, w, cin, kh, kw, cout, stride, pad_top, pad_left).
+using PlanKey = std::array<int64_t, 12>;
+
+class PlanCache {
+ public:
+  bool Lookup(const PlanKey& key, Plan* plan) {
+    absl::MutexLock l(&mu_);
+    auto it = plans_.find(key);
+    if (it == plans_.end()) return false;
+    *plan = it->second;
+    return true;
+  }
+  void Insert(const PlanKey& key, const Plan& plan) {
+    absl::MutexLock l(&mu_);
+    plans_.emplace(key, plan);
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<PlanKey, Plan> plans_ ABSL_GUARDED_BY(mu_);
+};
+
+PlanCache& Plans() {
+  static PlanCache* cache = new PlanCache;
+  return *cache;
+}
+
+// The first of cuDNN's candidates, best first, that ran its check, is
+// deterministic, uses no tensor cores and fits the workspace cap; -1 if none.
+template <typename Perf>
+int FirstAcceptable(const Perf* perf, int count) {
+  for (int i = 0; i < count; ++i) {
+    const Perf& p = perf[i];
+    if (p.status != CUDNN_STATUS_SUCCESS || p.determinism != CUDNN_DETERMINISTIC) continue;
+    if (p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
+    if (p.memory > kMaxWorkspaceBytes) continue;
+    return i;
+  }
+  return -1;
+}
+
+absl::StatusOr<Plan> ChoosePlan(cudnnHandle_t handle, Pass pass, const ConvDescs& d) {
+  Plan plan;
+  size_t bytes = 0;
+  switch (pass) {
+    case Pass::kForward: {
+      cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+      int count = 0;
+      WEFT_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardAlgorithm_v7(
+          handle, d.x.get(), d.filter.get(), d.conv.get(), d.y.get(), CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf));
+      const int i = FirstAcceptable(perf, count);
+      if (i < 0) return plan;
+      plan.algo = perf[i].algo;
+      WEFT_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardWorkspaceSize(
+          handle, d.x.get(), d.filter.get(), d.conv.get(), d.y.get(), perf[i].algo, &bytes));
+      break;
+    }
+    case Pass::kBackpropInput: {
+      cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+      int count = 0;
+      WEFT_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+          handle, d.filter.get(), d.y.get(), d.conv.get(), d.x.get(), CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count,
+          perf));
+      const int i = FirstAcceptable(perf, count);
+      if (i < 0) return plan;
+      plan.algo = perf[i].algo;
+      WEFT_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataWorkspaceSize(
+          handle, d.filter.get(), d.y.get(), d.conv.get(), d.x.get(), perf[i].algo, &bytes));
+      break;
+    }
+    case Pass::kBackpropFilter: {
+      cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+      int count = 0;
+      WEFT_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+          handle, d.x.get(), d.y.get(), d.conv.get(), d.filter.get(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
+          perf));
+      const int i = FirstAcceptable(perf, count);
+      if (i < 0) return plan;
+      plan.algo = perf[i].algo;
+      WEFT_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+          handle, d.x.get(), d.y.get(), d.conv.get(), d.filter.get(), perf[i].algo, &bytes));
+      break;
+    }
+  }
+  if (bytes > kMaxWorkspaceBytes) return plan;
+  plan.usable = true;
+  plan.workspace_bytes = bytes;
+  return plan;
+}
+
+// The cached plan for g's pass on this device, chosen on first use.
+absl::StatusOr<Plan> GetPlan(OpKernelContext* ctx, Pass pass, const cpu::ConvGeometry& g, const ConvDescs& d) {
+  const PlanKey key = {Gpu(ctx)->ordinal(), static_cast<int64_t>(pass), g.n, g.h, g.w, g.cin, g.kh, g.kw, g.cout,
+                       g.stride, g.pad_top, g.pad_left};
+  Plan plan;
+  if (Plans().Lookup(key, &plan)) return plan;
+  // cuDNN's output size must be the one weft computed; it is for symmetric
+  // padding, but a disagreement must never write out of bounds.
+  int n = 0, c = 0, h = 0, w = 0;
+  WEFT_CUDNN_RETURN_IF_ERROR(
+      cudnnGetConvolution2dForwardOutputDim(d.conv.get(), d.x.get(), d.filter.get(), &n, &c, &h, &w));
+  if (n == g.n && c == g.cout && h == g.ho && w == g.wo) {
+    ASSIGN_OR_RETURN(plan, ChoosePlan(Gpu(ctx)->cudnn(), pass, d));
+  }
+  if (!plan.usable) {
+    Logger("gpu")->info("cuDNN has no deterministic FP32 algorithm within {} MiB of workspace for {} of x {} and "
+                        "filter [{},{},{},{}] (stride {}, padding {}x{}); using im2col + cuBLAS",
+                        kMaxWorkspaceBytes >> 20, PassName(pass),
+                        TensorShape{g.n, g.h, g.w, g.cin}.DebugString(), g.kh, g.kw, g.cin, g.cout, g.stride,
+                        g.pad_top, g.pad_left);
+  }
+  Plans().Insert(key, plan);
+  return plan;
+}
+
+void* WorkspaceData(Tensor& t, size_t bytes) { return bytes == 0 ? nullptr : t.raw_data(); }
+
+Tensor Workspace(OpKernelContext* ctx, size_t bytes) {
+  return Scratch(ctx, static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float)));
+}
+
+const float kOne = 1.0f;
+const float kZero = 0.0f;
+
+}  // namespace
+
+bool UseCudnn() { return UseCudnnFlag().load(std::memory_order_relaxed); }
+void SetUseCudnn(bool use) { UseCudnnFlag().store(use, std::memory_order_relaxed); }
+int64_t CudnnConvolutionCount() { return convolutions.load(std::memory_order_relaxed); }
+int64_t CudnnPoolingCount() { return poolings.load(std::memory_order_relaxed); }
+
+bool CudnnCanConvolve(const cpu::ConvGeometry& g) {
+  return g.HasSymmetricPadding() && FitsInt({g.n, g.h, g.w, g.cin}) && FitsInt({g.n, g.ho, g.wo, g.cout}) &&
+         FitsInt({g.kh, g.kw, g.cin, g.cout}) && g.stride <= INT_MAX && g.pad_top <= INT_MAX &&
+         g.pad_left <= INT_MAX;
+}
+
+bool CudnnCanPool(const cpu::PoolGeometry& g) {
+  return g.HasSymmetricPadding() && FitsInt({g.n, g.h, g.w, g.c}) && FitsInt({g.n, g.ho, g.wo, g.c}) &&
+         g.k <= INT_MAX && g.stride <= INT_MAX;
+}
+
+absl::StatusOr<bool> CudnnConv2D(OpKernelContext* ctx, const cpu::ConvGeometry& g, const float* x,
+                                 const float* filter, float* y) {
+  ConvDescs d;
+  RETURN_IF_ERROR(d.Init(g));
+  ASSIGN_OR_RETURN(const Plan plan, GetPlan(ctx, Pass::kForward, g, d));
+  if (!plan.usable) return false;
+  Tensor ohwi = Scratch(ctx, g.k() * g.cout);
+  WEFT_CUDA_RETURN_IF_ERROR(LaunchTranspose(filter, ohwi.data<float>(), g.k(), g.cout, Stream(ctx)));
+  Tensor ws = Workspace(ctx, plan.workspace_bytes);
+  WEFT_CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(
+      Gpu(ctx)->cudnn(), &kOne, d.x.get(), x, d.filter.get(), ohwi.data<float>(), d.conv.get(),
+      static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo), WorkspaceData(ws, plan.workspace_bytes),
+      plan.workspace_bytes, &kZero, d.y.get(), y));
+  convolutions.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+absl::StatusOr<bool> CudnnConv2DBackpropInput(OpKernelContext* ctx, const cpu::ConvGeometry& g,
+                                              const float* filter, const float* dy, float* dx) {
+  ConvDescs d;
+  RETURN_IF_ERROR(d.Init(g));
+  ASSIGN_OR_RETURN(const Plan plan, GetPlan(ctx, Pass::kBackpropInput, g, d));
+  if (!plan.usable) return false;
+  Tensor ohwi = Scratch(ctx, g.k() * g.cout);
+  WEFT_CUDA_RETURN_IF_ERROR(LaunchTranspose(filter, ohwi.data<float>(), g.k(), g.cout, Stream(ctx)));
+  Tensor ws = Workspace(ctx, plan.workspace_bytes);
+  WEFT_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardData(
+      Gpu(ctx)->cudnn(), &kOne, d.filter.get(), ohwi.data<float>(), d.y.get(), dy, d.conv.get(),
+      static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo), WorkspaceData(ws, plan.workspace_bytes),
+      plan.workspace_bytes, &kZero, d.x.get(), dx));
+  convolutions.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+absl::StatusOr<bool> CudnnConv2DBackpropFilter(OpKernelContext* ctx, const cpu::ConvGeometry& g, const float* x,
+                                               const float* dy, float* dfilter) {
+  ConvDescs d;
+  RETURN_IF_ERROR(d.Init(g));
+  ASSIGN_OR_RETURN(const Plan plan, GetPlan(ctx, Pass::kBackpropFilter, g, d));
+  if (!plan.usable) return false;
+  Tensor ohwi = Scratch(ctx, g.k() * g.cout);
+  Tensor ws = Workspace(ctx, plan.workspace_bytes);
+  WEFT_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
+      Gpu(ctx)->cudnn(), &kOne, d.x.get(), x, d.y.get(), dy, d.conv.get(),
+      static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algo), WorkspaceData(ws, plan.workspace_bytes),
+      plan.workspace_bytes, &kZero, d.filter.get(), ohwi.data<float>()));
+  // OHWI [cout, kh * kw * cin] back to HWIO [kh * kw * cin, cout].
+  WEFT_CUDA_RETURN_IF_ERROR(LaunchTranspose(ohwi.data<float>(), dfilter, g.cout, g.k(), Stream(ctx)));
+  convolutions.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+namespace {
+
+struct PoolDescs {
+  PoolingDesc pool;
+  TensorDesc x;  // [n, h, w, c]
+  TensorDesc y;  // [n, ho, wo, c]
+
+  absl::Status Init(const cpu::PoolGeometry& g) {
+    RETURN_IF_ERROR(pool.Init(g));
+    RETURN_IF_ERROR(x.Init(g.n, g.h, g.w, g.c));
+    RETURN_IF_ERROR(y.Init(g.n, g.ho, g.wo, g.c));
+    // As for convolutions: cuDNN's output size must be weft's.
+    int n = 0, c = 0, h = 0, w = 0;
+    WEFT_CUDNN_RETURN_IF_ERROR(cudnnGetPooling2dForwardOutputDim(pool.get(), x.get(), &n, &c, &h, &w));
+    if (n != g.n || c != g.c || h != g.ho || w != g.wo) {
+      return absl::InternalError(absl::StrCat("cuDNN's max pooling output [", n, ",", h, ",", w, ",", c,
+                                              "] differs from weft's ",
+                                              TensorShape{g.n, g.ho, g.wo, g.c}.DebugString()));
+    }
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+absl::Status CudnnMaxPool(OpKernelContext* ctx, const cpu::PoolGeometry& g, const float* x, float* y) {
+  PoolDescs d;
+  RETURN_IF_ERROR(d.Init(g));
+  WEFT_CUDNN_RETURN_IF_ERROR(
+      cudnnPoolingForward(Gpu(ctx)->cudnn(), d.pool.get(), &kOne, d.x.get(), x, &kZero, d.y.get(), y));
+  poolings.fetch_add(1, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+absl::Status CudnnMaxPoolGrad(OpKernelContext* ctx, const cpu::PoolGeometry& g, const float* x, const float* dy,
+                              float* dx) {
+  PoolDescs d;
+  RETURN_IF_ERROR(d.Init(g));
+  cudnnHandle_t handle = Gpu(ctx)->cudnn();
+  Tensor y = Scratch(ctx, g.n * g.ho * g.wo * g.c);
+  WEFT_CUDNN_RETURN_IF_ERROR(
+      cudnnPoolingForward(handle, d.pool.get(), &kOne, d.x.get(), x, &kZero, d.y.get(), y.data<float>()));
+  // dy has y's shape, so it shares y's descriptor, and dx x's.
+  WEFT_CUDNN_RETURN_IF_ERROR(cudnnPoolingBackward(handle, d.pool.get(), &kOne, d.y.get(), y.data<float>(),
+                                                  d.y.get(), dy, d.x.get(), x, &kZero, d.x.get(), dx));
+  poolings.fetch_add(1, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+}  // namespace gpu_kernels
+}  // namespace weft
