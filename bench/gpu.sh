@@ -15,9 +15,12 @@
 #       network): finds cuBLAS/cuDNN/NCCL (PyTorch's nvidia-* packages, then
 #       /usr/local/cuda), runs every GPU test binary, trains
 #       examples/fmnist_mlp.pbtxt and examples/fmnist_cnn.pbtxt on GPU:0 with
-#       `weft train`, trains the same models with PyTorch eager on the same
-#       GPU (bench/gpu/torch_fmnist.py), and prints samples/s side by side; the
-#       table is also written as markdown (FILE.md, default DIR/gpu_bench.md).
+#       `weft train` (the CNN also with WEFT_CUDNN=0, cuDNN's fallback),
+#       trains the same models with PyTorch eager on the same GPU
+#       (bench/gpu/torch_fmnist.py), runs `weft local` across processes on the
+#       GPU, and MIRRORED over NCCL when the machine has two GPUs or more, and
+#       prints samples/s side by side; the table is also written as markdown
+#       (FILE.md, default DIR/gpu_bench.md).
 #
 # Environment: PYTHON (default python3), BAZEL (default bazel), DATA_DIR
 # (default /usr/share/datasets/fashion-mnist, used when building).
@@ -162,6 +165,16 @@ run() {
     else
       echo "weft $model failed:"; tail -20 "$work/weft.$model.err"; failed=1
     fi
+    if [ "$model" = cnn ]; then
+      # The same job with cuDNN turned off: the im2col + cuBLAS convolutions
+      # and the CUDA pooling kernels, for comparison.
+      if WEFT_CUDNN=0 "$bundle/bin/weft" train "$job" --output=json > "$work/weft-im2col.$model.json" \
+          2> "$work/weft-im2col.$model.err"; then
+        echo "weft-im2col $model $(grep -m1 '^{' "$work/weft-im2col.$model.json")" | tee -a "$runs"
+      else
+        echo "weft (WEFT_CUDNN=0) $model failed:"; tail -20 "$work/weft-im2col.$model.err"; failed=1
+      fi
+    fi
     if "$PYTHON" "$REPO/bench/gpu/torch_fmnist.py" --model "$model" --data "$bundle/data" --epochs "$epochs" \
         > "$work/torch.$model.json" 2> "$work/torch.$model.err"; then
       echo "torch $model $(grep -m1 '^{' "$work/torch.$model.json")" | tee -a "$runs"
@@ -189,6 +202,28 @@ run() {
     fi
     grep -h "has /job" "$work/local_$kind"/*.log 2>/dev/null | sed 's/^/  /' | head -4 || true
   done
+  # MIRRORED over NCCL needs GPUs of their own for its replicas: one worker,
+  # every GPU of the machine, gradients all-reduced in process by NCCL.
+  local gpus
+  gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
+  if [ "${gpus:-0}" -ge 2 ]; then
+    echo "== MIRRORED over NCCL on $gpus GPUs of one worker" >&2
+    job="$work/local_mirrored.pbtxt"
+    sed -e "s|^\( *dir:\).*|\1 \"$bundle/data\"|" -e "/^epochs:/d" -e "/^steps:/d" \
+      -e "s|kind: MIRRORED|kind: MIRRORED cross_device_ops: NCCL|" \
+      "$bundle/jobs/fmnist_mlp_mirrored.pbtxt" > "$job"
+    echo "steps: 300" >> "$job"
+    mkdir -p "$work/local_mirrored"
+    if timeout 180 "$bundle/bin/weft" local --workers=1 --log_dir="$work/local_mirrored" "$job" --output=json \
+        > "$work/local_mirrored.json" 2> "$work/local_mirrored.err"; then
+      echo "weft-local mirrored $(grep -m1 '^{' "$work/local_mirrored.json")" | tee -a "$runs"
+    else
+      echo "weft local mirrored failed:"; tail -20 "$work/local_mirrored.err"; tail -5 "$work/local_mirrored"/*.log
+      failed=1
+    fi
+  else
+    echo "== MIRRORED over NCCL: skipped, this machine has ${gpus:-0} GPU(s) and it needs two" >&2
+  fi
   "$PYTHON" "$REPO/bench/gpu/gpu_md.py" --runs "$runs" --tests "$results" --commit "$(cat "$bundle/COMMIT")" \
     --markdown "$out" || failed=1
   echo "gpu.sh: markdown in $out" >&2

@@ -48,6 +48,8 @@ absl::StatusOr<Cluster> ReadCluster(const std::vector<std::string>& devices) {
   return c;
 }
 
+bool OnGpuDevice(const std::string& device) { return device.find("/device:GPU:") != std::string::npos; }
+
 std::string CpuOf(const Cluster& c, const std::string& task) {
   for (const std::string& d : c.devices_of_task.at(task)) {
     if (d.find("/device:CPU:") != std::string::npos) return d;
@@ -117,6 +119,7 @@ absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const Tra
   o.replicas_to_aggregate = spec.replicas_to_aggregate();
   o.group_key = 1;
   o.new_nccl_id = new_nccl_id;
+  o.cross_device_ops = spec.cross_device_ops();
   if (spec.replicas_to_aggregate() != 0 && (spec.kind() != StrategySpec::PARAMETER_SERVER || !spec.sync())) {
     return Missing(job, absl::StrCat("does not take replicas_to_aggregate (", spec.replicas_to_aggregate(),
                                      "): it applies to kind PARAMETER_SERVER with sync: true only"));
@@ -136,7 +139,10 @@ absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const Tra
     case StrategySpec::CENTRAL_STORAGE: {
       if (cluster.workers.empty()) return Missing(job, "needs a worker task");
       const std::vector<std::string>& local = cluster.devices_of_task[cluster.workers[0]];
-      const int n = spec.num_devices() > 0 ? spec.num_devices() : static_cast<int>(local.size());
+      // GPUs come first; by default every GPU, or every device when none is a GPU.
+      const int gpus = static_cast<int>(
+          std::count_if(local.begin(), local.end(), [](const std::string& d) { return OnGpuDevice(d); }));
+      const int n = spec.num_devices() > 0 ? spec.num_devices() : gpus > 0 ? gpus : static_cast<int>(local.size());
       if (n > static_cast<int>(local.size())) {
         return Missing(job, absl::StrCat("asks for ", n, " devices but ", cluster.workers[0], " has ",
                                          local.size(), " (start it with --cpu_devices=", n, ")"));

@@ -183,6 +183,53 @@ TEST(DistributedJobTest, GpuReplicasAllReduceWithTheMastersNcclIdInEveryPartitio
   }
 }
 
+TEST(DistributedJobTest, MirroredTakesEveryGpuOfTheWorkerAndReducesThemInProcess) {
+  const std::vector<std::string> devices = {"/job:worker/task:0/device:CPU:0", "/job:worker/task:0/device:GPU:1",
+                                            "/job:worker/task:0/device:GPU:0"};
+  JobSpec job = Job(StrategySpec::MIRRORED);
+  auto tg = LowerJob(job);
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  int calls = 0;
+  const NcclIdGenerator fake = [&calls]() -> absl::StatusOr<std::string> {
+    return absl::StrCat("fake-nccl-id-", ++calls);
+  };
+  auto plan = PlanDistributedJob(job, *tg, devices, fake);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(calls, 0);  // in process: no id
+  ASSERT_EQ(plan->replica_tasks.size(), 2u);
+  auto g = Graph::FromGraphDef(plan->graph);
+  ASSERT_TRUE(g.ok()) << g.status();
+  for (const std::unique_ptr<Node>& n : (*g)->nodes()) n->set_assigned_device(n->def().device());
+  auto parts = PartitionGraph(**g);
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  int seen = 0;
+  for (const std::string& gpu : {"/job:worker/task:0/device:GPU:0", "/job:worker/task:0/device:GPU:1"}) {
+    ASSERT_TRUE(parts->count(gpu)) << gpu;
+    for (const NodeDef& n : parts->at(gpu).node()) {
+      if (n.op() != "CollectiveAllReduce") continue;
+      ++seen;
+      EXPECT_EQ(GetStringAttrOr(n, "group_devices", "").value_or(""),
+                "/job:worker/task:0/device:GPU:0,/job:worker/task:0/device:GPU:1")
+          << n.name();
+    }
+  }
+  EXPECT_EQ(seen, 2 * plan->replicated.num_buckets);
+  EXPECT_GT(seen, 0);
+
+  // Three devices asked for: the CPU joins, and the sum moves to the first device.
+  job.mutable_strategy()->set_num_devices(3);
+  job.set_batch_size(9);
+  plan = PlanDistributedJob(job, *tg, devices, fake);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->replica_tasks.size(), 3u);
+  for (const NodeDef& n : plan->graph.node()) EXPECT_NE(n.op(), "CollectiveAllReduce") << n.name();
+  // ... which NCCL cannot serve.
+  job.mutable_strategy()->set_cross_device_ops(StrategySpec::NCCL);
+  plan = PlanDistributedJob(job, *tg, devices, fake);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(plan.status().message(), "cross_device_ops NCCL")) << plan.status();
+}
+
 DeviceAttributes Dev(const std::string& name, const std::string& type, const std::string& desc) {
   DeviceAttributes a;
   a.set_name(name);

@@ -61,10 +61,10 @@ class Rewriter {
     RETURN_IF_ERROR(FindUpdates());
     switch (options_.kind) {
       case StrategySpec::MULTI_WORKER_MIRRORED:
-        Mirrored(/*collective=*/true);
+        Mirrored(Reduction::kAcrossTasks);
         break;
       case StrategySpec::MIRRORED:
-        Mirrored(/*collective=*/false);
+        Mirrored(LocalNccl() ? Reduction::kLocalNccl : Reduction::kFirstDevice);
         break;
       case StrategySpec::PARAMETER_SERVER:
         RETURN_IF_ERROR(ShardLargeVariables());
@@ -147,6 +147,18 @@ class Rewriter {
       return absl::InvalidArgumentError(absl::StrCat("strategy: replicas_to_aggregate ", k,
                                                      " must be between 0 (all, in lockstep) and the ", n_,
                                                      " replicas"));
+    }
+    if (options_.cross_device_ops != StrategySpec::AUTO) {
+      if (options_.kind != StrategySpec::MIRRORED) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "strategy: cross_device_ops ", StrategySpec::CrossDeviceOps_Name(options_.cross_device_ops),
+            " is for MIRRORED, not ", StrategySpec::Kind_Name(options_.kind)));
+      }
+      if (options_.cross_device_ops == StrategySpec::NCCL && n_ > 1 && !LocalNccl()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "strategy: cross_device_ops NCCL needs every replica on a GPU of its own, but the replicas are on ",
+            absl::StrJoin(options_.replica_devices, ", ")));
+      }
     }
     if (options_.kind == StrategySpec::MULTI_WORKER_MIRRORED) {
       std::set<std::string> tasks;
@@ -247,7 +259,22 @@ class Rewriter {
     return name;
   }
 
-  void Mirrored(bool collective) {
+  // How a mirrored strategy's replicas meet: an all-reduce across tasks
+  // (MULTI_WORKER_MIRRORED), an NCCL all-reduce across the GPUs of one task,
+  // or a sum on the first device.
+  enum class Reduction { kAcrossTasks, kLocalNccl, kFirstDevice };
+
+  // MIRRORED through NCCL: asked for (or not refused) and possible, i.e.
+  // several replicas, each on a GPU of its own.
+  bool LocalNccl() const {
+    if (options_.cross_device_ops == StrategySpec::REDUCE_TO_FIRST_DEVICE || n_ < 2) return false;
+    std::set<std::string> distinct(options_.replica_devices.begin(), options_.replica_devices.end());
+    return static_cast<int>(distinct.size()) == n_ &&
+           std::all_of(options_.replica_devices.begin(), options_.replica_devices.end(), OnGpu);
+  }
+
+  void Mirrored(Reduction how) {
+    const bool collective = how != Reduction::kFirstDevice;
     auto rename_for = [](int r) { return [r](const std::string& s) { return ReplicaName(r, s); }; };
     // Buckets of updates, in graph order, each about fusion_bytes.
     std::vector<std::vector<int>> buckets;
@@ -269,7 +296,7 @@ class Rewriter {
         if (n.name() == training_.train_op) continue;
         NodeDef* c = Copy(n, r, rename_for(r));
         if (n.op() == "Variable") {
-          if (collective) {
+          if (how == Reduction::kAcrossTasks) {
             SetAttr(c, Attr("shared_name", n.name()));  // one copy per task
           } else {
             SetAttr(c, Attr("init_name", n.name()));  // copies in one task
@@ -287,6 +314,7 @@ class Rewriter {
       std::vector<std::string> tasks;
       for (const std::string& d : options_.replica_devices) tasks.push_back(TaskOf(d));
       const std::string group_tasks = absl::StrJoin(tasks, ",");
+      const std::string group_devices = absl::StrJoin(options_.replica_devices, ",");
       for (int r = 0; r < n_; ++r) {
         for (size_t b = 0; b < buckets.size(); ++b) {
           NodeDef* ar = Add(ReplicaName(r, absl::StrCat("allreduce/bucket_", b)), "CollectiveAllReduce",
@@ -303,10 +331,16 @@ class Rewriter {
           SetAttr(ar, Attr("group_key", options_.group_key));
           SetAttr(ar, Attr("instance_key", static_cast<int64_t>(b + 1)));
           SetAttr(ar, Attr("mean", true));
-          SetAttr(ar, Attr("group_tasks", group_tasks));
+          if (how == Reduction::kAcrossTasks) {
+            SetAttr(ar, Attr("group_tasks", group_tasks));
+          } else {
+            SetAttr(ar, Attr("group_devices", group_devices));
+          }
         }
       }
-      SetNcclIds();
+      // The in-process group is issued as one NCCL group call per bucket
+      // (runtime/local_gather.h), so it needs neither an id nor an order.
+      if (how == Reduction::kAcrossTasks) SetNcclIds();
     } else {
       // In-process all-reduce: the mean on the first device, read by all.
       for (const Update& u : updates_) {

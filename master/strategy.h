@@ -21,9 +21,15 @@
 //     buckets are chained by control edges (the last bucket first) so every
 //     rank issues them to the shared communicator in the same order.
 //   MIRRORED  copies of each variable on each local device of one task
-//     (distinct names, identical initial values via init_name); the mean
-//     gradient is summed in process (AddN, scaled by 1/N) on the first
-//     device and every copy applies it.
+//     (distinct names, identical initial values via init_name). When every
+//     replica is on a GPU of its own (cross_device_ops AUTO or NCCL), the
+//     gradients are bucketed as for MULTI_WORKER_MIRRORED and each bucket
+//     goes through one CollectiveAllReduce (mean) per replica whose
+//     group_devices lists the replicas' GPUs: the worker reduces them in
+//     process with NCCL, every copy applying its own replica's result.
+//     Otherwise (CPU devices, REDUCE_TO_FIRST_DEVICE) the mean gradient is
+//     summed in process (AddN, scaled by 1/N) on the first device and every
+//     copy applies it.
 //   PARAMETER_SERVER, sync  variables and their updates live on the ps
 //     devices, spread by bytes (a variable stays with its optimizer slots and
 //     update); each update applies the mean of the N replicas' gradients, on
@@ -101,6 +107,8 @@ struct StrategyOptions {
   // Empty (tests, a build without NCCL): no ids, and the GPUs reduce
   // through host copies and the gRPC ring, as CPU replicas always do.
   NcclIdGenerator new_nccl_id;
+  // MIRRORED only: how the replicas' gradients meet (see above).
+  StrategySpec::CrossDeviceOps cross_device_ops = StrategySpec::AUTO;
 };
 
 struct ReplicaNames {

@@ -500,6 +500,90 @@ TEST(StrategyTest, AFailedNcclIdLeavesTheGroupOnTheRingAndSaysWhy) {
   for (const Node* n : AllReduces(*rg)) EXPECT_FALSE(n->def().attr().contains("nccl_unique_id")) << n->name();
 }
 
+TEST(StrategyTest, MirroredOnGpusAllReducesInProcessThroughNccl) {
+  auto tg = LowerJob(MlpJob("optimizer { sgd { learning_rate: 0.3 } }"));
+  ASSERT_TRUE(tg.ok());
+  int calls = 0;
+  StrategyOptions o;
+  o.kind = StrategySpec::MIRRORED;
+  o.replica_devices = {"/job:worker/task:0/device:GPU:0", "/job:worker/task:0/device:GPU:1"};
+  o.variable_devices = {"/job:worker/task:0/device:CPU:0"};
+  o.fusion_bytes = 200;  // several buckets
+  o.new_nccl_id = FakeNcclIds(&calls);
+  auto rg = ApplyStrategy(*tg, o);
+  ASSERT_TRUE(rg.ok()) << rg.status();
+  ASSERT_GT(rg->num_buckets, 1);
+  EXPECT_EQ(calls, 0);  // an in-process group needs no unique id
+  const std::vector<const Node*> all_reduces = AllReduces(*rg);
+  ASSERT_EQ(all_reduces.size(), 2u * rg->num_buckets);
+  for (const Node* n : all_reduces) {
+    EXPECT_EQ(*GetStringAttrOr(n->def(), "group_devices", ""),
+              "/job:worker/task:0/device:GPU:0,/job:worker/task:0/device:GPU:1")
+        << n->name();
+    EXPECT_FALSE(n->def().attr().contains("group_tasks")) << n->name();
+    EXPECT_TRUE(*GetBoolAttrOr(n->def(), "mean", false)) << n->name();
+  }
+  // Each replica's update reads its own replica's all-reduce, and no
+  // gradient is summed on one device (the loss still is, for reporting).
+  int updates = 0;
+  for (const auto& n : rg->graph->nodes()) {
+    if (n->def().op() == "AddN") EXPECT_TRUE(absl::StartsWith(n->name(), "loss/")) << n->name();
+    if (!absl::StrContains(n->def().op(), "Apply")) continue;
+    const std::string replica = n->name().substr(0, n->name().find('/') + 1);
+    bool reads_own = false;
+    for (const std::string& in : n->def().input()) {
+      reads_own |= absl::StartsWith(in, replica + "allreduce/bucket_");
+    }
+    EXPECT_TRUE(reads_own) << n->name();
+    ++updates;
+  }
+  EXPECT_GE(updates, 2 * 4);  // two replicas' updates of the MLP's weights and biases
+  // Copies of a variable in one task: distinct, initialised alike.
+  for (const auto& n : rg->graph->nodes()) {
+    if (n->def().op() != "Variable") continue;
+    EXPECT_TRUE(n->def().attr().contains("init_name")) << n->name();
+    EXPECT_FALSE(n->def().attr().contains("shared_name")) << n->name();
+  }
+}
+
+TEST(StrategyTest, MirroredCrossDeviceOpsChoosesHowGradientsMeet) {
+  auto tg = LowerJob(MlpJob("optimizer { sgd { learning_rate: 0.3 } }"));
+  ASSERT_TRUE(tg.ok());
+  StrategyOptions o;
+  o.kind = StrategySpec::MIRRORED;
+  o.variable_devices = {"/job:worker/task:0/device:CPU:0"};
+  // CPU devices, or a GPU shared with the CPU, sum on the first device.
+  for (const std::vector<std::string>& devices : std::vector<std::vector<std::string>>{
+           {"/job:worker/task:0/device:CPU:0", "/job:worker/task:0/device:CPU:1"},
+           {"/job:worker/task:0/device:GPU:0", "/job:worker/task:0/device:CPU:0"}}) {
+    o.replica_devices = devices;
+    auto rg = ApplyStrategy(*tg, o);
+    ASSERT_TRUE(rg.ok()) << rg.status();
+    EXPECT_TRUE(AllReduces(*rg).empty());
+    // ... and NCCL cannot be had there.
+    o.cross_device_ops = StrategySpec::NCCL;
+    auto nccl = ApplyStrategy(*tg, o);
+    EXPECT_EQ(nccl.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(nccl.status().message(), "needs every replica on a GPU of its own"))
+        << nccl.status();
+    o.cross_device_ops = StrategySpec::AUTO;
+  }
+  // GPUs, but told to sum on the first one.
+  o.replica_devices = {"/job:worker/task:0/device:GPU:0", "/job:worker/task:0/device:GPU:1"};
+  o.cross_device_ops = StrategySpec::REDUCE_TO_FIRST_DEVICE;
+  auto rg = ApplyStrategy(*tg, o);
+  ASSERT_TRUE(rg.ok()) << rg.status();
+  EXPECT_TRUE(AllReduces(*rg).empty());
+  // The option belongs to MIRRORED alone.
+  o.kind = StrategySpec::MULTI_WORKER_MIRRORED;
+  o.replica_devices = {"/job:worker/task:0/device:GPU:0", "/job:worker/task:1/device:GPU:0"};
+  o.cross_device_ops = StrategySpec::NCCL;
+  auto mwm = ApplyStrategy(*tg, o);
+  EXPECT_EQ(mwm.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(mwm.status().message(), "is for MIRRORED, not MULTI_WORKER_MIRRORED"))
+      << mwm.status();
+}
+
 // Asynchronous replicas step concurrently; the ps serialises each
 // variable's updates, so after N replicas x K steps of a constant gradient
 // the variable has moved by exactly N*K*lr*grad.

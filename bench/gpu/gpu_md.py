@@ -5,7 +5,8 @@ BENCHMARKS.md.
 
 Usage: gpu_md.py --runs R --tests T --commit C --markdown OUT
 
-R holds lines "<system> <model> <json>" (system weft or torch); T holds one
+R holds lines "<system> <model> <json>" (system weft, weft-im2col, torch or
+weft-local); T holds one
 line per GPU test binary, "<name> PASS|FAIL passed=N skipped=N failed=N".
 """
 import argparse
@@ -49,13 +50,21 @@ def main():
         rows.append(f"| {MODELS[model]} | {ws:,.0f} (acc {w['test_accuracy']:.3f}, {w['epochs']} ep) | "
                     f"{ts:,.0f} (acc {t['test_accuracy']:.3f}, {t['epochs']} ep) | **{ratio:.2f}x** | "
                     f"{goal:.1f}x {'met' if ratio >= goal else 'not met'} |")
+    im2col = runs.get(("weft-im2col", "cnn"))
+    w_cnn = runs.get(("weft", "cnn"))
+    if im2col is not None and w_cnn is not None and im2col.get("state") == "SUCCEEDED":
+        rows.append(f"| CNN with `WEFT_CUDNN=0` (im2col + cuBLAS, CUDA pooling) | "
+                    f"{im2col['samples_per_second']:,.0f} (acc {im2col['test_accuracy']:.3f}) | | "
+                    f"cuDNN / fallback: **{w_cnn['samples_per_second'] / im2col['samples_per_second']:.2f}x** | |")
     local_rows = []
-    for kind in ("parameter_server", "multi_worker_mirrored"):
+    for kind in ("parameter_server", "multi_worker_mirrored", "mirrored"):
         r = runs.get(("weft-local", kind))
         if r is None:
             continue
         sps = r.get("samples_per_second", 0)
-        local_rows.append(f"| {kind.upper()} (2 workers{', 1 ps' if kind == 'parameter_server' else ''}) | "
+        who = ("1 worker, every GPU, NCCL in process" if kind == "mirrored" else
+               f"2 workers{', 1 ps' if kind == 'parameter_server' else ''}")
+        local_rows.append(f"| {kind.upper()} ({who}) | "
                           f"{r.get('state', '?')} | {sps:,.0f} |")
         if r.get("state") != "SUCCEEDED":
             ok = False
@@ -84,9 +93,10 @@ cross-device _Send/_Recv, training on the GPU, NCCL):
 """ + "\n".join(test_rows) + "\n"
     if local_rows:
         md += """
-`weft local` on the same GPU, the MLP for 300 steps (both workers share the
-one GPU; replicas compute there, so tensors cross processes as GPU -> pinned
-host -> RecvTensor -> GPU):
+`weft local`, the MLP for 300 steps (PARAMETER_SERVER and
+MULTI_WORKER_MIRRORED: both workers share GPU:0, and replicas compute there,
+so tensors cross processes as GPU -> pinned host -> RecvTensor -> GPU;
+MIRRORED, where there are two GPUs or more: one replica per GPU):
 
 | strategy | state | samples/s |
 |---|---|---|

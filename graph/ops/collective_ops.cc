@@ -8,6 +8,12 @@
 //   are reduced together. float32 only. `group_tasks` lists the group's
 //   tasks in rank order, comma-separated. The kernel lives with the worker's
 //   collectives (worker/collective), which hold the group's membership.
+//   Alternatively `group_devices` lists the devices of one task in rank order
+//   (MIRRORED over NCCL: one rank per GPU of the task, reduced in process);
+//   only GPU kernels take it.
+#include <algorithm>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "graph/attr.h"
@@ -22,6 +28,13 @@ absl::Status AllReduceShape(InferenceContext* c) {
   RETURN_IF_ERROR(GetIntAttr(c->node, "group_key").status());
   RETURN_IF_ERROR(GetIntAttr(c->node, "instance_key").status());
   RETURN_IF_ERROR(GetBoolAttrOr(c->node, "mean", false).status());
+  ASSIGN_OR_RETURN(std::string devices, GetStringAttrOr(c->node, "group_devices", ""));
+  if (!devices.empty()) {
+    const int64_t n = static_cast<int64_t>(std::count(devices.begin(), devices.end(), ',')) + 1;
+    if (n != group_size) {
+      return c->Error(absl::StrCat("group_devices names ", n, " device(s) for group_size ", group_size));
+    }
+  }
   for (size_t i = 0; i < c->input_types.size(); ++i) {
     if (c->input_types[i] != DType::kFloat32) {
       return c->Error(absl::StrCat("input ", i, " is ", DTypeName(c->input_types[i]), "; all-reduce takes float32"));

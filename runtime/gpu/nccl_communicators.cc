@@ -1,8 +1,11 @@
 #include "runtime/gpu/nccl_communicators.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -19,6 +22,8 @@ struct Registry {
   // (ordinal, group_key, rank, size, id) -> communicator; never destroyed
   // (ncclCommDestroy at process exit can wait on peers that are gone).
   std::map<std::tuple<int, int64_t, int, int, std::string>, ncclComm_t> comms ABSL_GUARDED_BY(mu);
+  // (group_key, ordinals in rank order) -> one communicator per rank.
+  std::map<std::pair<int64_t, std::vector<int>>, std::vector<ncclComm_t>> local ABSL_GUARDED_BY(mu);
 };
 
 Registry& TheRegistry() {
@@ -65,10 +70,34 @@ absl::StatusOr<ncclComm_t> GetNcclCommunicator(GpuDevice* gpu, int64_t group_key
   return comm;
 }
 
+absl::StatusOr<std::vector<ncclComm_t>> GetLocalNcclCommunicators(const std::vector<GpuDevice*>& gpus,
+                                                                  int64_t group_key) {
+  std::vector<int> ordinals;
+  for (GpuDevice* g : gpus) {
+    if (std::find(ordinals.begin(), ordinals.end(), g->ordinal()) != ordinals.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("an in-process NCCL group needs a different GPU per rank; GPU ",
+                                                     g->ordinal(), " (", g->name(), ") appears twice"));
+    }
+    ordinals.push_back(g->ordinal());
+  }
+  if (ordinals.empty()) return absl::InvalidArgumentError("an in-process NCCL group of no GPUs");
+  Registry& r = TheRegistry();
+  absl::MutexLock lock(&r.mu);
+  const auto key = std::make_pair(group_key, ordinals);
+  auto it = r.local.find(key);
+  if (it != r.local.end()) return it->second;
+  std::vector<ncclComm_t> comms(ordinals.size(), nullptr);
+  WEFT_NCCL_RETURN_IF_ERROR(ncclCommInitAll(comms.data(), static_cast<int>(ordinals.size()), ordinals.data()));
+  r.local.emplace(key, comms);
+  return comms;
+}
+
 int NumNcclCommunicators() {
   Registry& r = TheRegistry();
   absl::MutexLock lock(&r.mu);
-  return static_cast<int>(r.comms.size());
+  int n = static_cast<int>(r.comms.size());
+  for (const auto& [key, comms] : r.local) n += static_cast<int>(comms.size());
+  return n;
 }
 
 }  // namespace gpu

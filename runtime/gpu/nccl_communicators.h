@@ -8,7 +8,9 @@
 // master, for MULTI_WORKER_MIRRORED) makes one with NewNcclUniqueId and hands
 // it to every rank, e.g. as the CollectiveAllReduce node's `nccl_unique_id`
 // attribute (hex). The process that made the id hosts NCCL's bootstrap root,
-// so it must live until every rank has joined.
+// so it must live until every rank has joined. A group over several GPUs of
+// this process (MIRRORED) needs no id either: its communicators are made
+// together (GetLocalNcclCommunicators).
 //
 // Thread-safety: thread-safe.
 #ifndef WEFT_RUNTIME_GPU_NCCL_COMMUNICATORS_H_
@@ -18,6 +20,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -33,6 +36,14 @@ absl::StatusOr<std::string> NewNcclUniqueId();
 // `unique_id_hex` is required when size > 1 (INVALID_ARGUMENT otherwise).
 absl::StatusOr<ncclComm_t> GetNcclCommunicator(GpuDevice* gpu, int64_t group_key, int rank, int size,
                                                const std::string& unique_id_hex);
+
+// The communicators of an in-process group over `gpus` (rank r on gpus[r],
+// each a different GPU), made together by ncclCommInitAll on first use. The
+// ranks' operations must then be issued together, in one NCCL group
+// (runtime/local_gather.h). INVALID_ARGUMENT when two ranks share a GPU
+// (NCCL refuses that).
+absl::StatusOr<std::vector<ncclComm_t>> GetLocalNcclCommunicators(const std::vector<GpuDevice*>& gpus,
+                                                                  int64_t group_key);
 
 // Communicators created so far (for tests).
 int NumNcclCommunicators();

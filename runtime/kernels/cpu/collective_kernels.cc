@@ -23,6 +23,14 @@ class CollectiveAllReduceOp : public AsyncOpKernel {
     if (!GetAttr(c, GetIntAttr(c->def(), "group_key"), &args_.group_key)) return;
     if (!GetAttr(c, GetIntAttr(c->def(), "instance_key"), &args_.instance_key)) return;
     if (!GetAttr(c, GetBoolAttrOr(c->def(), "mean", false), &mean_)) return;
+    std::string devices;
+    if (!GetAttr(c, GetStringAttrOr(c->def(), "group_devices", ""), &devices)) return;
+    if (!devices.empty()) {
+      c->SetStatus(absl::UnimplementedError(absl::StrCat(
+          "an all-reduce across the devices of one task (group_devices ", devices,
+          ") runs on GPUs through NCCL; CPU replicas of one task are averaged in process instead")));
+      return;
+    }
     std::string tasks;
     if (!GetAttr(c, GetStringAttrOr(c->def(), "group_tasks", ""), &tasks)) return;
     if (!tasks.empty()) args_.tasks = absl::StrSplit(tasks, ',');
