@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -170,10 +171,14 @@ const char* PassName(Pass pass) {
   return "?";
 }
 
+// A pass's descriptors and algorithm for one shape, made on its first use and
+// kept, so that a warm step creates no cuDNN descriptor (each is a host
+// allocation) and asks cuDNN nothing.
 struct Plan {
   bool usable = false;  // false: no acceptable algorithm, use the fallback
   int algo = 0;         // a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
   size_t workspace_bytes = 0;
+  std::shared_ptr<const ConvDescs> descs;  // set when usable
 };
 
 // (ordinal, pass, n, h, w, cin, kh, kw, cout, stride, pad_top, pad_left).
@@ -267,11 +272,14 @@ absl::StatusOr<Plan> ChoosePlan(cudnnHandle_t handle, Pass pass, const ConvDescs
 }
 
 // The cached plan for g's pass on this device, chosen on first use.
-absl::StatusOr<Plan> GetPlan(OpKernelContext* ctx, Pass pass, const cpu::ConvGeometry& g, const ConvDescs& d) {
+absl::StatusOr<Plan> GetPlan(OpKernelContext* ctx, Pass pass, const cpu::ConvGeometry& g) {
   const PlanKey key = {Gpu(ctx)->ordinal(), static_cast<int64_t>(pass), g.n, g.h, g.w, g.cin, g.kh, g.kw, g.cout,
                        g.stride, g.pad_top, g.pad_left};
   Plan plan;
   if (Plans().Lookup(key, &plan)) return plan;
+  auto descs = std::make_shared<ConvDescs>();
+  RETURN_IF_ERROR(descs->Init(g));
+  const ConvDescs& d = *descs;
   // cuDNN's output size must be the one weft computed; it is for symmetric
   // padding, but a disagreement must never write out of bounds.
   int n = 0, c = 0, h = 0, w = 0;
@@ -280,6 +288,7 @@ absl::StatusOr<Plan> GetPlan(OpKernelContext* ctx, Pass pass, const cpu::ConvGeo
   if (n == g.n && c == g.cout && h == g.ho && w == g.wo) {
     ASSIGN_OR_RETURN(plan, ChoosePlan(Gpu(ctx)->cudnn(), pass, d));
   }
+  if (plan.usable) plan.descs = std::move(descs);
   if (!plan.usable) {
     Logger("gpu")->info("cuDNN has no deterministic FP32 algorithm within {} MiB of workspace for {} of x {} and "
                         "filter [{},{},{},{}] (stride {}, padding {}x{}); using im2col + cuBLAS",
@@ -320,10 +329,9 @@ bool CudnnCanPool(const cpu::PoolGeometry& g) {
 
 absl::StatusOr<bool> CudnnConv2D(OpKernelContext* ctx, const cpu::ConvGeometry& g, const float* x,
                                  const float* filter, float* y) {
-  ConvDescs d;
-  RETURN_IF_ERROR(d.Init(g));
-  ASSIGN_OR_RETURN(const Plan plan, GetPlan(ctx, Pass::kForward, g, d));
+  ASSIGN_OR_RETURN(const Plan plan, GetPlan(ctx, Pass::kForward, g));
   if (!plan.usable) return false;
+  const ConvDescs& d = *plan.descs;
   Tensor ohwi = Scratch(ctx, g.k() * g.cout);
   WEFT_CUDA_RETURN_IF_ERROR(LaunchTranspose(filter, ohwi.data<float>(), g.k(), g.cout, Stream(ctx)));
   Tensor ws = Workspace(ctx, plan.workspace_bytes);
@@ -337,10 +345,9 @@ absl::StatusOr<bool> CudnnConv2D(OpKernelContext* ctx, const cpu::ConvGeometry& 
 
 absl::StatusOr<bool> CudnnConv2DBackpropInput(OpKernelContext* ctx, const cpu::ConvGeometry& g,
                                               const float* filter, const float* dy, float* dx) {
-  ConvDescs d;
-  RETURN_IF_ERROR(d.Init(g));
-  ASSIGN_OR_RETURN(const Plan plan, GetPlan(ctx, Pass::kBackpropInput, g, d));
+  ASSIGN_OR_RETURN(const Plan plan, GetPlan(ctx, Pass::kBackpropInput, g));
   if (!plan.usable) return false;
+  const ConvDescs& d = *plan.descs;
   Tensor ohwi = Scratch(ctx, g.k() * g.cout);
   WEFT_CUDA_RETURN_IF_ERROR(LaunchTranspose(filter, ohwi.data<float>(), g.k(), g.cout, Stream(ctx)));
   Tensor ws = Workspace(ctx, plan.workspace_bytes);
@@ -354,10 +361,9 @@ absl::StatusOr<bool> CudnnConv2DBackpropInput(OpKernelContext* ctx, const cpu::C
 
 absl::StatusOr<bool> CudnnConv2DBackpropFilter(OpKernelContext* ctx, const cpu::ConvGeometry& g, const float* x,
                                                const float* dy, float* dfilter) {
-  ConvDescs d;
-  RETURN_IF_ERROR(d.Init(g));
-  ASSIGN_OR_RETURN(const Plan plan, GetPlan(ctx, Pass::kBackpropFilter, g, d));
+  ASSIGN_OR_RETURN(const Plan plan, GetPlan(ctx, Pass::kBackpropFilter, g));
   if (!plan.usable) return false;
+  const ConvDescs& d = *plan.descs;
   Tensor ohwi = Scratch(ctx, g.k() * g.cout);
   Tensor ws = Workspace(ctx, plan.workspace_bytes);
   WEFT_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
@@ -393,11 +399,32 @@ struct PoolDescs {
   }
 };
 
+// The pooling descriptors of g on this device, made on first use and kept.
+absl::StatusOr<std::shared_ptr<const PoolDescs>> GetPoolDescs(OpKernelContext* ctx, const cpu::PoolGeometry& g) {
+  // (ordinal, n, h, w, c, k, stride, pad_top, pad_left).
+  using Key = std::array<int64_t, 9>;
+  struct Cache {
+    absl::Mutex mu;
+    absl::flat_hash_map<Key, std::shared_ptr<const PoolDescs>> descs ABSL_GUARDED_BY(mu);
+  };
+  static Cache* const cache = new Cache;
+  const Key key = {Gpu(ctx)->ordinal(), g.n, g.h, g.w, g.c, g.k, g.stride, g.pad_top, g.pad_left};
+  {
+    absl::MutexLock l(&cache->mu);
+    auto it = cache->descs.find(key);
+    if (it != cache->descs.end()) return it->second;
+  }
+  auto d = std::make_shared<PoolDescs>();
+  RETURN_IF_ERROR(d->Init(g));
+  absl::MutexLock l(&cache->mu);
+  return cache->descs.emplace(key, std::move(d)).first->second;
+}
+
 }  // namespace
 
 absl::Status CudnnMaxPool(OpKernelContext* ctx, const cpu::PoolGeometry& g, const float* x, float* y) {
-  PoolDescs d;
-  RETURN_IF_ERROR(d.Init(g));
+  ASSIGN_OR_RETURN(std::shared_ptr<const PoolDescs> descs, GetPoolDescs(ctx, g));
+  const PoolDescs& d = *descs;
   WEFT_CUDNN_RETURN_IF_ERROR(
       cudnnPoolingForward(Gpu(ctx)->cudnn(), d.pool.get(), &kOne, d.x.get(), x, &kZero, d.y.get(), y));
   poolings.fetch_add(1, std::memory_order_relaxed);
@@ -406,8 +433,8 @@ absl::Status CudnnMaxPool(OpKernelContext* ctx, const cpu::PoolGeometry& g, cons
 
 absl::Status CudnnMaxPoolGrad(OpKernelContext* ctx, const cpu::PoolGeometry& g, const float* x, const float* dy,
                               float* dx) {
-  PoolDescs d;
-  RETURN_IF_ERROR(d.Init(g));
+  ASSIGN_OR_RETURN(std::shared_ptr<const PoolDescs> descs, GetPoolDescs(ctx, g));
+  const PoolDescs& d = *descs;
   cudnnHandle_t handle = Gpu(ctx)->cudnn();
   Tensor y = Scratch(ctx, g.n * g.ho * g.wo * g.c);
   WEFT_CUDNN_RETURN_IF_ERROR(

@@ -18,9 +18,10 @@
 // strategies promise reproducible results), runs in plain FP32 FMA math
 // (CUDNN_FMA_MATH: no TF32 tensor cores, which would round the inputs to
 // 10 mantissa bits) and needs at most kMaxWorkspaceBytes of workspace. A
-// shape with no such algorithm keeps the fallback path. Workspace and
-// scratch come from the device's caching allocator, so a warm step makes
-// no cudaMalloc.
+// shape with no such algorithm keeps the fallback path. The descriptors
+// are kept with the choice (and the pooling descriptors per shape), so a
+// warm step creates none. Workspace and scratch come from the device's
+// caching allocator, so a warm step makes no cudaMalloc.
 //
 // The handle is the device's (GpuDevice::cudnn(), bound to its compute
 // stream); the executor runs one kernel of a device at a time, so no
