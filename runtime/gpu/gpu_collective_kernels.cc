@@ -103,6 +103,16 @@ absl::Status LaunchLocalGroup(std::vector<LocalRank>& ranks, int64_t group_key, 
   return absl::OkStatus();
 }
 
+// The same, leaving the calling thread's current CUDA device as it found it
+// (NCCL switches devices per rank; the thread may be a GPU executor's).
+absl::Status LaunchLocalGroupOnAnyThread(std::vector<LocalRank>& ranks, int64_t group_key, bool mean) {
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+  const absl::Status s = LaunchLocalGroup(ranks, group_key, mean);
+  if (previous >= 0) cudaSetDevice(previous);
+  return s;
+}
+
 class GpuCollectiveAllReduceOp : public AsyncOpKernel {
  public:
   explicit GpuCollectiveAllReduceOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
@@ -241,7 +251,7 @@ class GpuCollectiveAllReduceOp : public AsyncOpKernel {
       const int64_t group_key = args_.group_key;
       const bool mean = mean_;
       RankGather::Run(*std::move(group), [group_key, mean](std::vector<LocalRank>& ranks) {
-        return LaunchLocalGroup(ranks, group_key, mean);
+        return LaunchLocalGroupOnAnyThread(ranks, group_key, mean);
       });
     }
   }
