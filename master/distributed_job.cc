@@ -169,7 +169,12 @@ absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const Tra
   plan.replica_batch = job.batch_size() / n;
   plan.sync = o.sync;
   plan.replicas_to_aggregate = o.replicas_to_aggregate;
-  ASSIGN_OR_RETURN(plan.replicated, ApplyStrategy(training, o));
+  absl::StatusOr<ReplicatedGraph> replicated = ApplyStrategy(training, o);
+  if (!replicated.ok()) {
+    return absl::Status(replicated.status().code(),
+                        absl::StrCat("job '", job.name(), "': ", replicated.status().message()));
+  }
+  plan.replicated = *std::move(replicated);
   plan.graph = plan.replicated.graph->ToGraphDef();
   const int64_t num_classes = job.has_model() ? job.model().num_classes() : 0;
 

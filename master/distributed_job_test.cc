@@ -227,7 +227,8 @@ TEST(DistributedJobTest, MirroredTakesEveryGpuOfTheWorkerAndReducesThemInProcess
   job.mutable_strategy()->set_cross_device_ops(StrategySpec::NCCL);
   plan = PlanDistributedJob(job, *tg, devices, fake);
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(plan.status().message(), "cross_device_ops NCCL")) << plan.status();
+  EXPECT_TRUE(absl::StrContains(plan.status().message(), "job 'plan': strategy: cross_device_ops NCCL"))
+      << plan.status();
 }
 
 DeviceAttributes Dev(const std::string& name, const std::string& type, const std::string& desc) {
