@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/cpu/kernel_util.h"
+#include "runtime/kernels/cpu/nn_checks.h"
 #include "runtime/op_kernel.h"
 
 namespace weft {
@@ -97,9 +98,7 @@ class SoftmaxOp : public OpKernel {
   using OpKernel::OpKernel;
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
-    OP_REQUIRES(ctx, x.shape().rank() >= 1,
-                absl::InvalidArgumentError(absl::StrCat("logits must have rank >= 1, got shape ",
-                                                        x.shape().DebugString())));
+    OP_REQUIRES_OK(ctx, CheckLogits(x));
     Tensor* out = ctx->allocate_output(0, DType::kFloat32, x.shape());
     if (out == nullptr) return;
     int64_t rows, cols;
@@ -144,14 +143,8 @@ class SparseXentOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor& logits = ctx->input(0);
     const Tensor& labels = ctx->input(1);
-    OP_REQUIRES_OK(ctx, ExpectRank(logits, 2, "logits"));
-    OP_REQUIRES_OK(ctx, ExpectRank(labels, 1, "labels"));
-    OP_REQUIRES_OK(ctx, ExpectDType(labels, DType::kInt32, "labels"));
+    OP_REQUIRES_OK(ctx, CheckSparseXentOperands(logits, labels));
     const int64_t n = logits.shape().dim(0), c = logits.shape().dim(1);
-    OP_REQUIRES(ctx, labels.shape().dim(0) == n,
-                absl::InvalidArgumentError(absl::StrCat("labels ", labels.shape().DebugString(),
-                                                        " need one entry per row of logits ",
-                                                        logits.shape().DebugString())));
     const int32_t* lp = labels.data<int32_t>();
     for (int64_t i = 0; i < n; ++i) {
       OP_REQUIRES(ctx, lp[i] >= 0 && lp[i] < c,
@@ -181,34 +174,10 @@ class SparseXentOp : public OpKernel {
 
 // ---- Dropout ----------------------------------------------------------------------------
 
-// SplitMix64's output function: a strong 64-bit mixer, so Mix(key + counter)
-// is a counter-based generator (any element can be computed independently).
-inline uint64_t Mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// FNV-1a: stable across builds and platforms, unlike std::hash.
-uint64_t HashName(const std::string& s) {
-  uint64_t h = 0xCBF29CE484222325ull;
-  for (unsigned char ch : s) h = (h ^ ch) * 0x100000001B3ull;
-  return h;
-}
-
 class DropoutOp : public OpKernel {
  public:
   explicit DropoutOp(OpKernelConstruction* c) : OpKernel(c) {
-    if (!GetAttr(c, GetFloatAttr(c->def(), "rate"), &rate_)) return;
-    if (!GetAttr(c, GetIntAttrOr(c->def(), "seed", 0), &seed_)) return;
-    if (!(rate_ >= 0.0f && rate_ < 1.0f)) {
-      c->SetStatus(absl::InvalidArgumentError(absl::StrCat("rate must be in [0, 1), got ", rate_)));
-      return;
-    }
-    name_hash_ = HashName(c->def().name());
-    // Keep an element when its 32 random bits are >= threshold: P(drop) = rate.
-    threshold_ = static_cast<uint32_t>(std::min<double>(std::ldexp(static_cast<double>(rate_), 32), 4294967295.0));
-    scale_ = 1.0f / (1.0f - rate_);
+    GetAttr(c, DropoutParams::FromNode(c->def()), &p_);
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -216,17 +185,17 @@ class DropoutOp : public OpKernel {
     Tensor* y = ctx->allocate_output(0, DType::kFloat32, x.shape());
     Tensor* mask = ctx->allocate_output(1, DType::kFloat32, x.shape());
     if (y == nullptr || mask == nullptr) return;
-    const uint64_t key = Mix(static_cast<uint64_t>(seed_) ^ Mix(name_hash_ ^ Mix(static_cast<uint64_t>(ctx->step_id()))));
+    const uint64_t key = p_.StepKey(ctx->step_id());
     const int64_t n = x.NumElements();
     const float* xp = x.data<float>();
     float* yp = y->data<float>();
     float* mp = mask->data<float>();
-    const uint32_t threshold = threshold_;
-    const float scale = scale_;
+    const uint32_t threshold = p_.threshold;
+    const float scale = p_.scale;
     // One 64-bit draw covers two elements.
     ParallelFor(ctx, (n + 1) / 2, 12, [&](int64_t begin, int64_t end) {
       for (int64_t j = begin; j < end; ++j) {
-        const uint64_t r = Mix(key + static_cast<uint64_t>(j) * 0x9E3779B97F4A7C15ull);
+        const uint64_t r = DropoutMix(key + static_cast<uint64_t>(j) * 0x9E3779B97F4A7C15ull);
         const int64_t i = 2 * j;
         mp[i] = static_cast<uint32_t>(r) >= threshold ? scale : 0.0f;
         yp[i] = xp[i] * mp[i];
@@ -239,11 +208,7 @@ class DropoutOp : public OpKernel {
   }
 
  private:
-  float rate_ = 0;
-  int64_t seed_ = 0;
-  uint64_t name_hash_ = 0;
-  uint32_t threshold_ = 0;
-  float scale_ = 1;
+  DropoutParams p_;
 };
 
 WEFT_REGISTER_KERNEL("Relu", "CPU", UnaryOp<ReluFn>);

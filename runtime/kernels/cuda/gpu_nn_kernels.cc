@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/kernels/cpu/kernel_util.h"
+#include "runtime/kernels/cpu/nn_checks.h"
 #include "runtime/kernels/cuda/gpu_kernel_util.h"
 #include "runtime/kernels/cuda/gpu_launch.h"
 #include "runtime/op_kernel.h"
@@ -27,8 +28,6 @@ namespace weft {
 namespace gpu_kernels {
 namespace {
 
-using cpu::ExpectDType;
-using cpu::ExpectRank;
 using cpu::ExpectSameShape;
 using cpu::GetAttr;
 
@@ -92,9 +91,7 @@ class SoftmaxOp : public OpKernel {
   using OpKernel::OpKernel;
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
-    OP_REQUIRES(ctx, x.shape().rank() >= 1,
-                absl::InvalidArgumentError(absl::StrCat("logits must have rank >= 1, got shape ",
-                                                        x.shape().DebugString())));
+    OP_REQUIRES_OK(ctx, cpu::CheckLogits(x));
     Tensor* out = ctx->allocate_output(0, DType::kFloat32, x.shape());
     if (out == nullptr) return;
     int64_t rows, cols;
@@ -149,14 +146,8 @@ class SparseXentOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor& logits = ctx->input(0);
     const Tensor& labels = ctx->input(1);
-    OP_REQUIRES_OK(ctx, ExpectRank(logits, 2, "logits"));
-    OP_REQUIRES_OK(ctx, ExpectRank(labels, 1, "labels"));
-    OP_REQUIRES_OK(ctx, ExpectDType(labels, DType::kInt32, "labels"));
+    OP_REQUIRES_OK(ctx, cpu::CheckSparseXentOperands(logits, labels));
     const int64_t n = logits.shape().dim(0), c = logits.shape().dim(1);
-    OP_REQUIRES(ctx, labels.shape().dim(0) == n,
-                absl::InvalidArgumentError(absl::StrCat("labels ", labels.shape().DebugString(),
-                                                        " need one entry per row of logits ",
-                                                        logits.shape().DebugString())));
     OP_REQUIRES_OK(ctx, EarlierBadLabel());
     Tensor* loss = ctx->allocate_output(0, DType::kFloat32, TensorShape{n});
     Tensor* backprop = ctx->allocate_output(1, DType::kFloat32, TensorShape{n, c});
@@ -186,31 +177,12 @@ class SparseXentOp : public OpKernel {
   int32_t* error_dev_ = nullptr;
 };
 
-// As runtime/kernels/cpu/nn_kernels.cc: SplitMix64's output function and
-// FNV-1a of the node name. The GPU test checks the masks are the CPU's.
-inline uint64_t Mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-uint64_t HashName(const std::string& s) {
-  uint64_t h = 0xCBF29CE484222325ull;
-  for (unsigned char ch : s) h = (h ^ ch) * 0x100000001B3ull;
-  return h;
-}
-
 class DropoutOp : public OpKernel {
  public:
+  // The CPU kernel's parameters (runtime/kernels/cpu/nn_checks.h), so the
+  // masks are the CPU's; the GPU test checks they are.
   explicit DropoutOp(OpKernelConstruction* c) : OpKernel(c) {
-    if (!GetAttr(c, GetFloatAttr(c->def(), "rate"), &rate_)) return;
-    if (!GetAttr(c, GetIntAttrOr(c->def(), "seed", 0), &seed_)) return;
-    if (!(rate_ >= 0.0f && rate_ < 1.0f)) {
-      c->SetStatus(absl::InvalidArgumentError(absl::StrCat("rate must be in [0, 1), got ", rate_)));
-      return;
-    }
-    name_hash_ = HashName(c->def().name());
-    threshold_ = static_cast<uint32_t>(std::min<double>(std::ldexp(static_cast<double>(rate_), 32), 4294967295.0));
-    scale_ = 1.0f / (1.0f - rate_);
+    GetAttr(c, cpu::DropoutParams::FromNode(c->def()), &p_);
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -218,19 +190,14 @@ class DropoutOp : public OpKernel {
     Tensor* y = ctx->allocate_output(0, DType::kFloat32, x.shape());
     Tensor* mask = ctx->allocate_output(1, DType::kFloat32, x.shape());
     if (y == nullptr || mask == nullptr) return;
-    const uint64_t key = Mix(static_cast<uint64_t>(seed_) ^ Mix(name_hash_ ^ Mix(static_cast<uint64_t>(ctx->step_id()))));
     OP_REQUIRES_CUDA(ctx,
-                     LaunchDropout(x.data<float>(), y->data<float>(), mask->data<float>(), x.NumElements(), key,
-                                   threshold_, scale_, Stream(ctx)),
+                     LaunchDropout(x.data<float>(), y->data<float>(), mask->data<float>(), x.NumElements(),
+                                   p_.StepKey(ctx->step_id()), p_.threshold, p_.scale, Stream(ctx)),
                      "Dropout kernel");
   }
 
  private:
-  float rate_ = 0;
-  int64_t seed_ = 0;
-  uint64_t name_hash_ = 0;
-  uint32_t threshold_ = 0;
-  float scale_ = 1;
+  cpu::DropoutParams p_;
 };
 
 WEFT_REGISTER_KERNEL("Relu", "GPU", UnaryOp<UnaryFn::kRelu>);

@@ -8,6 +8,7 @@
 // lock orders them.
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/cpu/kernel_util.h"
+#include "runtime/kernels/cpu/nn_checks.h"
 #include "runtime/kernels/cuda/gpu_kernel_util.h"
 #include "runtime/kernels/cuda/gpu_launch.h"
 #include "runtime/op_kernel.h"
@@ -16,23 +17,8 @@ namespace weft {
 namespace gpu_kernels {
 namespace {
 
+using cpu::CheckLikeVar;
 using cpu::GetAttr;
-
-// var is float32 and each listed (input, role) has its shape.
-absl::Status CheckLikeVar(OpKernelContext* ctx, std::initializer_list<std::pair<int, const char*>> inputs) {
-  const Tensor& var = ctx->input(0);
-  if (var.dtype() != DType::kFloat32) {
-    return absl::InvalidArgumentError(absl::StrCat("var must be float32, got ", DTypeName(var.dtype())));
-  }
-  for (const auto& [i, role] : inputs) {
-    const Tensor& t = ctx->input(i);
-    if (t.shape() != var.shape()) {
-      return absl::InvalidArgumentError(absl::StrCat(role, " ", t.shape().DebugString(), " must have var's shape ",
-                                                     var.shape().DebugString()));
-    }
-  }
-  return absl::OkStatus();
-}
 
 class ApplyGradientDescentOp : public OpKernel {
  public:
