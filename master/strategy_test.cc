@@ -527,7 +527,9 @@ TEST(StrategyTest, MirroredOnGpusAllReducesInProcessThroughNccl) {
   // gradient is summed on one device (the loss still is, for reporting).
   int updates = 0;
   for (const auto& n : rg->graph->nodes()) {
-    if (n->def().op() == "AddN") EXPECT_TRUE(absl::StartsWith(n->name(), "loss/")) << n->name();
+    if (n->def().op() == "AddN") {
+      EXPECT_TRUE(absl::StartsWith(n->name(), "loss/")) << n->name();
+    }
     if (!absl::StrContains(n->def().op(), "Apply")) continue;
     const std::string replica = n->name().substr(0, n->name().find('/') + 1);
     bool reads_own = false;
