@@ -71,8 +71,9 @@ absl::StatusOr<InMemoryDataset> InMemoryDataset::Create(std::vector<int64_t> exa
   InMemoryDataset ds;
   ds.example_shape_ = std::move(example_shape);
   ds.example_elems_ = elems;
-  ds.pixels_ = std::move(pixels);
-  ds.labels_ = std::move(labels);
+  ds.size_ = static_cast<int64_t>(labels.size());
+  ds.pixels_ = std::make_shared<const std::vector<uint8_t>>(std::move(pixels));
+  ds.labels_ = std::make_shared<const std::vector<int32_t>>(std::move(labels));
   return ds;
 }
 
@@ -81,27 +82,16 @@ absl::StatusOr<InMemoryDataset> InMemoryDataset::Shard(int64_t index, int64_t co
     return absl::InvalidArgumentError(
         absl::StrCat("shard index ", index, " is not in [0, ", count, ")"));
   }
-  InMemoryDataset out;
-  out.example_shape_ = example_shape_;
-  out.example_elems_ = example_elems_;
-  const int64_t n = size() > index ? (size() - index + count - 1) / count : 0;
-  out.pixels_.resize(static_cast<size_t>(n * example_elems_));
-  out.labels_.resize(static_cast<size_t>(n));
-  for (int64_t k = 0; k < n; ++k) {
-    const int64_t i = index + k * count;
-    std::copy_n(pixels(i), example_elems_, out.pixels_.data() + k * example_elems_);
-    out.labels_[k] = labels_[i];
-  }
+  InMemoryDataset out = *this;
+  out.size_ = size() > index ? (size() - index + count - 1) / count : 0;
+  out.first_ = first_ + index * stride_;
+  out.stride_ = stride_ * count;
   return out;
 }
 
 InMemoryDataset InMemoryDataset::Take(int64_t n) const {
-  n = std::min(std::max<int64_t>(n, 0), size());
-  InMemoryDataset out;
-  out.example_shape_ = example_shape_;
-  out.example_elems_ = example_elems_;
-  out.pixels_.assign(pixels_.begin(), pixels_.begin() + n * example_elems_);
-  out.labels_.assign(labels_.begin(), labels_.begin() + n);
+  InMemoryDataset out = *this;
+  out.size_ = std::min(std::max<int64_t>(n, 0), size());
   return out;
 }
 

@@ -50,25 +50,31 @@ class InMemoryDataset {
                                                 std::vector<uint8_t> pixels,
                                                 std::vector<int32_t> labels);
 
-  int64_t size() const { return static_cast<int64_t>(labels_.size()); }
+  int64_t size() const { return size_; }
   const std::vector<int64_t>& example_shape() const { return example_shape_; }
   int64_t example_elems() const { return example_elems_; }
   // REQUIRES: 0 <= i < size().
-  const uint8_t* pixels(int64_t i) const { return pixels_.data() + i * example_elems_; }
-  int32_t label(int64_t i) const { return labels_[static_cast<size_t>(i)]; }
+  const uint8_t* pixels(int64_t i) const { return pixels_->data() + (first_ + i * stride_) * example_elems_; }
+  int32_t label(int64_t i) const { return (*labels_)[static_cast<size_t>(first_ + i * stride_)]; }
 
   // The examples i with i % count == index, in order (PyTorch's x[index::count]):
-  // the shards for index = 0..count-1 partition the dataset.
+  // the shards for index = 0..count-1 partition the dataset. A shard shares
+  // this dataset's memory (no example is copied) and keeps it alive.
   // INVALID_ARGUMENT unless 0 <= index < count.
   absl::StatusOr<InMemoryDataset> Shard(int64_t index, int64_t count) const;
-  // The first min(n, size()) examples. REQUIRES: n >= 0.
+  // The first min(n, size()) examples, sharing this dataset's memory. REQUIRES: n >= 0.
   InMemoryDataset Take(int64_t n) const;
 
  private:
   std::vector<int64_t> example_shape_;
   int64_t example_elems_ = 0;
-  std::vector<uint8_t> pixels_;  // size() * example_elems_, row-major
-  std::vector<int32_t> labels_;
+  // Example i is example first_ + i * stride_ of the shared arrays, which
+  // shards and prefixes of one loaded split have in common.
+  std::shared_ptr<const std::vector<uint8_t>> pixels_;  // row-major, example_elems_ per example
+  std::shared_ptr<const std::vector<int32_t>> labels_;
+  int64_t first_ = 0;
+  int64_t stride_ = 1;
+  int64_t size_ = 0;
 };
 
 // Builds the train (`train` true) or test split that `spec` describes.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,24 @@ TEST(InMemoryDatasetTest, ShardsPartitionTheDataset) {
   EXPECT_EQ(s1->label(2), 7);
   EXPECT_FALSE(ds.Shard(3, 3).ok());
   EXPECT_FALSE(ds.Shard(-1, 3).ok());
+}
+
+TEST(InMemoryDatasetTest, ShardsShareMemoryAndNest) {
+  std::optional<InMemoryDataset> ds = MakeDataset(10);
+  auto shard = ds->Shard(1, 2);  // examples 1, 3, 5, 7, 9
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  EXPECT_EQ(shard->pixels(2), ds->pixels(5));  // no copy
+  auto nested = shard->Shard(1, 2);            // examples 3, 7
+  ASSERT_TRUE(nested.ok()) << nested.status();
+  ASSERT_EQ(nested->size(), 2);
+  EXPECT_EQ(nested->label(0), 3);
+  EXPECT_EQ(nested->label(1), 7);
+  const InMemoryDataset first = shard->Take(2);  // examples 1, 3
+  ASSERT_EQ(first.size(), 2);
+  EXPECT_EQ(first.label(1), 3);
+  ds.reset();  // a shard keeps the examples alive
+  EXPECT_EQ(nested->pixels(1)[5], static_cast<uint8_t>(75));
+  EXPECT_EQ(first.pixels(0)[0], static_cast<uint8_t>(10));
 }
 
 TEST(InMemoryDatasetTest, Take) {
