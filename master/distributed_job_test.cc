@@ -203,7 +203,7 @@ TEST(DistributedJobTest, MirroredTakesEveryGpuOfTheWorkerAndReducesThemInProcess
   auto parts = PartitionGraph(**g);
   ASSERT_TRUE(parts.ok()) << parts.status();
   int seen = 0;
-  for (const std::string& gpu : {"/job:worker/task:0/device:GPU:0", "/job:worker/task:0/device:GPU:1"}) {
+  for (const char* gpu : {"/job:worker/task:0/device:GPU:0", "/job:worker/task:0/device:GPU:1"}) {
     ASSERT_TRUE(parts->count(gpu)) << gpu;
     for (const NodeDef& n : parts->at(gpu).node()) {
       if (n.op() != "CollectiveAllReduce") continue;
