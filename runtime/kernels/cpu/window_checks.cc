@@ -13,6 +13,22 @@ absl::Status ExpectNhwc(const Tensor& x) {
   return absl::OkStatus();
 }
 
+// Sets g's output size and padding for a kh x kw window at g's stride.
+template <typename Geometry>
+absl::Status SetWindows(int64_t kh, int64_t kw, Padding padding, Geometry* g) {
+  auto wh = ComputeWindow(g->h, kh, g->stride, padding, "input height");
+  if (!wh.ok()) return wh.status();
+  auto ww = ComputeWindow(g->w, kw, g->stride, padding, "input width");
+  if (!ww.ok()) return ww.status();
+  g->ho = wh->out;
+  g->wo = ww->out;
+  g->pad_top = wh->pad_before;
+  g->pad_bottom = wh->pad_after;
+  g->pad_left = ww->pad_before;
+  g->pad_right = ww->pad_after;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ConvGeometry> ComputeConvGeometry(const Tensor& x, const Tensor& filter, const ConvParams& p) {
@@ -38,16 +54,7 @@ absl::StatusOr<ConvGeometry> ComputeConvGeometry(const Tensor& x, const Tensor& 
   if (g.kh < 1 || g.kw < 1) {
     return absl::InvalidArgumentError(absl::StrCat("filter ", fs.DebugString(), " has an empty window"));
   }
-  auto wh = ComputeWindow(g.h, g.kh, g.stride, p.padding, "input height");
-  if (!wh.ok()) return wh.status();
-  auto ww = ComputeWindow(g.w, g.kw, g.stride, p.padding, "input width");
-  if (!ww.ok()) return ww.status();
-  g.ho = wh->out;
-  g.wo = ww->out;
-  g.pad_top = wh->pad_before;
-  g.pad_bottom = wh->pad_after;
-  g.pad_left = ww->pad_before;
-  g.pad_right = ww->pad_after;
+  if (absl::Status s = SetWindows(g.kh, g.kw, p.padding, &g); !s.ok()) return s;
   return g;
 }
 
@@ -69,16 +76,7 @@ absl::StatusOr<PoolGeometry> ComputePoolGeometry(const Tensor& x, const PoolPara
   g.c = x.shape().dim(3);
   g.k = p.ksize;
   g.stride = p.stride;
-  auto wh = ComputeWindow(g.h, g.k, g.stride, p.padding, "input height");
-  if (!wh.ok()) return wh.status();
-  auto ww = ComputeWindow(g.w, g.k, g.stride, p.padding, "input width");
-  if (!ww.ok()) return ww.status();
-  g.ho = wh->out;
-  g.wo = ww->out;
-  g.pad_top = wh->pad_before;
-  g.pad_bottom = wh->pad_after;
-  g.pad_left = ww->pad_before;
-  g.pad_right = ww->pad_after;
+  if (absl::Status s = SetWindows(g.k, g.k, p.padding, &g); !s.ok()) return s;
   return g;
 }
 
