@@ -9,6 +9,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -184,27 +185,31 @@ struct Plan {
 // (ordinal, pass, n, h, w, cin, kh, kw, cout, stride, pad_top, pad_left).
 using PlanKey = std::array<int64_t, 12>;
 
-class PlanCache {
+// What was chosen or made for each shape, kept for the process's life (a
+// job has a handful of shapes).
+template <typename Key, typename Value>
+class ShapeCache {
  public:
-  bool Lookup(const PlanKey& key, Plan* plan) {
+  bool Lookup(const Key& key, Value* value) {
     absl::MutexLock l(&mu_);
-    auto it = plans_.find(key);
-    if (it == plans_.end()) return false;
-    *plan = it->second;
+    auto it = values_.find(key);
+    if (it == values_.end()) return false;
+    *value = it->second;
     return true;
   }
-  void Insert(const PlanKey& key, const Plan& plan) {
+  // Keeps `value` unless another thread cached one first; returns the kept one.
+  Value Insert(const Key& key, Value value) {
     absl::MutexLock l(&mu_);
-    plans_.emplace(key, plan);
+    return values_.emplace(key, std::move(value)).first->second;
   }
 
  private:
   absl::Mutex mu_;
-  absl::flat_hash_map<PlanKey, Plan> plans_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Key, Value> values_ ABSL_GUARDED_BY(mu_);
 };
 
-PlanCache& Plans() {
-  static PlanCache* cache = new PlanCache;
+ShapeCache<PlanKey, Plan>& Plans() {
+  static auto* cache = new ShapeCache<PlanKey, Plan>;
   return *cache;
 }
 
@@ -296,8 +301,7 @@ absl::StatusOr<Plan> GetPlan(OpKernelContext* ctx, Pass pass, const cpu::ConvGeo
                         TensorShape{g.n, g.h, g.w, g.cin}.DebugString(), g.kh, g.kw, g.cin, g.cout, g.stride,
                         g.pad_top, g.pad_left);
   }
-  Plans().Insert(key, plan);
-  return plan;
+  return Plans().Insert(key, std::move(plan));
 }
 
 void* WorkspaceData(Tensor& t, size_t bytes) { return bytes == 0 ? nullptr : t.raw_data(); }
@@ -403,21 +407,13 @@ struct PoolDescs {
 absl::StatusOr<std::shared_ptr<const PoolDescs>> GetPoolDescs(OpKernelContext* ctx, const cpu::PoolGeometry& g) {
   // (ordinal, n, h, w, c, k, stride, pad_top, pad_left).
   using Key = std::array<int64_t, 9>;
-  struct Cache {
-    absl::Mutex mu;
-    absl::flat_hash_map<Key, std::shared_ptr<const PoolDescs>> descs ABSL_GUARDED_BY(mu);
-  };
-  static Cache* const cache = new Cache;
+  static auto* cache = new ShapeCache<Key, std::shared_ptr<const PoolDescs>>;
   const Key key = {Gpu(ctx)->ordinal(), g.n, g.h, g.w, g.c, g.k, g.stride, g.pad_top, g.pad_left};
-  {
-    absl::MutexLock l(&cache->mu);
-    auto it = cache->descs.find(key);
-    if (it != cache->descs.end()) return it->second;
-  }
+  std::shared_ptr<const PoolDescs> descs;
+  if (cache->Lookup(key, &descs)) return descs;
   auto d = std::make_shared<PoolDescs>();
   RETURN_IF_ERROR(d->Init(g));
-  absl::MutexLock l(&cache->mu);
-  return cache->descs.emplace(key, std::move(d)).first->second;
+  return cache->Insert(key, std::move(d));
 }
 
 }  // namespace
