@@ -121,15 +121,8 @@ class GpuCollectiveAllReduceOp : public AsyncOpKernel {
     if (!GetAttr(c, GetIntAttr(c->def(), "instance_key"), &args_.instance_key)) return;
     if (!GetAttr(c, GetBoolAttrOr(c->def(), "mean", false), &mean_)) return;
     if (!GetAttr(c, GetStringAttrOr(c->def(), "nccl_unique_id", ""), &nccl_id_)) return;
-    std::string tasks;
-    if (!GetAttr(c, GetStringAttrOr(c->def(), "group_tasks", ""), &tasks)) return;
-    if (!tasks.empty()) args_.tasks = absl::StrSplit(tasks, ',');
-    if (group_size_ > 1 && static_cast<int64_t>(args_.tasks.size()) != group_size_) {
-      c->SetStatus(absl::InvalidArgumentError(absl::StrCat("group_tasks names ", args_.tasks.size(),
-                                                           " task(s) for group_size ", group_size_)));
-      return;
-    }
     const std::string& device = c->device()->name();
+    // An in-process group (group_devices) names no tasks: it is read first.
     std::string devices;
     if (!GetAttr(c, GetStringAttrOr(c->def(), "group_devices", ""), &devices)) return;
     if (!devices.empty()) {
@@ -146,6 +139,14 @@ class GpuCollectiveAllReduceOp : public AsyncOpKernel {
         c->SetStatus(absl::InvalidArgumentError(
             absl::StrCat("device ", device, " is in none of group_devices ", devices)));
       }
+      return;
+    }
+    std::string tasks;
+    if (!GetAttr(c, GetStringAttrOr(c->def(), "group_tasks", ""), &tasks)) return;
+    if (!tasks.empty()) args_.tasks = absl::StrSplit(tasks, ',');
+    if (group_size_ > 1 && static_cast<int64_t>(args_.tasks.size()) != group_size_) {
+      c->SetStatus(absl::InvalidArgumentError(absl::StrCat("group_tasks names ", args_.tasks.size(),
+                                                           " task(s) for group_size ", group_size_)));
       return;
     }
     // This task's rank: its place in group_tasks (the device name starts

@@ -1,7 +1,9 @@
 #include "runtime/kernels/cuda/cudnn_conv.h"
 
+#include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <climits>
@@ -34,6 +36,7 @@ std::atomic<bool>& UseCudnnFlag() {
 
 std::atomic<int64_t> convolutions{0};
 std::atomic<int64_t> poolings{0};
+std::atomic<int64_t> timings{0};
 
 // cuDNN's legacy API indexes tensors with 32-bit integers.
 bool FitsInt(std::initializer_list<int64_t> dims) {
@@ -178,6 +181,7 @@ const char* PassName(Pass pass) {
 struct Plan {
   bool usable = false;  // false: no acceptable algorithm, use the fallback
   int algo = 0;         // a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
+  bool timed = false;   // chosen by timing (autotuning) over the heuristic's pick
   size_t workspace_bytes = 0;
   std::shared_ptr<const ConvDescs> descs;  // set when usable
 };
@@ -213,71 +217,163 @@ ShapeCache<PlanKey, Plan>& Plans() {
   return *cache;
 }
 
-// The first of cuDNN's candidates, best first, that ran its check, is
-// deterministic, uses no tensor cores and fits the workspace cap; -1 if none.
+void* WorkspaceData(Tensor& t, size_t bytes) { return bytes == 0 ? nullptr : t.raw_data(); }
+
+Tensor Workspace(OpKernelContext* ctx, size_t bytes) {
+  return Scratch(ctx, static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float)));
+}
+
+bool Acceptable(cudnnStatus_t status, cudnnDeterminism_t determinism, cudnnMathType_t math, size_t memory) {
+  return status == CUDNN_STATUS_SUCCESS && determinism == CUDNN_DETERMINISTIC && math != CUDNN_TENSOR_OP_MATH &&
+         math != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION && memory <= kMaxWorkspaceBytes;
+}
+
+// The first of cuDNN's candidates (best first) that ran, is deterministic,
+// uses no tensor cores and fits the workspace cap; -1 if none.
 template <typename Perf>
 int FirstAcceptable(const Perf* perf, int count) {
   for (int i = 0; i < count; ++i) {
-    const Perf& p = perf[i];
-    if (p.status != CUDNN_STATUS_SUCCESS || p.determinism != CUDNN_DETERMINISTIC) continue;
-    if (p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
-    if (p.memory > kMaxWorkspaceBytes) continue;
-    return i;
+    if (Acceptable(perf[i].status, perf[i].determinism, perf[i].mathType, perf[i].memory)) return i;
   }
   return -1;
 }
 
-absl::StatusOr<Plan> ChoosePlan(cudnnHandle_t handle, Pass pass, const ConvDescs& d) {
+// The most workspace any acceptable candidate asks for.
+template <typename Perf>
+size_t LargestAcceptableWorkspace(const Perf* perf, int count) {
+  size_t most = 0;
+  for (int i = 0; i < count; ++i) {
+    if (Acceptable(perf[i].status, perf[i].determinism, perf[i].mathType, perf[i].memory)) {
+      most = std::max(most, perf[i].memory);
+    }
+  }
+  return most;
+}
+
+std::atomic<bool>& AutotuneFlag() {
+  static std::atomic<bool> flag([] {
+    const char* env = std::getenv("WEFT_CUDNN_AUTOTUNE");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }());
+  return flag;
+}
+
+// A timed candidate replaces the heuristic's pick only when it is at least
+// this many times faster, so that timing noise between near-equal
+// algorithms does not change a job's choice from run to run.
+constexpr float kAutotuneMargin = 1.25f;
+
+// The heuristic's pick, or with autotuning the timed winner where it clearly
+// beats it. `timed` holds cuDNN's measurements, fastest first.
+template <typename Perf>
+int Choose(const Perf* heuristic, int heuristic_count, const Perf* timed, int timed_count, bool* was_timed) {
+  const int h = FirstAcceptable(heuristic, heuristic_count);
+  *was_timed = false;
+  if (h < 0 || timed_count == 0) return h < 0 ? -1 : static_cast<int>(heuristic[h].algo);
+  const int t = FirstAcceptable(timed, timed_count);
+  if (t < 0) return static_cast<int>(heuristic[h].algo);
+  float heuristic_ms = -1;
+  for (int i = 0; i < timed_count; ++i) {
+    if (timed[i].algo == heuristic[h].algo && timed[i].status == CUDNN_STATUS_SUCCESS) heuristic_ms = timed[i].time;
+  }
+  if (heuristic_ms >= 0 && timed[t].time * kAutotuneMargin > heuristic_ms) {
+    return static_cast<int>(heuristic[h].algo);
+  }
+  *was_timed = true;
+  return static_cast<int>(timed[t].algo);
+}
+
+// The device memory a pass reads and writes while it is timed: its real
+// operands (the outputs are overwritten again when the pass runs).
+struct Operands {
+  const void* a;  // x (forward, filter gradient) or the OHWI filter (input gradient)
+  const void* b;  // the OHWI filter (forward) or dy (the gradients)
+  void* out;      // y, dx or the OHWI filter gradient
+};
+
+absl::StatusOr<Plan> ChoosePlan(OpKernelContext* ctx, Pass pass, const ConvDescs& d, const Operands& ops) {
+  cudnnHandle_t handle = Gpu(ctx)->cudnn();
+  const bool autotune = AutotuneFlag().load(std::memory_order_relaxed);
   Plan plan;
+  int algo = -1;
+  bool timed = false;
   size_t bytes = 0;
+  Tensor ws;
   switch (pass) {
     case Pass::kForward: {
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-      int count = 0;
+      cudnnConvolutionFwdAlgoPerf_t found[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+      int count = 0, found_count = 0;
       WEFT_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardAlgorithm_v7(
           handle, d.x.get(), d.filter.get(), d.conv.get(), d.y.get(), CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf));
-      const int i = FirstAcceptable(perf, count);
-      if (i < 0) return plan;
-      plan.algo = perf[i].algo;
+      if (autotune && FirstAcceptable(perf, count) >= 0) {
+        const size_t most = LargestAcceptableWorkspace(perf, count);
+        ws = Workspace(ctx, most);
+        WEFT_CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionForwardAlgorithmEx(
+            handle, d.x.get(), ops.a, d.filter.get(), ops.b, d.conv.get(), d.y.get(), ops.out,
+            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found_count, found, WorkspaceData(ws, most), most));
+      }
+      algo = Choose(perf, count, found, found_count, &timed);
+      if (algo < 0) return plan;
       WEFT_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardWorkspaceSize(
-          handle, d.x.get(), d.filter.get(), d.conv.get(), d.y.get(), perf[i].algo, &bytes));
+          handle, d.x.get(), d.filter.get(), d.conv.get(), d.y.get(), static_cast<cudnnConvolutionFwdAlgo_t>(algo),
+          &bytes));
       break;
     }
     case Pass::kBackpropInput: {
       cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-      int count = 0;
+      cudnnConvolutionBwdDataAlgoPerf_t found[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+      int count = 0, found_count = 0;
       WEFT_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithm_v7(
           handle, d.filter.get(), d.y.get(), d.conv.get(), d.x.get(), CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count,
           perf));
-      const int i = FirstAcceptable(perf, count);
-      if (i < 0) return plan;
-      plan.algo = perf[i].algo;
+      if (autotune && FirstAcceptable(perf, count) >= 0) {
+        const size_t most = LargestAcceptableWorkspace(perf, count);
+        ws = Workspace(ctx, most);
+        WEFT_CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionBackwardDataAlgorithmEx(
+            handle, d.filter.get(), ops.a, d.y.get(), ops.b, d.conv.get(), d.x.get(), ops.out,
+            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found_count, found, WorkspaceData(ws, most), most));
+      }
+      algo = Choose(perf, count, found, found_count, &timed);
+      if (algo < 0) return plan;
       WEFT_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataWorkspaceSize(
-          handle, d.filter.get(), d.y.get(), d.conv.get(), d.x.get(), perf[i].algo, &bytes));
+          handle, d.filter.get(), d.y.get(), d.conv.get(), d.x.get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(algo),
+          &bytes));
       break;
     }
     case Pass::kBackpropFilter: {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-      int count = 0;
+      cudnnConvolutionBwdFilterAlgoPerf_t found[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+      int count = 0, found_count = 0;
       WEFT_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
           handle, d.x.get(), d.y.get(), d.conv.get(), d.filter.get(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
           perf));
-      const int i = FirstAcceptable(perf, count);
-      if (i < 0) return plan;
-      plan.algo = perf[i].algo;
+      if (autotune && FirstAcceptable(perf, count) >= 0) {
+        const size_t most = LargestAcceptableWorkspace(perf, count);
+        ws = Workspace(ctx, most);
+        WEFT_CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+            handle, d.x.get(), ops.a, d.y.get(), ops.b, d.conv.get(), d.filter.get(), ops.out,
+            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &found_count, found, WorkspaceData(ws, most), most));
+      }
+      algo = Choose(perf, count, found, found_count, &timed);
+      if (algo < 0) return plan;
       WEFT_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-          handle, d.x.get(), d.y.get(), d.conv.get(), d.filter.get(), perf[i].algo, &bytes));
+          handle, d.x.get(), d.y.get(), d.conv.get(), d.filter.get(),
+          static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), &bytes));
       break;
     }
   }
   if (bytes > kMaxWorkspaceBytes) return plan;
   plan.usable = true;
+  plan.algo = algo;
+  plan.timed = timed;
   plan.workspace_bytes = bytes;
   return plan;
 }
 
-// The cached plan for g's pass on this device, chosen on first use.
-absl::StatusOr<Plan> GetPlan(OpKernelContext* ctx, Pass pass, const cpu::ConvGeometry& g) {
+// The cached plan for g's pass on this device, chosen on first use (with
+// autotuning, by timing the candidates on `ops`).
+absl::StatusOr<Plan> GetPlan(OpKernelContext* ctx, Pass pass, const cpu::ConvGeometry& g, const Operands& ops) {
   const PlanKey key = {Gpu(ctx)->ordinal(), static_cast<int64_t>(pass), g.n, g.h, g.w, g.cin, g.kh, g.kw, g.cout,
                        g.stride, g.pad_top, g.pad_left};
   Plan plan;
@@ -291,10 +387,16 @@ absl::StatusOr<Plan> GetPlan(OpKernelContext* ctx, Pass pass, const cpu::ConvGeo
   WEFT_CUDNN_RETURN_IF_ERROR(
       cudnnGetConvolution2dForwardOutputDim(d.conv.get(), d.x.get(), d.filter.get(), &n, &c, &h, &w));
   if (n == g.n && c == g.cout && h == g.ho && w == g.wo) {
-    ASSIGN_OR_RETURN(plan, ChoosePlan(Gpu(ctx)->cudnn(), pass, d));
+    ASSIGN_OR_RETURN(plan, ChoosePlan(ctx, pass, d, ops));
   }
-  if (plan.usable) plan.descs = std::move(descs);
-  if (!plan.usable) {
+  if (plan.usable) {
+    plan.descs = std::move(descs);
+    Logger("gpu")->debug("cuDNN {} of x {} and filter [{},{},{},{}] (stride {}, padding {}x{}): algorithm {} ({}), "
+                         "{} bytes of workspace",
+                         PassName(pass), TensorShape{g.n, g.h, g.w, g.cin}.DebugString(), g.kh, g.kw, g.cin, g.cout,
+                         g.stride, g.pad_top, g.pad_left, plan.algo, plan.timed ? "timed" : "heuristic",
+                         plan.workspace_bytes);
+  } else {
     Logger("gpu")->info("cuDNN has no deterministic FP32 algorithm within {} MiB of workspace for {} of x {} and "
                         "filter [{},{},{},{}] (stride {}, padding {}x{}); using im2col + cuBLAS",
                         kMaxWorkspaceBytes >> 20, PassName(pass),
@@ -304,21 +406,18 @@ absl::StatusOr<Plan> GetPlan(OpKernelContext* ctx, Pass pass, const cpu::ConvGeo
   return Plans().Insert(key, std::move(plan));
 }
 
-void* WorkspaceData(Tensor& t, size_t bytes) { return bytes == 0 ? nullptr : t.raw_data(); }
-
-Tensor Workspace(OpKernelContext* ctx, size_t bytes) {
-  return Scratch(ctx, static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float)));
-}
-
 const float kOne = 1.0f;
 const float kZero = 0.0f;
 
 }  // namespace
 
 bool UseCudnn() { return UseCudnnFlag().load(std::memory_order_relaxed); }
+bool CudnnAutotune() { return AutotuneFlag().load(std::memory_order_relaxed); }
+void SetCudnnAutotune(bool autotune) { AutotuneFlag().store(autotune, std::memory_order_relaxed); }
 void SetUseCudnn(bool use) { UseCudnnFlag().store(use, std::memory_order_relaxed); }
 int64_t CudnnConvolutionCount() { return convolutions.load(std::memory_order_relaxed); }
 int64_t CudnnPoolingCount() { return poolings.load(std::memory_order_relaxed); }
+int64_t ConvolutionPathTimings() { return timings.load(std::memory_order_relaxed); }
 
 bool CudnnCanConvolve(const cpu::ConvGeometry& g) {
   return g.HasSymmetricPadding() && FitsInt({g.n, g.h, g.w, g.cin}) && FitsInt({g.n, g.ho, g.wo, g.cout}) &&
@@ -331,53 +430,172 @@ bool CudnnCanPool(const cpu::PoolGeometry& g) {
          g.k <= INT_MAX && g.stride <= INT_MAX;
 }
 
-absl::StatusOr<bool> CudnnConv2D(OpKernelContext* ctx, const cpu::ConvGeometry& g, const float* x,
-                                 const float* filter, float* y) {
-  ASSIGN_OR_RETURN(const Plan plan, GetPlan(ctx, Pass::kForward, g));
-  if (!plan.usable) return false;
-  const ConvDescs& d = *plan.descs;
+namespace {
+
+// Pass `pass` of g through cuDNN: false, having written nothing to `out`
+// after its algorithm choice, when cuDNN has no acceptable algorithm.
+absl::StatusOr<bool> RunCudnn(OpKernelContext* ctx, Pass pass, const cpu::ConvGeometry& g, const float* a,
+                              const float* b, float* out) {
+  cudnnHandle_t handle = Gpu(ctx)->cudnn();
   Tensor ohwi = Scratch(ctx, g.k() * g.cout);
-  WEFT_CUDA_RETURN_IF_ERROR(LaunchTranspose(filter, ohwi.data<float>(), g.k(), g.cout, Stream(ctx)));
-  Tensor ws = Workspace(ctx, plan.workspace_bytes);
-  WEFT_CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(
-      Gpu(ctx)->cudnn(), &kOne, d.x.get(), x, d.filter.get(), ohwi.data<float>(), d.conv.get(),
-      static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo), WorkspaceData(ws, plan.workspace_bytes),
-      plan.workspace_bytes, &kZero, d.y.get(), y));
-  convolutions.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  switch (pass) {
+    case Pass::kForward: {  // a = x, b = the HWIO filter, out = y
+      WEFT_CUDA_RETURN_IF_ERROR(LaunchTranspose(b, ohwi.data<float>(), g.k(), g.cout, Stream(ctx)));
+      ASSIGN_OR_RETURN(const Plan plan, GetPlan(ctx, pass, g, {a, ohwi.data<float>(), out}));
+      if (!plan.usable) return false;
+      const ConvDescs& d = *plan.descs;
+      Tensor ws = Workspace(ctx, plan.workspace_bytes);
+      WEFT_CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(
+          handle, &kOne, d.x.get(), a, d.filter.get(), ohwi.data<float>(), d.conv.get(),
+          static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo), WorkspaceData(ws, plan.workspace_bytes),
+          plan.workspace_bytes, &kZero, d.y.get(), out));
+      return true;
+    }
+    case Pass::kBackpropInput: {  // a = the HWIO filter, b = dy, out = dx
+      WEFT_CUDA_RETURN_IF_ERROR(LaunchTranspose(a, ohwi.data<float>(), g.k(), g.cout, Stream(ctx)));
+      ASSIGN_OR_RETURN(const Plan plan, GetPlan(ctx, pass, g, {ohwi.data<float>(), b, out}));
+      if (!plan.usable) return false;
+      const ConvDescs& d = *plan.descs;
+      Tensor ws = Workspace(ctx, plan.workspace_bytes);
+      WEFT_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardData(
+          handle, &kOne, d.filter.get(), ohwi.data<float>(), d.y.get(), b, d.conv.get(),
+          static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo), WorkspaceData(ws, plan.workspace_bytes),
+          plan.workspace_bytes, &kZero, d.x.get(), out));
+      return true;
+    }
+    case Pass::kBackpropFilter: {  // a = x, b = dy, out = the HWIO filter gradient
+      ASSIGN_OR_RETURN(const Plan plan, GetPlan(ctx, pass, g, {a, b, ohwi.data<float>()}));
+      if (!plan.usable) return false;
+      const ConvDescs& d = *plan.descs;
+      Tensor ws = Workspace(ctx, plan.workspace_bytes);
+      WEFT_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
+          handle, &kOne, d.x.get(), a, d.y.get(), b, d.conv.get(),
+          static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algo), WorkspaceData(ws, plan.workspace_bytes),
+          plan.workspace_bytes, &kZero, d.filter.get(), ohwi.data<float>()));
+      // OHWI [cout, kh * kw * cin] back to HWIO [kh * kw * cin, cout].
+      WEFT_CUDA_RETURN_IF_ERROR(LaunchTranspose(ohwi.data<float>(), out, g.cout, g.k(), Stream(ctx)));
+      return true;
+    }
+  }
+  return absl::InternalError("unknown convolution pass");
 }
 
-absl::StatusOr<bool> CudnnConv2DBackpropInput(OpKernelContext* ctx, const cpu::ConvGeometry& g,
-                                              const float* filter, const float* dy, float* dx) {
-  ASSIGN_OR_RETURN(const Plan plan, GetPlan(ctx, Pass::kBackpropInput, g));
-  if (!plan.usable) return false;
-  const ConvDescs& d = *plan.descs;
-  Tensor ohwi = Scratch(ctx, g.k() * g.cout);
-  WEFT_CUDA_RETURN_IF_ERROR(LaunchTranspose(filter, ohwi.data<float>(), g.k(), g.cout, Stream(ctx)));
-  Tensor ws = Workspace(ctx, plan.workspace_bytes);
-  WEFT_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardData(
-      Gpu(ctx)->cudnn(), &kOne, d.filter.get(), ohwi.data<float>(), d.y.get(), dy, d.conv.get(),
-      static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo), WorkspaceData(ws, plan.workspace_bytes),
-      plan.workspace_bytes, &kZero, d.x.get(), dx));
-  convolutions.fetch_add(1, std::memory_order_relaxed);
-  return true;
+// Which path a shape's pass takes once its choice is made.
+enum class Path { kCudnn, kFallback };
+
+ShapeCache<PlanKey, Path>& Paths() {
+  static auto* cache = new ShapeCache<PlanKey, Path>;
+  return *cache;
 }
 
-absl::StatusOr<bool> CudnnConv2DBackpropFilter(OpKernelContext* ctx, const cpu::ConvGeometry& g, const float* x,
-                                               const float* dy, float* dfilter) {
-  ASSIGN_OR_RETURN(const Plan plan, GetPlan(ctx, Pass::kBackpropFilter, g));
-  if (!plan.usable) return false;
-  const ConvDescs& d = *plan.descs;
-  Tensor ohwi = Scratch(ctx, g.k() * g.cout);
-  Tensor ws = Workspace(ctx, plan.workspace_bytes);
-  WEFT_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
-      Gpu(ctx)->cudnn(), &kOne, d.x.get(), x, d.y.get(), dy, d.conv.get(),
-      static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algo), WorkspaceData(ws, plan.workspace_bytes),
-      plan.workspace_bytes, &kZero, d.filter.get(), ohwi.data<float>()));
-  // OHWI [cout, kh * kw * cin] back to HWIO [kh * kw * cin, cout].
-  WEFT_CUDA_RETURN_IF_ERROR(LaunchTranspose(ohwi.data<float>(), dfilter, g.cout, g.k(), Stream(ctx)));
+// An event pair's elapsed milliseconds.
+class Timer {
+ public:
+  Timer() = default;
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
+  ~Timer() {
+    for (cudaEvent_t e : events_) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+  }
+  absl::Status Init() {
+    for (cudaEvent_t& e : events_) WEFT_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+    return absl::OkStatus();
+  }
+  cudaEvent_t start() const { return events_[0]; }
+  cudaEvent_t stop() const { return events_[1]; }
+  // REQUIRES: both events recorded.
+  absl::StatusOr<float> Milliseconds() const {
+    WEFT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(events_[1]));
+    float ms = 0;
+    WEFT_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, events_[0], events_[1]));
+    return ms;
+  }
+
+ private:
+  std::array<cudaEvent_t, 2> events_{};
+};
+
+// The fastest of a few timed runs of `run` on the device's stream.
+template <typename Run>
+absl::StatusOr<float> BestMilliseconds(OpKernelContext* ctx, Run run) {
+  constexpr int kRepeats = 3;
+  float best = -1;
+  for (int i = 0; i < kRepeats; ++i) {
+    Timer t;
+    RETURN_IF_ERROR(t.Init());
+    WEFT_CUDA_RETURN_IF_ERROR(cudaEventRecord(t.start(), Stream(ctx)));
+    RETURN_IF_ERROR(run());
+    WEFT_CUDA_RETURN_IF_ERROR(cudaEventRecord(t.stop(), Stream(ctx)));
+    ASSIGN_OR_RETURN(const float ms, t.Milliseconds());
+    if (best < 0 || ms < best) best = ms;
+  }
+  return best;
+}
+
+// The fallback replaces cuDNN for a shape only when it is at least this
+// many times faster (as for the timed algorithms above).
+constexpr float kFallbackMargin = 1.25f;
+
+// Times cuDNN's chosen algorithm against the fallback on the op's own
+// operands (both already ran once, warm) and returns the faster.
+absl::StatusOr<Path> TimePaths(OpKernelContext* ctx, Pass pass, const cpu::ConvGeometry& g, const float* a,
+                               const float* b, float* out, absl::FunctionRef<absl::Status()> fallback) {
+  ASSIGN_OR_RETURN(const float cudnn_ms, BestMilliseconds(ctx, [&]() -> absl::Status {
+                     ASSIGN_OR_RETURN(const bool ran, RunCudnn(ctx, pass, g, a, b, out));
+                     if (!ran) return absl::InternalError("cuDNN's plan changed while it was timed");
+                     return absl::OkStatus();
+                   }));
+  ASSIGN_OR_RETURN(const float fallback_ms, BestMilliseconds(ctx, [&] { return fallback(); }));
+  const Path path = fallback_ms * kFallbackMargin < cudnn_ms ? Path::kFallback : Path::kCudnn;
+  Logger("gpu")->debug("{} of x {} and filter [{},{},{},{}]: cuDNN {:.1f} us, im2col + cuBLAS {:.1f} us; using {}",
+                       PassName(pass), TensorShape{g.n, g.h, g.w, g.cin}.DebugString(), g.kh, g.kw, g.cin, g.cout,
+                       cudnn_ms * 1000, fallback_ms * 1000, path == Path::kCudnn ? "cuDNN" : "im2col + cuBLAS");
+  timings.fetch_add(1, std::memory_order_relaxed);
+  return path;
+}
+
+Pass ToPass(ConvPass pass) {
+  switch (pass) {
+    case ConvPass::kForward:
+      return Pass::kForward;
+    case ConvPass::kBackpropInput:
+      return Pass::kBackpropInput;
+    case ConvPass::kBackpropFilter:
+      return Pass::kBackpropFilter;
+  }
+  return Pass::kForward;
+}
+
+}  // namespace
+
+absl::Status RunConvolution(OpKernelContext* ctx, ConvPass conv_pass, const cpu::ConvGeometry& g, const float* a,
+                            const float* b, float* out, absl::FunctionRef<absl::Status()> fallback) {
+  const Pass pass = ToPass(conv_pass);
+  const PlanKey key = {Gpu(ctx)->ordinal(), static_cast<int64_t>(pass), g.n, g.h, g.w, g.cin, g.kh, g.kw, g.cout,
+                       g.stride, g.pad_top, g.pad_left};
+  Path path = Path::kCudnn;
+  if (!Paths().Lookup(key, &path)) {
+    ASSIGN_OR_RETURN(const bool ran, RunCudnn(ctx, pass, g, a, b, out));  // chooses (and times) the algorithm
+    if (!ran) {
+      Paths().Insert(key, Path::kFallback);
+      return fallback();
+    }
+    if (!CudnnAutotune()) {
+      Paths().Insert(key, Path::kCudnn);
+      convolutions.fetch_add(1, std::memory_order_relaxed);
+      return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(fallback());  // warm: its scratch and cuBLAS's choices
+    ASSIGN_OR_RETURN(path, TimePaths(ctx, pass, g, a, b, out, fallback));
+    path = Paths().Insert(key, path);
+  }
+  if (path == Path::kFallback) return fallback();
+  ASSIGN_OR_RETURN(const bool ran, RunCudnn(ctx, pass, g, a, b, out));
+  if (!ran) return fallback();
   convolutions.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  return absl::OkStatus();
 }
 
 namespace {

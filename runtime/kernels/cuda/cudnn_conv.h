@@ -10,18 +10,24 @@
 // transposed into scratch for the forward and input-gradient passes, and
 // the filter gradient is computed as OHWI in scratch and transposed back.
 //
-// Algorithms: chosen once per (device, op, shapes, stride, padding) with
-// cuDNN's heuristics (cudnnGet*Algorithm_v7), not by timing them
-// (cudnnFind*), so every process on the same GPU model and cuDNN version
-// picks the same one and a job's results are reproducible from run to run.
-// The first candidate is taken that is deterministic (weft's sync
-// strategies promise reproducible results), runs in plain FP32 FMA math
-// (CUDNN_FMA_MATH: no TF32 tensor cores, which would round the inputs to
-// 10 mantissa bits) and needs at most kMaxWorkspaceBytes of workspace. A
-// shape with no such algorithm keeps the fallback path. The descriptors
-// are kept with the choice (and the pooling descriptors per shape), so a
-// warm step creates none. Workspace and scratch come from the device's
-// caching allocator, so a warm step makes no cudaMalloc.
+// Algorithms: chosen once per (device, op, shapes, stride, padding), among
+// the candidates that are deterministic (weft's sync strategies promise
+// reproducible results), run in plain FP32 FMA math (CUDNN_FMA_MATH: no
+// TF32 tensor cores, which would round the inputs to 10 mantissa bits) and
+// need at most kMaxWorkspaceBytes of workspace. cuDNN's heuristics
+// (cudnnGet*Algorithm_v7) name a first choice. With autotuning (the
+// default, as in TensorFlow) the candidates are also timed once on the
+// op's own operands (cudnnFind*AlgorithmEx): the fastest replaces the
+// heuristic's pick only when it is at least 1.25x faster, and the winner
+// is then timed against weft's fallback (RunConvolution below) on the same
+// terms, so that timing noise between near-equal choices cannot change a
+// job's path from run to run. With WEFT_CUDNN_AUTOTUNE=0 the heuristic
+// alone decides and cuDNN runs wherever it has an acceptable algorithm, so
+// every process on the same GPU model and cuDNN version makes the same
+// choice and a job's floating-point results repeat bit for bit. The
+// descriptors are kept with the choice (and the pooling descriptors per
+// shape), so a warm step creates none. Workspace and scratch come from the
+// device's caching allocator, so a warm step makes no cudaMalloc.
 //
 // The handle is the device's (GpuDevice::cudnn(), bound to its compute
 // stream); the executor runs one kernel of a device at a time, so no
@@ -36,6 +42,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "runtime/kernels/cpu/window_checks.h"
 #include "runtime/op_kernel.h"
@@ -50,9 +57,15 @@ namespace gpu_kernels {
 bool UseCudnn();
 void SetUseCudnn(bool use);
 
+// Whether a convolution's first use times cuDNN's candidates (see above):
+// on unless WEFT_CUDNN_AUTOTUNE is "0" when first read. A shape keeps the
+// algorithm chosen on its first use for the life of the process.
+bool CudnnAutotune();
+void SetCudnnAutotune(bool autotune);
+
 // How many convolutions (any of the three passes) and poolings (MaxPool or
-// MaxPoolGrad) cuDNN has run in this process, so tests can tell which path
-// a kernel took.
+// MaxPoolGrad) have had their output from cuDNN in this process, so tests
+// can tell which path a kernel took (timing runs are not counted).
 int64_t CudnnConvolutionCount();
 int64_t CudnnPoolingCount();
 
@@ -63,17 +76,30 @@ constexpr size_t kMaxWorkspaceBytes = size_t{256} << 20;
 // dimension non-zero, and tensors within cuDNN's 32-bit element counts.
 bool CudnnCanConvolve(const cpu::ConvGeometry& g);
 
-// Each returns false, having enqueued nothing, when cuDNN has no acceptable
-// algorithm for g (the caller then takes its fallback path), and true once
-// the work is enqueued on the device's stream. Pointers are device memory
-// with the layouts of the op: x and dx [n, h, w, cin], filter and dfilter
-// HWIO, y and dy [n, ho, wo, cout]. REQUIRES: CudnnCanConvolve(g).
-absl::StatusOr<bool> CudnnConv2D(OpKernelContext* ctx, const cpu::ConvGeometry& g, const float* x,
-                                 const float* filter, float* y);
-absl::StatusOr<bool> CudnnConv2DBackpropInput(OpKernelContext* ctx, const cpu::ConvGeometry& g,
-                                              const float* filter, const float* dy, float* dx);
-absl::StatusOr<bool> CudnnConv2DBackpropFilter(OpKernelContext* ctx, const cpu::ConvGeometry& g, const float* x,
-                                               const float* dy, float* dfilter);
+// The three passes of a convolution.
+enum class ConvPass { kForward, kBackpropInput, kBackpropFilter };
+
+// Runs pass `pass` of the convolution g, through cuDNN or through
+// `fallback` (the caller's im2col + cuBLAS path, which must write every
+// element of `out`), whichever this shape uses. The choice is made on the
+// shape's first use and kept for the process's life: the fallback when
+// cuDNN has no acceptable algorithm; with autotuning, also when the
+// fallback runs at least 1.25x faster than cuDNN's chosen algorithm on
+// these operands (each timed over a few runs; a 3x3 NHWC filter gradient
+// on an H100 took 384 us in cuDNN 9's only deterministic FP32 algorithm
+// and about 40 us in the fallback); otherwise cuDNN. The first use may run
+// both paths several times; the output is the chosen path's. Pointers are
+// device memory with the layouts of the op:
+//   kForward:        a = x [n, h, w, cin], b = filter (HWIO), out = y [n, ho, wo, cout]
+//   kBackpropInput:  a = filter, b = dy [n, ho, wo, cout], out = dx [n, h, w, cin]
+//   kBackpropFilter: a = x, b = dy, out = dfilter (HWIO)
+// REQUIRES: CudnnCanConvolve(g); g is not pointwise-only work the caller
+// would do in one GEMM anyway.
+absl::Status RunConvolution(OpKernelContext* ctx, ConvPass pass, const cpu::ConvGeometry& g, const float* a,
+                            const float* b, float* out, absl::FunctionRef<absl::Status()> fallback);
+
+// How many (shape, pass) first uses have timed cuDNN against the fallback.
+int64_t ConvolutionPathTimings();
 
 // True when cuDNN may run the pooling g (symmetric padding, non-empty,
 // 32-bit element counts).

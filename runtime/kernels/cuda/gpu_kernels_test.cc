@@ -12,7 +12,9 @@
 //
 // The convolutions and max pooling run every case through both of their GPU
 // paths, cuDNN and the fallback (im2col + cuBLAS, CUDA pooling kernels),
-// flipping gpu_kernels::SetUseCudnn in between, and check which path ran.
+// flipping gpu_kernels::SetUseCudnn in between, and check which path ran
+// (with autotuning off, so that cuDNN runs wherever it can); one test
+// covers the autotuned choice between the two.
 //
 // Without a GPU every test skips.
 #include <algorithm>
@@ -556,6 +558,18 @@ class ScopedCudnn {
   const bool saved_;
 };
 
+// Sets the process-wide cuDNN autotuning switch for a scope.
+class ScopedAutotune {
+ public:
+  explicit ScopedAutotune(bool autotune) : saved_(CudnnAutotune()) { SetCudnnAutotune(autotune); }
+  ~ScopedAutotune() { SetCudnnAutotune(saved_); }
+  ScopedAutotune(const ScopedAutotune&) = delete;
+  ScopedAutotune& operator=(const ScopedAutotune&) = delete;
+
+ private:
+  const bool saved_;
+};
+
 // TensorFlow's padding of one dimension is symmetric (cuDNN can run it).
 bool Symmetric(int64_t in, int64_t k, int64_t stride, Padding padding) {
   const WindowDim d = *ComputeWindow(in, k, stride, padding, "dim");
@@ -569,6 +583,7 @@ struct ConvCase {
 
 TEST(GpuKernelTest, ConvolutionAndBackpropsOnBothPaths) {
   SKIP_WITHOUT_GPU();
+  ScopedAutotune heuristics_only(false);  // cuDNN wherever it has an algorithm
   for (bool cudnn : {true, false}) {
     ScopedCudnn use(cudnn);
     SCOPED_TRACE(cudnn ? "cuDNN on" : "cuDNN off");
@@ -621,12 +636,54 @@ TEST(GpuKernelTest, ConvolutionAndBackpropsOnBothPaths) {
   }
 }
 
+// With autotuning (the default), each pass of a new shape is timed once,
+// cuDNN against the fallback, and keeps its choice: later runs time
+// nothing and take the same path, and both give the CPU's results. Shapes
+// seen by no other test, since a shape keeps its first choice for the
+// process's life.
+TEST(GpuKernelTest, AutotunedConvolutionsKeepTheirPathAndMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  ScopedCudnn use(true);
+  ScopedAutotune autotune(true);
+  for (const ConvCase& c : std::vector<ConvCase>{
+           {3, 10, 10, 5, 3, 3, 6, 1, "SAME"},
+           {2, 11, 11, 4, 5, 5, 7, 1, "SAME"},
+           {5, 12, 12, 2, 3, 3, 3, 2, "VALID"},
+           {32, 28, 28, 1, 3, 3, 16, 1, "SAME"},  // the example CNN's, at batch 32
+           {32, 14, 14, 16, 3, 3, 32, 1, "SAME"},
+       }) {
+    const ConvParams p{c.stride, c.padding[0] == 'S' ? Padding::kSame : Padding::kValid};
+    ASSERT_TRUE(Symmetric(c.h, c.kh, c.stride, p.padding) && Symmetric(c.w, c.kw, c.stride, p.padding));
+    const int64_t ho = ComputeWindow(c.h, c.kh, c.stride, p.padding, "h")->out;
+    const int64_t wo = ComputeWindow(c.w, c.kw, c.stride, p.padding, "w")->out;
+    const AttrList attrs = {Attr("stride", c.stride), Attr("padding", std::string(c.padding))};
+    int64_t via_cudnn[2] = {0, 0};
+    for (int run = 0; run < 2; ++run) {
+      SCOPED_TRACE(run == 0 ? "first use" : "second use");
+      Tensor x = Rand({c.n, c.h, c.w, c.cin});
+      Tensor f = Rand({c.kh, c.kw, c.cin, c.cout});
+      Tensor g = Rand({c.n, ho, wo, c.cout});
+      const int64_t timed_before = ConvolutionPathTimings();
+      const int64_t cudnn_before = CudnnConvolutionCount();
+      ExpectGpuMatchesCpu("Conv2D", {x, f}, attrs, kGemm);
+      ExpectGpuMatchesCpu("Conv2DBackpropInput", {x, f, g}, attrs, kGemm);
+      ExpectGpuMatchesCpu("Conv2DBackpropFilter", {x, f, g}, attrs, Tolerance{1e-3, 1e-4});
+      via_cudnn[run] = CudnnConvolutionCount() - cudnn_before;
+      EXPECT_EQ(ConvolutionPathTimings() - timed_before, run == 0 ? 3 : 0)
+          << Describe("Conv2D", {x, f}) << ": each pass is timed on its first use only";
+    }
+    EXPECT_EQ(via_cudnn[1], via_cudnn[0]) << Describe("Conv2D", {Rand({c.n, c.h, c.w, c.cin})})
+                                          << ": the second use took another path";
+  }
+}
+
 // A warm convolution or pooling (same shapes again) takes its filter
 // transpose, workspace and recomputed pooling output from the allocator's
 // cache: no cudaMalloc.
 TEST(GpuKernelTest, CudnnPathAllocatesNothingNewOnceWarm) {
   SKIP_WITHOUT_GPU();
   ScopedCudnn use(true);
+  ScopedAutotune heuristics_only(false);  // cuDNN wherever it has an algorithm
   GpuDevice* gpu = gpu::TestGpu();
   struct Case {
     std::string op;

@@ -8,7 +8,8 @@
 // - cuDNN (cudnn_conv.h), where the padding is symmetric: VALID, and SAME
 //   whenever its total padding is even (stride 1 with an odd window, say).
 //   Algorithms are deterministic and FP32-exact (no TF32), picked once per
-//   shape by cuDNN's heuristics.
+//   shape; with autotuning (the default) a convolution pass whose cuDNN
+//   algorithm is clearly slower than the fallback below takes the fallback.
 // - Otherwise, and when cuDNN is switched off or has no acceptable
 //   algorithm: TensorFlow's asymmetric SAME, which cuDNN cannot express
 //   (it pads both sides equally), goes through im2col + cuBLAS and the
@@ -44,7 +45,9 @@
 #include <algorithm>
 #include <climits>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "graph/ops/window_geometry.h"
 #include "runtime/kernels/cpu/kernel_util.h"
 #include "runtime/kernels/cpu/window_checks.h"
@@ -183,21 +186,20 @@ class Conv2DOp : public ConvOpBase {
                                        g.cout, false));
       return;
     }
-    if (ForCudnn(g)) {
-      auto ran = CudnnConv2D(ctx, g, x, f, y);
-      OP_REQUIRES_OK(ctx, ran.status());
-      if (*ran) return;
-    }
-    const WindowGeometry w = Window(g);
-    const int64_t per = std::min(g.n, ImagesPerChunk(g));
-    Tensor scratch = Scratch(ctx, per * g.patches() * g.k());
-    for (int64_t n0 = 0; n0 < g.n; n0 += per) {
-      const int64_t n1 = std::min(g.n, n0 + per);
-      const int64_t rows = (n1 - n0) * g.patches();
-      OP_REQUIRES_CUDA(ctx, LaunchIm2Col(w, x, n0, n1, scratch.data<float>(), Stream(ctx)), "Im2Col kernel");
-      OP_REQUIRES_OK(ctx, RowMajorGemm(blas, false, false, rows, g.cout, g.k(), scratch.data<float>(), g.k(), f,
-                                       g.cout, y + n0 * g.patches() * g.cout, g.cout, false));
-    }
+    auto im2col = [&]() -> absl::Status {
+      const WindowGeometry w = Window(g);
+      const int64_t per = std::min(g.n, ImagesPerChunk(g));
+      Tensor scratch = Scratch(ctx, per * g.patches() * g.k());
+      for (int64_t n0 = 0; n0 < g.n; n0 += per) {
+        const int64_t n1 = std::min(g.n, n0 + per);
+        const int64_t rows = (n1 - n0) * g.patches();
+        WEFT_CUDA_RETURN_IF_ERROR(LaunchIm2Col(w, x, n0, n1, scratch.data<float>(), Stream(ctx)));
+        RETURN_IF_ERROR(RowMajorGemm(blas, false, false, rows, g.cout, g.k(), scratch.data<float>(), g.k(), f, g.cout,
+                                     y + n0 * g.patches() * g.cout, g.cout, false));
+      }
+      return absl::OkStatus();
+    };
+    OP_REQUIRES_OK(ctx, ForCudnn(g) ? RunConvolution(ctx, ConvPass::kForward, g, x, f, y, im2col) : im2col());
   }
 };
 
@@ -224,21 +226,21 @@ class Conv2DBackpropInputOp : public ConvOpBase {
                                        dx, g.cin, false));
       return;
     }
-    if (ForCudnn(g)) {
-      auto ran = CudnnConv2DBackpropInput(ctx, g, f, grad, dx);
-      OP_REQUIRES_OK(ctx, ran.status());
-      if (*ran) return;
-    }
-    const WindowGeometry w = Window(g);
-    const int64_t per = std::min(g.n, ImagesPerChunk(g));
-    Tensor scratch = Scratch(ctx, per * g.patches() * g.k());
-    for (int64_t n0 = 0; n0 < g.n; n0 += per) {
-      const int64_t n1 = std::min(g.n, n0 + per);
-      const int64_t rows = (n1 - n0) * g.patches();
-      OP_REQUIRES_OK(ctx, RowMajorGemm(blas, false, true, rows, g.k(), g.cout, grad + n0 * g.patches() * g.cout,
-                                       g.cout, f, g.cout, scratch.data<float>(), g.k(), false));
-      OP_REQUIRES_CUDA(ctx, LaunchCol2Im(w, scratch.data<float>(), n0, n1, dx, Stream(ctx)), "Col2Im kernel");
-    }
+    auto col2im = [&]() -> absl::Status {
+      const WindowGeometry w = Window(g);
+      const int64_t per = std::min(g.n, ImagesPerChunk(g));
+      Tensor scratch = Scratch(ctx, per * g.patches() * g.k());
+      for (int64_t n0 = 0; n0 < g.n; n0 += per) {
+        const int64_t n1 = std::min(g.n, n0 + per);
+        const int64_t rows = (n1 - n0) * g.patches();
+        RETURN_IF_ERROR(RowMajorGemm(blas, false, true, rows, g.k(), g.cout, grad + n0 * g.patches() * g.cout, g.cout,
+                                     f, g.cout, scratch.data<float>(), g.k(), false));
+        WEFT_CUDA_RETURN_IF_ERROR(LaunchCol2Im(w, scratch.data<float>(), n0, n1, dx, Stream(ctx)));
+      }
+      return absl::OkStatus();
+    };
+    OP_REQUIRES_OK(ctx,
+                   ForCudnn(g) ? RunConvolution(ctx, ConvPass::kBackpropInput, g, f, grad, dx, col2im) : col2im());
   }
 };
 
@@ -265,21 +267,21 @@ class Conv2DBackpropFilterOp : public ConvOpBase {
                                        df, g.cout, false));
       return;
     }
-    if (ForCudnn(g)) {
-      auto ran = CudnnConv2DBackpropFilter(ctx, g, x, grad, df);
-      OP_REQUIRES_OK(ctx, ran.status());
-      if (*ran) return;
-    }
-    const WindowGeometry w = Window(g);
-    const int64_t per = std::min(g.n, ImagesPerChunk(g));
-    Tensor scratch = Scratch(ctx, per * g.patches() * g.k());
-    for (int64_t n0 = 0; n0 < g.n; n0 += per) {
-      const int64_t n1 = std::min(g.n, n0 + per);
-      const int64_t rows = (n1 - n0) * g.patches();
-      OP_REQUIRES_CUDA(ctx, LaunchIm2Col(w, x, n0, n1, scratch.data<float>(), Stream(ctx)), "Im2Col kernel");
-      OP_REQUIRES_OK(ctx, RowMajorGemm(blas, true, false, g.k(), g.cout, rows, scratch.data<float>(), g.k(),
-                                       grad + n0 * g.patches() * g.cout, g.cout, df, g.cout, n0 > 0));
-    }
+    auto im2col = [&]() -> absl::Status {
+      const WindowGeometry w = Window(g);
+      const int64_t per = std::min(g.n, ImagesPerChunk(g));
+      Tensor scratch = Scratch(ctx, per * g.patches() * g.k());
+      for (int64_t n0 = 0; n0 < g.n; n0 += per) {
+        const int64_t n1 = std::min(g.n, n0 + per);
+        const int64_t rows = (n1 - n0) * g.patches();
+        WEFT_CUDA_RETURN_IF_ERROR(LaunchIm2Col(w, x, n0, n1, scratch.data<float>(), Stream(ctx)));
+        RETURN_IF_ERROR(RowMajorGemm(blas, true, false, g.k(), g.cout, rows, scratch.data<float>(), g.k(),
+                                     grad + n0 * g.patches() * g.cout, g.cout, df, g.cout, n0 > 0));
+      }
+      return absl::OkStatus();
+    };
+    OP_REQUIRES_OK(ctx,
+                   ForCudnn(g) ? RunConvolution(ctx, ConvPass::kBackpropFilter, g, x, grad, df, im2col) : im2col());
   }
 };
 
