@@ -10,14 +10,16 @@
 #       cuBLAS, cuDNN or NCCL, which are large and which the GPU machine's
 #       Python environment holds), data/ Fashion-MNIST, jobs/ the example jobs.
 #
-#   bench/gpu.sh --run DIR [--out FILE.md] [--mlp_epochs N] [--cnn_epochs N]
+#   bench/gpu.sh --run DIR [--out FILE.md] [--mlp_epochs N] [--cnn_epochs N] [--rounds N]
 #       On the GPU machine (one GPU, CUDA driver, PyTorch; no Bazel, no
 #       network): finds cuBLAS/cuDNN/NCCL (PyTorch's nvidia-* packages, then
 #       /usr/local/cuda), runs every GPU test binary, trains
 #       examples/fmnist_mlp.pbtxt and examples/fmnist_cnn.pbtxt on GPU:0 with
-#       `weft train` (the CNN also with WEFT_CUDNN=0, cuDNN's fallback),
+#       `weft train` (the CNN also with WEFT_CUDNN=0, cuDNN's fallback, and
+#       with WEFT_CUDNN_AUTOTUNE=0, cuDNN's heuristic choice everywhere),
 #       trains the same models with PyTorch eager on the same GPU
-#       (bench/gpu/torch_fmnist.py), runs `weft local` across processes on the
+#       (bench/gpu/torch_fmnist.py), each N rounds (default 3, the median
+#       reported), runs `weft local` across processes on the
 #       GPU, and MIRRORED over NCCL when the machine has two GPUs or more, and
 #       prints samples/s side by side; the table is also written as markdown
 #       (FILE.md, default DIR/gpu_bench.md).
@@ -109,8 +111,8 @@ cuda_library_path() {
 }
 
 run() {
-  local bundle out mlp_epochs cnn_epochs data
-  data="$(cd "$1/data" && pwd)"; out="$2"; mlp_epochs="$3"; cnn_epochs="$4"
+  local bundle out mlp_epochs cnn_epochs rounds data
+  data="$(cd "$1/data" && pwd)"; out="$2"; mlp_epochs="$3"; cnn_epochs="$4"; rounds="$5"
   [ -f "$1/binaries.tar.xz" ] || die "$1 holds no binaries.tar.xz: build it with bench/gpu.sh --bundle $1"
   local work
   work="$(mktemp -d "${TMPDIR:-/tmp}/weft-gpu.XXXXXX")"
@@ -149,38 +151,44 @@ run() {
     if [ "$skipped" != 0 ]; then grep '^\[  SKIPPED \]' "$log" | head -10; fi
   done
 
-  echo "== training: weft vs PyTorch eager, one GPU, batch 64" >&2
+  echo "== training: weft vs PyTorch eager, one GPU, batch 64, $rounds round(s)" >&2
   local runs="$work/runs.txt"
   : > "$runs"
-  local model epochs job
-  for model in mlp cnn; do
-    epochs=$mlp_epochs; [ "$model" = cnn ] && epochs=$cnn_epochs
-    job="$work/fmnist_$model.pbtxt"
-    # The example job, pointed at the bundle's data, for the benchmark's epochs.
-    sed -e "s|^\( *dir:\).*|\1 \"$bundle/data\"|" -e "s|^epochs:.*|epochs: $epochs|" \
-      "$bundle/jobs/fmnist_$model.pbtxt" > "$job"
-    if "$bundle/bin/weft" train "$job" --output=json > "$work/weft.$model.json" 2> "$work/weft.$model.err"; then
-      echo "weft $model $(grep -m1 '^{' "$work/weft.$model.json")" | tee -a "$runs"
-      grep -m1 "training step on" "$work/weft.$model.err" || true
+  local model epochs job round
+  # train SYSTEM MODEL JOB [ENV=VALUE...]: one `weft train`, its JSON line
+  # appended to $runs.
+  train() {
+    local system="$1" model="$2" job="$3"; shift 3
+    if env "$@" "$bundle/bin/weft" train "$job" --output=json > "$work/$system.$model.json" \
+        2> "$work/$system.$model.err"; then
+      echo "$system $model $(grep -m1 '^{' "$work/$system.$model.json")" | tee -a "$runs"
     else
-      echo "weft $model failed:"; tail -20 "$work/weft.$model.err"; failed=1
+      echo "$system $model ($*) failed:"; tail -20 "$work/$system.$model.err"; failed=1
     fi
-    if [ "$model" = cnn ]; then
-      # The same job with cuDNN turned off: the im2col + cuBLAS convolutions
-      # and the CUDA pooling kernels, for comparison.
-      if WEFT_CUDNN=0 "$bundle/bin/weft" train "$job" --output=json > "$work/weft-im2col.$model.json" \
-          2> "$work/weft-im2col.$model.err"; then
-        echo "weft-im2col $model $(grep -m1 '^{' "$work/weft-im2col.$model.json")" | tee -a "$runs"
-      else
-        echo "weft (WEFT_CUDNN=0) $model failed:"; tail -20 "$work/weft-im2col.$model.err"; failed=1
+  }
+  for round in $(seq 1 "$rounds"); do
+    for model in mlp cnn; do
+      epochs=$mlp_epochs; [ "$model" = cnn ] && epochs=$cnn_epochs
+      job="$work/fmnist_$model.pbtxt"
+      # The example job, pointed at the bundle's data, for the benchmark's epochs.
+      sed -e "s|^\( *dir:\).*|\1 \"$bundle/data\"|" -e "s|^epochs:.*|epochs: $epochs|" \
+        "$bundle/jobs/fmnist_$model.pbtxt" > "$job"
+      train weft "$model" "$job"
+      if [ "$round" = 1 ]; then grep -m1 "training step on" "$work/weft.$model.err" || true; fi
+      if [ "$model" = cnn ]; then
+        # cuDNN off: the im2col + cuBLAS convolutions and the CUDA pooling
+        # kernels. And cuDNN without autotuning: its heuristic's algorithm
+        # wherever it has one, never timed against the fallback.
+        train weft-im2col "$model" "$job" WEFT_CUDNN=0
+        train weft-cudnn "$model" "$job" WEFT_CUDNN_AUTOTUNE=0
       fi
-    fi
-    if "$PYTHON" "$REPO/bench/gpu/torch_fmnist.py" --model "$model" --data "$bundle/data" --epochs "$epochs" \
-        > "$work/torch.$model.json" 2> "$work/torch.$model.err"; then
-      echo "torch $model $(grep -m1 '^{' "$work/torch.$model.json")" | tee -a "$runs"
-    else
-      echo "torch $model failed:"; tail -20 "$work/torch.$model.err"; failed=1
-    fi
+      if "$PYTHON" "$REPO/bench/gpu/torch_fmnist.py" --model "$model" --data "$bundle/data" --epochs "$epochs" \
+          > "$work/torch.$model.json" 2> "$work/torch.$model.err"; then
+        echo "torch $model $(grep -m1 '^{' "$work/torch.$model.json")" | tee -a "$runs"
+      else
+        echo "torch $model failed:"; tail -20 "$work/torch.$model.err"; failed=1
+      fi
+    done
   done
   echo "== distributed: weft local on the GPU (tensors crossing processes)" >&2
   # Each worker opens GPU:0 (here both share the one GPU): the replicas'
@@ -231,7 +239,7 @@ run() {
 }
 
 # ---------------------------------------------------------------------- main
-mode=build bundle="$REPO/gpu-bundle" out="" mlp_epochs=3 cnn_epochs=2
+mode=build bundle="$REPO/gpu-bundle" out="" mlp_epochs=3 cnn_epochs=2 rounds=3
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) bundle="$2"; shift 2 ;;
@@ -239,6 +247,7 @@ while [ $# -gt 0 ]; do
     --out) out="$2"; shift 2 ;;
     --mlp_epochs) mlp_epochs="$2"; shift 2 ;;
     --cnn_epochs) cnn_epochs="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
     -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -246,5 +255,5 @@ done
 if [ "$mode" = build ]; then
   build "$bundle"
 else
-  run "$bundle" "${out:-$bundle/gpu_bench.md}" "$mlp_epochs" "$cnn_epochs"
+  run "$bundle" "${out:-$bundle/gpu_bench.md}" "$mlp_epochs" "$cnn_epochs" "$rounds"
 fi
