@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -223,32 +224,8 @@ Tensor Workspace(OpKernelContext* ctx, size_t bytes) {
   return Scratch(ctx, static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float)));
 }
 
-bool Acceptable(cudnnStatus_t status, cudnnDeterminism_t determinism, cudnnMathType_t math, size_t memory) {
-  return status == CUDNN_STATUS_SUCCESS && determinism == CUDNN_DETERMINISTIC && math != CUDNN_TENSOR_OP_MATH &&
-         math != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION && memory <= kMaxWorkspaceBytes;
-}
-
-// The first of cuDNN's candidates (best first) that ran, is deterministic,
-// uses no tensor cores and fits the workspace cap; -1 if none.
-template <typename Perf>
-int FirstAcceptable(const Perf* perf, int count) {
-  for (int i = 0; i < count; ++i) {
-    if (Acceptable(perf[i].status, perf[i].determinism, perf[i].mathType, perf[i].memory)) return i;
-  }
-  return -1;
-}
-
-// The most workspace any acceptable candidate asks for.
-template <typename Perf>
-size_t LargestAcceptableWorkspace(const Perf* perf, int count) {
-  size_t most = 0;
-  for (int i = 0; i < count; ++i) {
-    if (Acceptable(perf[i].status, perf[i].determinism, perf[i].mathType, perf[i].memory)) {
-      most = std::max(most, perf[i].memory);
-    }
-  }
-  return most;
-}
+const float kOne = 1.0f;
+const float kZero = 0.0f;
 
 std::atomic<bool>& AutotuneFlag() {
   static std::atomic<bool> flag([] {
@@ -258,116 +235,208 @@ std::atomic<bool>& AutotuneFlag() {
   return flag;
 }
 
-// A timed candidate replaces the heuristic's pick only when it is at least
-// this many times faster, so that timing noise between near-equal
-// algorithms does not change a job's choice from run to run.
-constexpr float kAutotuneMargin = 1.25f;
+// ---- Timing on the device's stream ----------------------------------------------------
 
-// The heuristic's pick, or with autotuning the timed winner where it clearly
-// beats it. `timed` holds cuDNN's measurements, fastest first.
-template <typename Perf>
-int Choose(const Perf* heuristic, int heuristic_count, const Perf* timed, int timed_count, bool* was_timed) {
-  const int h = FirstAcceptable(heuristic, heuristic_count);
-  *was_timed = false;
-  if (h < 0 || timed_count == 0) return h < 0 ? -1 : static_cast<int>(heuristic[h].algo);
-  const int t = FirstAcceptable(timed, timed_count);
-  if (t < 0) return static_cast<int>(heuristic[h].algo);
-  float heuristic_ms = -1;
-  for (int i = 0; i < timed_count; ++i) {
-    if (timed[i].algo == heuristic[h].algo && timed[i].status == CUDNN_STATUS_SUCCESS) heuristic_ms = timed[i].time;
+// A pair of CUDA events.
+class Timer {
+ public:
+  Timer() = default;
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
+  ~Timer() {
+    for (cudaEvent_t e : events_) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
   }
-  if (heuristic_ms >= 0 && timed[t].time * kAutotuneMargin > heuristic_ms) {
-    return static_cast<int>(heuristic[h].algo);
+  absl::Status Init() {
+    for (cudaEvent_t& e : events_) WEFT_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+    return absl::OkStatus();
   }
-  *was_timed = true;
-  return static_cast<int>(timed[t].algo);
+  cudaEvent_t start() const { return events_[0]; }
+  cudaEvent_t stop() const { return events_[1]; }
+  // REQUIRES: both events recorded.
+  absl::StatusOr<float> Milliseconds() const {
+    WEFT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(events_[1]));
+    float ms = 0;
+    WEFT_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, events_[0], events_[1]));
+    return ms;
+  }
+
+ private:
+  std::array<cudaEvent_t, 2> events_{};
+};
+
+// The fastest of a few timed runs of `run` on the device's stream, after
+// one untimed run (which loads its kernels and fills the allocator's cache).
+template <typename Run>
+absl::StatusOr<float> BestMilliseconds(OpKernelContext* ctx, Run run) {
+  constexpr int kRepeats = 3;
+  RETURN_IF_ERROR(run());
+  Timer t;
+  RETURN_IF_ERROR(t.Init());
+  float best = -1;
+  for (int i = 0; i < kRepeats; ++i) {
+    WEFT_CUDA_RETURN_IF_ERROR(cudaEventRecord(t.start(), Stream(ctx)));
+    RETURN_IF_ERROR(run());
+    WEFT_CUDA_RETURN_IF_ERROR(cudaEventRecord(t.stop(), Stream(ctx)));
+    ASSIGN_OR_RETURN(const float ms, t.Milliseconds());
+    if (best < 0 || ms < best) best = ms;
+  }
+  return best;
 }
 
-// The device memory a pass reads and writes while it is timed: its real
-// operands (the outputs are overwritten again when the pass runs).
+// A timed alternative replaces the default choice only when it is at least
+// this many times faster, so that timing noise between near-equal choices
+// does not change a job's choice from run to run.
+constexpr float kAutotuneMargin = 1.25f;
+
+// ---- Algorithms ----------------------------------------------------------------------
+
+// The device memory a pass reads and writes: its real operands (outputs are
+// written again when the chosen pass runs).
 struct Operands {
   const void* a;  // x (forward, filter gradient) or the OHWI filter (input gradient)
   const void* b;  // the OHWI filter (forward) or dy (the gradients)
   void* out;      // y, dx or the OHWI filter gradient
 };
 
-absl::StatusOr<Plan> ChoosePlan(OpKernelContext* ctx, Pass pass, const ConvDescs& d, const Operands& ops) {
-  cudnnHandle_t handle = Gpu(ctx)->cudnn();
-  const bool autotune = AutotuneFlag().load(std::memory_order_relaxed);
-  Plan plan;
-  int algo = -1;
-  bool timed = false;
-  size_t bytes = 0;
-  Tensor ws;
+// Enqueues pass `pass` with algorithm `algo`.
+absl::Status Enqueue(cudnnHandle_t handle, Pass pass, const ConvDescs& d, int algo, Tensor& ws, size_t ws_bytes,
+                     const Operands& ops) {
+  void* workspace = WorkspaceData(ws, ws_bytes);
+  switch (pass) {
+    case Pass::kForward:
+      WEFT_CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(
+          handle, &kOne, d.x.get(), ops.a, d.filter.get(), ops.b, d.conv.get(),
+          static_cast<cudnnConvolutionFwdAlgo_t>(algo), workspace, ws_bytes, &kZero, d.y.get(), ops.out));
+      return absl::OkStatus();
+    case Pass::kBackpropInput:
+      WEFT_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardData(
+          handle, &kOne, d.filter.get(), ops.a, d.y.get(), ops.b, d.conv.get(),
+          static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), workspace, ws_bytes, &kZero, d.x.get(), ops.out));
+      return absl::OkStatus();
+    case Pass::kBackpropFilter:
+      WEFT_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
+          handle, &kOne, d.x.get(), ops.a, d.y.get(), ops.b, d.conv.get(),
+          static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), workspace, ws_bytes, &kZero, d.filter.get(), ops.out));
+      return absl::OkStatus();
+  }
+  return absl::InternalError("unknown convolution pass");
+}
+
+// An algorithm cuDNN proposed, with the workspace it needs.
+struct Candidate {
+  int algo;
+  size_t workspace_bytes;
+};
+
+// How many of the heuristic's acceptable candidates autotuning times.
+constexpr int kMaxCandidates = 3;
+
+// Whether weft may use a candidate: it ran cuDNN's check, is deterministic,
+// uses no tensor cores and fits the workspace cap.
+bool Acceptable(cudnnStatus_t status, cudnnDeterminism_t determinism, cudnnMathType_t math, size_t memory) {
+  return status == CUDNN_STATUS_SUCCESS && determinism == CUDNN_DETERMINISTIC && math != CUDNN_TENSOR_OP_MATH &&
+         math != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION && memory <= kMaxWorkspaceBytes;
+}
+
+template <typename Perf>
+std::vector<Candidate> AcceptableCandidates(const Perf* perf, int count) {
+  std::vector<Candidate> out;
+  for (int i = 0; i < count && static_cast<int>(out.size()) < kMaxCandidates; ++i) {
+    if (Acceptable(perf[i].status, perf[i].determinism, perf[i].mathType, perf[i].memory)) {
+      out.push_back({static_cast<int>(perf[i].algo), perf[i].memory});
+    }
+  }
+  return out;
+}
+
+// The heuristic's acceptable candidates for the pass, best first.
+absl::StatusOr<std::vector<Candidate>> Candidates(cudnnHandle_t handle, Pass pass, const ConvDescs& d) {
+  int count = 0;
   switch (pass) {
     case Pass::kForward: {
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-      cudnnConvolutionFwdAlgoPerf_t found[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-      int count = 0, found_count = 0;
       WEFT_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardAlgorithm_v7(
           handle, d.x.get(), d.filter.get(), d.conv.get(), d.y.get(), CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf));
-      if (autotune && FirstAcceptable(perf, count) >= 0) {
-        const size_t most = LargestAcceptableWorkspace(perf, count);
-        ws = Workspace(ctx, most);
-        WEFT_CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionForwardAlgorithmEx(
-            handle, d.x.get(), ops.a, d.filter.get(), ops.b, d.conv.get(), d.y.get(), ops.out,
-            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found_count, found, WorkspaceData(ws, most), most));
-      }
-      algo = Choose(perf, count, found, found_count, &timed);
-      if (algo < 0) return plan;
+      return AcceptableCandidates(perf, count);
+    }
+    case Pass::kBackpropInput: {
+      cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+      WEFT_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+          handle, d.filter.get(), d.y.get(), d.conv.get(), d.x.get(), CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count,
+          perf));
+      return AcceptableCandidates(perf, count);
+    }
+    case Pass::kBackpropFilter: {
+      cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+      WEFT_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+          handle, d.x.get(), d.y.get(), d.conv.get(), d.filter.get(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
+          perf));
+      return AcceptableCandidates(perf, count);
+    }
+  }
+  return absl::InternalError("unknown convolution pass");
+}
+
+// The workspace cuDNN states for `algo` (the heuristic's figure may differ).
+absl::StatusOr<size_t> WorkspaceSize(cudnnHandle_t handle, Pass pass, const ConvDescs& d, int algo) {
+  size_t bytes = 0;
+  switch (pass) {
+    case Pass::kForward:
       WEFT_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardWorkspaceSize(
           handle, d.x.get(), d.filter.get(), d.conv.get(), d.y.get(), static_cast<cudnnConvolutionFwdAlgo_t>(algo),
           &bytes));
       break;
-    }
-    case Pass::kBackpropInput: {
-      cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-      cudnnConvolutionBwdDataAlgoPerf_t found[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-      int count = 0, found_count = 0;
-      WEFT_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-          handle, d.filter.get(), d.y.get(), d.conv.get(), d.x.get(), CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count,
-          perf));
-      if (autotune && FirstAcceptable(perf, count) >= 0) {
-        const size_t most = LargestAcceptableWorkspace(perf, count);
-        ws = Workspace(ctx, most);
-        WEFT_CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionBackwardDataAlgorithmEx(
-            handle, d.filter.get(), ops.a, d.y.get(), ops.b, d.conv.get(), d.x.get(), ops.out,
-            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found_count, found, WorkspaceData(ws, most), most));
-      }
-      algo = Choose(perf, count, found, found_count, &timed);
-      if (algo < 0) return plan;
+    case Pass::kBackpropInput:
       WEFT_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataWorkspaceSize(
           handle, d.filter.get(), d.y.get(), d.conv.get(), d.x.get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(algo),
           &bytes));
       break;
-    }
-    case Pass::kBackpropFilter: {
-      cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-      cudnnConvolutionBwdFilterAlgoPerf_t found[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-      int count = 0, found_count = 0;
-      WEFT_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-          handle, d.x.get(), d.y.get(), d.conv.get(), d.filter.get(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
-          perf));
-      if (autotune && FirstAcceptable(perf, count) >= 0) {
-        const size_t most = LargestAcceptableWorkspace(perf, count);
-        ws = Workspace(ctx, most);
-        WEFT_CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-            handle, d.x.get(), ops.a, d.y.get(), ops.b, d.conv.get(), d.filter.get(), ops.out,
-            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &found_count, found, WorkspaceData(ws, most), most));
-      }
-      algo = Choose(perf, count, found, found_count, &timed);
-      if (algo < 0) return plan;
+    case Pass::kBackpropFilter:
       WEFT_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterWorkspaceSize(
           handle, d.x.get(), d.y.get(), d.conv.get(), d.filter.get(),
           static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), &bytes));
       break;
+  }
+  return bytes;
+}
+
+// The heuristic's first acceptable algorithm, or with autotuning the
+// fastest of its first few on these operands where it beats the first by
+// kAutotuneMargin.
+absl::StatusOr<Plan> ChoosePlan(OpKernelContext* ctx, Pass pass, const ConvDescs& d, const Operands& ops) {
+  cudnnHandle_t handle = Gpu(ctx)->cudnn();
+  Plan plan;
+  ASSIGN_OR_RETURN(std::vector<Candidate> candidates, Candidates(handle, pass, d));
+  for (Candidate& c : candidates) {
+    ASSIGN_OR_RETURN(c.workspace_bytes, WorkspaceSize(handle, pass, d, c.algo));
+  }
+  candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
+                                  [](const Candidate& c) { return c.workspace_bytes > kMaxWorkspaceBytes; }),
+                   candidates.end());
+  if (candidates.empty()) return plan;
+  size_t best = 0;
+  if (AutotuneFlag().load(std::memory_order_relaxed) && candidates.size() > 1) {
+    std::vector<float> ms(candidates.size());
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      Tensor ws = Workspace(ctx, candidates[i].workspace_bytes);
+      ASSIGN_OR_RETURN(ms[i], BestMilliseconds(ctx, [&] {
+                         return Enqueue(handle, pass, d, candidates[i].algo, ws, candidates[i].workspace_bytes, ops);
+                       }));
+    }
+    size_t fastest = 0;
+    for (size_t i = 1; i < ms.size(); ++i) {
+      if (ms[i] < ms[fastest]) fastest = i;
+    }
+    if (ms[fastest] * kAutotuneMargin <= ms[0]) {
+      best = fastest;
+      plan.timed = true;
     }
   }
-  if (bytes > kMaxWorkspaceBytes) return plan;
   plan.usable = true;
-  plan.algo = algo;
-  plan.timed = timed;
-  plan.workspace_bytes = bytes;
+  plan.algo = candidates[best].algo;
+  plan.workspace_bytes = candidates[best].workspace_bytes;
   return plan;
 }
 
@@ -406,9 +475,6 @@ absl::StatusOr<Plan> GetPlan(OpKernelContext* ctx, Pass pass, const cpu::ConvGeo
   return Plans().Insert(key, std::move(plan));
 }
 
-const float kOne = 1.0f;
-const float kZero = 0.0f;
-
 }  // namespace
 
 bool UseCudnn() { return UseCudnnFlag().load(std::memory_order_relaxed); }
@@ -436,48 +502,29 @@ namespace {
 // after its algorithm choice, when cuDNN has no acceptable algorithm.
 absl::StatusOr<bool> RunCudnn(OpKernelContext* ctx, Pass pass, const cpu::ConvGeometry& g, const float* a,
                               const float* b, float* out) {
-  cudnnHandle_t handle = Gpu(ctx)->cudnn();
   Tensor ohwi = Scratch(ctx, g.k() * g.cout);
-  switch (pass) {
-    case Pass::kForward: {  // a = x, b = the HWIO filter, out = y
-      WEFT_CUDA_RETURN_IF_ERROR(LaunchTranspose(b, ohwi.data<float>(), g.k(), g.cout, Stream(ctx)));
-      ASSIGN_OR_RETURN(const Plan plan, GetPlan(ctx, pass, g, {a, ohwi.data<float>(), out}));
-      if (!plan.usable) return false;
-      const ConvDescs& d = *plan.descs;
-      Tensor ws = Workspace(ctx, plan.workspace_bytes);
-      WEFT_CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(
-          handle, &kOne, d.x.get(), a, d.filter.get(), ohwi.data<float>(), d.conv.get(),
-          static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo), WorkspaceData(ws, plan.workspace_bytes),
-          plan.workspace_bytes, &kZero, d.y.get(), out));
-      return true;
-    }
-    case Pass::kBackpropInput: {  // a = the HWIO filter, b = dy, out = dx
-      WEFT_CUDA_RETURN_IF_ERROR(LaunchTranspose(a, ohwi.data<float>(), g.k(), g.cout, Stream(ctx)));
-      ASSIGN_OR_RETURN(const Plan plan, GetPlan(ctx, pass, g, {ohwi.data<float>(), b, out}));
-      if (!plan.usable) return false;
-      const ConvDescs& d = *plan.descs;
-      Tensor ws = Workspace(ctx, plan.workspace_bytes);
-      WEFT_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardData(
-          handle, &kOne, d.filter.get(), ohwi.data<float>(), d.y.get(), b, d.conv.get(),
-          static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo), WorkspaceData(ws, plan.workspace_bytes),
-          plan.workspace_bytes, &kZero, d.x.get(), out));
-      return true;
-    }
-    case Pass::kBackpropFilter: {  // a = x, b = dy, out = the HWIO filter gradient
-      ASSIGN_OR_RETURN(const Plan plan, GetPlan(ctx, pass, g, {a, b, ohwi.data<float>()}));
-      if (!plan.usable) return false;
-      const ConvDescs& d = *plan.descs;
-      Tensor ws = Workspace(ctx, plan.workspace_bytes);
-      WEFT_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
-          handle, &kOne, d.x.get(), a, d.y.get(), b, d.conv.get(),
-          static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algo), WorkspaceData(ws, plan.workspace_bytes),
-          plan.workspace_bytes, &kZero, d.filter.get(), ohwi.data<float>()));
-      // OHWI [cout, kh * kw * cin] back to HWIO [kh * kw * cin, cout].
-      WEFT_CUDA_RETURN_IF_ERROR(LaunchTranspose(ohwi.data<float>(), out, g.cout, g.k(), Stream(ctx)));
-      return true;
-    }
+  float* filter = ohwi.data<float>();
+  // cuDNN's operands: the filter transposed to OHWI (forward: b; input
+  // gradient: a) or the filter gradient computed as OHWI.
+  Operands ops{a, b, out};
+  if (pass == Pass::kForward) {
+    WEFT_CUDA_RETURN_IF_ERROR(LaunchTranspose(b, filter, g.k(), g.cout, Stream(ctx)));
+    ops.b = filter;
+  } else if (pass == Pass::kBackpropInput) {
+    WEFT_CUDA_RETURN_IF_ERROR(LaunchTranspose(a, filter, g.k(), g.cout, Stream(ctx)));
+    ops.a = filter;
+  } else {
+    ops.out = filter;
   }
-  return absl::InternalError("unknown convolution pass");
+  ASSIGN_OR_RETURN(const Plan plan, GetPlan(ctx, pass, g, ops));
+  if (!plan.usable) return false;
+  Tensor ws = Workspace(ctx, plan.workspace_bytes);
+  RETURN_IF_ERROR(Enqueue(Gpu(ctx)->cudnn(), pass, *plan.descs, plan.algo, ws, plan.workspace_bytes, ops));
+  if (pass == Pass::kBackpropFilter) {
+    // OHWI [cout, kh * kw * cin] back to HWIO [kh * kw * cin, cout].
+    WEFT_CUDA_RETURN_IF_ERROR(LaunchTranspose(filter, out, g.cout, g.k(), Stream(ctx)));
+  }
+  return true;
 }
 
 // Which path a shape's pass takes once its choice is made.
@@ -488,58 +535,9 @@ ShapeCache<PlanKey, Path>& Paths() {
   return *cache;
 }
 
-// An event pair's elapsed milliseconds.
-class Timer {
- public:
-  Timer() = default;
-  Timer(const Timer&) = delete;
-  Timer& operator=(const Timer&) = delete;
-  ~Timer() {
-    for (cudaEvent_t e : events_) {
-      if (e != nullptr) cudaEventDestroy(e);
-    }
-  }
-  absl::Status Init() {
-    for (cudaEvent_t& e : events_) WEFT_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
-    return absl::OkStatus();
-  }
-  cudaEvent_t start() const { return events_[0]; }
-  cudaEvent_t stop() const { return events_[1]; }
-  // REQUIRES: both events recorded.
-  absl::StatusOr<float> Milliseconds() const {
-    WEFT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(events_[1]));
-    float ms = 0;
-    WEFT_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, events_[0], events_[1]));
-    return ms;
-  }
-
- private:
-  std::array<cudaEvent_t, 2> events_{};
-};
-
-// The fastest of a few timed runs of `run` on the device's stream.
-template <typename Run>
-absl::StatusOr<float> BestMilliseconds(OpKernelContext* ctx, Run run) {
-  constexpr int kRepeats = 3;
-  float best = -1;
-  for (int i = 0; i < kRepeats; ++i) {
-    Timer t;
-    RETURN_IF_ERROR(t.Init());
-    WEFT_CUDA_RETURN_IF_ERROR(cudaEventRecord(t.start(), Stream(ctx)));
-    RETURN_IF_ERROR(run());
-    WEFT_CUDA_RETURN_IF_ERROR(cudaEventRecord(t.stop(), Stream(ctx)));
-    ASSIGN_OR_RETURN(const float ms, t.Milliseconds());
-    if (best < 0 || ms < best) best = ms;
-  }
-  return best;
-}
-
-// The fallback replaces cuDNN for a shape only when it is at least this
-// many times faster (as for the timed algorithms above).
-constexpr float kFallbackMargin = 1.25f;
-
 // Times cuDNN's chosen algorithm against the fallback on the op's own
-// operands (both already ran once, warm) and returns the faster.
+// operands and returns the faster, cuDNN unless the fallback wins by
+// kAutotuneMargin.
 absl::StatusOr<Path> TimePaths(OpKernelContext* ctx, Pass pass, const cpu::ConvGeometry& g, const float* a,
                                const float* b, float* out, absl::FunctionRef<absl::Status()> fallback) {
   ASSIGN_OR_RETURN(const float cudnn_ms, BestMilliseconds(ctx, [&]() -> absl::Status {
@@ -548,7 +546,7 @@ absl::StatusOr<Path> TimePaths(OpKernelContext* ctx, Pass pass, const cpu::ConvG
                      return absl::OkStatus();
                    }));
   ASSIGN_OR_RETURN(const float fallback_ms, BestMilliseconds(ctx, [&] { return fallback(); }));
-  const Path path = fallback_ms * kFallbackMargin < cudnn_ms ? Path::kFallback : Path::kCudnn;
+  const Path path = fallback_ms * kAutotuneMargin <= cudnn_ms ? Path::kFallback : Path::kCudnn;
   Logger("gpu")->debug("{} of x {} and filter [{},{},{},{}]: cuDNN {:.1f} us, im2col + cuBLAS {:.1f} us; using {}",
                        PassName(pass), TensorShape{g.n, g.h, g.w, g.cin}.DebugString(), g.kh, g.kw, g.cin, g.cout,
                        cudnn_ms * 1000, fallback_ms * 1000, path == Path::kCudnn ? "cuDNN" : "im2col + cuBLAS");
@@ -587,7 +585,6 @@ absl::Status RunConvolution(OpKernelContext* ctx, ConvPass conv_pass, const cpu:
       convolutions.fetch_add(1, std::memory_order_relaxed);
       return absl::OkStatus();
     }
-    RETURN_IF_ERROR(fallback());  // warm: its scratch and cuBLAS's choices
     ASSIGN_OR_RETURN(path, TimePaths(ctx, pass, g, a, b, out, fallback));
     path = Paths().Insert(key, path);
   }

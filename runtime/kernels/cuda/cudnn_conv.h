@@ -15,13 +15,12 @@
 // reproducible results), run in plain FP32 FMA math (CUDNN_FMA_MATH: no
 // TF32 tensor cores, which would round the inputs to 10 mantissa bits) and
 // need at most kMaxWorkspaceBytes of workspace. cuDNN's heuristics
-// (cudnnGet*Algorithm_v7) name a first choice. With autotuning (the
-// default, as in TensorFlow) the candidates are also timed once on the
-// op's own operands (cudnnFind*AlgorithmEx): the fastest replaces the
-// heuristic's pick only when it is at least 1.25x faster, and the winner
-// is then timed against weft's fallback (RunConvolution below) on the same
-// terms, so that timing noise between near-equal choices cannot change a
-// job's path from run to run. With WEFT_CUDNN_AUTOTUNE=0 the heuristic
+// (cudnnGet*Algorithm_v7) rank them. With autotuning (the default, as in
+// TensorFlow) the first three are timed once on the op's own operands: the
+// fastest replaces the heuristic's first only when it is at least 1.25x
+// faster, and the winner is then timed against weft's fallback
+// (RunConvolution below) on the same terms, so that timing noise between
+// near-equal choices cannot change a job's path from run to run. With WEFT_CUDNN_AUTOTUNE=0 the heuristic
 // alone decides and cuDNN runs wherever it has an acceptable algorithm, so
 // every process on the same GPU model and cuDNN version makes the same
 // choice and a job's floating-point results repeat bit for bit. The
