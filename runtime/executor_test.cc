@@ -90,7 +90,7 @@ TEST_F(ExecutorTest, PrunesToFetchesAndCutsAtFeeds) {
   Output never = b_.Placeholder(DType::kFloat32, {2, 2}, "never_fed");
   Output y = b_.Op("Relu", {x}, {}, "y");
   b_.Op("Relu", {never}, {}, "other_branch");
-  Output z = b_.Op("Add", {y, y}, {}, "z");
+  b_.Op("Add", {y, y}, {}, "z");
   ASSERT_TRUE(b_.status().ok()) << b_.status();
 
   // Fetching z needs x and y, never the unfed placeholder of the other branch.
