@@ -12,6 +12,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/tensor.h"
 
 namespace weft {
@@ -36,6 +39,19 @@ class CollectiveRuntime {
   virtual void AbortStep(int64_t step_id, const absl::Status& status) {}
   virtual void CleanupStep(int64_t step_id) {}
 };
+
+// A CollectiveAllReduce's `group_tasks` attr (comma-separated, rank order)
+// as AllReduceArgs::tasks: an error unless a group of two or more names one
+// task per member.
+inline absl::StatusOr<std::vector<std::string>> ParseGroupTasks(const std::string& tasks, int64_t group_size) {
+  std::vector<std::string> out;
+  if (!tasks.empty()) out = absl::StrSplit(tasks, ',');
+  if (group_size > 1 && static_cast<int64_t>(out.size()) != group_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group_tasks names ", out.size(), " task(s) for group_size ", group_size));
+  }
+  return out;
+}
 
 }  // namespace weft
 

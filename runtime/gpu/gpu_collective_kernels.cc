@@ -143,12 +143,7 @@ class GpuCollectiveAllReduceOp : public AsyncOpKernel {
     }
     std::string tasks;
     if (!GetAttr(c, GetStringAttrOr(c->def(), "group_tasks", ""), &tasks)) return;
-    if (!tasks.empty()) args_.tasks = absl::StrSplit(tasks, ',');
-    if (group_size_ > 1 && static_cast<int64_t>(args_.tasks.size()) != group_size_) {
-      c->SetStatus(absl::InvalidArgumentError(absl::StrCat("group_tasks names ", args_.tasks.size(),
-                                                           " task(s) for group_size ", group_size_)));
-      return;
-    }
+    if (!GetAttr(c, ParseGroupTasks(tasks, group_size_), &args_.tasks)) return;
     // This task's rank: its place in group_tasks (the device name starts
     // with the task, "/job:worker/task:1/device:GPU:0").
     for (size_t r = 0; r < args_.tasks.size(); ++r) {

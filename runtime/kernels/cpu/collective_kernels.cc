@@ -33,11 +33,7 @@ class CollectiveAllReduceOp : public AsyncOpKernel {
     }
     std::string tasks;
     if (!GetAttr(c, GetStringAttrOr(c->def(), "group_tasks", ""), &tasks)) return;
-    if (!tasks.empty()) args_.tasks = absl::StrSplit(tasks, ',');
-    if (group_size_ > 1 && static_cast<int64_t>(args_.tasks.size()) != group_size_) {
-      c->SetStatus(absl::InvalidArgumentError(absl::StrCat("group_tasks names ", args_.tasks.size(),
-                                                           " task(s) for group_size ", group_size_)));
-    }
+    if (!GetAttr(c, ParseGroupTasks(tasks, group_size_), &args_.tasks)) return;
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {

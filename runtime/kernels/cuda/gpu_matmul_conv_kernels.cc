@@ -145,6 +145,22 @@ int64_t ImagesPerChunk(const ConvGeometry& g) {
   return std::max<int64_t>(1, kScratchFloats / std::max<int64_t>(1, g.patches() * g.k()));
 }
 
+// The fallback's patch matrices, a chunk of images at a time: for each
+// chunk [n0, n0 + rows / patches), im2col writes its [rows, K] patches into
+// scratch and `gemm(n0, rows, patches)` consumes them.
+template <typename Gemm>
+absl::Status ForEachPatchChunk(OpKernelContext* ctx, const ConvGeometry& g, const float* x, Gemm gemm) {
+  const WindowGeometry w = Window(g);
+  const int64_t per = std::min(g.n, ImagesPerChunk(g));
+  Tensor scratch = Scratch(ctx, per * g.patches() * g.k());
+  for (int64_t n0 = 0; n0 < g.n; n0 += per) {
+    const int64_t n1 = std::min(g.n, n0 + per);
+    WEFT_CUDA_RETURN_IF_ERROR(LaunchIm2Col(w, x, n0, n1, scratch.data<float>(), Stream(ctx)));
+    RETURN_IF_ERROR(gemm(n0, (n1 - n0) * g.patches(), static_cast<const float*>(scratch.data<float>())));
+  }
+  return absl::OkStatus();
+}
+
 class ConvOpBase : public OpKernel {
  public:
   explicit ConvOpBase(OpKernelConstruction* c) : OpKernel(c) { GetAttr(c, GetConvParams(c->def()), &params_); }
@@ -187,17 +203,10 @@ class Conv2DOp : public ConvOpBase {
       return;
     }
     auto im2col = [&]() -> absl::Status {
-      const WindowGeometry w = Window(g);
-      const int64_t per = std::min(g.n, ImagesPerChunk(g));
-      Tensor scratch = Scratch(ctx, per * g.patches() * g.k());
-      for (int64_t n0 = 0; n0 < g.n; n0 += per) {
-        const int64_t n1 = std::min(g.n, n0 + per);
-        const int64_t rows = (n1 - n0) * g.patches();
-        WEFT_CUDA_RETURN_IF_ERROR(LaunchIm2Col(w, x, n0, n1, scratch.data<float>(), Stream(ctx)));
-        RETURN_IF_ERROR(RowMajorGemm(blas, false, false, rows, g.cout, g.k(), scratch.data<float>(), g.k(), f, g.cout,
-                                     y + n0 * g.patches() * g.cout, g.cout, false));
-      }
-      return absl::OkStatus();
+      return ForEachPatchChunk(ctx, g, x, [&](int64_t n0, int64_t rows, const float* patches) {
+        return RowMajorGemm(blas, false, false, rows, g.cout, g.k(), patches, g.k(), f, g.cout,
+                            y + n0 * g.patches() * g.cout, g.cout, false);
+      });
     };
     OP_REQUIRES_OK(ctx, ForCudnn(g) ? RunConvolution(ctx, ConvPass::kForward, g, x, f, y, im2col) : im2col());
   }
@@ -268,17 +277,10 @@ class Conv2DBackpropFilterOp : public ConvOpBase {
       return;
     }
     auto im2col = [&]() -> absl::Status {
-      const WindowGeometry w = Window(g);
-      const int64_t per = std::min(g.n, ImagesPerChunk(g));
-      Tensor scratch = Scratch(ctx, per * g.patches() * g.k());
-      for (int64_t n0 = 0; n0 < g.n; n0 += per) {
-        const int64_t n1 = std::min(g.n, n0 + per);
-        const int64_t rows = (n1 - n0) * g.patches();
-        WEFT_CUDA_RETURN_IF_ERROR(LaunchIm2Col(w, x, n0, n1, scratch.data<float>(), Stream(ctx)));
-        RETURN_IF_ERROR(RowMajorGemm(blas, true, false, g.k(), g.cout, rows, scratch.data<float>(), g.k(),
-                                     grad + n0 * g.patches() * g.cout, g.cout, df, g.cout, n0 > 0));
-      }
-      return absl::OkStatus();
+      return ForEachPatchChunk(ctx, g, x, [&](int64_t n0, int64_t rows, const float* patches) {
+        return RowMajorGemm(blas, true, false, g.k(), g.cout, rows, patches, g.k(), grad + n0 * g.patches() * g.cout,
+                            g.cout, df, g.cout, n0 > 0);
+      });
     };
     OP_REQUIRES_OK(ctx,
                    ForCudnn(g) ? RunConvolution(ctx, ConvPass::kBackpropFilter, g, x, grad, df, im2col) : im2col());
