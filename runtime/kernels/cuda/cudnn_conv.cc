@@ -180,7 +180,7 @@ const char* PassName(Pass pass) {
 // kept, so that a warm step creates no cuDNN descriptor (each is a host
 // allocation) and asks cuDNN nothing.
 struct Plan {
-  bool usable = false;  // false: no acceptable algorithm, use the fallback
+  bool usable = false;  // false: the fallback (no acceptable algorithm, or it was timed faster)
   int algo = 0;         // a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
   bool timed = false;   // chosen by timing (autotuning) over the heuristic's pick
   size_t workspace_bytes = 0;
@@ -440,41 +440,6 @@ absl::StatusOr<Plan> ChoosePlan(OpKernelContext* ctx, Pass pass, const ConvDescs
   return plan;
 }
 
-// The cached plan for g's pass on this device, chosen on first use (with
-// autotuning, by timing the candidates on `ops`).
-absl::StatusOr<Plan> GetPlan(OpKernelContext* ctx, Pass pass, const cpu::ConvGeometry& g, const Operands& ops) {
-  const PlanKey key = {Gpu(ctx)->ordinal(), static_cast<int64_t>(pass), g.n, g.h, g.w, g.cin, g.kh, g.kw, g.cout,
-                       g.stride, g.pad_top, g.pad_left};
-  Plan plan;
-  if (Plans().Lookup(key, &plan)) return plan;
-  auto descs = std::make_shared<ConvDescs>();
-  RETURN_IF_ERROR(descs->Init(g));
-  const ConvDescs& d = *descs;
-  // cuDNN's output size must be the one weft computed; it is for symmetric
-  // padding, but a disagreement must never write out of bounds.
-  int n = 0, c = 0, h = 0, w = 0;
-  WEFT_CUDNN_RETURN_IF_ERROR(
-      cudnnGetConvolution2dForwardOutputDim(d.conv.get(), d.x.get(), d.filter.get(), &n, &c, &h, &w));
-  if (n == g.n && c == g.cout && h == g.ho && w == g.wo) {
-    ASSIGN_OR_RETURN(plan, ChoosePlan(ctx, pass, d, ops));
-  }
-  if (plan.usable) {
-    plan.descs = std::move(descs);
-    Logger("gpu")->debug("cuDNN {} of x {} and filter [{},{},{},{}] (stride {}, padding {}x{}): algorithm {} ({}), "
-                         "{} bytes of workspace",
-                         PassName(pass), TensorShape{g.n, g.h, g.w, g.cin}.DebugString(), g.kh, g.kw, g.cin, g.cout,
-                         g.stride, g.pad_top, g.pad_left, plan.algo, plan.timed ? "timed" : "heuristic",
-                         plan.workspace_bytes);
-  } else {
-    Logger("gpu")->info("cuDNN has no deterministic FP32 algorithm within {} MiB of workspace for {} of x {} and "
-                        "filter [{},{},{},{}] (stride {}, padding {}x{}); using im2col + cuBLAS",
-                        kMaxWorkspaceBytes >> 20, PassName(pass),
-                        TensorShape{g.n, g.h, g.w, g.cin}.DebugString(), g.kh, g.kw, g.cin, g.cout, g.stride,
-                        g.pad_top, g.pad_left);
-  }
-  return Plans().Insert(key, std::move(plan));
-}
-
 }  // namespace
 
 bool UseCudnn() { return UseCudnnFlag().load(std::memory_order_relaxed); }
@@ -498,60 +463,92 @@ bool CudnnCanPool(const cpu::PoolGeometry& g) {
 
 namespace {
 
-// Pass `pass` of g through cuDNN: false, having written nothing to `out`
-// after its algorithm choice, when cuDNN has no acceptable algorithm.
-absl::StatusOr<bool> RunCudnn(OpKernelContext* ctx, Pass pass, const cpu::ConvGeometry& g, const float* a,
-                              const float* b, float* out) {
-  Tensor ohwi = Scratch(ctx, g.k() * g.cout);
-  float* filter = ohwi.data<float>();
-  // cuDNN's operands: the filter transposed to OHWI (forward: b; input
-  // gradient: a) or the filter gradient computed as OHWI.
+// cuDNN's operands for pass `pass` of g: the filter (forward: b; input
+// gradient: a) transposed to OHWI into `ohwi`, or (filter gradient) `ohwi`
+// standing for the output, which the caller transposes back.
+absl::StatusOr<Operands> CudnnOperands(OpKernelContext* ctx, Pass pass, const cpu::ConvGeometry& g, const float* a,
+                                       const float* b, float* out, float* ohwi) {
   Operands ops{a, b, out};
   if (pass == Pass::kForward) {
-    WEFT_CUDA_RETURN_IF_ERROR(LaunchTranspose(b, filter, g.k(), g.cout, Stream(ctx)));
-    ops.b = filter;
+    WEFT_CUDA_RETURN_IF_ERROR(LaunchTranspose(b, ohwi, g.k(), g.cout, Stream(ctx)));
+    ops.b = ohwi;
   } else if (pass == Pass::kBackpropInput) {
-    WEFT_CUDA_RETURN_IF_ERROR(LaunchTranspose(a, filter, g.k(), g.cout, Stream(ctx)));
-    ops.a = filter;
+    WEFT_CUDA_RETURN_IF_ERROR(LaunchTranspose(a, ohwi, g.k(), g.cout, Stream(ctx)));
+    ops.a = ohwi;
   } else {
-    ops.out = filter;
+    ops.out = ohwi;
   }
-  ASSIGN_OR_RETURN(const Plan plan, GetPlan(ctx, pass, g, ops));
-  if (!plan.usable) return false;
+  return ops;
+}
+
+// Pass `pass` of g through cuDNN with `plan`. REQUIRES: plan.usable.
+absl::Status RunCudnn(OpKernelContext* ctx, Pass pass, const cpu::ConvGeometry& g, const Plan& plan, const float* a,
+                      const float* b, float* out) {
+  Tensor ohwi = Scratch(ctx, g.k() * g.cout);
+  ASSIGN_OR_RETURN(const Operands ops, CudnnOperands(ctx, pass, g, a, b, out, ohwi.data<float>()));
   Tensor ws = Workspace(ctx, plan.workspace_bytes);
   RETURN_IF_ERROR(Enqueue(Gpu(ctx)->cudnn(), pass, *plan.descs, plan.algo, ws, plan.workspace_bytes, ops));
   if (pass == Pass::kBackpropFilter) {
     // OHWI [cout, kh * kw * cin] back to HWIO [kh * kw * cin, cout].
-    WEFT_CUDA_RETURN_IF_ERROR(LaunchTranspose(filter, out, g.cout, g.k(), Stream(ctx)));
+    WEFT_CUDA_RETURN_IF_ERROR(LaunchTranspose(ohwi.data<float>(), out, g.cout, g.k(), Stream(ctx)));
   }
-  return true;
-}
-
-// Which path a shape's pass takes once its choice is made.
-enum class Path { kCudnn, kFallback };
-
-ShapeCache<PlanKey, Path>& Paths() {
-  static auto* cache = new ShapeCache<PlanKey, Path>;
-  return *cache;
+  return absl::OkStatus();
 }
 
 // Times cuDNN's chosen algorithm against the fallback on the op's own
-// operands and returns the faster, cuDNN unless the fallback wins by
-// kAutotuneMargin.
-absl::StatusOr<Path> TimePaths(OpKernelContext* ctx, Pass pass, const cpu::ConvGeometry& g, const float* a,
-                               const float* b, float* out, absl::FunctionRef<absl::Status()> fallback) {
-  ASSIGN_OR_RETURN(const float cudnn_ms, BestMilliseconds(ctx, [&]() -> absl::Status {
-                     ASSIGN_OR_RETURN(const bool ran, RunCudnn(ctx, pass, g, a, b, out));
-                     if (!ran) return absl::InternalError("cuDNN's plan changed while it was timed");
-                     return absl::OkStatus();
-                   }));
+// operands: true when the fallback wins by kAutotuneMargin.
+absl::StatusOr<bool> FallbackIsFaster(OpKernelContext* ctx, Pass pass, const cpu::ConvGeometry& g, const Plan& plan,
+                                      const float* a, const float* b, float* out,
+                                      absl::FunctionRef<absl::Status()> fallback) {
+  ASSIGN_OR_RETURN(const float cudnn_ms,
+                   BestMilliseconds(ctx, [&] { return RunCudnn(ctx, pass, g, plan, a, b, out); }));
   ASSIGN_OR_RETURN(const float fallback_ms, BestMilliseconds(ctx, [&] { return fallback(); }));
-  const Path path = fallback_ms * kAutotuneMargin <= cudnn_ms ? Path::kFallback : Path::kCudnn;
+  const bool faster = fallback_ms * kAutotuneMargin <= cudnn_ms;
   Logger("gpu")->debug("{} of x {} and filter [{},{},{},{}]: cuDNN {:.1f} us, im2col + cuBLAS {:.1f} us; using {}",
                        PassName(pass), TensorShape{g.n, g.h, g.w, g.cin}.DebugString(), g.kh, g.kw, g.cin, g.cout,
-                       cudnn_ms * 1000, fallback_ms * 1000, path == Path::kCudnn ? "cuDNN" : "im2col + cuBLAS");
+                       cudnn_ms * 1000, fallback_ms * 1000, faster ? "im2col + cuBLAS" : "cuDNN");
   timings.fetch_add(1, std::memory_order_relaxed);
-  return path;
+  return faster;
+}
+
+// g's pass on this device, chosen on its first use: cuDNN's algorithm and,
+// with autotuning, whether the fallback is faster (both timed on the op's
+// own operands, whose outputs the chosen pass then writes again).
+absl::StatusOr<Plan> MakePlan(OpKernelContext* ctx, Pass pass, const cpu::ConvGeometry& g, const float* a,
+                              const float* b, float* out, absl::FunctionRef<absl::Status()> fallback) {
+  Plan plan;
+  auto descs = std::make_shared<ConvDescs>();
+  RETURN_IF_ERROR(descs->Init(g));
+  const ConvDescs& d = *descs;
+  // cuDNN's output size must be the one weft computed; it is for symmetric
+  // padding, but a disagreement must never write out of bounds.
+  int n = 0, c = 0, h = 0, w = 0;
+  WEFT_CUDNN_RETURN_IF_ERROR(
+      cudnnGetConvolution2dForwardOutputDim(d.conv.get(), d.x.get(), d.filter.get(), &n, &c, &h, &w));
+  if (n == g.n && c == g.cout && h == g.ho && w == g.wo) {
+    Tensor ohwi = Scratch(ctx, g.k() * g.cout);
+    ASSIGN_OR_RETURN(const Operands ops, CudnnOperands(ctx, pass, g, a, b, out, ohwi.data<float>()));
+    ASSIGN_OR_RETURN(plan, ChoosePlan(ctx, pass, d, ops));
+  }
+  if (!plan.usable) {
+    Logger("gpu")->info("cuDNN has no deterministic FP32 algorithm within {} MiB of workspace for {} of x {} and "
+                        "filter [{},{},{},{}] (stride {}, padding {}x{}); using im2col + cuBLAS",
+                        kMaxWorkspaceBytes >> 20, PassName(pass),
+                        TensorShape{g.n, g.h, g.w, g.cin}.DebugString(), g.kh, g.kw, g.cin, g.cout, g.stride,
+                        g.pad_top, g.pad_left);
+    return plan;
+  }
+  plan.descs = std::move(descs);
+  Logger("gpu")->debug("cuDNN {} of x {} and filter [{},{},{},{}] (stride {}, padding {}x{}): algorithm {} ({}), "
+                       "{} bytes of workspace",
+                       PassName(pass), TensorShape{g.n, g.h, g.w, g.cin}.DebugString(), g.kh, g.kw, g.cin, g.cout,
+                       g.stride, g.pad_top, g.pad_left, plan.algo, plan.timed ? "timed" : "heuristic",
+                       plan.workspace_bytes);
+  if (AutotuneFlag().load(std::memory_order_relaxed)) {
+    ASSIGN_OR_RETURN(const bool fallback_faster, FallbackIsFaster(ctx, pass, g, plan, a, b, out, fallback));
+    if (fallback_faster) plan = Plan{};
+  }
+  return plan;
 }
 
 Pass ToPass(ConvPass pass) {
@@ -573,24 +570,13 @@ absl::Status RunConvolution(OpKernelContext* ctx, ConvPass conv_pass, const cpu:
   const Pass pass = ToPass(conv_pass);
   const PlanKey key = {Gpu(ctx)->ordinal(), static_cast<int64_t>(pass), g.n, g.h, g.w, g.cin, g.kh, g.kw, g.cout,
                        g.stride, g.pad_top, g.pad_left};
-  Path path = Path::kCudnn;
-  if (!Paths().Lookup(key, &path)) {
-    ASSIGN_OR_RETURN(const bool ran, RunCudnn(ctx, pass, g, a, b, out));  // chooses (and times) the algorithm
-    if (!ran) {
-      Paths().Insert(key, Path::kFallback);
-      return fallback();
-    }
-    if (!CudnnAutotune()) {
-      Paths().Insert(key, Path::kCudnn);
-      convolutions.fetch_add(1, std::memory_order_relaxed);
-      return absl::OkStatus();
-    }
-    ASSIGN_OR_RETURN(path, TimePaths(ctx, pass, g, a, b, out, fallback));
-    path = Paths().Insert(key, path);
+  Plan plan;
+  if (!Plans().Lookup(key, &plan)) {
+    ASSIGN_OR_RETURN(plan, MakePlan(ctx, pass, g, a, b, out, fallback));
+    plan = Plans().Insert(key, std::move(plan));
   }
-  if (path == Path::kFallback) return fallback();
-  ASSIGN_OR_RETURN(const bool ran, RunCudnn(ctx, pass, g, a, b, out));
-  if (!ran) return fallback();
+  if (!plan.usable) return fallback();
+  RETURN_IF_ERROR(RunCudnn(ctx, pass, g, plan, a, b, out));
   convolutions.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
 }

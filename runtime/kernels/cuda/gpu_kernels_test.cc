@@ -546,27 +546,17 @@ TEST(GpuKernelTest, MatMulEveryTranspose) {
   ExpectBothFail("MatMul", {Rand({3, 4}), Rand({5, 2})});
 }
 
-// Sets the process-wide cuDNN switch for a scope.
-class ScopedCudnn {
+// Sets a process-wide switch of the GPU window kernels (UseCudnn,
+// CudnnAutotune) for a scope.
+class ScopedSwitch {
  public:
-  explicit ScopedCudnn(bool use) : saved_(UseCudnn()) { SetUseCudnn(use); }
-  ~ScopedCudnn() { SetUseCudnn(saved_); }
-  ScopedCudnn(const ScopedCudnn&) = delete;
-  ScopedCudnn& operator=(const ScopedCudnn&) = delete;
+  ScopedSwitch(bool (*get)(), void (*set)(bool), bool value) : set_(set), saved_(get()) { set_(value); }
+  ~ScopedSwitch() { set_(saved_); }
+  ScopedSwitch(const ScopedSwitch&) = delete;
+  ScopedSwitch& operator=(const ScopedSwitch&) = delete;
 
  private:
-  const bool saved_;
-};
-
-// Sets the process-wide cuDNN autotuning switch for a scope.
-class ScopedAutotune {
- public:
-  explicit ScopedAutotune(bool autotune) : saved_(CudnnAutotune()) { SetCudnnAutotune(autotune); }
-  ~ScopedAutotune() { SetCudnnAutotune(saved_); }
-  ScopedAutotune(const ScopedAutotune&) = delete;
-  ScopedAutotune& operator=(const ScopedAutotune&) = delete;
-
- private:
+  void (*const set_)(bool);
   const bool saved_;
 };
 
@@ -583,9 +573,9 @@ struct ConvCase {
 
 TEST(GpuKernelTest, ConvolutionAndBackpropsOnBothPaths) {
   SKIP_WITHOUT_GPU();
-  ScopedAutotune heuristics_only(false);  // cuDNN wherever it has an algorithm
+  ScopedSwitch heuristics_only(CudnnAutotune, SetCudnnAutotune, false);  // cuDNN wherever it has an algorithm
   for (bool cudnn : {true, false}) {
-    ScopedCudnn use(cudnn);
+    ScopedSwitch use(UseCudnn, SetUseCudnn, cudnn);
     SCOPED_TRACE(cudnn ? "cuDNN on" : "cuDNN off");
     for (const ConvCase& c : std::vector<ConvCase>{
              // Symmetric padding: cuDNN when it is on.
@@ -643,8 +633,8 @@ TEST(GpuKernelTest, ConvolutionAndBackpropsOnBothPaths) {
 // process's life.
 TEST(GpuKernelTest, AutotunedConvolutionsKeepTheirPathAndMatchTheCpu) {
   SKIP_WITHOUT_GPU();
-  ScopedCudnn use(true);
-  ScopedAutotune autotune(true);
+  ScopedSwitch use(UseCudnn, SetUseCudnn, true);
+  ScopedSwitch autotune(CudnnAutotune, SetCudnnAutotune, true);
   for (const ConvCase& c : std::vector<ConvCase>{
            {3, 10, 10, 5, 3, 3, 6, 1, "SAME"},
            {2, 11, 11, 4, 5, 5, 7, 1, "SAME"},
@@ -682,8 +672,8 @@ TEST(GpuKernelTest, AutotunedConvolutionsKeepTheirPathAndMatchTheCpu) {
 // cache: no cudaMalloc.
 TEST(GpuKernelTest, CudnnPathAllocatesNothingNewOnceWarm) {
   SKIP_WITHOUT_GPU();
-  ScopedCudnn use(true);
-  ScopedAutotune heuristics_only(false);  // cuDNN wherever it has an algorithm
+  ScopedSwitch use(UseCudnn, SetUseCudnn, true);
+  ScopedSwitch heuristics_only(CudnnAutotune, SetCudnnAutotune, false);  // cuDNN wherever it has an algorithm
   GpuDevice* gpu = gpu::TestGpu();
   struct Case {
     std::string op;
@@ -784,7 +774,7 @@ const std::vector<PoolCase>& PoolCases() {
 TEST(GpuKernelTest, MaxPoolAndGradOnBothPaths) {
   SKIP_WITHOUT_GPU();
   for (bool cudnn : {true, false}) {
-    ScopedCudnn use(cudnn);
+    ScopedSwitch use(UseCudnn, SetUseCudnn, cudnn);
     SCOPED_TRACE(cudnn ? "cuDNN on" : "cuDNN off");
     for (const PoolCase& c : PoolCases()) {
       const Padding pad = c.padding[0] == 'S' ? Padding::kSame : Padding::kValid;
@@ -831,7 +821,7 @@ TEST(GpuKernelTest, MaxPoolAndGradOnBothPaths) {
 TEST(GpuKernelTest, MaxPoolGradTies) {
   SKIP_WITHOUT_GPU();
   for (bool cudnn : {false, true}) {
-    ScopedCudnn use(cudnn);
+    ScopedSwitch use(UseCudnn, SetUseCudnn, cudnn);
     SCOPED_TRACE(cudnn ? "cuDNN on" : "cuDNN off");
     for (const PoolCase& c : PoolCases()) {
       const Padding pad = c.padding[0] == 'S' ? Padding::kSame : Padding::kValid;
