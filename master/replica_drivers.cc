@@ -132,15 +132,16 @@ AccumulatingReplicas::~AccumulatingReplicas() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  // A replica whose push waits for pushes that no replica will make any more
-  // is parked on the ps until its step is aborted. A replica between its
-  // check of stopping_ and its RunGraph can miss one abort, hence the loop.
-  for (;;) {
-    session_->AbortRunningSteps(absl::CancelledError("the job's last global step is done"));
-    absl::MutexLock lock(&mu_);
-    if (mu_.AwaitWithTimeout(absl::Condition(this, &AccumulatingReplicas::Idle), absl::Milliseconds(100))) break;
-  }
+  AbortUntilIdle(absl::CancelledError("the job's last global step is done"));
   for (std::thread& t : threads_) t.join();
+}
+
+void AccumulatingReplicas::AbortUntilIdle(const absl::Status& why) {
+  for (;;) {
+    session_->AbortRunningSteps(why);
+    absl::MutexLock lock(&mu_);
+    if (mu_.AwaitWithTimeout(absl::Condition(this, &AccumulatingReplicas::Idle), absl::Milliseconds(100))) return;
+  }
 }
 
 int64_t AccumulatingReplicas::refused() const {
@@ -213,14 +214,7 @@ absl::Status AccumulatingReplicas::Quiesce(const std::function<absl::Status(int6
     absl::MutexLock lock(&mu_);
     paused_ = true;
   }
-  // As at the end: a push parked for pushes that paused replicas will not
-  // make is aborted; one between its check and its RunGraph can miss an
-  // abort, hence the loop.
-  for (;;) {
-    session_->AbortRunningSteps(absl::AbortedError("held for a checkpoint"));
-    absl::MutexLock lock(&mu_);
-    if (mu_.AwaitWithTimeout(absl::Condition(this, &AccumulatingReplicas::Idle), absl::Milliseconds(100))) break;
-  }
+  AbortUntilIdle(absl::AbortedError("held for a checkpoint"));
   int64_t completed = 0;
   {
     absl::MutexLock lock(&mu_);

@@ -97,6 +97,12 @@ class AccumulatingReplicas {
   void Loop(const ReplicaNames& names);
   bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return active_ == 0; }
+  // Aborts the session's running steps with `why` until no replica is in
+  // one. A push parked for pushes that no replica will make is only freed
+  // by an abort, and a replica between its check of the flags and its
+  // RunGraph can miss one abort, hence the repeats. REQUIRES: stopping_ or
+  // paused_ is set, so that no replica starts another step.
+  void AbortUntilIdle(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
 
   MasterSession* const session_;
