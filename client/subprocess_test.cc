@@ -31,7 +31,9 @@ TEST(SubprocessTest, TerminateEscalatesToKill) {
   for (int i = 0; i < 3000 && line != "ready"; ++i) {  // bounded wait for the trap to be in place
     std::ifstream in(log);
     std::getline(in, line);
-    if (line != "ready") ASSERT_TRUE(p.WaitFor(absl::Milliseconds(10)) == false) << "child exited early";
+    if (line != "ready") {
+      ASSERT_TRUE(p.WaitFor(absl::Milliseconds(10)) == false) << "child exited early";
+    }
   }
   ASSERT_EQ(line, "ready");
   EXPECT_TRUE(p.Running());

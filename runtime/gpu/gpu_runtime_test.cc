@@ -92,7 +92,7 @@ TEST(GpuPlacementTest, AnOpWithoutAGpuKernelAskedOntoTheGpuRunsOnItsTasksCpu) {
   GraphBuilder b(&g);
   b.set_device("/job:worker/task:1/device:GPU:0");  // as a strategy asks for a replica's device
   Output x = b.Placeholder(DType::kFloat32, {2}, "x");
-  Output y = b.Op("Relu", {x}, {}, "y");
+  b.Op("Relu", {x}, {}, "y");
   ASSERT_TRUE(b.status().ok()) << b.status();
   const std::vector<std::string> devices = {"/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0",
                                             "/job:worker/task:1/device:GPU:0"};
@@ -108,7 +108,7 @@ TEST(GpuExecutorTest, FeedsGoInFetchesComeBackAndWarmStepsDoNotAllocate) {
   GraphBuilder b(&g);
   Output x = b.Placeholder(DType::kFloat32, {-1, 3}, "x");
   Output y = b.Op("Relu", {x}, {}, "y");
-  Output z = b.Op("Neg", {y}, {}, "z");
+  b.Op("Neg", {y}, {}, "z");
   ASSERT_TRUE(b.status().ok()) << b.status();
   ExecutorOptions opts;
   opts.feeds = {"x"};
@@ -142,7 +142,7 @@ TEST(GpuExecutorTest, TensorsCrossBetweenCpuAndGpuPartitions) {
   b.set_device(kCpu);
   Output n = b.Op("Neg", {r}, {}, "neg");
   b.set_device("");
-  Output sq = b.Op("Mul", {n, n}, {}, "square");
+  b.Op("Mul", {n, n}, {}, "square");
   ASSERT_TRUE(b.status().ok()) << b.status();
   // The test GPU is named "/device:GPU:0"; placement and partitions only use
   // these names, the executors the Device objects.
