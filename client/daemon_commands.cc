@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -10,6 +11,11 @@
 #include "absl/time/clock.h"
 #include "client/flags.h"
 #include "common/cluster_spec.h"
+#include "common/grpc_security.h"
+#include "common/grpc_util.h"
+#include "common/token_table.h"
+#include "graph/device_name.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "common/logging.h"
 #include "master/master_server.h"
 #include "ps/ps_service.h"
@@ -55,6 +61,50 @@ absl::StatusOr<ClusterConfig> ClusterFrom(const Flags& f, bool needs_task) {
   return config;
 }
 
+// The daemon's transport security from --ca/--cert/--key, or plaintext with
+// --insecure (warned about once). `identity` is the name its certificate
+// must carry.
+absl::StatusOr<std::shared_ptr<const TransportSecurity>> DaemonSecurity(const Flags& f, const std::string& role,
+                                                                        const std::string& identity) {
+  const bool any_file = f.Has("ca") || f.Has("cert") || f.Has("key");
+  if (f.GetBool("insecure")) {
+    if (any_file) return absl::InvalidArgumentError("--insecure goes without --ca, --cert and --key");
+    WarnInsecureOnce(role);
+    return TransportSecurity::Insecure();
+  }
+  TlsFiles files;
+  files.ca = f.Get("ca");
+  files.cert = f.Get("cert");
+  files.key = f.Get("key");
+  return TransportSecurity::ForDaemon(files, identity);
+}
+
+// A plaintext server holding only the standard health service, for probes
+// that cannot speak mTLS (Kubernetes' gRPC probes). Null for port 0.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartHealthServer(const Flags& f) {
+  auto port = f.GetInt("health_port", 0, 0, 65535);
+  if (!port.ok()) return port.status();
+  if (*port == 0) return std::unique_ptr<grpc::Server>();
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  ConfigureServer(&builder);
+  int bound = 0;
+  builder.AddListeningPort(absl::StrCat("0.0.0.0:", *port), grpc::InsecureServerCredentials(), &bound);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || bound == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot serve health checks on port ", *port));
+  }
+  server->GetHealthCheckService()->SetServingStatus(true);
+  return server;
+}
+
+void StopHealthServer(grpc::Server* server) {
+  if (server == nullptr) return;
+  server->GetHealthCheckService()->SetServingStatus(false);
+  server->Shutdown(std::chrono::system_clock::now());
+  server->Wait();
+}
+
 // The cluster without the master's own job: the tasks the master drives.
 ClusterDef WithoutJob(const ClusterDef& cluster, const std::string& job) {
   ClusterDef out;
@@ -86,9 +136,10 @@ int WaitForTerminationSignal() {
 }
 
 int RunTaskCommand(int argc, char** argv, const char* job) {
-  auto f = Flags::Parse(argc, argv, 2, {"task", "cluster", "listen", "intra_op_threads", "inter_op_threads", "cpu_devices", "gpus", "log_level",
-                         "drain_seconds"},
-                        {});
+  auto f = Flags::Parse(argc, argv, 2,
+                        {"task", "cluster", "listen", "intra_op_threads", "inter_op_threads", "cpu_devices", "gpus",
+                         "log_level", "drain_seconds", "ca", "cert", "key", "health_port"},
+                        {"insecure"});
   if (!f.ok()) return Usage(job, f.status().message());
   if (f->Has("log_level") && !SetLogLevel(f->Get("log_level"))) return Usage(job, "unknown --log_level");
   auto config = ClusterFrom(*f, /*needs_task=*/true);
@@ -119,8 +170,14 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
 
   SetTaskId(absl::StrCat(config->task.index));  // loggers are named by role: "worker:1"
   auto log = Logger(job);
+  auto security = DaemonSecurity(*f, job, TaskName(config->task.job, config->task.index));
+  if (!security.ok()) {
+    log->error("cannot start: {}", std::string(security.status().message()));
+    return 1;
+  }
   BlockTerminationSignals();
   worker::WorkerServerOptions opts;
+  opts.security = *security;
   opts.job = config->task.job;
   opts.task_index = config->task.index;
   opts.listen_address = listen;
@@ -140,7 +197,14 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
     return 1;
   }
   log->info("{} serving on {} (cluster {})", (*server)->task(), (*server)->address(), ClusterToFlag(config->cluster));
+  auto health = StartHealthServer(*f);
+  if (!health.ok()) {
+    log->error("cannot start: {}", std::string(health.status().message()));
+    (*server)->Shutdown();
+    return 1;
+  }
   const int sig = WaitForTerminationSignal();
+  StopHealthServer(health->get());
   // A preemption: say so in GetStatus, so the master checkpoints the jobs
   // running here and releases their graphs, then stop (at the latest after
   // --drain_seconds).
@@ -159,7 +223,10 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
 }
 
 int RunMasterCommand(int argc, char** argv) {
-  auto f = Flags::Parse(argc, argv, 2, {"cluster", "task", "listen", "port", "log_level", "state_dir"}, {});
+  auto f = Flags::Parse(argc, argv, 2,
+                        {"cluster", "task", "listen", "port", "log_level", "state_dir", "ca", "cert", "key",
+                         "health_port", "auth_tokens_file"},
+                        {"insecure"});
   if (!f.ok()) return Usage("master", f.status().message());
   if (f->Has("state_dir") && f->Get("state_dir").empty()) return Usage("master", "--state_dir needs a directory");
   if (f->Has("log_level") && !SetLogLevel(f->Get("log_level"))) return Usage("master", "unknown --log_level");
@@ -181,8 +248,24 @@ int RunMasterCommand(int argc, char** argv) {
   }
   SetTaskId("0");
   auto log = Logger("master");
-  BlockTerminationSignals();
+  auto security = DaemonSecurity(*f, "master", "master");
+  if (!security.ok()) {
+    log->error("cannot start: {}", std::string(security.status().message()));
+    return 1;
+  }
   master::MasterServerOptions opts;
+  opts.security = *security;
+  if (f->Has("auth_tokens_file")) {
+    if ((*security)->insecure()) return Usage("master", "--auth_tokens_file needs TLS (tokens are never sent in plaintext)");
+    auto tokens = TokenTable::Load(f->Get("auth_tokens_file"));
+    if (!tokens.ok()) {
+      log->error("cannot start: {}", std::string(tokens.status().message()));
+      return 1;
+    }
+    log->info("{} bearer token(s) from {}", (*tokens)->size(), f->Get("auth_tokens_file"));
+    opts.tokens = std::shared_ptr<TokenTable>(std::move(*tokens));
+  }
+  BlockTerminationSignals();
   opts.address = listen;
   opts.cluster = WithoutJob(config->cluster, config->task.job.empty() ? "master" : config->task.job);
   // Without it, jobs are kept in memory and forgotten on restart.
@@ -193,7 +276,14 @@ int RunMasterCommand(int argc, char** argv) {
     return 1;
   }
   log->info("master serving on {}", (*server)->address());
+  auto health = StartHealthServer(*f);
+  if (!health.ok()) {
+    log->error("cannot start: {}", std::string(health.status().message()));
+    (*server)->Shutdown();
+    return 1;
+  }
   const int sig = WaitForTerminationSignal();
+  StopHealthServer(health->get());
   log->info("signal {}: stopping", sig);
   (*server)->Shutdown();
   log->info("stopped");

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "client/client_auth.h"
 #include "client/flags.h"
 #include "client/job_file.h"
 #include "client/progress.h"
@@ -53,7 +54,10 @@ struct Common {
 absl::StatusOr<Common> Connect(int argc, char** argv, const std::set<std::string>& booleans,
                                std::set<std::string> valued = {}) {
   valued.insert({"master", "output"});
-  ASSIGN_OR_RETURN(Flags f, Flags::Parse(argc, argv, 2, valued, booleans));
+  valued.insert(ClientAuthValuedFlags().begin(), ClientAuthValuedFlags().end());
+  std::set<std::string> all_booleans = booleans;
+  all_booleans.insert(ClientAuthBooleanFlags().begin(), ClientAuthBooleanFlags().end());
+  ASSIGN_OR_RETURN(Flags f, Flags::Parse(argc, argv, 2, valued, all_booleans));
   std::string master = f.Get("master");
   if (master.empty() && std::getenv("WEFT_MASTER") != nullptr) master = std::getenv("WEFT_MASTER");
   if (master.empty()) return absl::InvalidArgumentError("no master: pass --master=HOST:PORT or set WEFT_MASTER");
@@ -61,10 +65,12 @@ absl::StatusOr<Common> Connect(int argc, char** argv, const std::set<std::string
   if (output != "text" && output != "json") {
     return absl::InvalidArgumentError(absl::StrCat("--output must be text or json, got '", output, "'"));
   }
+  MasterClientOptions options;
+  ASSIGN_OR_RETURN(options.credentials, ClientChannelCredentials(ClientCredentialFilesFrom(f)));
   Common c;
   c.flags = std::move(f);
   c.json = output == "json";
-  c.client = MasterClient::Create(master);
+  c.client = MasterClient::Create(master, options);
   return c;
 }
 

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <memory>
 #include <set>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,7 +27,10 @@
 #include "client/flags.h"
 #include "client/job_commands.h"
 #include "client/job_file.h"
+#include "client/client_auth.h"
 #include "client/master_client.h"
+#include "common/certs.h"
+#include "graph/device_name.h"
 #include "client/subprocess.h"
 #include "common/env.h"
 #include "common/status_macros.h"
@@ -217,13 +221,45 @@ class Supervisor {
   std::thread thread_;
 };
 
+// The throwaway credentials of a local cluster: a CA, a certificate per
+// daemon (for 127.0.0.1 and localhost) and an admin user for this command.
+struct LocalCredentials {
+  std::string ca;
+  std::map<std::string, std::pair<std::string, std::string>> daemon;  // name -> cert, key
+  std::string user_cert, user_key;
+};
+
+absl::StatusOr<LocalCredentials> MakeLocalCredentials(const std::string& dir, const std::vector<std::string>& names) {
+  LocalCredentials c;
+  RETURN_IF_ERROR(CreateCa(dir, /*days=*/30, /*overwrite=*/true, "weft local CA"));
+  c.ca = dir + "/ca.crt";
+  auto issue = [&](const std::string& name, Role role) -> absl::StatusOr<std::pair<std::string, std::string>> {
+    IssueOptions o;
+    o.name = name;
+    o.role = role;
+    o.days = 30;
+    o.overwrite = true;
+    if (role == Role::kCluster) o.hosts = {"127.0.0.1", "localhost"};
+    ASSIGN_OR_RETURN(std::string cert, IssueCertificate(dir, o));
+    ASSIGN_OR_RETURN(std::string base, CertFileBase(name));
+    return std::make_pair(cert, absl::StrCat(dir, "/", base, ".key"));
+  };
+  for (const std::string& name : names) {
+    ASSIGN_OR_RETURN(c.daemon[name], issue(name, Role::kCluster));
+  }
+  ASSIGN_OR_RETURN(auto user, issue("local", Role::kAdmin));
+  c.user_cert = user.first;
+  c.user_key = user.second;
+  return c;
+}
+
 }  // namespace
 
 int RunLocalCommand(int argc, char** argv) {
   auto f = Flags::Parse(argc, argv, 2,
                         {"workers", "ps", "cpu_devices", "gpus", "output", "log_dir", "log_level", "max_restarts",
                          "resume_from", "master_wait_seconds"},
-                        {});
+                        {"insecure"});
   if (!f.ok()) {
     std::fprintf(stderr, "weft local: %s\n", std::string(f.status().message()).c_str());
     return 2;
@@ -327,7 +363,43 @@ int RunLocalCommand(int argc, char** argv) {
     std::fprintf(stderr, "weft local: cannot create '%s': %s\n", state_dir.c_str(), std::strerror(errno));
     return 1;
   }
+  // mTLS with a throwaway CA under the log directory, unless --insecure.
+  MasterClientOptions client_options;
+  std::map<std::string, std::vector<std::string>> tls_flags;  // daemon identity -> its flags
+  if (f->GetBool("insecure")) {
+    std::fprintf(stderr, "weft local: --insecure: the cluster runs without TLS or authentication\n");
+  } else {
+    std::vector<std::string> names = {"master"};
+    for (int i = 0; i < *workers; ++i) names.push_back(TaskName("worker", i));
+    for (int i = 0; i < *ps; ++i) names.push_back(TaskName("ps", i));
+    auto creds = MakeLocalCredentials(log_dir + "/tls", names);
+    if (!creds.ok()) {
+      std::fprintf(stderr, "weft local: creating the cluster's certificates: %s\n",
+                   std::string(creds.status().message()).c_str());
+      return 1;
+    }
+    for (const auto& [name, files] : creds->daemon) {
+      tls_flags[name] = {"--ca=" + creds->ca, "--cert=" + files.first, "--key=" + files.second};
+    }
+    ClientCredentialFiles files;
+    files.ca = creds->ca;
+    files.cert = creds->user_cert;
+    files.key = creds->user_key;
+    auto channel_creds = ClientChannelCredentials(files);
+    if (!channel_creds.ok()) {
+      std::fprintf(stderr, "weft local: %s\n", std::string(channel_creds.status().message()).c_str());
+      return 1;
+    }
+    client_options.credentials = *channel_creds;
+  }
+  auto security_flags = [&](const std::string& identity) {
+    auto it = tls_flags.find(identity);
+    return it == tls_flags.end() ? std::vector<std::string>{"--insecure"} : it->second;
+  };
   auto start = [&](const std::string& name, const std::string& address, std::vector<std::string> argv) -> absl::Status {
+    const std::string identity = name == "master:0" ? "master" : TaskName(name.substr(0, name.find(':')),
+                                                                           std::stoi(name.substr(name.find(':') + 1)));
+    for (const std::string& flag : security_flags(identity)) argv.push_back(flag);
     Task t;
     t.name = name;
     t.address = address;
@@ -357,7 +429,7 @@ int RunLocalCommand(int argc, char** argv) {
   }
   const std::string tasks_file = log_dir + "/tasks.txt";
   if (s.ok()) s = WriteTasksFile(tasks_file, tasks);
-  auto client = MasterClient::Create(master_addr);
+  auto client = MasterClient::Create(master_addr, client_options);
   if (s.ok()) s = WaitUntilReady(client.get(), &tasks, *workers + *ps, absl::Seconds(60));
   if (!s.ok()) {
     std::fprintf(stderr, "weft local: %s\n", std::string(s.message()).c_str());
@@ -366,6 +438,10 @@ int RunLocalCommand(int argc, char** argv) {
   }
   std::fprintf(stderr, "weft local: master %s, cluster %s, logs in %s\n", master_addr.c_str(), cluster.c_str(),
                log_dir.c_str());
+  if (!tls_flags.empty()) {
+    std::fprintf(stderr, "weft local: mTLS; as its admin: WEFT_CA=%s/tls/ca.crt WEFT_CERT=%s/tls/local.crt "
+                 "WEFT_KEY=%s/tls/local.key\n", log_dir.c_str(), log_dir.c_str(), log_dir.c_str());
+  }
   Supervisor supervisor(&tasks, *max_restarts, tasks_file);
   supervisor.Start();
 

@@ -73,7 +73,7 @@ class WatchReader final : public grpc::ClientReadReactor<JobStatus> {
 }  // namespace
 
 std::unique_ptr<MasterClient> MasterClient::Create(const std::string& target, MasterClientOptions options) {
-  return std::make_unique<MasterClient>(NewChannel(target), target, options);
+  return std::make_unique<MasterClient>(NewChannel(target, options.credentials), target, options);
 }
 
 MasterClient::MasterClient(std::shared_ptr<grpc::Channel> channel, std::string target, MasterClientOptions options)

@@ -34,6 +34,9 @@ namespace weft {
 struct MasterClientOptions {
   absl::Duration timeout = absl::Seconds(30);      // every call but RunStep
   absl::Duration step_timeout = absl::Minutes(10);  // RunStep
+  // TLS (and a token) for the master: client/client_auth.h. Null: plaintext,
+  // for a master started with --insecure.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 class MasterClient {

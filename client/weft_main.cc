@@ -16,6 +16,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
+#include "client/certs_command.h"
 #include "client/checkpoints_command.h"
 #include "client/daemon_commands.h"
 #include "client/flags.h"
@@ -42,14 +43,23 @@ constexpr char kUsage[] =
     "        [--max_restarts=N] [--resume_from=DIR] [--master_wait_seconds=S]\n"
     "\n"
     "daemons (cluster from --cluster='worker=h:p,h:p;ps=h:p' or $TF_CONFIG):\n"
-    "  master --port=P | --listen=HOST:PORT [--cluster=...] [--state_dir=DIR]\n"
+    "  master --port=P | --listen=HOST:PORT [--cluster=...] [--state_dir=DIR] [--auth_tokens_file=FILE]\n"
     "  worker --task=worker:I [--cluster=...] [--listen=HOST:PORT] [--cpu_devices=D] [--gpus=G] [--inter_op_threads=N]\n"
     "         [--drain_seconds=S]\n"
     "  ps     --task=ps:I     [--cluster=...] [--listen=HOST:PORT] [--drain_seconds=S]\n"
+    "  every daemon: --ca=FILE --cert=FILE --key=FILE (mutual TLS; or --insecure), [--health_port=P]\n"
+    "\n"
+    "certificates (mutual TLS between daemons, and for users):\n"
+    "  certs init DIR                         a cluster CA: DIR/ca.crt, DIR/ca.key\n"
+    "  certs issue DIR --name=NAME [--hosts=H,H] [--role=cluster|user|admin]\n"
+    "        NAME: master, /job:worker/task:0, ... or a user name\n"
+    "  certs show FILE\n"
     "\n"
     "jobs (master from --master=HOST:PORT or $WEFT_MASTER):\n"
     "  submit JOB [--follow] [--output=text|json] [--resume_from=DIR] [--master_wait_seconds=S]\n"
     "  jobs | status ID | cancel ID | devices\n"
+    "  credentials: --ca=FILE with --cert=FILE --key=FILE or --token_file=FILE\n"
+    "  ($WEFT_CA, $WEFT_CERT, $WEFT_KEY, $WEFT_TOKEN_FILE), or --insecure\n"
     "\n"
     "  checkpoints DIR [--output=text|json]   list and check a job's checkpoints, newest first\n"
     "  ops                                    list the registered ops\n"
@@ -169,6 +179,7 @@ int main(int argc, char** argv) {
   if (cmd == "cancel") return RunCancelCommand(argc, argv);
   if (cmd == "devices") return RunDevicesCommand(argc, argv);
   if (cmd == "checkpoints") return RunCheckpointsCommand(argc, argv);
+  if (cmd == "certs") return RunCertsCommand(argc, argv);
   if (cmd == "ops") {
     for (const std::string& op : OpRegistry::Global()->OpNames()) {
       if (op[0] != '_') std::printf("%s\n", op.c_str());  // _Send, _Recv: inserted by partitioning

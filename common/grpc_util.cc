@@ -21,7 +21,7 @@ absl::Status FromGrpcStatus(const grpc::Status& s, const std::string& peer) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), absl::StrCat("task ", peer, ": ", s.error_message()));
 }
 
-std::shared_ptr<grpc::Channel> NewChannel(const std::string& target) {
+grpc::ChannelArguments ChannelArgs() {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -29,7 +29,13 @@ std::shared_ptr<grpc::Channel> NewChannel(const std::string& target) {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   // Reconnect quickly to a restarted task instead of backing off for minutes.
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  return args;
+}
+
+std::shared_ptr<grpc::Channel> NewChannel(const std::string& target,
+                                          std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();
+  return grpc::CreateCustomChannel(target, credentials, ChannelArgs());
 }
 
 void ConfigureServer(grpc::ServerBuilder* builder) {

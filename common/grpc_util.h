@@ -26,8 +26,13 @@ absl::Status FromGrpcStatus(const grpc::Status& s);
 // FromGrpcStatus with the peer named: "task /job:worker/task:1: <message>".
 absl::Status FromGrpcStatus(const grpc::Status& s, const std::string& peer);
 
-// An insecure channel to "host:port" with weft's limits and keepalive.
-std::shared_ptr<grpc::Channel> NewChannel(const std::string& target);
+// A channel to "host:port" with weft's limits and keepalive, over
+// `credentials` (common/grpc_security.h TransportSecurity::ChannelCredentials);
+// without them, plaintext (in-process tests and --insecure).
+std::shared_ptr<grpc::Channel> NewChannel(const std::string& target,
+                                          std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+// weft's channel arguments (what NewChannel uses), to add to.
+grpc::ChannelArguments ChannelArgs();
 // Applies weft's limits to a server under construction, and refuses to share
 // its port with another process (no SO_REUSEPORT).
 void ConfigureServer(grpc::ServerBuilder* builder);

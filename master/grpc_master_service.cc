@@ -6,18 +6,33 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_util.h"
+#include "common/logging.h"
 
 namespace weft {
 namespace master {
 namespace {
 
-// Hands a unary call to `handler` and finishes it from the handler's callback.
+// Authenticates the caller, hands a unary call to `handler` (which decides
+// what the caller may do) and finishes it from the handler's callback,
+// logging a refusal.
 template <typename Request, typename Response>
-grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const Request* request, Response* response,
-                                Master* master, void (Master::*handler)(const Request*, Response*, StatusCallback)) {
+grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const PeerAuthenticator& auth, const char* what,
+                                const Request* request, Response* response, Master* master,
+                                void (Master::*handler)(const Caller&, const Request*, Response*, StatusCallback)) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  (master->*handler)(request, response,
-                     [reactor](const absl::Status& s) { reactor->Finish(ToGrpcStatus(s)); });
+  absl::StatusOr<Caller> caller = Authorize(auth, *ctx, what, nullptr);
+  if (!caller.ok()) {
+    reactor->Finish(ToGrpcStatus(caller.status()));
+    return reactor;
+  }
+  (master->*handler)(*caller, request, response,
+                     [reactor, what, who = caller->Describe(), peer = ctx->peer()](const absl::Status& s) {
+                       if (s.code() == absl::StatusCode::kPermissionDenied) {
+                         Logger("auth")->warn("refused {} from {} at {}: {}", what, who, peer,
+                                              std::string(s.message()));
+                       }
+                       reactor->Finish(ToGrpcStatus(s));
+                     });
   return reactor;
 }
 
@@ -27,6 +42,15 @@ grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const Request*
 // it, so a reaction that gRPC runs inline cannot deadlock on it.
 class WatchJobReactor final : public grpc::ServerWriteReactor<JobStatus> {
  public:
+  // A watch refused before it starts.
+  explicit WatchJobReactor(const grpc::Status& refused) {
+    {
+      absl::MutexLock lock(&mu_);
+      finished_ = true;
+    }
+    Finish(refused);
+  }
+
   WatchJobReactor(JobManager* jobs, const std::string& job_id) {
     // The first status arrives inside Watch; writes started before gRPC
     // binds the reactor are held until it does.
@@ -138,59 +162,64 @@ class WatchJobReactor final : public grpc::ServerWriteReactor<JobStatus> {
 grpc::ServerUnaryReactor* GrpcMasterService::CreateSession(grpc::CallbackServerContext* ctx,
                                                            const CreateSessionRequest* request,
                                                            CreateSessionResponse* response) {
-  return Unary(ctx, request, response, master_, &Master::CreateSessionAsync);
+  return Unary(ctx, auth_, "MasterService.CreateSession", request, response, master_, &Master::CreateSessionAsync);
 }
 
 grpc::ServerUnaryReactor* GrpcMasterService::ExtendSession(grpc::CallbackServerContext* ctx,
                                                            const ExtendSessionRequest* request,
                                                            ExtendSessionResponse* response) {
-  return Unary(ctx, request, response, master_, &Master::ExtendSessionAsync);
+  return Unary(ctx, auth_, "MasterService.ExtendSession", request, response, master_, &Master::ExtendSessionAsync);
 }
 
 grpc::ServerUnaryReactor* GrpcMasterService::RunStep(grpc::CallbackServerContext* ctx, const RunStepRequest* request,
                                                      RunStepResponse* response) {
-  return Unary(ctx, request, response, master_, &Master::RunStepAsync);
+  return Unary(ctx, auth_, "MasterService.RunStep", request, response, master_, &Master::RunStepAsync);
 }
 
 grpc::ServerUnaryReactor* GrpcMasterService::CloseSession(grpc::CallbackServerContext* ctx,
                                                           const CloseSessionRequest* request,
                                                           CloseSessionResponse* response) {
-  return Unary(ctx, request, response, master_, &Master::CloseSessionAsync);
+  return Unary(ctx, auth_, "MasterService.CloseSession", request, response, master_, &Master::CloseSessionAsync);
 }
 
 grpc::ServerUnaryReactor* GrpcMasterService::ListDevices(grpc::CallbackServerContext* ctx,
                                                          const ListDevicesRequest* request,
                                                          ListDevicesResponse* response) {
-  return Unary(ctx, request, response, master_, &Master::ListDevicesAsync);
+  return Unary(ctx, auth_, "MasterService.ListDevices", request, response, master_, &Master::ListDevicesAsync);
 }
 
 grpc::ServerUnaryReactor* GrpcMasterService::Reset(grpc::CallbackServerContext* ctx, const ResetRequest* request,
                                                    ResetResponse* response) {
-  return Unary(ctx, request, response, master_, &Master::ResetAsync);
+  return Unary(ctx, auth_, "MasterService.Reset", request, response, master_, &Master::ResetAsync);
 }
 
 grpc::ServerUnaryReactor* GrpcMasterService::SubmitJob(grpc::CallbackServerContext* ctx,
                                                        const SubmitJobRequest* request, SubmitJobResponse* response) {
-  return Unary(ctx, request, response, master_, &Master::SubmitJobAsync);
+  return Unary(ctx, auth_, "MasterService.SubmitJob", request, response, master_, &Master::SubmitJobAsync);
 }
 
 grpc::ServerUnaryReactor* GrpcMasterService::GetJob(grpc::CallbackServerContext* ctx, const GetJobRequest* request,
                                                     JobStatus* response) {
-  return Unary(ctx, request, response, master_, &Master::GetJobAsync);
+  return Unary(ctx, auth_, "MasterService.GetJob", request, response, master_, &Master::GetJobAsync);
 }
 
 grpc::ServerUnaryReactor* GrpcMasterService::ListJobs(grpc::CallbackServerContext* ctx,
                                                       const ListJobsRequest* request, ListJobsResponse* response) {
-  return Unary(ctx, request, response, master_, &Master::ListJobsAsync);
+  return Unary(ctx, auth_, "MasterService.ListJobs", request, response, master_, &Master::ListJobsAsync);
 }
 
 grpc::ServerUnaryReactor* GrpcMasterService::CancelJob(grpc::CallbackServerContext* ctx,
                                                        const CancelJobRequest* request, CancelJobResponse* response) {
-  return Unary(ctx, request, response, master_, &Master::CancelJobAsync);
+  return Unary(ctx, auth_, "MasterService.CancelJob", request, response, master_, &Master::CancelJobAsync);
 }
 
-grpc::ServerWriteReactor<JobStatus>* GrpcMasterService::WatchJob(grpc::CallbackServerContext*,
+grpc::ServerWriteReactor<JobStatus>* GrpcMasterService::WatchJob(grpc::CallbackServerContext* ctx,
                                                                  const WatchJobRequest* request) {
+  constexpr char kWhat[] = "MasterService.WatchJob";
+  absl::StatusOr<Caller> caller = Authorize(auth_, *ctx, kWhat, [&](const Caller& c) {
+    return master_->AuthorizeJob(c, request->job_id());
+  });
+  if (!caller.ok()) return new WatchJobReactor(ToGrpcStatus(caller.status()));
   return new WatchJobReactor(master_->jobs(), request->job_id());
 }
 

@@ -7,11 +7,17 @@
 // the terminal status, NOT_FOUND for an unknown job, and CANCELLED when the
 // client goes away.
 //
+// Every call is authenticated (a user certificate or a bearer token; see
+// common/grpc_security.h) and the Master decides what the caller may do.
+//
 // Thread-safety: thread-safe; `master` must outlive the service and the
 // server it is registered with.
 #ifndef WEFT_MASTER_GRPC_MASTER_SERVICE_H_
 #define WEFT_MASTER_GRPC_MASTER_SERVICE_H_
 
+#include <memory>
+
+#include "common/grpc_security.h"
 #include "master/master.h"
 #include "proto/master_service.grpc.pb.h"
 
@@ -20,7 +26,11 @@ namespace master {
 
 class GrpcMasterService final : public MasterService::CallbackService {
  public:
-  explicit GrpcMasterService(Master* master) : master_(master) {}
+  // `security` null: insecure; `tokens` (may be null) admits bearer-token
+  // clients beside certificate ones.
+  explicit GrpcMasterService(Master* master, std::shared_ptr<const TransportSecurity> security = nullptr,
+                             std::shared_ptr<TokenTable> tokens = nullptr)
+      : master_(master), auth_(std::move(security), std::move(tokens)) {}
 
   grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* ctx, const CreateSessionRequest* request,
                                           CreateSessionResponse* response) override;
@@ -47,6 +57,7 @@ class GrpcMasterService final : public MasterService::CallbackService {
 
  private:
   Master* const master_;
+  const PeerAuthenticator auth_;
 };
 
 }  // namespace master

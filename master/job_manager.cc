@@ -4,7 +4,9 @@
 #include <utility>
 
 #include "absl/strings/numbers.h"
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "client/job_file.h"
@@ -129,7 +131,8 @@ JobManager::JobManager(JobManagerOptions options)
     order_.push_back(job->id);
     // Ids continue after the highest one found.
     int64_t n = 0;
-    if (absl::SimpleAtoi(absl::StripPrefix(job->id, "job-"), &n) && n >= next_id_) next_id_ = n + 1;
+    const absl::string_view seq = absl::StripPrefix(job->id, "job-");
+    if (absl::SimpleAtoi(seq.substr(0, seq.find('-')), &n) && n >= next_id_) next_id_ = n + 1;
     jobs_[job->id] = std::move(job);
   }
   for (Job* job : resumed) {
@@ -148,7 +151,7 @@ JobRunnerOptions JobManager::RunnerOptions(Job* job) {
 
 JobManager::~JobManager() { Shutdown(); }
 
-absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec) {
+absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec, const std::string& owner) {
   RETURN_IF_ERROR(ValidateJob(spec));
   if (spec.strategy().steps_per_execution() > 1) {
     // Several steps per dispatch need replicas that read their own input.
@@ -173,7 +176,9 @@ absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec) {
   ReapFinishedThreads();
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the master is shutting down");
-  const std::string id = absl::StrCat("job-", next_id_++);
+  // A sequence number for people, and 64 random bits so that an id cannot
+  // be guessed from another.
+  const std::string id = absl::StrFormat("job-%d-%016x", next_id_++, absl::Uniform<uint64_t>(absl::BitGen()));
   auto job = std::make_shared<Job>(id, spec);
   job->runner = std::make_unique<JobRunner>(spec, *std::move(training), absl::StrCat("job/", id), options_.workers,
                                             RunnerOptions(job.get()));
@@ -181,6 +186,7 @@ absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec) {
     absl::MutexLock job_lock(&job->mu);
     JobStatus& s = job->status;
     s.set_job_id(id);
+    s.set_owner(owner);
     s.set_name(spec.name().empty() ? id : spec.name());
     s.set_state(PENDING);
     s.set_epochs(spec.steps() > 0 ? 0 : spec.epochs());
@@ -193,7 +199,7 @@ absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec) {
   jobs_[id] = job;
   order_.push_back(id);
   job->thread = std::thread([this, j = job.get()] { RunJob(j); });
-  Logger("master")->info("job {} ('{}') submitted", id, spec.name());
+  Logger("master")->info("job {} ('{}') submitted by {}", id, spec.name(), owner.empty() ? "(no user)" : owner);
   return id;
 }
 

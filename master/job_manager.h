@@ -75,7 +75,9 @@ class JobManager {
 
   // INVALID_ARGUMENT naming the field, layer or node at fault; UNIMPLEMENTED
   // for a strategy other than NONE; UNAVAILABLE after Shutdown.
-  absl::StatusOr<std::string> Submit(const JobSpec& job);
+  // `owner`: the user who submitted it (recorded in JobStatus.owner; "" for
+  // an insecure master). Ids are "job-<sequence>-<64 random bits>".
+  absl::StatusOr<std::string> Submit(const JobSpec& job, const std::string& owner = "");
   // NOT_FOUND for an unknown id.
   absl::StatusOr<JobStatus> Get(const std::string& job_id) const;
   // Every job, oldest first.

@@ -31,39 +31,51 @@ void Master::Schedule(StatusCallback done, std::function<absl::Status()> fn) {
   done(absl::UnavailableError("the master is shutting down"));
 }
 
-absl::StatusOr<std::shared_ptr<MasterSession>> Master::FindSession(const std::string& handle) const {
+absl::StatusOr<std::shared_ptr<MasterSession>> Master::FindSession(const Caller& caller,
+                                                                  const std::string& handle) const {
+  RETURN_IF_ERROR(RequireUser(caller, "the session calls"));
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(handle);
   if (it == sessions_.end()) {
     return absl::NotFoundError(absl::StrCat("no session '", handle, "' (closed, reset, or never created)"));
   }
+  auto owner = session_owners_.find(handle);
+  RETURN_IF_ERROR(RequireOwnerOrAdmin(caller, owner == session_owners_.end() ? "" : owner->second,
+                                      absl::StrCat("session ", handle)));
   return it->second;
 }
 
-void Master::CreateSessionAsync(const CreateSessionRequest* request, CreateSessionResponse* response,
-                                StatusCallback done) {
-  Schedule(std::move(done), [this, request, response]() -> absl::Status {
-    const std::string handle = absl::StrFormat("session-%016x", absl::Uniform<uint64_t>(absl::BitGen()));
+void Master::CreateSessionAsync(const Caller& caller, const CreateSessionRequest* request,
+                                CreateSessionResponse* response, StatusCallback done) {
+  if (absl::Status s = RequireUser(caller, "MasterService.CreateSession"); !s.ok()) return done(s);
+  Schedule(std::move(done), [this, owner = caller.owner(), request, response]() -> absl::Status {
+    // 128 random bits: a handle is not guessable from another.
+    absl::BitGen gen;
+    const std::string handle = absl::StrFormat("session-%016x%016x", absl::Uniform<uint64_t>(gen),
+                                               absl::Uniform<uint64_t>(gen));
     ASSIGN_OR_RETURN(std::unique_ptr<MasterSession> s,
                      MasterSession::Create(handle, request->graph_def(), options_.workers, options_.session_options));
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return absl::UnavailableError("the master is shutting down");
     sessions_[handle] = std::move(s);
+    session_owners_[handle] = owner;
     response->set_session_handle(handle);
     return absl::OkStatus();
   });
 }
 
-void Master::ExtendSessionAsync(const ExtendSessionRequest* request, ExtendSessionResponse*, StatusCallback done) {
-  Schedule(std::move(done), [this, request]() -> absl::Status {
-    ASSIGN_OR_RETURN(std::shared_ptr<MasterSession> s, FindSession(request->session_handle()));
+void Master::ExtendSessionAsync(const Caller& caller, const ExtendSessionRequest* request, ExtendSessionResponse*,
+                                StatusCallback done) {
+  Schedule(std::move(done), [this, caller, request]() -> absl::Status {
+    ASSIGN_OR_RETURN(std::shared_ptr<MasterSession> s, FindSession(caller, request->session_handle()));
     return s->Extend(request->graph_def());
   });
 }
 
-void Master::RunStepAsync(const RunStepRequest* request, RunStepResponse* response, StatusCallback done) {
-  Schedule(std::move(done), [this, request, response]() -> absl::Status {
-    ASSIGN_OR_RETURN(std::shared_ptr<MasterSession> s, FindSession(request->session_handle()));
+void Master::RunStepAsync(const Caller& caller, const RunStepRequest* request, RunStepResponse* response,
+                          StatusCallback done) {
+  Schedule(std::move(done), [this, caller, request, response]() -> absl::Status {
+    ASSIGN_OR_RETURN(std::shared_ptr<MasterSession> s, FindSession(caller, request->session_handle()));
     std::vector<std::pair<std::string, Tensor>> feeds;
     for (const NamedTensorProto& f : request->feed()) {
       auto t = TensorFromProto(f.tensor());
@@ -83,8 +95,10 @@ void Master::RunStepAsync(const RunStepRequest* request, RunStepResponse* respon
   });
 }
 
-void Master::CloseSessionAsync(const CloseSessionRequest* request, CloseSessionResponse*, StatusCallback done) {
-  Schedule(std::move(done), [this, request]() -> absl::Status {
+void Master::CloseSessionAsync(const Caller& caller, const CloseSessionRequest* request, CloseSessionResponse*,
+                                StatusCallback done) {
+  Schedule(std::move(done), [this, caller, request]() -> absl::Status {
+    RETURN_IF_ERROR(FindSession(caller, request->session_handle()).status());
     std::shared_ptr<MasterSession> s;
     {
       absl::MutexLock lock(&mu_);
@@ -94,12 +108,15 @@ void Master::CloseSessionAsync(const CloseSessionRequest* request, CloseSessionR
       }
       s = std::move(it->second);
       sessions_.erase(it);
+      session_owners_.erase(request->session_handle());
     }
     return s->Close();  // waits for its running steps
   });
 }
 
-void Master::ListDevicesAsync(const ListDevicesRequest*, ListDevicesResponse* response, StatusCallback done) {
+void Master::ListDevicesAsync(const Caller& caller, const ListDevicesRequest*, ListDevicesResponse* response,
+                              StatusCallback done) {
+  if (absl::Status s = RequireUser(caller, "MasterService.ListDevices"); !s.ok()) return done(s);
   Schedule(std::move(done), [this, response]() -> absl::Status {
     ASSIGN_OR_RETURN(std::vector<DeviceAttributes> devices, ListClusterDevices(options_.workers));
     for (DeviceAttributes& d : devices) *response->add_device() = std::move(d);
@@ -112,6 +129,7 @@ absl::Status Master::CloseAllSessions() {
   {
     absl::MutexLock lock(&mu_);
     sessions.swap(sessions_);
+    session_owners_.clear();
   }
   absl::Status first;
   for (auto& [handle, s] : sessions) {
@@ -124,31 +142,50 @@ absl::Status Master::CloseAllSessions() {
   return first;
 }
 
-void Master::ResetAsync(const ResetRequest*, ResetResponse*, StatusCallback done) {
+void Master::ResetAsync(const Caller& caller, const ResetRequest*, ResetResponse*, StatusCallback done) {
+  // It closes every user's sessions.
+  if (absl::Status s = RequireAdmin(caller, "MasterService.Reset"); !s.ok()) return done(s);
   Schedule(std::move(done), [this] { return CloseAllSessions(); });
 }
 
-void Master::SubmitJobAsync(const SubmitJobRequest* request, SubmitJobResponse* response, StatusCallback done) {
+void Master::SubmitJobAsync(const Caller& caller, const SubmitJobRequest* request, SubmitJobResponse* response,
+                            StatusCallback done) {
+  if (absl::Status s = RequireUser(caller, "MasterService.SubmitJob"); !s.ok()) return done(s);
   // Lowering a large model takes a while: off the caller's thread.
-  Schedule(std::move(done), [this, request, response]() -> absl::Status {
-    ASSIGN_OR_RETURN(std::string id, jobs_.Submit(request->job()));
+  Schedule(std::move(done), [this, owner = caller.owner(), request, response]() -> absl::Status {
+    ASSIGN_OR_RETURN(std::string id, jobs_.Submit(request->job(), owner));
     response->set_job_id(id);
     return absl::OkStatus();
   });
 }
 
-void Master::GetJobAsync(const GetJobRequest* request, JobStatus* response, StatusCallback done) {
+absl::Status Master::AuthorizeJob(const Caller& caller, const std::string& job_id) const {
+  RETURN_IF_ERROR(RequireUser(caller, "the job calls"));
+  ASSIGN_OR_RETURN(JobStatus status, jobs_.Get(job_id));
+  return RequireOwnerOrAdmin(caller, status.owner(), absl::StrCat("job ", job_id));
+}
+
+void Master::GetJobAsync(const Caller& caller, const GetJobRequest* request, JobStatus* response,
+                         StatusCallback done) {
+  if (absl::Status a = AuthorizeJob(caller, request->job_id()); !a.ok()) return done(a);
   absl::StatusOr<JobStatus> s = jobs_.Get(request->job_id());
   if (s.ok()) *response = *std::move(s);
   done(s.status());
 }
 
-void Master::ListJobsAsync(const ListJobsRequest*, ListJobsResponse* response, StatusCallback done) {
-  for (JobStatus& s : jobs_.List()) *response->add_job() = std::move(s);
+void Master::ListJobsAsync(const Caller& caller, const ListJobsRequest*, ListJobsResponse* response,
+                           StatusCallback done) {
+  if (absl::Status s = RequireUser(caller, "MasterService.ListJobs"); !s.ok()) return done(s);
+  const bool all = caller.insecure() || caller.admin;
+  for (JobStatus& s : jobs_.List()) {
+    if (all || s.owner() == caller.name) *response->add_job() = std::move(s);
+  }
   done(absl::OkStatus());
 }
 
-void Master::CancelJobAsync(const CancelJobRequest* request, CancelJobResponse*, StatusCallback done) {
+void Master::CancelJobAsync(const Caller& caller, const CancelJobRequest* request, CancelJobResponse*,
+                            StatusCallback done) {
+  if (absl::Status a = AuthorizeJob(caller, request->job_id()); !a.ok()) return done(a);
   done(jobs_.Cancel(request->job_id()));  // returns at once: the job stops on its own thread
 }
 

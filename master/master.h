@@ -8,6 +8,12 @@
 // runs on the master's own thread pool, never on the caller's thread, so a
 // gRPC reaction can call a handler directly.
 //
+// Every handler takes the Caller (common/caller.h) and decides what it may
+// do: sessions, devices and jobs serve users; a session and a job belong to
+// the user who created them and only they (or an admin) may use, watch or
+// cancel them; ListJobs shows a user their own jobs (an admin every job);
+// Reset needs an admin. Refusals are PERMISSION_DENIED naming the caller.
+//
 // Errors: NOT_FOUND for an unknown session or job; INVALID_ARGUMENT for a bad
 // graph, feed or job; a task's failure names the task; UNAVAILABLE once the
 // master is shutting down.
@@ -24,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/thread_pool.h"
+#include "common/caller.h"
 #include "master/job_manager.h"
 #include "master/job_store.h"
 #include "master/master_session.h"
@@ -58,22 +65,26 @@ class Master {
   Master(const Master&) = delete;
   Master& operator=(const Master&) = delete;
 
-  void CreateSessionAsync(const CreateSessionRequest* request, CreateSessionResponse* response, StatusCallback done);
-  void ExtendSessionAsync(const ExtendSessionRequest* request, ExtendSessionResponse* response, StatusCallback done);
-  void RunStepAsync(const RunStepRequest* request, RunStepResponse* response, StatusCallback done);
-  void CloseSessionAsync(const CloseSessionRequest* request, CloseSessionResponse* response, StatusCallback done);
+  void CreateSessionAsync(const Caller& caller, const CreateSessionRequest* request, CreateSessionResponse* response, StatusCallback done);
+  void ExtendSessionAsync(const Caller& caller, const ExtendSessionRequest* request, ExtendSessionResponse* response, StatusCallback done);
+  void RunStepAsync(const Caller& caller, const RunStepRequest* request, RunStepResponse* response, StatusCallback done);
+  void CloseSessionAsync(const Caller& caller, const CloseSessionRequest* request, CloseSessionResponse* response, StatusCallback done);
   // Every device of every task (GetStatus on each, in parallel).
-  void ListDevicesAsync(const ListDevicesRequest* request, ListDevicesResponse* response, StatusCallback done);
+  void ListDevicesAsync(const Caller& caller, const ListDevicesRequest* request, ListDevicesResponse* response, StatusCallback done);
   // Closes every session. Jobs are not affected.
-  void ResetAsync(const ResetRequest* request, ResetResponse* response, StatusCallback done);
+  void ResetAsync(const Caller& caller, const ResetRequest* request, ResetResponse* response, StatusCallback done);
 
-  void SubmitJobAsync(const SubmitJobRequest* request, SubmitJobResponse* response, StatusCallback done);
-  void GetJobAsync(const GetJobRequest* request, JobStatus* response, StatusCallback done);
-  void ListJobsAsync(const ListJobsRequest* request, ListJobsResponse* response, StatusCallback done);
-  void CancelJobAsync(const CancelJobRequest* request, CancelJobResponse* response, StatusCallback done);
+  void SubmitJobAsync(const Caller& caller, const SubmitJobRequest* request, SubmitJobResponse* response, StatusCallback done);
+  void GetJobAsync(const Caller& caller, const GetJobRequest* request, JobStatus* response, StatusCallback done);
+  void ListJobsAsync(const Caller& caller, const ListJobsRequest* request, ListJobsResponse* response, StatusCallback done);
+  void CancelJobAsync(const Caller& caller, const CancelJobRequest* request, CancelJobResponse* response, StatusCallback done);
 
-  // For WatchJob, which streams: see JobManager::Watch.
+  // For WatchJob, which streams: see JobManager::Watch. Check the caller
+  // with AuthorizeJob first.
   JobManager* jobs() { return &jobs_; }
+  // OK when `caller` may see and control job `job_id`; NOT_FOUND for an
+  // unknown job, PERMISSION_DENIED for someone else's.
+  absl::Status AuthorizeJob(const Caller& caller, const std::string& job_id) const;
 
   // Cancels running jobs and waits for them, aborts running steps, closes
   // every session and waits for handler work in flight. Later calls answer
@@ -83,7 +94,8 @@ class Master {
  private:
   // Runs `fn` on the pool, or answers UNAVAILABLE when shutting down.
   void Schedule(StatusCallback done, std::function<absl::Status()> fn);
-  absl::StatusOr<std::shared_ptr<MasterSession>> FindSession(const std::string& handle) const;
+  // The session, when `caller` may use it.
+  absl::StatusOr<std::shared_ptr<MasterSession>> FindSession(const Caller& caller, const std::string& handle) const;
   absl::Status CloseAllSessions();
 
   const MasterOptions options_;
@@ -92,6 +104,8 @@ class Master {
   mutable absl::Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::shared_ptr<MasterSession>> sessions_ ABSL_GUARDED_BY(mu_);
+  // Handle -> the user who created it ("" insecure).
+  std::map<std::string, std::string> session_owners_ ABSL_GUARDED_BY(mu_);
   // Reset by Shutdown, after which nothing is scheduled.
   std::unique_ptr<ThreadPool> pool_ ABSL_GUARDED_BY(mu_);
 };

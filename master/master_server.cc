@@ -16,8 +16,8 @@
 namespace weft {
 namespace master {
 
-WorkerFactory GrpcWorkerFactory(absl::Duration timeout) {
-  auto channels = std::make_shared<worker::ChannelCache>();
+WorkerFactory GrpcWorkerFactory(absl::Duration timeout, std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  auto channels = std::make_shared<worker::ChannelCache>(std::move(credentials));
   return [channels, timeout](const std::string& task, const std::string& address) {
     return std::make_unique<worker::GrpcRemoteWorker>(task, channels->Get(address), timeout);
   };
@@ -29,6 +29,8 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOp
     return absl::InvalidArgumentError(absl::StrCat("master address '", options.address, "' is not host:port"));
   }
   std::unique_ptr<MasterServer> s(new MasterServer());
+  const std::shared_ptr<const TransportSecurity> security =
+      options.security != nullptr ? options.security : TransportSecurity::Insecure();
   s->host_ = options.address.substr(0, colon);
   s->shutdown_deadline_ = options.shutdown_deadline;
   JobStoreInterface* store = options.store;
@@ -43,7 +45,9 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOp
   }
   WorkerCacheInterface* workers = options.workers;
   if (workers == nullptr) {
-    WorkerFactory factory = options.worker_factory ? options.worker_factory : GrpcWorkerFactory();
+    WorkerFactory factory = options.worker_factory
+                                ? options.worker_factory
+                                : GrpcWorkerFactory(absl::Seconds(60), security->ChannelCredentials());
     ASSIGN_OR_RETURN(s->own_workers_, WorkerCache::Create(options.cluster, std::move(factory)));
     workers = s->own_workers_.get();
   }
@@ -56,19 +60,25 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOp
   mo.num_threads = options.num_threads;
   mo.progress_interval = options.progress_interval;
   s->master_ = std::make_unique<Master>(std::move(mo));
-  s->service_ = std::make_unique<GrpcMasterService>(s->master_.get());
+  s->service_ = std::make_unique<GrpcMasterService>(s->master_.get(), security, options.tokens);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   ConfigureServer(&builder);
-  builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &s->port_);
+  // Users may come with a token instead of a certificate: request one,
+  // verify it when offered, and authenticate each call (GrpcMasterService).
+  builder.AddListeningPort(options.address, security->ServerCredentials(/*require_client_certificate=*/false),
+                           &s->port_);
   builder.RegisterService(s->service_.get());
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     s->master_->Shutdown();
     return absl::UnavailableError(absl::StrCat("the master cannot listen on ", options.address));
   }
-  Logger("master")->info("master listening on {} ({} task(s))", s->address(), workers->ListTasks().size());
+  Logger("master")->info("master listening on {} ({} task(s), {})", s->address(), workers->ListTasks().size(),
+                         security->insecure() ? "insecure"
+                                              : (options.tokens != nullptr ? "mTLS, certificates or tokens"
+                                                                            : "mTLS, certificates"));
   return s;
 }
 

@@ -21,6 +21,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "common/grpc_security.h"
+#include "common/token_table.h"
 #include "master/grpc_master_service.h"
 #include "master/master.h"
 #include "master/sqlite_job_store.h"
@@ -33,6 +35,11 @@ namespace master {
 struct MasterServerOptions {
   // "host:port" to listen on; port 0 picks a free one.
   std::string address = "0.0.0.0:0";
+  // mTLS: the master's certificate (CN=master) serves clients and is
+  // presented to every task. Null: insecure (tests, --insecure).
+  std::shared_ptr<const TransportSecurity> security;
+  // Bearer tokens admitted beside user certificates (may be null).
+  std::shared_ptr<TokenTable> tokens;
   // The tasks to drive, and how to reach them; an empty factory means
   // GrpcWorkerFactory(). Ignored when `workers` is set.
   ClusterDef cluster;
@@ -52,8 +59,10 @@ struct MasterServerOptions {
 };
 
 // Clients of remote tasks: a GrpcRemoteWorker per task, on one shared
-// channel per address; `timeout` is the deadline of its control calls.
-WorkerFactory GrpcWorkerFactory(absl::Duration timeout = absl::Seconds(60));
+// channel per address over `credentials` (null: plaintext); `timeout` is the
+// deadline of its control calls.
+WorkerFactory GrpcWorkerFactory(absl::Duration timeout = absl::Seconds(60),
+                                std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
 class MasterServer {
  public:

@@ -25,7 +25,9 @@ using GrpcPsServiceBase = ::weft::ParameterServer::WithCallbackMethod_ListShards
 
 class GrpcPsService final : public GrpcPsServiceBase {
  public:
-  explicit GrpcPsService(PsHandler* handler) : handler_(handler) {}
+  // `security` null: insecure. Every method serves only the master.
+  explicit GrpcPsService(PsHandler* handler, std::shared_ptr<const TransportSecurity> security = nullptr)
+      : handler_(handler), auth_(std::move(security)) {}
 
   grpc::ServerUnaryReactor* ListShards(grpc::CallbackServerContext* ctx, const ListShardsRequest* request,
                                        ListShardsResponse* response) override;
@@ -36,6 +38,7 @@ class GrpcPsService final : public GrpcPsServiceBase {
 
  private:
   PsHandler* const handler_;
+  const PeerAuthenticator auth_;
 };
 
 // For WorkerServerOptions::extra_services: a PsHandler on the server's Worker

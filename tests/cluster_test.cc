@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "client/job_file.h"
 #include "client/master_client.h"
+#include "tests/test_tls.h"
 #include "client/subprocess.h"
 #include "common/tensor.h"
 #include "graph/builder.h"
@@ -73,6 +74,10 @@ JobSpec Job(const std::string& dir, int epochs) {
 class ClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    // Every daemon runs over mTLS, as users run them.
+    auto tls = testing::TestTls::Create(TempPath("tls"));
+    ASSERT_TRUE(tls.ok()) << tls.status();
+    tls_ = std::make_unique<testing::TestTls>(*std::move(tls));
     std::vector<std::string> addrs;
     for (int i = 0; i < 4; ++i) addrs.push_back(absl::StrCat("127.0.0.1:", PickFreeLoopbackPort().value()));
     cluster_ = absl::StrCat("worker=", addrs[0], ",", addrs[1], ";ps=", addrs[2]);
@@ -81,7 +86,7 @@ class ClusterTest : public ::testing::Test {
     Start("worker-0", {"worker", "--task=worker:0", "--cluster=" + cluster_, "--listen=" + addrs[0]});
     Start("worker-1", {"worker", "--task=worker:1", "--cluster=" + cluster_, "--listen=" + addrs[1]});
     Start("master", {"master", "--cluster=" + cluster_, "--listen=" + master_addr_});
-    client_ = MasterClient::Create(master_addr_);
+    client_ = MasterClient::Create(master_addr_, tls_->ClientOptions());
     // Bounded start-up probe: the master lists a device of every task.
     for (int i = 0; i < 300; ++i) {
       auto devices = client_->ListDevices();
@@ -104,6 +109,7 @@ class ClusterTest : public ::testing::Test {
 
   void Start(const std::string& name, std::vector<std::string> args) {
     args.insert(args.begin(), WeftBinary());
+    for (const std::string& flag : tls_->DaemonFlags(Identity(name))) args.push_back(flag);
     auto p = std::make_unique<Subprocess>();
     ASSERT_TRUE(p->Start(args, TempPath(name + ".log")).ok());
     procs_.emplace_back(name, std::move(p));
@@ -131,6 +137,14 @@ class ClusterTest : public ::testing::Test {
     return last;
   }
 
+  // "worker-1" -> "/job:worker/task:1"; "master" -> "master".
+  static std::string Identity(const std::string& name) {
+    if (name == "master") return name;
+    const size_t dash = name.rfind('-');
+    return absl::StrCat("/job:", name.substr(0, dash), "/task:", name.substr(dash + 1));
+  }
+
+  std::unique_ptr<testing::TestTls> tls_;
   std::string cluster_, master_addr_;
   std::vector<std::pair<std::string, std::unique_ptr<Subprocess>>> procs_;
   std::unique_ptr<MasterClient> client_;

@@ -41,6 +41,7 @@
 #include "absl/time/time.h"
 #include "client/job_file.h"
 #include "client/master_client.h"
+#include "tests/test_tls.h"
 #include "client/subprocess.h"
 #include "common/dtype.h"
 #include "common/env.h"
@@ -200,6 +201,10 @@ class FaultTest : public ::testing::Test {
     // one run never see another's.
     static int run = 0;
     tag_ = absl::StrCat(::testing::UnitTest::GetInstance()->current_test_info()->name(), "-", ::getpid(), "-", ++run);
+    // Every daemon runs over mTLS, as users run them.
+    auto tls = testing::TestTls::Create(Path("tls"));
+    ASSERT_TRUE(tls.ok()) << tls.status();
+    tls_ = std::make_unique<testing::TestTls>(*std::move(tls));
     std::vector<std::string> addrs;
     for (int i = 0; i < 4; ++i) addrs.push_back(absl::StrCat("127.0.0.1:", PickFreeLoopbackPort().value()));
     const std::string cluster = absl::StrCat("worker=", addrs[0], ",", addrs[1], ";ps=", addrs[2]);
@@ -211,7 +216,7 @@ class FaultTest : public ::testing::Test {
           {"worker", "--task=worker:0", "--cluster=" + cluster, "--listen=" + addrs[0], "--cpu_devices=2"});
     Start("worker-1", {"worker", "--task=worker:1", "--cluster=" + cluster, "--listen=" + addrs[1]});
     Start("master", {"master", "--cluster=" + cluster, "--listen=" + master_addr_, "--state_dir=" + Path("state")});
-    client_ = MasterClient::Create(master_addr_);
+    client_ = MasterClient::Create(master_addr_, tls_->ClientOptions());
     WaitForCluster();
   }
 
@@ -231,6 +236,10 @@ class FaultTest : public ::testing::Test {
 
   void Start(const std::string& name, std::vector<std::string> args) {
     args.insert(args.begin(), WeftBinary());
+    const size_t dash = name.rfind('-');
+    const std::string identity =
+        name == "master" ? name : absl::StrCat("/job:", name.substr(0, dash), "/task:", name.substr(dash + 1));
+    for (const std::string& flag : tls_->DaemonFlags(identity)) args.push_back(flag);
     auto p = std::make_unique<Subprocess>();
     ASSERT_TRUE(p->Start(args, LogPath(name)).ok());
     procs_[name] = std::move(p);
@@ -341,6 +350,7 @@ class FaultTest : public ::testing::Test {
   }
 
   std::string tag_, master_addr_, data_;
+  std::unique_ptr<testing::TestTls> tls_;
   std::map<std::string, std::unique_ptr<Subprocess>> procs_;
   std::unique_ptr<MasterClient> client_;
 };
@@ -518,7 +528,7 @@ TEST_F(FaultTest, RestartedMasterResumesTheJobToTheUndisturbedVariables) {
     Restart("master");
 
     // The old stream died with the master: a new client polls.
-    client_ = MasterClient::Create(master_addr_);
+    client_ = MasterClient::Create(master_addr_, tls_->ClientOptions());
     ASSERT_TRUE(client_->WaitForConnection(absl::Seconds(60)).ok());
     JobStatus st;
     bool seen = false;

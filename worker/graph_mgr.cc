@@ -18,6 +18,7 @@ namespace worker {
 
 struct GraphMgr::Item {
   std::string handle;
+  std::string session_handle;  // the only session that may run or drop it
   std::unique_ptr<Graph> graph;
   std::vector<std::string> feeds;
   std::vector<std::string> fetches;
@@ -105,8 +106,15 @@ absl::StatusOr<std::string> GraphMgr::Register(const RegisterGraphRequest& reque
   item->fetches = opts.fetches;
   ASSIGN_OR_RETURN(item->executor, Executor::Create(item->graph.get(), device, std::move(opts)));
   item->master_incarnation = request.master_incarnation();
+  item->session_handle = request.session_handle();
+  // 128 random bits after the per-process prefix: a handle cannot be
+  // guessed from another one.
+  absl::BitGen gen;
+  const std::string secret =
+      absl::StrCat(absl::Hex(absl::Uniform<uint64_t>(gen), absl::kZeroPad16),
+                   absl::Hex(absl::Uniform<uint64_t>(gen), absl::kZeroPad16));
   absl::MutexLock lock(&mu_);
-  item->handle = absl::StrCat(handle_prefix_, next_handle_++);
+  item->handle = absl::StrCat(handle_prefix_, next_handle_++, "_", secret);
   const std::string handle = item->handle;
   graphs_.emplace(handle, std::move(item));
   return handle;
@@ -143,13 +151,13 @@ std::vector<int64_t> GraphMgr::AdoptMaster(uint64_t master_incarnation) {
   return orphaned;
 }
 
-absl::Status GraphMgr::Deregister(const std::string& handle) {
+absl::Status GraphMgr::Deregister(const std::string& session_handle, const std::string& handle) {
   std::shared_ptr<Item> item;  // released outside the lock
   {
     absl::MutexLock lock(&mu_);
     auto it = graphs_.find(handle);
-    if (it == graphs_.end()) {
-      return absl::NotFoundError(absl::StrCat("graph handle '", handle, "' is not registered on task ", task_));
+    if (it == graphs_.end() || it->second->session_handle != session_handle) {
+      return NotRegistered(session_handle, handle);
     }
     item = std::move(it->second);
     graphs_.erase(it);
@@ -195,17 +203,23 @@ std::vector<GraphMgr::SessionResources> GraphMgr::ListSessionResources(const std
   return all;
 }
 
-absl::StatusOr<std::shared_ptr<GraphMgr::Item>> GraphMgr::Find(const std::string& handle) const {
+absl::Status GraphMgr::NotRegistered(const std::string& session_handle, const std::string& handle) const {
+  // The same answer whether the handle is unknown or another session's: a
+  // caller learns nothing about other sessions' graphs.
+  return absl::NotFoundError(absl::StrCat("graph handle '", handle, "' is not registered on task ", task_,
+                                          " in session '", session_handle, "'"));
+}
+
+absl::StatusOr<std::shared_ptr<GraphMgr::Item>> GraphMgr::Find(const std::string& session_handle,
+                                                               const std::string& handle) const {
   absl::MutexLock lock(&mu_);
   auto it = graphs_.find(handle);
-  if (it == graphs_.end()) {
-    return absl::NotFoundError(absl::StrCat("graph handle '", handle, "' is not registered on task ", task_));
-  }
+  if (it == graphs_.end() || it->second->session_handle != session_handle) return NotRegistered(session_handle, handle);
   return it->second;
 }
 
 absl::Status GraphMgr::Run(const RunGraphRequest& request, Rendezvous* rendezvous, RunGraphResponse* response) {
-  ASSIGN_OR_RETURN(std::shared_ptr<Item> item, Find(request.graph_handle()));
+  ASSIGN_OR_RETURN(std::shared_ptr<Item> item, Find(request.session_handle(), request.graph_handle()));
   const int iterations = request.iterations() == 0 ? 1 : request.iterations();
   if (iterations < 0) {
     return absl::InvalidArgumentError(absl::StrCat("iterations must be positive, got ", request.iterations()));

@@ -2,7 +2,8 @@
 //
 // Register parses a partition (RegisterGraphRequest.graph_def, every node on
 // one of this task's devices), builds its executor for the registered feeds,
-// fetches and targets, and returns a new handle. Every _Send node of the
+// fetches and targets, and returns a new, unguessable handle bound to the
+// request's session: Run and Deregister must name the same session. Every _Send node of the
 // partition is a target too, whether registered or not: a step runs what the
 // fetches and targets need plus what peers wait for. Run executes a registered
 // graph for a step: validates the fed values against the registered feeds,
@@ -49,8 +50,10 @@ class GraphMgr {
   // INVALID_ARGUMENT naming the node for a node on another task's device or
   // a graph spanning two devices, and the graph's or executor's errors.
   absl::StatusOr<std::string> Register(const RegisterGraphRequest& request);
-  // NOT_FOUND naming the handle when it is not registered.
-  absl::Status Deregister(const std::string& handle);
+  // NOT_FOUND naming the handle when it is not registered in that session
+  // (a graph is bound to the session that registered it: another session's
+  // handle is as unknown as one never issued).
+  absl::Status Deregister(const std::string& session_handle, const std::string& handle);
   // Names of the variables every live session holds on this task, sorted.
   std::vector<std::string> VariableNames() const;
 
@@ -81,7 +84,8 @@ class GraphMgr {
  private:
   struct Item;
 
-  absl::StatusOr<std::shared_ptr<Item>> Find(const std::string& handle) const;
+  absl::StatusOr<std::shared_ptr<Item>> Find(const std::string& session_handle, const std::string& handle) const;
+  absl::Status NotRegistered(const std::string& session_handle, const std::string& handle) const;
 
   const std::string task_;
   const std::vector<Device*> devices_;

@@ -14,7 +14,7 @@ namespace worker {
 std::shared_ptr<grpc::Channel> ChannelCache::Get(const std::string& address) {
   absl::MutexLock lock(&mu_);
   std::shared_ptr<grpc::Channel>& channel = channels_[address];
-  if (channel == nullptr) channel = NewChannel(address);
+  if (channel == nullptr) channel = NewChannel(address, credentials_);
   return channel;
 }
 

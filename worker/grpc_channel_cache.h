@@ -17,6 +17,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/channel.h"
+#include "grpcpp/security/credentials.h"
 #include "proto/cluster.pb.h"
 
 namespace weft {
@@ -24,10 +25,15 @@ namespace worker {
 
 class ChannelCache {
  public:
+  // Channels over `credentials` (null: plaintext).
+  explicit ChannelCache(std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr)
+      : credentials_(std::move(credentials)) {}
+
   // The channel to "host:port", created on first use.
   std::shared_ptr<grpc::Channel> Get(const std::string& address);
 
  private:
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
 };

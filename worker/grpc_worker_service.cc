@@ -66,40 +66,58 @@ class RecvTensorReactor final : public grpc::ServerUnaryReactor {
   std::shared_ptr<State> state_;
 };
 
+// Authorises the call with `check`, then hands it to `handler`; a refusal
+// finishes it at once.
+template <typename Request, typename Response>
+grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, const PeerAuthenticator& auth, const char* what,
+                                absl::Status (*check)(const Caller&, absl::string_view), Worker* worker,
+                                const Request* request, Response* response,
+                                void (Worker::*handler)(const Request*, Response*, StatusCallback)) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  absl::StatusOr<Caller> caller =
+      Authorize(auth, *ctx, what, [&](const Caller& c) { return check(c, what); });
+  if (!caller.ok()) {
+    reactor->Finish(ToGrpcStatus(caller.status()));
+    return reactor;
+  }
+  (worker->*handler)(request, response, FinishWith(reactor));
+  return reactor;
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* GrpcWorkerService::GetStatus(grpc::CallbackServerContext* ctx,
                                                        const GetStatusRequest* request, GetStatusResponse* response) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  worker_->GetStatusAsync(request, response, FinishWith(reactor));
-  return reactor;
+  return Serve(ctx, auth_, "WorkerService.GetStatus", &RequireClusterMember, worker_, request, response, &Worker::GetStatusAsync);
 }
 
 grpc::ServerUnaryReactor* GrpcWorkerService::RegisterGraph(grpc::CallbackServerContext* ctx,
                                                            const RegisterGraphRequest* request,
                                                            RegisterGraphResponse* response) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  worker_->RegisterGraphAsync(request, response, FinishWith(reactor));
-  return reactor;
+  return Serve(ctx, auth_, "WorkerService.RegisterGraph", &RequireMaster, worker_, request, response, &Worker::RegisterGraphAsync);
 }
 
 grpc::ServerUnaryReactor* GrpcWorkerService::DeregisterGraph(grpc::CallbackServerContext* ctx,
                                                              const DeregisterGraphRequest* request,
                                                              DeregisterGraphResponse* response) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  worker_->DeregisterGraphAsync(request, response, FinishWith(reactor));
-  return reactor;
+  return Serve(ctx, auth_, "WorkerService.DeregisterGraph", &RequireMaster, worker_, request, response, &Worker::DeregisterGraphAsync);
 }
 
 grpc::ServerUnaryReactor* GrpcWorkerService::RunGraph(grpc::CallbackServerContext* ctx,
                                                       const RunGraphRequest* request, RunGraphResponse* response) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  worker_->RunGraphAsync(request, response, FinishWith(reactor));
-  return reactor;
+  return Serve(ctx, auth_, "WorkerService.RunGraph", &RequireMaster, worker_, request, response, &Worker::RunGraphAsync);
 }
 
-grpc::ServerUnaryReactor* GrpcWorkerService::RecvTensor(grpc::CallbackServerContext*,
+grpc::ServerUnaryReactor* GrpcWorkerService::RecvTensor(grpc::CallbackServerContext* ctx,
                                                         const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
+  absl::StatusOr<Caller> caller = Authorize(auth_, *ctx, "WorkerService.RecvTensor", [](const Caller& c) {
+    return RequireClusterMember(c, "WorkerService.RecvTensor");
+  });
+  if (!caller.ok()) {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(caller.status()));
+    return reactor;
+  }
   auto* reactor = new RecvTensorReactor(response);
   reactor->Start(worker_, request);
   return reactor;
@@ -107,17 +125,13 @@ grpc::ServerUnaryReactor* GrpcWorkerService::RecvTensor(grpc::CallbackServerCont
 
 grpc::ServerUnaryReactor* GrpcWorkerService::AbortStep(grpc::CallbackServerContext* ctx,
                                                        const AbortStepRequest* request, AbortStepResponse* response) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  worker_->AbortStepAsync(request, response, FinishWith(reactor));
-  return reactor;
+  return Serve(ctx, auth_, "WorkerService.AbortStep", &RequireMaster, worker_, request, response, &Worker::AbortStepAsync);
 }
 
 grpc::ServerUnaryReactor* GrpcWorkerService::CleanupStep(grpc::CallbackServerContext* ctx,
                                                          const CleanupStepRequest* request,
                                                          CleanupStepResponse* response) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  worker_->CleanupStepAsync(request, response, FinishWith(reactor));
-  return reactor;
+  return Serve(ctx, auth_, "WorkerService.CleanupStep", &RequireMaster, worker_, request, response, &Worker::CleanupStepAsync);
 }
 
 }  // namespace worker

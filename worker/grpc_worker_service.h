@@ -8,11 +8,19 @@
 // sender's tensor buffer. A RecvTensor whose client goes away is finished
 // with CANCELLED at once; the value, when it comes, is dropped.
 //
+// Who may call: every method serves cluster members only (the master and
+// tasks, by their certificates); RegisterGraph, DeregisterGraph, RunGraph,
+// AbortStep and CleanupStep serve only the master. Refusals are
+// UNAUTHENTICATED or PERMISSION_DENIED (common/caller.h) and logged.
+//
 // Thread-safety: thread-safe; `worker` (borrowed) outlives the service and
 // the server it is registered with.
 #ifndef WEFT_WORKER_GRPC_WORKER_SERVICE_H_
 #define WEFT_WORKER_GRPC_WORKER_SERVICE_H_
 
+#include <memory>
+
+#include "common/grpc_security.h"
 #include "proto/worker_service.grpc.pb.h"
 #include "worker/worker.h"
 
@@ -27,7 +35,9 @@ using GrpcWorkerServiceBase = WorkerService::WithCallbackMethod_GetStatus<
 
 class GrpcWorkerService final : public GrpcWorkerServiceBase {
  public:
-  explicit GrpcWorkerService(Worker* worker) : worker_(worker) {}
+  // `security` null: insecure (every caller may do everything).
+  explicit GrpcWorkerService(Worker* worker, std::shared_ptr<const TransportSecurity> security = nullptr)
+      : worker_(worker), auth_(std::move(security)) {}
 
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx, const GetStatusRequest* request,
                                       GetStatusResponse* response) override;
@@ -46,6 +56,7 @@ class GrpcWorkerService final : public GrpcWorkerServiceBase {
 
  private:
   Worker* const worker_;
+  const PeerAuthenticator auth_;
 };
 
 }  // namespace worker

@@ -123,7 +123,7 @@ void Worker::RegisterGraphAsync(const RegisterGraphRequest* request, RegisterGra
 
 void Worker::DeregisterGraphAsync(const DeregisterGraphRequest* request, DeregisterGraphResponse*,
                                   StatusCallback done) {
-  Schedule([this, request, done] { done(graph_mgr_->Deregister(request->graph_handle())); }, done);
+  Schedule([this, request, done] { done(graph_mgr_->Deregister(request->session_handle(), request->graph_handle())); }, done);
 }
 
 void Worker::RunGraphAsync(const RunGraphRequest* request, RunGraphResponse* response, StatusCallback done) {

@@ -13,7 +13,10 @@
 namespace weft {
 namespace worker {
 
-WorkerServer::WorkerServer(const WorkerServerOptions& options) : shutdown_grace_(options.shutdown_grace) {
+WorkerServer::WorkerServer(const WorkerServerOptions& options)
+    : shutdown_grace_(options.shutdown_grace),
+      security_(options.security != nullptr ? options.security : TransportSecurity::Insecure()),
+      channels_(security_->ChannelCredentials()) {
   puller_ = std::make_unique<GrpcTensorPuller>(options.cluster, &channels_, options.recv_tensor_timeout);
   WorkerOptions w;
   w.job = options.job;
@@ -24,12 +27,14 @@ WorkerServer::WorkerServer(const WorkerServerOptions& options) : shutdown_grace_
   w.inter_op_threads = options.inter_op_threads;
   w.compute_threads = options.compute_threads;
   w.puller = puller_.get();
-  collectives_ = std::make_unique<collective::WorkerCollectives>(TaskName(options.job, options.task_index),
-                                                                 options.cluster, options.collective_timeout);
+  collectives_ = std::make_unique<collective::WorkerCollectives>(
+      TaskName(options.job, options.task_index), options.cluster, options.collective_timeout, security_);
   w.collectives = collectives_.get();
   worker_ = std::make_unique<Worker>(w);
-  service_ = std::make_unique<GrpcWorkerService>(worker_.get());
-  for (const ExtraServiceFactory& make : options.extra_services) extra_services_.push_back(make(worker_.get()));
+  service_ = std::make_unique<GrpcWorkerService>(worker_.get(), security_);
+  for (const ExtraServiceFactory& make : options.extra_services) {
+    extra_services_.push_back(make(worker_.get(), security_));
+  }
 }
 
 WorkerServer::~WorkerServer() { Shutdown(); }
@@ -39,7 +44,8 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> StartWorkerServer(const WorkerServ
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   ConfigureServer(&builder);
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &s->port_);
+  builder.AddListeningPort(options.listen_address,
+                           s->security_->ServerCredentials(/*require_client_certificate=*/true), &s->port_);
   collective::ConfigureCollectiveServer(&builder);
   builder.RegisterService(s->service_.get());
   builder.RegisterService(s->collectives_->service());
@@ -54,7 +60,8 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> StartWorkerServer(const WorkerServ
   const size_t colon = options.listen_address.rfind(':');
   s->address_ = absl::StrCat(options.listen_address.substr(0, colon), ":", s->port_);
   s->server_->GetHealthCheckService()->SetServingStatus(true);
-  Logger("worker")->info("task {} serving on {}", s->task(), s->address_);
+  Logger("worker")->info("task {} serving on {} ({})", s->task(), s->address_,
+                         s->security_->insecure() ? "insecure" : "mTLS");
   return s;
 }
 

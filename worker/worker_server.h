@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/grpc_security.h"
 #include "grpcpp/server.h"
 #include "proto/cluster.pb.h"
 #include "worker/collective/worker_collectives.h"
@@ -53,14 +54,19 @@ class ExtraService {
   virtual void Shutdown() = 0;
 };
 
-// Builds an extra service; the Worker outlives it.
-using ExtraServiceFactory = std::function<std::unique_ptr<ExtraService>(Worker* worker)>;
+// Builds an extra service; the Worker outlives it. `security` is the
+// server's, for the service to authenticate its callers with.
+using ExtraServiceFactory =
+    std::function<std::unique_ptr<ExtraService>(Worker* worker, std::shared_ptr<const TransportSecurity> security)>;
 
 struct WorkerServerOptions {
   std::string job = "worker";
   int task_index = 0;
   // "host:port"; port 0 picks a free one (see WorkerServer::port()).
   std::string listen_address = "0.0.0.0:0";
+  // mTLS: the server requires a certificate from the cluster CA and every
+  // channel to a peer presents this task's. Null: insecure (tests).
+  std::shared_ptr<const TransportSecurity> security;
   // Peer addresses, for pulling tensors. May be empty for a lone task.
   ClusterDef cluster;
   int num_cpu_devices = 1;
@@ -104,6 +110,7 @@ class WorkerServer {
 
   const absl::Duration shutdown_grace_;
   // Declared in dependency order: destroyed server first, channels last.
+  const std::shared_ptr<const TransportSecurity> security_;
   ChannelCache channels_;
   std::unique_ptr<GrpcTensorPuller> puller_;
   // Ring all-reduce for CollectiveAllReduce kernels (its service is

@@ -206,8 +206,9 @@ TEST_F(WorkerTest, SessionsKeepTheirOwnVariables) {
     r.set_session_handle(session);
     return Register(lw0_.get(), r);
   };
-  auto run = [&](const std::string& handle) {
+  auto run = [&](const std::string& session, const std::string& handle) {
     RunGraphRequest req;
+    req.set_session_handle(session);
     req.set_graph_handle(handle);
     req.set_step_id(1);
     RunGraphResponse resp;
@@ -218,11 +219,48 @@ TEST_F(WorkerTest, SessionsKeepTheirOwnVariables) {
   auto a2 = reg("session-a", 2);
   auto b1 = reg("session-b", 3);
   ASSERT_TRUE(a1.ok() && a2.ok() && b1.ok()) << a1.status() << b1.status();
-  EXPECT_EQ(run(*a1).data<float>()[0], 0.0f);   // 1 - 1
-  EXPECT_EQ(run(*a2).data<float>()[0], -1.0f);  // the same variable, updated again
-  Tensor b = run(*b1);                          // its own [3] variable, fresh
+  EXPECT_EQ(run("session-a", *a1).data<float>()[0], 0.0f);   // 1 - 1
+  EXPECT_EQ(run("session-a", *a2).data<float>()[0], -1.0f);  // the same variable, updated again
+  Tensor b = run("session-b", *b1);                          // its own [3] variable, fresh
   EXPECT_EQ(b.shape(), TensorShape({3}));
   EXPECT_EQ(b.data<float>()[0], 0.0f);
+}
+
+TEST_F(WorkerTest, AGraphRunsAndDeregistersOnlyInItsOwnSession) {
+  Graph g;
+  GraphBuilder b(&g);
+  b.Const(weft::testing::FloatTensor({1}, {7}), "c");
+  ASSERT_TRUE(b.status().ok());
+  RegisterGraphRequest r = MakeRegisterRequest(g.ToGraphDef(), {}, {"c"});
+  r.set_session_handle("session-a");
+  auto h = Register(lw0_.get(), r);
+  ASSERT_TRUE(h.ok()) << h.status();
+  // Another session naming the handle: as unknown as a handle never issued.
+  RunGraphRequest req;
+  req.set_session_handle("session-b");
+  req.set_graph_handle(*h);
+  req.set_step_id(1);
+  RunGraphResponse resp;
+  absl::Status other = Run(lw0_.get(), req, &resp);
+  EXPECT_EQ(other.code(), absl::StatusCode::kNotFound) << other;
+  DeregisterGraphRequest d;
+  d.set_session_handle("session-b");
+  d.set_graph_handle(*h);
+  DeregisterGraphResponse dr;
+  absl::Notification done;
+  absl::Status dereg;
+  lw0_->DeregisterGraphAsync(&d, &dr, [&](const absl::Status& s) {
+    dereg = s;
+    done.Notify();
+  });
+  done.WaitForNotification();
+  EXPECT_EQ(dereg.code(), absl::StatusCode::kNotFound) << dereg;
+  // Its own session still runs it: the refused calls changed nothing.
+  req.set_session_handle("session-a");
+  ASSERT_TRUE(Run(lw0_.get(), req, &resp).ok());
+  EXPECT_EQ(Fetched(resp, "c").data<float>()[0], 7.0f);
+  // Handles carry 128 random bits beyond the process prefix.
+  EXPECT_GE(h->size(), 32u) << *h;
 }
 
 TEST_F(WorkerTest, IterationsRunTheStepThatManyTimes) {

@@ -42,10 +42,12 @@ class CollectiveExecutor::RingAllReduce : public std::enable_shared_from_this<Ri
   void Start() {
     for (int t = 0; t < num_rounds(); ++t) {
       for (int c = 0; c < NumChunks(RecvSegment(t)); ++c) {
-        executor_->mailbox_->RecvAsync(Key(t, c, params_.group.prev()),
-                                       [self = shared_from_this(), t, c](const absl::Status& s, ReceivedChunk chunk) {
-                                         self->OnRecv(t, c, s, std::move(chunk));
-                                       });
+        executor_->mailbox_->RecvAsync(
+            Key(t, c, params_.group.prev()),
+            [self = shared_from_this(), t, c](const absl::Status& s, ReceivedChunk chunk) {
+              self->OnRecv(t, c, s, std::move(chunk));
+            },
+            params_.group.members[params_.group.prev()].task);
       }
     }
     for (int c = 0; c < NumChunks(SendSegment(0)); ++c) Send(0, c);

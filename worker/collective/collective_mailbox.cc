@@ -21,12 +21,12 @@ const absl::Status* CollectiveMailbox::AbortedLocked(const ChunkKey& key) const 
   return nullptr;
 }
 
-void CollectiveMailbox::Deliver(const ChunkKey& key, ReceivedChunk chunk) {
+void CollectiveMailbox::Deliver(const ChunkKey& key, ReceivedChunk chunk, const std::string& sender) {
   RecvCallback waiter;
   {
     absl::MutexLock lock(&mu_);
     if (AbortedLocked(key) != nullptr) return;  // `chunk` is released outside the lock
-    auto [it, inserted] = entries_.try_emplace(key);
+    auto [it, inserted] = entries_.try_emplace(SlotOf(key, sender));
     if (inserted) {
       it->second.chunk.emplace(std::move(chunk));
       return;
@@ -38,7 +38,7 @@ void CollectiveMailbox::Deliver(const ChunkKey& key, ReceivedChunk chunk) {
   waiter(absl::OkStatus(), std::move(chunk));
 }
 
-void CollectiveMailbox::RecvAsync(const ChunkKey& key, RecvCallback done) {
+void CollectiveMailbox::RecvAsync(const ChunkKey& key, RecvCallback done, const std::string& expected_sender) {
   ReceivedChunk chunk;
   absl::Status status;
   {
@@ -46,7 +46,7 @@ void CollectiveMailbox::RecvAsync(const ChunkKey& key, RecvCallback done) {
     if (const absl::Status* aborted = AbortedLocked(key)) {
       status = *aborted;
     } else {
-      auto [it, inserted] = entries_.try_emplace(key);
+      auto [it, inserted] = entries_.try_emplace(SlotOf(key, expected_sender));
       if (inserted || !it->second.chunk.has_value()) {
         it->second.waiter = std::move(done);
         return;
@@ -61,7 +61,7 @@ void CollectiveMailbox::RecvAsync(const ChunkKey& key, RecvCallback done) {
 template <typename Pred>
 void CollectiveMailbox::TakeEntriesLocked(Pred pred, std::vector<RecvCallback>* waiters) {
   for (auto it = entries_.begin(); it != entries_.end();) {
-    if (!pred(it->first)) {
+    if (!pred(it->first.key)) {
       ++it;
       continue;
     }

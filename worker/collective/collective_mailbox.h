@@ -14,6 +14,13 @@
 // failed at once, until CleanupStep(step_id) forgets the abort (the master
 // sends CleanupStep after every step). Abort covers everything until Reset.
 //
+// Senders: with check_senders, a chunk is filed under the identity of the
+// task that sent it (the transport's authenticated peer) and a receive
+// names the task it expects, the group's member at the sending rank; a
+// chunk from anyone else never satisfies it, so a forged chunk can neither
+// take a real one's place nor be summed. Without, senders are ignored
+// (insecure clusters, in-process tests).
+//
 // Thread-safety: thread-safe. Callbacks run outside the lock, on the thread
 // that called Deliver, RecvAsync or an Abort*.
 #ifndef WEFT_WORKER_COLLECTIVE_COLLECTIVE_MAILBOX_H_
@@ -21,6 +28,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <tuple>
 
 #include "absl/base/thread_annotations.h"
@@ -34,16 +42,17 @@ namespace collective {
 
 class CollectiveMailbox {
  public:
-  CollectiveMailbox() = default;
+  explicit CollectiveMailbox(bool check_senders = false) : check_senders_(check_senders) {}
   CollectiveMailbox(const CollectiveMailbox&) = delete;
   CollectiveMailbox& operator=(const CollectiveMailbox&) = delete;
 
   // A chunk arrived. A second chunk under the same key replaces nothing: it
   // is dropped as a duplicate (it can only come from a misbehaving peer).
-  void Deliver(const ChunkKey& key, ReceivedChunk chunk);
-  // Calls `done` with the chunk under `key` once it is here. REQUIRES: at
-  // most one RecvAsync per key.
-  void RecvAsync(const ChunkKey& key, RecvCallback done);
+  // `sender`: the sending task as the transport authenticated it.
+  void Deliver(const ChunkKey& key, ReceivedChunk chunk, const std::string& sender = "");
+  // Calls `done` with the chunk under `key` from `expected_sender` once it
+  // is here. REQUIRES: at most one RecvAsync per key.
+  void RecvAsync(const ChunkKey& key, RecvCallback done, const std::string& expected_sender = "");
 
   // Fails the collective of `key` (its group, instance and step; round, chunk
   // and src_rank are ignored). REQUIRES: !status.ok().
@@ -63,6 +72,19 @@ class CollectiveMailbox {
   using CollectiveId = std::tuple<int64_t, int64_t, int64_t>;  // group, instance, step
   static CollectiveId IdOf(const ChunkKey& k) { return {k.group_key, k.instance_key, k.step_id}; }
 
+  struct Slot {
+    ChunkKey key;
+    std::string sender;  // empty unless check_senders_
+    bool operator==(const Slot& o) const { return key == o.key && sender == o.sender; }
+    template <typename H>
+    friend H AbslHashValue(H h, const Slot& s) {
+      return H::combine(std::move(h), s.key, s.sender);
+    }
+  };
+  Slot SlotOf(const ChunkKey& key, const std::string& sender) const {
+    return Slot{key, check_senders_ ? sender : std::string()};
+  }
+
   struct Entry {
     std::optional<ReceivedChunk> chunk;  // arrived first
     RecvCallback waiter;                 // asked first
@@ -74,8 +96,9 @@ class CollectiveMailbox {
   template <typename Pred>
   void TakeEntriesLocked(Pred pred, std::vector<RecvCallback>* waiters) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  const bool check_senders_;
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<ChunkKey, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Slot, Entry> entries_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<CollectiveId, absl::Status> aborted_collectives_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, absl::Status> aborted_steps_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Status> aborted_all_ ABSL_GUARDED_BY(mu_);

@@ -12,27 +12,37 @@ namespace {
 
 class ExchangeReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  explicit ExchangeReactor(CollectiveMailbox* mailbox) : mailbox_(mailbox) { StartRead(&message_); }
+  // `sender`: the authenticated task at the other end ("" insecure).
+  ExchangeReactor(CollectiveMailbox* mailbox, std::string sender) : mailbox_(mailbox), sender_(std::move(sender)) {
+    StartRead(&message_);
+  }
+  // A stream refused before reading anything.
+  explicit ExchangeReactor(const grpc::Status& refused) : mailbox_(nullptr) { Finish(refused); }
 
   void OnReadDone(bool ok) override {
     if (!ok) return Finish(grpc::Status::OK);  // the sender closed the stream (or it broke)
     auto decoded = DecodeChunk(&message_);
     if (!decoded.ok()) return Finish(ToGrpcStatus(decoded.status()));
-    mailbox_->Deliver(decoded->first, std::move(decoded->second));
+    mailbox_->Deliver(decoded->first, std::move(decoded->second), sender_);
     StartRead(&message_);
   }
   void OnDone() override { delete this; }
 
  private:
   CollectiveMailbox* const mailbox_;
+  const std::string sender_;
   grpc::ByteBuffer message_;
 };
 
 }  // namespace
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* GrpcCollectiveService::Exchange(
-    grpc::CallbackServerContext*) {
-  return new ExchangeReactor(mailbox_);
+    grpc::CallbackServerContext* ctx) {
+  constexpr char kWhat[] = "CollectiveService.Exchange";
+  absl::StatusOr<Caller> caller =
+      Authorize(auth_, *ctx, kWhat, [&](const Caller& c) { return RequireClusterMember(c, kWhat); });
+  if (!caller.ok()) return new ExchangeReactor(ToGrpcStatus(caller.status()));
+  return new ExchangeReactor(mailbox_, caller->name);
 }
 
 void ConfigureCollectiveServer(grpc::ServerBuilder* builder) {

@@ -17,11 +17,19 @@
 // the next read starts (CollectiveExecutor). A malformed chunk ends the stream
 // with DATA_LOSS.
 //
+// Only cluster members may open a stream; each chunk is delivered under
+// the identity of the task that sent it (its certificate), so the mailbox
+// (built with check_senders) hands a receive only the chunk of the task the
+// group expects at that rank.
+//
 // Thread-safety: thread-safe; `mailbox` (borrowed) outlives the service and
 // the server it is registered with.
 #ifndef WEFT_WORKER_COLLECTIVE_GRPC_COLLECTIVE_SERVICE_H_
 #define WEFT_WORKER_COLLECTIVE_GRPC_COLLECTIVE_SERVICE_H_
 
+#include <memory>
+
+#include "common/grpc_security.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/collective_service.grpc.pb.h"
 #include "worker/collective/collective_mailbox.h"
@@ -32,12 +40,16 @@ namespace collective {
 class GrpcCollectiveService final
     : public CollectiveService::WithRawCallbackMethod_Exchange<CollectiveService::Service> {
  public:
-  explicit GrpcCollectiveService(CollectiveMailbox* mailbox) : mailbox_(mailbox) {}
+  // `security` null: insecure.
+  explicit GrpcCollectiveService(CollectiveMailbox* mailbox,
+                                 std::shared_ptr<const TransportSecurity> security = nullptr)
+      : mailbox_(mailbox), auth_(std::move(security)) {}
 
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Exchange(grpc::CallbackServerContext* ctx) override;
 
  private:
   CollectiveMailbox* const mailbox_;
+  const PeerAuthenticator auth_;
 };
 
 // Server-side HTTP/2 settings for bulk chunks (frame size, flow-control

@@ -199,7 +199,8 @@ std::shared_ptr<GrpcCollectiveTransport::PeerStream> GrpcCollectiveTransport::St
       args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
       args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
       for (const auto& [name, value] : BulkTransferChannelArgs()) args.SetInt(name, value);
-      channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+      channel = grpc::CreateCustomChannel(
+          address, options_.credentials != nullptr ? options_.credentials : grpc::InsecureChannelCredentials(), args);
     }
     stream = std::make_shared<PeerStream>(this, channel, address, peer);
     streams_[address] = stream;

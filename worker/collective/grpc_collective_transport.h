@@ -47,6 +47,8 @@ class GrpcCollectiveTransport final : public CollectiveTransportInterface {
  public:
   struct Options {
     absl::Duration close_timeout = absl::Seconds(5);
+    // The process's TLS credentials (null: plaintext).
+    std::shared_ptr<grpc::ChannelCredentials> credentials;
   };
 
   GrpcCollectiveTransport() : GrpcCollectiveTransport(Options()) {}

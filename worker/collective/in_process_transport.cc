@@ -28,7 +28,7 @@ class InProcessCollectiveNetwork::Transport final : public CollectiveTransportIn
     received.owner = std::move(copy);
     chunk.pin = Tensor();
     done(absl::OkStatus());
-    network_->ranks_[dst]->mailbox->Deliver(key, std::move(received));
+    network_->ranks_[dst]->mailbox->Deliver(key, std::move(received), group.members[key.src_rank].task);
   }
 
  private:

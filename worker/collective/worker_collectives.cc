@@ -10,12 +10,22 @@
 namespace weft {
 namespace collective {
 
-WorkerCollectives::WorkerCollectives(std::string task, ClusterDef cluster, absl::Duration timeout)
+namespace {
+GrpcCollectiveTransport::Options TransportOptions(const std::shared_ptr<const TransportSecurity>& security) {
+  GrpcCollectiveTransport::Options o;
+  if (security != nullptr) o.credentials = security->ChannelCredentials();
+  return o;
+}
+}  // namespace
+
+WorkerCollectives::WorkerCollectives(std::string task, ClusterDef cluster, absl::Duration timeout,
+                                     std::shared_ptr<const TransportSecurity> security)
     : task_(std::move(task)),
       timeout_(timeout),
       cluster_(std::move(cluster)),
-      service_(&mailbox_),
-      transport_(std::make_unique<GrpcCollectiveTransport>()) {
+      mailbox_(/*check_senders=*/security != nullptr && !security->insecure()),
+      service_(&mailbox_, security),
+      transport_(std::make_unique<GrpcCollectiveTransport>(TransportOptions(security))) {
   // Each chunk is summed on the gRPC thread that received it (no compute
   // pool): a pool hand-off cost a thread wake-up per chunk and round
   // (BENCHMARKS.md, the all-reduce section).

@@ -26,7 +26,10 @@ namespace collective {
 
 class WorkerCollectives final : public CollectiveRuntime {
  public:
-  WorkerCollectives(std::string task, ClusterDef cluster, absl::Duration timeout);
+  // `security`: the task's mTLS (null: insecure); chunks are then accepted
+  // only from the task the group expects at each rank.
+  WorkerCollectives(std::string task, ClusterDef cluster, absl::Duration timeout,
+                    std::shared_ptr<const TransportSecurity> security = nullptr);
   ~WorkerCollectives() override;
 
   grpc::Service* service() { return &service_; }

@@ -1,0 +1,46 @@
+// Certificates for integration tests that start real daemons: a throwaway
+// cluster CA under a test directory, a certificate per daemon (for
+// 127.0.0.1) and users, and the flags that hand them to `weft`.
+//
+// Thread-safety: not thread-safe; build once per test fixture.
+#ifndef WEFT_TESTS_TEST_TLS_H_
+#define WEFT_TESTS_TEST_TLS_H_
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/master_client.h"
+#include "common/certs.h"
+
+namespace weft {
+namespace testing {
+
+class TestTls {
+ public:
+  // A new CA in `dir` (created).
+  static absl::StatusOr<TestTls> Create(const std::string& dir);
+
+  const std::string& dir() const { return dir_; }
+  std::string ca() const { return dir_ + "/ca.crt"; }
+  // Issues (once) and returns the --ca/--cert/--key flags for a daemon:
+  // "master", "/job:worker/task:0", ...
+  std::vector<std::string> DaemonFlags(const std::string& identity);
+  // The cert and key of a user (issued once), role kUser or kAdmin.
+  absl::StatusOr<std::pair<std::string, std::string>> User(const std::string& name, Role role = Role::kUser);
+  // MasterClient options that authenticate as `user` (an admin by default).
+  MasterClientOptions ClientOptions(const std::string& user = "tester", Role role = Role::kAdmin);
+
+ private:
+  explicit TestTls(std::string dir) : dir_(std::move(dir)) {}
+  absl::StatusOr<std::pair<std::string, std::string>> Issue(const std::string& name, Role role);
+  std::string dir_;
+  std::set<std::string> issued_;  // by this CA
+};
+
+}  // namespace testing
+}  // namespace weft
+
+#endif  // WEFT_TESTS_TEST_TLS_H_
