@@ -19,6 +19,37 @@ ReceivedChunk Chunk(const std::string& bytes) {
 
 ChunkKey Key(int64_t step, int round, int chunk = 0) { return ChunkKey{1, 2, step, round, chunk, 0}; }
 
+TEST(CollectiveMailboxTest, AForgedChunkNeverTakesTheExpectedSendersPlace) {
+  CollectiveMailbox mailbox(/*check_senders=*/true);
+  const std::string real = "/job:worker/task:1", forger = "/job:worker/task:2";
+  // Forged first, under the very key the collective waits on: it is kept
+  // apart and the receive still waits for the real sender.
+  mailbox.Deliver(Key(1, 0), Chunk("forged"), forger);
+  std::string got;
+  mailbox.RecvAsync(
+      Key(1, 0),
+      [&](const absl::Status& s, ReceivedChunk c) {
+        ASSERT_TRUE(s.ok()) << s;
+        got = std::string(c.pieces[0]);
+      },
+      real);
+  EXPECT_EQ(got, "");
+  mailbox.Deliver(Key(1, 0), Chunk("real"), real);
+  EXPECT_EQ(got, "real");
+  // A forged chunk after the real one: dropped at the step's cleanup.
+  mailbox.Deliver(Key(1, 1), Chunk("forged again"), forger);
+  mailbox.CleanupStep(1);
+  EXPECT_EQ(mailbox.NumEntries(), 0u);
+}
+
+TEST(CollectiveMailboxTest, WithoutSenderChecksSendersAreIgnored) {
+  CollectiveMailbox mailbox;  // insecure clusters: no identities to compare
+  mailbox.Deliver(Key(1, 0), Chunk("x"), "");
+  bool got = false;
+  mailbox.RecvAsync(Key(1, 0), [&](const absl::Status& s, ReceivedChunk) { got = s.ok(); }, "/job:worker/task:1");
+  EXPECT_TRUE(got);
+}
+
 TEST(CollectiveMailboxTest, DeliverThenReceiveAndReceiveThenDeliver) {
   CollectiveMailbox mailbox;
   mailbox.Deliver(Key(1, 0), Chunk("early"));

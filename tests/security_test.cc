@@ -1,0 +1,349 @@
+// Real daemons over mTLS, attacked as a hostile client would: no
+// certificate, a certificate from another CA, a user's certificate against
+// the data plane, a task's certificate doing the master's work, tokens
+// against other users' jobs. Each attack is refused with the code and
+// message that say what was wrong, the daemons keep serving, and a job
+// running beside the attacks finishes as it would alone.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/client_auth.h"
+#include "client/job_file.h"
+#include "client/master_client.h"
+#include "client/subprocess.h"
+#include "common/grpc_security.h"
+#include "common/grpc_util.h"
+#include "gtest/gtest.h"
+#include "proto/collective_service.grpc.pb.h"
+#include "proto/ps_service.grpc.pb.h"
+#include "proto/worker_service.grpc.pb.h"
+#include "runtime/data/test_files.h"
+#include "tests/test_tls.h"
+
+namespace weft {
+namespace {
+
+using data::testing::Gzip;
+using data::testing::IdxBytes;
+using data::testing::TempPath;
+using data::testing::WriteFile;
+
+constexpr char kAliceToken[] = "alice-0123456789abcdef0123456789";
+constexpr char kBobToken[] = "bob-0123456789abcdef0123456789ab";
+
+std::string WeftBinary() {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* ws = std::getenv("TEST_WORKSPACE");
+  return absl::StrCat(srcdir ? srcdir : ".", "/", ws ? ws : "weft", "/client/weft");
+}
+
+// Three separable classes of 12-pixel images (as in cluster_test).
+std::string WriteData(const std::string& name, int n) {
+  const std::string dir = TempPath(name);
+  ::mkdir(dir.c_str(), 0755);
+  std::vector<uint8_t> pixels(static_cast<size_t>(n) * 12), labels(n);
+  uint32_t r = 12345;
+  for (int i = 0; i < n; ++i) {
+    const int c = i % 3;
+    labels[i] = static_cast<uint8_t>(c);
+    for (int p = 0; p < 12; ++p) {
+      r = r * 1103515245u + 12345u;
+      pixels[static_cast<size_t>(i) * 12 + p] = static_cast<uint8_t>((p / 4 == c ? 170 : 20) + (r >> 24) % 60);
+    }
+  }
+  for (const char* split : {"train", "t10k"}) {
+    WriteFile(absl::StrCat(dir, "/", split, "-images-idx3-ubyte.gz"),
+              Gzip(IdxBytes({static_cast<uint32_t>(n), 3, 4}, pixels)));
+    WriteFile(absl::StrCat(dir, "/", split, "-labels-idx1-ubyte.gz"), Gzip(IdxBytes({static_cast<uint32_t>(n)}, labels)));
+  }
+  return dir;
+}
+
+JobSpec Job(const std::string& data, int epochs) {
+  auto job = ParseJob(absl::StrCat(R"(name: "secure-job"
+      model { input_shape: [12] num_classes: 3 layer { dense { units: 16 activation: RELU } } layer { dense { units: 3 } } }
+      dataset { dir: ")", data, R"(" } optimizer { sgd { learning_rate: 0.1 } } batch_size: 8 seed: 2 epochs: )", epochs,
+                                   R"( strategy { kind: PARAMETER_SERVER sync: true })"),
+                      "test");
+  EXPECT_TRUE(job.ok()) << job.status();
+  return *job;
+}
+
+class SecurityTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto tls = testing::TestTls::Create(TempPath("tls"));
+    ASSERT_TRUE(tls.ok()) << tls.status();
+    tls_ = new testing::TestTls(*std::move(tls));
+    auto other = testing::TestTls::Create(TempPath("other-ca"));
+    ASSERT_TRUE(other.ok()) << other.status();
+    other_ca_ = new testing::TestTls(*std::move(other));
+    tokens_ = TempPath("tokens");
+    WriteFile(tokens_, absl::StrCat(kAliceToken, " alice user\n", kBobToken, " bob user\n"));
+    ::chmod(tokens_.c_str(), 0600);
+
+    std::vector<std::string> addrs;
+    for (int i = 0; i < 4; ++i) addrs.push_back(absl::StrCat("127.0.0.1:", PickFreeLoopbackPort().value()));
+    const std::string cluster = absl::StrCat("worker=", addrs[0], ",", addrs[1], ";ps=", addrs[2]);
+    worker0_ = addrs[0];
+    ps0_ = addrs[2];
+    master_ = addrs[3];
+    procs_ = new std::vector<std::unique_ptr<Subprocess>>();
+    Start("/job:ps/task:0", {"ps", "--task=ps:0", "--cluster=" + cluster, "--listen=" + addrs[2]});
+    Start("/job:worker/task:0", {"worker", "--task=worker:0", "--cluster=" + cluster, "--listen=" + addrs[0]});
+    Start("/job:worker/task:1", {"worker", "--task=worker:1", "--cluster=" + cluster, "--listen=" + addrs[1]});
+    Start("master", {"master", "--cluster=" + cluster, "--listen=" + master_, "--auth_tokens_file=" + tokens_});
+    auto admin = MasterClient::Create(master_, tls_->ClientOptions("root", Role::kAdmin));
+    for (int i = 0; i < 300; ++i) {
+      auto devices = admin->ListDevices();
+      if (devices.ok() && devices->size() >= 3) return;
+      for (auto& p : *procs_) ASSERT_TRUE(p->Running()) << "a daemon exited during start-up";
+      (*procs_)[0]->WaitFor(absl::Milliseconds(100));
+    }
+    FAIL() << "the cluster did not come up";
+  }
+
+  static void TearDownTestSuite() {
+    for (auto& p : *procs_) {
+      if (!p->Running()) continue;
+      p->Signal(SIGTERM);
+      EXPECT_TRUE(p->WaitFor(absl::Seconds(30))) << "a daemon did not stop on SIGTERM";
+      EXPECT_TRUE(WIFEXITED(p->exit_status()) && WEXITSTATUS(p->exit_status()) == 0) << p->exit_status();
+    }
+    delete procs_;
+    delete tls_;
+    delete other_ca_;
+  }
+
+  static void Start(const std::string& identity, std::vector<std::string> args) {
+    args.insert(args.begin(), WeftBinary());
+    for (const std::string& flag : tls_->DaemonFlags(identity)) args.push_back(flag);
+    auto p = std::make_unique<Subprocess>();
+    const std::string log = TempPath(absl::StrCat("daemon-", procs_->size(), ".log"));
+    ASSERT_TRUE(p->Start(args, log).ok());
+    procs_->push_back(std::move(p));
+  }
+
+  static std::string Read(const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  // Channel credentials of a daemon identity (a task's or the master's)
+  // issued by `ca`, verifying the real servers against the cluster CA.
+  // Plain gRPC SSL credentials: weft's own client would refuse to present a
+  // certificate of another CA.
+  static std::shared_ptr<grpc::ChannelCredentials> AsDaemon(testing::TestTls* ca, const std::string& identity) {
+    std::vector<std::string> flags = ca->DaemonFlags(identity);
+    grpc::SslCredentialsOptions o;
+    o.pem_root_certs = Read(tls_->ca());
+    o.pem_cert_chain = Read(flags[1].substr(strlen("--cert=")));
+    o.pem_private_key = Read(flags[2].substr(strlen("--key=")));
+    return grpc::SslCredentials(o);
+  }
+  static std::shared_ptr<grpc::ChannelCredentials> AsUser(const std::string& user) {
+    auto files = tls_->User(user);
+    EXPECT_TRUE(files.ok()) << files.status();
+    ClientCredentialFiles c;
+    c.ca = tls_->ca();
+    c.cert = files->first;
+    c.key = files->second;
+    return *ClientChannelCredentials(c);
+  }
+  static std::shared_ptr<grpc::ChannelCredentials> WithToken(const std::string& token) {
+    const std::string path = TempPath(absl::StrCat("token-", token.substr(0, 3)));
+    WriteFile(path, token);
+    ::chmod(path.c_str(), 0600);
+    ClientCredentialFiles c;
+    c.ca = tls_->ca();
+    c.token_file = path;
+    auto creds = ClientChannelCredentials(c);
+    EXPECT_TRUE(creds.ok()) << creds.status();
+    return *creds;
+  }
+  static std::shared_ptr<grpc::ChannelCredentials> CaOnly() {
+    TlsFiles files;
+    files.ca = tls_->ca();
+    return (*TransportSecurity::ForClient(files))->ChannelCredentials();
+  }
+
+  static grpc::Status GetStatus(const std::string& address, std::shared_ptr<grpc::ChannelCredentials> creds) {
+    auto stub = WorkerService::NewStub(NewChannel(address, std::move(creds)));
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(10));
+    GetStatusRequest req;
+    GetStatusResponse resp;
+    return stub->GetStatus(&ctx, req, &resp);
+  }
+
+  static std::unique_ptr<MasterClient> Master(std::shared_ptr<grpc::ChannelCredentials> creds) {
+    MasterClientOptions o;
+    o.credentials = std::move(creds);
+    return MasterClient::Create(master_, o);
+  }
+
+  static void ExpectRefused(const grpc::Status& s, grpc::StatusCode code, const std::string& says) {
+    EXPECT_EQ(s.error_code(), code) << s.error_message();
+    EXPECT_TRUE(absl::StrContains(s.error_message(), says)) << s.error_message();
+  }
+  static void ExpectRefused(const absl::Status& s, absl::StatusCode code, const std::string& says) {
+    EXPECT_EQ(s.code(), code) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), says)) << s;
+  }
+
+  static testing::TestTls* tls_;
+  static testing::TestTls* other_ca_;
+  static std::string tokens_, worker0_, ps0_, master_;
+  static std::vector<std::unique_ptr<Subprocess>>* procs_;
+};
+
+testing::TestTls* SecurityTest::tls_ = nullptr;
+testing::TestTls* SecurityTest::other_ca_ = nullptr;
+std::string SecurityTest::tokens_, SecurityTest::worker0_, SecurityTest::ps0_, SecurityTest::master_;
+std::vector<std::unique_ptr<Subprocess>>* SecurityTest::procs_ = nullptr;
+
+TEST_F(SecurityTest, TheDataPlaneAdmitsOnlyCertificatesOfTheCluster) {
+  // Plaintext, TLS without a client certificate, and a certificate from
+  // another CA never get past the handshake.
+  EXPECT_EQ(GetStatus(worker0_, grpc::InsecureChannelCredentials()).error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(GetStatus(worker0_, CaOnly()).error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(GetStatus(worker0_, AsDaemon(other_ca_, "master")).error_code(), grpc::StatusCode::UNAVAILABLE);
+  // A user's certificate is valid, but the data plane is not for users.
+  ExpectRefused(GetStatus(worker0_, AsUser("alice")), grpc::StatusCode::PERMISSION_DENIED,
+                "serves only the cluster's master and tasks");
+  // A peer task may ask a task's status; the master's certificate too.
+  EXPECT_TRUE(GetStatus(worker0_, AsDaemon(tls_, "/job:worker/task:1")).ok());
+  EXPECT_TRUE(GetStatus(ps0_, AsDaemon(tls_, "master")).ok());
+}
+
+TEST_F(SecurityTest, OnlyTheMasterRegistersRunsAbortsAndCheckpoints) {
+  auto peer = AsDaemon(tls_, "/job:worker/task:1");
+  auto worker = WorkerService::NewStub(NewChannel(ps0_, peer));
+  {
+    // The incarnation takeover: a graph under a new master incarnation.
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(10));
+    RegisterGraphRequest req;
+    req.set_session_handle("job/attack");
+    req.set_master_incarnation(42);
+    RegisterGraphResponse resp;
+    ExpectRefused(worker->RegisterGraph(&ctx, req, &resp), grpc::StatusCode::PERMISSION_DENIED,
+                  "may be called only by the master");
+  }
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(10));
+    AbortStepRequest req;
+    req.set_step_id(1);
+    AbortStepResponse resp;
+    ExpectRefused(worker->AbortStep(&ctx, req, &resp), grpc::StatusCode::PERMISSION_DENIED,
+                  "task /job:worker/task:1 (certificate) may not");
+  }
+  auto ps = ParameterServer::NewStub(NewChannel(ps0_, peer));
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(10));
+    SaveShardRequest req;
+    req.set_session_handle("job/attack");
+    req.set_path(TempPath("stolen/shard"));
+    SaveShardResponse resp;
+    ExpectRefused(ps->SaveShard(&ctx, req, &resp), grpc::StatusCode::PERMISSION_DENIED, "ParameterServer.SaveShard");
+    struct stat st;
+    EXPECT_NE(stat(TempPath("stolen").c_str(), &st), 0) << "SaveShard created a directory for a refused caller";
+  }
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(10));
+    ListShardsRequest req;
+    ListShardsResponse resp;
+    ExpectRefused(ps->ListShards(&ctx, req, &resp), grpc::StatusCode::PERMISSION_DENIED, "ParameterServer.ListShards");
+  }
+}
+
+TEST_F(SecurityTest, CollectiveStreamsAdmitOnlyClusterTasks) {
+  auto stub = CollectiveService::NewStub(NewChannel(worker0_, AsUser("alice")));
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, absl::Seconds(10));
+  auto stream = stub->Exchange(&ctx);
+  ChunkHeader forged;
+  forged.set_group_key(1);
+  stream->Write(forged);  // may fail once the server has refused
+  stream->WritesDone();
+  ExchangeResponse ignored;
+  while (stream->Read(&ignored)) {
+  }
+  ExpectRefused(stream->Finish(), grpc::StatusCode::PERMISSION_DENIED, "CollectiveService.Exchange");
+}
+
+TEST_F(SecurityTest, UsersSeeAndControlOnlyTheirOwnJobs) {
+  auto nobody = Master(CaOnly());
+  ExpectRefused(nobody->ListJobs().status(), absl::StatusCode::kUnauthenticated, "needs credentials");
+  auto forger = Master(WithToken("forged-0123456789abcdef0123456789"));
+  ExpectRefused(forger->ListJobs().status(), absl::StatusCode::kUnauthenticated, "not in the master's token file");
+
+  auto alice = Master(WithToken(kAliceToken));
+  auto bob = Master(WithToken(kBobToken));
+  auto root = MasterClient::Create(master_, tls_->ClientOptions("root", Role::kAdmin));
+  // Alice's job runs while Bob attacks it.
+  auto id = alice->SubmitJob(Job(WriteData("data", 480), 3));
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_TRUE(absl::StartsWith(*id, "job-")) << *id;
+  EXPECT_GE(id->size(), 20u) << "a job id must not be guessable: " << *id;
+
+  ExpectRefused(bob->GetJob(*id).status(), absl::StatusCode::kPermissionDenied, "belongs to user alice");
+  ExpectRefused(bob->CancelJob(*id), absl::StatusCode::kPermissionDenied, "user bob (token) may not touch it");
+  ExpectRefused(bob->WatchJob(*id, [](const JobStatus&) {}), absl::StatusCode::kPermissionDenied,
+                "belongs to user alice");
+  ExpectRefused(bob->Reset(), absl::StatusCode::kPermissionDenied, "needs the admin role");
+  auto bobs = bob->ListJobs();
+  ASSERT_TRUE(bobs.ok()) << bobs.status();
+  EXPECT_TRUE(bobs->empty()) << "bob sees another user's job";
+  // A user certificate is as good as a token; its name is its CN.
+  auto carol = Master(AsUser("carol"));
+  ExpectRefused(carol->CancelJob(*id), absl::StatusCode::kPermissionDenied, "user carol (certificate)");
+  // A task's certificate is not a user.
+  auto task = Master(AsDaemon(tls_, "/job:worker/task:0"));
+  ExpectRefused(task->ListJobs().status(), absl::StatusCode::kPermissionDenied, "is not one");
+
+  // The owner and an admin see it; it finishes as it would undisturbed.
+  auto seen = root->GetJob(*id);
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  EXPECT_EQ(seen->owner(), "alice");
+  JobStatus last;
+  ASSERT_TRUE(alice->WatchJob(*id, [&](const JobStatus& s) { last = s; }).ok());
+  EXPECT_EQ(last.state(), SUCCEEDED) << last.DebugString();
+  EXPECT_GT(last.test_accuracy(), 0.9) << last.DebugString();  // chance is 1/3
+  auto alices = alice->ListJobs();
+  ASSERT_TRUE(alices.ok());
+  ASSERT_EQ(alices->size(), 1u);
+  EXPECT_EQ((*alices)[0].job_id(), *id);
+}
+
+TEST_F(SecurityTest, DaemonsRefuseToStartWithoutCertificates) {
+  // No certificate and no --insecure: the daemon says what to do and exits 1.
+  Subprocess p;
+  const std::string log = TempPath("no-certs.log");
+  ASSERT_TRUE(p.Start({WeftBinary(), "worker", "--task=worker:0", "--cluster=worker=127.0.0.1:1"}, log).ok());
+  ASSERT_TRUE(p.WaitFor(absl::Seconds(30)));
+  EXPECT_TRUE(WIFEXITED(p.exit_status()) && WEXITSTATUS(p.exit_status()) == 1) << p.exit_status();
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(absl::StrContains(text, "pass --ca, --cert and --key")) << text;
+  // A certificate of another identity is refused too.
+  Subprocess q;
+  std::vector<std::string> args = {WeftBinary(), "worker", "--task=worker:0", "--cluster=worker=127.0.0.1:1"};
+  for (const std::string& f : tls_->DaemonFlags("/job:worker/task:1")) args.push_back(f);
+  ASSERT_TRUE(q.Start(args, TempPath("wrong-identity.log")).ok());
+  ASSERT_TRUE(q.WaitFor(absl::Seconds(30)));
+  EXPECT_TRUE(WIFEXITED(q.exit_status()) && WEXITSTATUS(q.exit_status()) == 1) << q.exit_status();
+}
+
+}  // namespace
+}  // namespace weft
