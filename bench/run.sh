@@ -135,6 +135,10 @@ echo "$(cat "$TMP/summary.txt") -> ${OUT#"$REPO"/}"
 # The distributed-runtime benchmarks (issue 3): RecvTensor and the no-op step.
 "$BENCH/transfer.sh"
 
+# What mutual TLS costs: RecvTensor and MULTI_WORKER_MIRRORED with and
+# without certificates.
+"$BENCH/tls_cost.sh"
+
 # The strategy benchmarks (issue 4): ring all-reduce against gloo and MPI,
 # MULTI_WORKER_MIRRORED against PyTorch DDP.
 "$BENCH/strategies.sh"

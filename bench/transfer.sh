@@ -111,11 +111,24 @@ P0="$(free_port)"; P1="$(free_port)"; PM="$(free_port)"
 while [ "$P1" = "$P0" ]; do P1="$(free_port)"; done
 while [ "$PM" = "$P0" ] || [ "$PM" = "$P1" ]; do PM="$(free_port)"; done
 CLUSTER="worker=127.0.0.1:$P0,127.0.0.1:$P1"
-"$TMP/weft" worker --task=worker:0 --cluster="$CLUSTER" --listen="127.0.0.1:$P0" > "$TMP/w0.log" 2>&1 &
+# Over mutual TLS, as users run weft (bench/tls_cost.sh compares with
+# --insecure): a throwaway CA, a certificate per daemon and one for the bench.
+TLS="$TMP/tls"
+"$TMP/weft" certs init "$TLS" > /dev/null
+for name in master /job:worker/task:0 /job:worker/task:1; do
+  "$TMP/weft" certs issue "$TLS" --name="$name" --hosts=127.0.0.1 > /dev/null
+done
+"$TMP/weft" certs issue "$TLS" --name=bench --role=admin > /dev/null
+tls() { echo "--ca=$TLS/ca.crt" "--cert=$TLS/$1.crt" "--key=$TLS/$1.key"; }
+export WEFT_CA="$TLS/ca.crt" WEFT_CERT="$TLS/bench.crt" WEFT_KEY="$TLS/bench.key"
+# shellcheck disable=SC2046
+"$TMP/weft" worker --task=worker:0 --cluster="$CLUSTER" --listen="127.0.0.1:$P0" $(tls worker-0) > "$TMP/w0.log" 2>&1 &
 W0=$!; PIDS+=("$W0")
-"$TMP/weft" worker --task=worker:1 --cluster="$CLUSTER" --listen="127.0.0.1:$P1" > "$TMP/w1.log" 2>&1 &
+# shellcheck disable=SC2046
+"$TMP/weft" worker --task=worker:1 --cluster="$CLUSTER" --listen="127.0.0.1:$P1" $(tls worker-1) > "$TMP/w1.log" 2>&1 &
 W1=$!; PIDS+=("$W1")
-"$TMP/weft" master --cluster="$CLUSTER" --listen="127.0.0.1:$PM" > "$TMP/master.log" 2>&1 &
+# shellcheck disable=SC2046
+"$TMP/weft" master --cluster="$CLUSTER" --listen="127.0.0.1:$PM" $(tls master) > "$TMP/master.log" 2>&1 &
 WM=$!; PIDS+=("$WM")
 await_serving worker:0 "$W0" "$TMP/w0.log"
 await_serving worker:1 "$W1" "$TMP/w1.log"

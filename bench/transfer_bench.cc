@@ -12,6 +12,9 @@
 //     above idle comes from /proc/PID/status (VmHWM after the steps, minus VmRSS
 //     after the variable exists; the peak is reset via /proc/PID/clear_refs).
 //
+// The master's credentials come from WEFT_CA, WEFT_CERT and WEFT_KEY, as for
+// the `weft` client; without WEFT_CA the master must run with --insecure.
+//
 //   transfer_bench noop --master=H:P [--calls=2000] [--warmup=200]
 //     A step that runs a NoOp on worker:0 and one on worker:1, nothing fed or
 //     fetched: the runtime's own round trip client -> master -> both tasks.
@@ -28,6 +31,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "client/client_auth.h"
 #include "client/master_client.h"
 #include "common/logging.h"
 #include "graph/builder.h"
@@ -200,7 +204,21 @@ int main(int argc, char** argv) {
   const std::string mode = argv[1];
   const auto f = weft::ParseFlags(argc, argv);
   if (!f.count("master")) weft::Die("pass --master=HOST:PORT");
-  auto client = weft::MasterClient::Create(f.at("master"));
+  // Credentials as the `weft` client takes them from the environment
+  // (WEFT_CA with WEFT_CERT/WEFT_KEY); without WEFT_CA, a master started
+  // with --insecure.
+  weft::MasterClientOptions options;
+  const char* ca = std::getenv("WEFT_CA");
+  if (ca != nullptr && *ca != '\0') {
+    weft::ClientCredentialFiles files;
+    files.ca = ca;
+    files.cert = std::getenv("WEFT_CERT") != nullptr ? std::getenv("WEFT_CERT") : "";
+    files.key = std::getenv("WEFT_KEY") != nullptr ? std::getenv("WEFT_KEY") : "";
+    auto creds = weft::ClientChannelCredentials(files);
+    if (!creds.ok()) weft::Die(creds.status().ToString());
+    options.credentials = *creds;
+  }
+  auto client = weft::MasterClient::Create(f.at("master"), options);
   if (mode == "transfer") return weft::Transfer(client.get(), f);
   if (mode == "noop") return weft::Noop(client.get(), f);
   weft::Die("unknown mode '" + mode + "'");

@@ -1,5 +1,7 @@
 #include "runtime/data/dataset.h"
 
+#include <optional>
+
 #include <algorithm>
 #include <limits>
 #include <numeric>
@@ -8,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "runtime/data/idx_reader.h"
@@ -280,6 +283,26 @@ std::string ShapeString(absl::Span<const int64_t> shape) {
 }
 
 // `name` resolved against `dir`; an empty name means `default_name` in `dir`.
+absl::Mutex g_root_mu;
+std::optional<ConfinedRoot>* g_root ABSL_GUARDED_BY(g_root_mu) = nullptr;
+
+// A dataset file's path, confined to the data root when one is set: under
+// it, and reached without a symbolic link.
+absl::StatusOr<std::string> Confine(const std::string& path, const char* field) {
+  std::optional<ConfinedRoot> root;
+  {
+    absl::MutexLock lock(&g_root_mu);
+    if (g_root == nullptr || !g_root->has_value()) return path;
+    root = **g_root;
+  }
+  absl::StatusOr<std::string> rel = root->Relativize(path);
+  if (!rel.ok()) {
+    return absl::PermissionDeniedError(absl::StrCat("dataset ", field, " ", path, " is outside the data root ",
+                                                    root->path(), " (--data_root)"));
+  }
+  return root->Resolve(*rel, /*create_dirs=*/false);
+}
+
 absl::StatusOr<std::string> ResolvePath(const std::string& dir, const std::string& name,
                                         const char* default_name, const char* field) {
   if (name.empty()) {
@@ -287,10 +310,10 @@ absl::StatusOr<std::string> ResolvePath(const std::string& dir, const std::strin
       return absl::InvalidArgumentError(
           absl::StrCat("dataset spec sets neither ", field, " nor dir"));
     }
-    return absl::StrCat(dir, "/", default_name);
+    return Confine(absl::StrCat(dir, "/", default_name), field);
   }
-  if (name[0] == '/' || dir.empty()) return name;
-  return absl::StrCat(dir, "/", name);
+  if (name[0] == '/' || dir.empty()) return Confine(name, field);
+  return Confine(absl::StrCat(dir, "/", name), field);
 }
 
 absl::Status CheckLabels(absl::Span<const int32_t> labels, int64_t num_classes,
@@ -374,6 +397,12 @@ absl::StatusOr<InMemoryDataset> LoadTFRecord(const DatasetSpec& spec, bool train
 }
 
 }  // namespace
+
+void SetDataRoot(std::optional<ConfinedRoot> root) {
+  absl::MutexLock lock(&g_root_mu);
+  if (g_root == nullptr) g_root = new std::optional<ConfinedRoot>();
+  *g_root = std::move(root);
+}
 
 absl::StatusOr<InMemoryDataset> LoadDataset(const DatasetSpec& spec, bool train,
                                             absl::Span<const int64_t> example_shape,

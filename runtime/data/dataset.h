@@ -34,6 +34,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/allocator.h"
+#include "common/confined_root.h"
 #include "common/tensor.h"
 #include "proto/job.pb.h"
 
@@ -87,6 +88,12 @@ class InMemoryDataset {
 //    layout in tfrecord.h and `example_shape` is required.
 // train_limit / test_limit keep only the first N examples. When
 // `num_classes` > 0, every label must be below it.
+// Confines every file LoadDataset reads to `root` (a daemon's --data_root):
+// a path outside it is PERMISSION_DENIED naming the file and the root, and
+// one reached through a symbolic link below the root is refused. Process-
+// wide; nullopt (the default: `weft train`, tests) reads any path.
+void SetDataRoot(std::optional<ConfinedRoot> root);
+
 absl::StatusOr<InMemoryDataset> LoadDataset(const DatasetSpec& spec, bool train,
                                             absl::Span<const int64_t> example_shape = {},
                                             int64_t num_classes = 0);

@@ -466,3 +466,42 @@ TEST(LoadDatasetTest, TFRecordFilesInOrderWithLimit) {
 }  // namespace
 }  // namespace data
 }  // namespace weft
+
+namespace weft {
+namespace data {
+namespace {
+
+// A daemon's --data_root: files outside it, or reached through a symbolic
+// link below it, are refused; files inside load as before.
+TEST(DataRootTest, ConfinesEveryFileToTheRoot) {
+  const std::string root = TempPath("data-root");
+  const std::string inside = root + "/mnist";
+  const std::string outside = TempPath("outside-root");
+  for (const std::string& d : {root, inside, outside}) ASSERT_TRUE(mkdir(d.c_str(), 0755) == 0 || errno == EEXIST);
+  WriteIdxSplit(inside, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", 4, true);
+  WriteIdxSplit(outside, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", 4, true);
+  unlink((root + "/link").c_str());
+  ASSERT_EQ(symlink(outside.c_str(), (root + "/link").c_str()), 0);
+  auto confined = ConfinedRoot::Open(root, false);
+  ASSERT_TRUE(confined.ok()) << confined.status();
+  SetDataRoot(*confined);
+  DatasetSpec spec;
+  spec.set_dir(inside);
+  EXPECT_TRUE(LoadDataset(spec, true).ok());
+  spec.set_dir(outside);
+  auto out = LoadDataset(spec, true);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kPermissionDenied) << out.status();
+  EXPECT_NE(out.status().message().find("outside the data root"), std::string::npos) << out.status();
+  spec.set_dir(root + "/link");
+  auto linked = LoadDataset(spec, true);
+  EXPECT_EQ(linked.status().code(), absl::StatusCode::kPermissionDenied) << linked.status();
+  spec.set_dir(inside + "/../../outside-root");
+  EXPECT_FALSE(LoadDataset(spec, true).ok());
+  SetDataRoot(std::nullopt);
+  spec.set_dir(outside);
+  EXPECT_TRUE(LoadDataset(spec, true).ok());  // without a root, as `weft train` reads
+}
+
+}  // namespace
+}  // namespace data
+}  // namespace weft
