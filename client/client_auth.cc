@@ -24,9 +24,8 @@ absl::StatusOr<std::string> ReadToken(const std::string& path) {
   if (stat(path.c_str(), &st) != 0) {
     return absl::NotFoundError(absl::StrCat("token file ", path, " cannot be read: ", std::strerror(errno)));
   }
-  if ((st.st_mode & 077) != 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("token file ", path, " is readable by group or others: chmod 600 it"));
+  if ((st.st_mode & 007) != 0) {  // group access: a Kubernetes Secret mount
+    return absl::PermissionDeniedError(absl::StrCat("token file ", path, " is open to other users: chmod 600 it"));
   }
   std::ifstream in(path);
   std::stringstream text;

@@ -41,8 +41,10 @@ absl::StatusOr<FileInfo> Stat(const std::string& path) {
   if (stat(path.c_str(), &st) != 0) {
     return absl::NotFoundError(absl::StrCat("token file ", path, ": ", std::strerror(errno)));
   }
-  if ((st.st_mode & 077) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat("token file ", path, " is readable by group or others (mode ",
+  // Group access is allowed: Kubernetes mounts a Secret group-readable for
+  // the pod's fsGroup. Anyone else is not.
+  if ((st.st_mode & 007) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat("token file ", path, " is open to other users (mode ",
                                                     absl::StrFormat("%04o", st.st_mode & 07777),
                                                     "): chmod 600 it"));
   }

@@ -15,7 +15,8 @@
 // The file is re-read when its modification time or size changes (checked
 // at most once a second), so tokens are added or revoked without a restart;
 // a file that no longer parses keeps the previous table and logs the error.
-// The file must not be readable by group or others (refused otherwise).
+// The file must not be open to other users (mode o=; refused otherwise);
+// group access is allowed, as Kubernetes mounts Secrets for the pod's fsGroup.
 //
 // Thread-safety: thread-safe.
 #ifndef WEFT_COMMON_TOKEN_TABLE_H_

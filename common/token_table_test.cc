@@ -39,11 +39,13 @@ TEST(TokenTableTest, LooksUpUsersAndRoles) {
   EXPECT_TRUE(root->admin);
   // A prefix, a longer string and an empty one are all unknown, and the
   // error does not echo the token.
-  for (const std::string bad : {std::string(kAlice).substr(0, 20), std::string(kAlice) + "x", std::string()}) {
+  for (const std::string& bad : {std::string(kAlice).substr(0, 20), std::string(kAlice) + "x", std::string()}) {
     auto r = (*t)->Lookup(bad);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), absl::StatusCode::kUnauthenticated);
-    if (!bad.empty()) EXPECT_FALSE(absl::StrContains(r.status().message(), bad));
+    if (!bad.empty()) {
+      EXPECT_FALSE(absl::StrContains(r.status().message(), bad));
+    }
   }
 }
 
@@ -71,7 +73,9 @@ TEST(TokenTableTest, RefusesAFileOthersCanRead) {
   const std::string path = WriteFile("open_tokens", std::string(kAlice) + " alice user\n", 0644);
   auto t = TokenTable::Load(path);
   ASSERT_FALSE(t.ok());
-  EXPECT_TRUE(absl::StrContains(t.status().message(), "readable by group or others")) << t.status();
+  EXPECT_TRUE(absl::StrContains(t.status().message(), "open to other users")) << t.status();
+  // A Kubernetes Secret mount: readable by the pod's group only.
+  EXPECT_TRUE(TokenTable::Load(WriteFile("group_tokens", std::string(kAlice) + " alice user\n", 0440)).ok());
 }
 
 TEST(TokenTableTest, RereadsTheFileWhenItChanges) {
