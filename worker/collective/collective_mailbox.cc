@@ -26,7 +26,7 @@ void CollectiveMailbox::Deliver(const ChunkKey& key, ReceivedChunk chunk, const 
   {
     absl::MutexLock lock(&mu_);
     if (AbortedLocked(key) != nullptr) return;  // `chunk` is released outside the lock
-    auto [it, inserted] = entries_.try_emplace(SlotOf(key, sender));
+    auto [it, inserted] = entries_.try_emplace(SlotOfLocked(key, sender));
     if (inserted) {
       it->second.chunk.emplace(std::move(chunk));
       return;
@@ -46,7 +46,7 @@ void CollectiveMailbox::RecvAsync(const ChunkKey& key, RecvCallback done, const 
     if (const absl::Status* aborted = AbortedLocked(key)) {
       status = *aborted;
     } else {
-      auto [it, inserted] = entries_.try_emplace(SlotOf(key, expected_sender));
+      auto [it, inserted] = entries_.try_emplace(SlotOfLocked(key, expected_sender));
       if (inserted || !it->second.chunk.has_value()) {
         it->second.waiter = std::move(done);
         return;

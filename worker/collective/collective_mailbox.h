@@ -74,15 +74,24 @@ class CollectiveMailbox {
 
   struct Slot {
     ChunkKey key;
-    std::string sender;  // empty unless check_senders_
+    int32_t sender;  // SenderIdLocked's number; 0 unless check_senders_
     bool operator==(const Slot& o) const { return key == o.key && sender == o.sender; }
     template <typename H>
     friend H AbslHashValue(H h, const Slot& s) {
       return H::combine(std::move(h), s.key, s.sender);
     }
   };
-  Slot SlotOf(const ChunkKey& key, const std::string& sender) const {
-    return Slot{key, check_senders_ ? sender : std::string()};
+  // Senders are numbered once, so that filing a chunk allocates nothing.
+  int32_t SenderIdLocked(const std::string& sender) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!check_senders_) return 0;
+    auto it = sender_ids_.find(sender);
+    if (it != sender_ids_.end()) return it->second;
+    const int32_t id = static_cast<int32_t>(sender_ids_.size()) + 1;
+    sender_ids_.emplace(sender, id);
+    return id;
+  }
+  Slot SlotOfLocked(const ChunkKey& key, const std::string& sender) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return Slot{key, SenderIdLocked(sender)};
   }
 
   struct Entry {
@@ -99,6 +108,8 @@ class CollectiveMailbox {
   const bool check_senders_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Slot, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  // The cluster's tasks, a handful: never pruned.
+  absl::flat_hash_map<std::string, int32_t> sender_ids_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<CollectiveId, absl::Status> aborted_collectives_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, absl::Status> aborted_steps_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Status> aborted_all_ ABSL_GUARDED_BY(mu_);
