@@ -104,7 +104,8 @@ class PosixRandomAccessFile final : public RandomAccessFile {
 class PosixEnv final : public Env {
  public:
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    // Private: files hold weights, job records and checkpoints.
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) return PosixError("open for write", path, errno);
     return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
   }
@@ -181,7 +182,7 @@ class PosixEnv final : public Env {
       absl::Status s = CreateDirs(parent);
       if (!s.ok()) return s;
     }
-    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return PosixError("mkdir", dir, errno);
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return PosixError("mkdir", dir, errno);
     return absl::OkStatus();
   }
 

@@ -1,7 +1,9 @@
 #include "master/sqlite_job_store.h"
 
-#include <sqlite3.h>
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <sqlite3.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -106,6 +108,10 @@ SqliteJobStore::~SqliteJobStore() { Close().IgnoreError(); }
 
 absl::Status SqliteJobStore::InitLocked() {
   const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+  // Job records are private: create the file 0600 before SQLite does (its
+  // journal takes the database file's mode).
+  const int created = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (created >= 0) ::close(created);
   const int rc = sqlite3_open_v2(path_.c_str(), &db_, flags, nullptr);
   if (rc != SQLITE_OK) {
     // SQLite's errno here is from its read-only retry, so say why ourselves.

@@ -102,6 +102,12 @@ TEST_F(SqliteJobStoreTest, RoundTripCreatesTheDirectory) {
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->path(), JoinPath(state_dir, "jobs.db"));
   EXPECT_TRUE(Env::Default()->FileExists(store->path()));
+  // Job records are private to the master's user.
+  struct stat st;
+  ASSERT_EQ(stat(store->path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(stat(state_dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
   auto empty = store->LoadAll();
   ASSERT_TRUE(empty.ok()) << empty.status();
   EXPECT_TRUE(empty->empty());
