@@ -11,12 +11,15 @@
 #include "absl/time/clock.h"
 #include "client/flags.h"
 #include "common/cluster_spec.h"
+#include "common/confined_root.h"
 #include "common/grpc_security.h"
+#include "runtime/data/dataset.h"
 #include "common/grpc_util.h"
 #include "common/token_table.h"
 #include "graph/device_name.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "master/master_server.h"
 #include "ps/ps_service.h"
 #include "worker/worker_server.h"
@@ -105,6 +108,41 @@ void StopHealthServer(grpc::Server* server) {
   server->Wait();
 }
 
+// --checkpoint_root (default ps::kDefaultCheckpointRoot), created 0700 when
+// missing and opened once here, so that a daemon that could not use it does
+// not start. The same directory (a shared volume) for the master and every
+// task: checkpoint paths are relative to it.
+absl::StatusOr<std::string> CheckpointRoot(const Flags& f) {
+  if (f.Has("checkpoint_root") && f.Get("checkpoint_root").empty()) {
+    return absl::InvalidArgumentError("--checkpoint_root needs a directory");
+  }
+  const std::string root = f.Get("checkpoint_root", ps::kDefaultCheckpointRoot);
+  absl::StatusOr<ConfinedRoot> opened = ConfinedRoot::Open(root, /*create=*/true);
+  if (!opened.ok()) return Annotate(opened.status(), "--checkpoint_root");
+  return opened->path();
+}
+
+// --data_root (default /usr/share/datasets): every dataset file a job
+// reads on this daemon must lie under it (runtime/data/dataset.h).
+absl::Status ConfineDatasets(const Flags& f) {
+  if (f.Has("data_root") && f.Get("data_root").empty()) {
+    return absl::InvalidArgumentError("--data_root needs a directory");
+  }
+  absl::StatusOr<ConfinedRoot> root = ConfinedRoot::Open(f.Get("data_root", kDefaultDataRoot), /*create=*/false);
+  if (!root.ok()) {
+    // A root named on the command line must exist; without the default
+    // (no dataset packages here) the daemon serves, and refuses every
+    // dataset, saying why.
+    if (f.Has("data_root")) return Annotate(root.status(), "--data_root");
+    Logger("worker")->warn("no data root ({}): this daemon reads no datasets; pass --data_root=DIR",
+                           std::string(root.status().message()));
+    data::SetDataRoot(Annotate(root.status(), "--data_root"));
+    return absl::OkStatus();
+  }
+  data::SetDataRoot(*root);
+  return absl::OkStatus();
+}
+
 // The cluster without the master's own job: the tasks the master drives.
 ClusterDef WithoutJob(const ClusterDef& cluster, const std::string& job) {
   ClusterDef out;
@@ -138,7 +176,7 @@ int WaitForTerminationSignal() {
 int RunTaskCommand(int argc, char** argv, const char* job) {
   auto f = Flags::Parse(argc, argv, 2,
                         {"task", "cluster", "listen", "intra_op_threads", "inter_op_threads", "cpu_devices", "gpus",
-                         "log_level", "drain_seconds", "ca", "cert", "key", "health_port"},
+                         "log_level", "drain_seconds", "ca", "cert", "key", "health_port", "checkpoint_root", "data_root"},
                         {"insecure"});
   if (!f.ok()) return Usage(job, f.status().message());
   if (f->Has("log_level") && !SetLogLevel(f->Get("log_level"))) return Usage(job, "unknown --log_level");
@@ -175,6 +213,15 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
     log->error("cannot start: {}", std::string(security.status().message()));
     return 1;
   }
+  auto checkpoint_root = CheckpointRoot(*f);
+  if (!checkpoint_root.ok()) {
+    log->error("cannot start: {}", std::string(checkpoint_root.status().message()));
+    return 1;
+  }
+  if (absl::Status s = ConfineDatasets(*f); !s.ok()) {
+    log->error("cannot start: {}", std::string(s.message()));
+    return 1;
+  }
   BlockTerminationSignals();
   worker::WorkerServerOptions opts;
   opts.security = *security;
@@ -190,7 +237,10 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
   // restore) beside the WorkerService: ps tasks hold the variables of
   // PARAMETER_SERVER jobs, workers those of the mirrored strategies, and the
   // master checkpoints both through it.
-  opts.extra_services.push_back(ps::PsServiceFactory());
+  // Shard paths are relative to the checkpoint root and confined to it.
+  ps::PsHandlerOptions ps_options;
+  ps_options.checkpoint_root = *checkpoint_root;
+  opts.extra_services.push_back(ps::PsServiceFactory(ps_options));
   auto server = worker::StartWorkerServer(opts);
   if (!server.ok()) {
     log->error("cannot start: {}", std::string(server.status().message()));
@@ -225,7 +275,7 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
 int RunMasterCommand(int argc, char** argv) {
   auto f = Flags::Parse(argc, argv, 2,
                         {"cluster", "task", "listen", "port", "log_level", "state_dir", "ca", "cert", "key",
-                         "health_port", "auth_tokens_file"},
+                         "health_port", "auth_tokens_file", "checkpoint_root", "data_root"},
                         {"insecure"});
   if (!f.ok()) return Usage("master", f.status().message());
   if (f->Has("state_dir") && f->Get("state_dir").empty()) return Usage("master", "--state_dir needs a directory");
@@ -270,6 +320,16 @@ int RunMasterCommand(int argc, char** argv) {
   opts.cluster = WithoutJob(config->cluster, config->task.job.empty() ? "master" : config->task.job);
   // Without it, jobs are kept in memory and forgotten on restart.
   opts.state_dir = f->Get("state_dir");
+  auto checkpoint_root = CheckpointRoot(*f);
+  if (!checkpoint_root.ok()) {
+    log->error("cannot start: {}", std::string(checkpoint_root.status().message()));
+    return 1;
+  }
+  if (absl::Status s = ConfineDatasets(*f); !s.ok()) {
+    log->error("cannot start: {}", std::string(s.message()));
+    return 1;
+  }
+  opts.checkpoint_root = *checkpoint_root;
   auto server = master::MasterServer::Start(std::move(opts));
   if (!server.ok()) {
     log->error("cannot start: {}", std::string(server.status().message()));

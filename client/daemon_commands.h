@@ -14,6 +14,10 @@
 
 namespace weft {
 
+// Where daemons read datasets from unless --data_root says otherwise
+// (Debian's dataset packages install there).
+inline constexpr char kDefaultDataRoot[] = "/usr/share/datasets";
+
 int RunMasterCommand(int argc, char** argv);
 // `job` is "worker" or "ps": the default job of --task.
 int RunTaskCommand(int argc, char** argv, const char* job);

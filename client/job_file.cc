@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -93,9 +94,14 @@ absl::Status ValidateJob(const JobSpec& job) {
                                                    ck.keep(), ") cannot be negative"));
   }
   for (const auto& [field, dir] : {std::pair<const char*, std::string>{"dir", ck.dir()}, {"resume_from", ck.resume_from()}}) {
-    if (!dir.empty() && dir[0] != '/') {
-      return absl::InvalidArgumentError(absl::StrCat("job: checkpoint.", field, " '", dir,
-                                                     "' must be an absolute path (every task resolves it)"));
+    // Relative names resolve under the daemons' --checkpoint_root; absolute
+    // ones must lie inside it (the master checks, knowing the root).
+    for (absl::string_view part : absl::StrSplit(dir, '/')) {
+      if (part == "..") {
+        return absl::InvalidArgumentError(absl::StrCat("job: checkpoint.", field, " '", dir,
+                                                       "' must not contain '..' (it names a directory under the "
+                                                       "checkpoint root)"));
+      }
     }
   }
   if (ck.dir().empty() && (ck.every_steps() > 0 || ck.every_seconds() > 0 || !ck.resume_from().empty())) {

@@ -34,6 +34,7 @@
 #include "client/subprocess.h"
 #include "common/env.h"
 #include "common/status_macros.h"
+#include "ps/ps_handler.h"
 
 namespace weft {
 namespace {
@@ -258,7 +259,7 @@ absl::StatusOr<LocalCredentials> MakeLocalCredentials(const std::string& dir, co
 int RunLocalCommand(int argc, char** argv) {
   auto f = Flags::Parse(argc, argv, 2,
                         {"workers", "ps", "cpu_devices", "gpus", "output", "log_dir", "log_level", "max_restarts",
-                         "resume_from", "master_wait_seconds"},
+                         "resume_from", "master_wait_seconds", "checkpoint_root", "data_root"},
                         {"insecure"});
   if (!f.ok()) {
     std::fprintf(stderr, "weft local: %s\n", std::string(f.status().message()).c_str());
@@ -286,6 +287,13 @@ int RunLocalCommand(int argc, char** argv) {
                  std::string((!max_restarts.ok() ? max_restarts.status() : master_wait.status()).message()).c_str());
     return 2;
   }
+  if (f->Has("checkpoint_root") && f->Get("checkpoint_root").empty()) {
+    std::fprintf(stderr, "weft local: --checkpoint_root needs a directory\n");
+    return 2;
+  }
+  // Every daemon gets the same one: the job's checkpoint.dir and
+  // --resume_from must lie inside it.
+  const std::string checkpoint_root = f->Get("checkpoint_root", ps::kDefaultCheckpointRoot);
   if (f->Has("resume_from") && f->args().empty()) {
     std::fprintf(stderr, "weft local: --resume_from needs a job file\n");
     return 2;
@@ -406,6 +414,8 @@ int RunLocalCommand(int argc, char** argv) {
     t.log = absl::StrCat(log_dir, "/", name.substr(0, name.find(':')), "-", name.substr(name.find(':') + 1), ".log");
     t.process = std::make_unique<Subprocess>();
     if (f->Has("log_level")) argv.push_back("--log_level=" + f->Get("log_level"));
+    argv.push_back("--checkpoint_root=" + checkpoint_root);
+    argv.push_back("--data_root=" + f->Get("data_root", kDefaultDataRoot));
     RETURN_IF_ERROR(t.process->Start(argv, t.log));
     t.started = absl::Now();
     tasks.push_back(std::move(t));

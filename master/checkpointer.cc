@@ -1,10 +1,16 @@
 #include "master/checkpointer.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <utility>
 #include <vector>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/time/clock.h"
@@ -34,14 +40,161 @@ std::vector<absl::Status> InParallel(size_t n, CallFn call) {
   return statuses;
 }
 
+// An OWNER file holds a user name and a newline; anything longer is not one.
+constexpr size_t kMaxOwnerFileBytes = 4096;
+
+std::string DescribeOwner(const std::string& owner) {
+  return owner.empty() ? "no user (an insecure master)" : absl::StrCat("user ", owner);
+}
+
+// Writes all of `data` to `fd`, then fsyncs it. `what` names the file.
+absl::Status WriteAllAndSync(int fd, absl::string_view data, const std::string& what) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return absl::ErrnoToStatus(errno, absl::StrCat("write(", what, ")"));
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  if (::fsync(fd) != 0) return absl::ErrnoToStatus(errno, absl::StrCat("fsync(", what, ")"));
+  return absl::OkStatus();
+}
+
+// Makes `owner` the owner of the checkpoint directory `dir` (relative to
+// `root`, created 0700 when missing) unless it has an OWNER file already;
+// then checks that file. The file appears whole or not at all: it is written
+// under a temp name and hard-linked into place, which fails when another
+// writer got there first (its claim then stands).
+absl::Status ClaimCheckpointDir(const ConfinedRoot& root, const std::string& dir, const std::string& owner,
+                                absl::string_view field) {
+  ASSIGN_OR_RETURN(std::optional<std::string> existing, ReadCheckpointOwner(root, dir));
+  if (existing.has_value() || owner.empty()) return CheckCheckpointOwner(root, dir, owner, field);
+  const std::string name = JoinPath(dir, kCheckpointOwnerFileName);
+  const std::string temp = absl::StrFormat("%s.tmp.%016x", name, absl::Uniform<uint64_t>(absl::BitGen()));
+  ASSIGN_OR_RETURN(const int fd, root.OpenFile(temp, O_WRONLY | O_CREAT | O_EXCL, 0600, /*create_dirs=*/true));
+  absl::Status written = WriteAllAndSync(fd, absl::StrCat(owner, "\n"), JoinPath(root.path(), temp));
+  if (::close(fd) != 0 && written.ok()) written = absl::ErrnoToStatus(errno, absl::StrCat("close(", temp, ")"));
+  const std::string temp_path = JoinPath(root.path(), temp);
+  bool claimed = false;
+  if (written.ok()) {
+    absl::StatusOr<std::string> target = root.Resolve(name, /*create_dirs=*/false);
+    if (!target.ok()) {
+      written = target.status();
+    } else if (::link(temp_path.c_str(), target->c_str()) == 0) {
+      claimed = true;
+    } else if (errno != EEXIST) {
+      written = absl::ErrnoToStatus(errno, absl::StrCat("link(", temp_path, ", ", *target, ")"));
+    }
+  }
+  ::unlink(temp_path.c_str());
+  RETURN_IF_ERROR(written);
+  if (claimed) {
+    Logger("master")->info("checkpoint directory {} belongs to {} from now on", JoinPath(root.path(), dir),
+                           DescribeOwner(owner));
+  }
+  return CheckCheckpointOwner(root, dir, owner, field);
+}
+
 }  // namespace
 
-Checkpointer::Checkpointer(Env* env, WorkerCacheInterface* workers, std::string job_name, CheckpointPolicy policy)
+absl::StatusOr<std::string> RelativeCheckpointDir(const ConfinedRoot& root, const std::string& dir,
+                                                  absl::string_view field) {
+  absl::StatusOr<std::string> relative = root.Relativize(dir);
+  if (relative.ok()) return relative;
+  if (absl::IsPermissionDenied(relative.status())) {  // lexically outside
+    return absl::InvalidArgumentError(
+        absl::StrCat("job: ", field, " '", dir, "' is outside the checkpoint root ", root.path()));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("job: ", field, " '", dir,
+                                                 "' is not allowed under the checkpoint root ", root.path(), ": ",
+                                                 relative.status().message()));
+}
+
+absl::StatusOr<std::optional<std::string>> ReadCheckpointOwner(const ConfinedRoot& root, const std::string& dir) {
+  absl::StatusOr<int> fd = root.OpenFile(JoinPath(dir, kCheckpointOwnerFileName), O_RDONLY);
+  if (absl::IsNotFound(fd.status())) return std::nullopt;
+  RETURN_IF_ERROR(fd.status());
+  std::string content(kMaxOwnerFileBytes + 1, '\0');
+  size_t got = 0;
+  int err = 0;
+  while (got < content.size()) {
+    const ssize_t n = ::read(*fd, &content[got], content.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) err = errno;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(*fd);
+  const std::string path = JoinPath(root.path(), JoinPath(dir, kCheckpointOwnerFileName));
+  if (err != 0) return absl::ErrnoToStatus(err, absl::StrCat("read(", path, ")"));
+  if (got > kMaxOwnerFileBytes) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is longer than ", kMaxOwnerFileBytes, " bytes: not an OWNER file"));
+  }
+  content.resize(got);
+  if (!content.empty() && content.back() == '\n') content.pop_back();
+  return content;
+}
+
+absl::Status CheckCheckpointOwner(const ConfinedRoot& root, const std::string& dir, const std::string& owner,
+                                  absl::string_view field) {
+  ASSIGN_OR_RETURN(std::optional<std::string> existing, ReadCheckpointOwner(root, dir));
+  if (!existing.has_value() || *existing == owner) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "checkpoint directory ", JoinPath(root.path(), dir), " belongs to ", DescribeOwner(*existing), ", so a job of ",
+      DescribeOwner(owner), " cannot use it as ", field, " (an operator shares a checkpoint directory between users "
+      "by editing its ", kCheckpointOwnerFileName, " file)"));
+}
+
+absl::Status CheckCheckpointPolicy(const ConfinedRoot& root, const CheckpointPolicy& policy,
+                                   const std::string& owner) {
+  for (const auto& [field, dir] : {std::pair<const char*, const std::string*>{"checkpoint.dir", &policy.dir()},
+                                   {"checkpoint.resume_from", &policy.resume_from()}}) {
+    if (dir->empty()) continue;
+    ASSIGN_OR_RETURN(const std::string relative, RelativeCheckpointDir(root, *dir, field));
+    absl::Status s = CheckCheckpointOwner(root, relative, owner, field);
+    if (!s.ok()) return Annotate(s, "job");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(Env* env, WorkerCacheInterface* workers,
+                                                                   std::string job_name, CheckpointPolicy policy,
+                                                                   CheckpointerOptions options) {
+  std::string dir = policy.dir();
+  std::string resume_from = policy.resume_from();
+  if (options.root.has_value()) {
+    if (!dir.empty()) {
+      ASSIGN_OR_RETURN(dir, RelativeCheckpointDir(*options.root, dir, "checkpoint.dir"));
+    }
+    if (!resume_from.empty()) {
+      ASSIGN_OR_RETURN(resume_from, RelativeCheckpointDir(*options.root, resume_from, "checkpoint.resume_from"));
+    }
+  }
+  return std::unique_ptr<Checkpointer>(new Checkpointer(env, workers, std::move(job_name), std::move(policy),
+                                                        std::move(options), std::move(dir), std::move(resume_from)));
+}
+
+Checkpointer::Checkpointer(Env* env, WorkerCacheInterface* workers, std::string job_name, CheckpointPolicy policy,
+                           CheckpointerOptions options, std::string dir, std::string resume_from)
     : env_(env),
       workers_(workers),
       job_name_(std::move(job_name)),
       policy_(std::move(policy)),
+      options_(std::move(options)),
+      dir_(std::move(dir)),
+      resume_from_(std::move(resume_from)),
       last_save_(absl::Now()) {}
+
+absl::StatusOr<std::string> Checkpointer::LocalPath(const std::string& name, bool create_dirs) const {
+  if (options_.root.has_value()) return options_.root->Resolve(name, create_dirs);
+  if (create_dirs) RETURN_IF_ERROR(env_->CreateDirs(DirName(name)));
+  return name;
+}
+
+absl::StatusOr<std::string> Checkpointer::TaskPath(const std::string& local) const {
+  if (options_.root.has_value()) return options_.root->Relativize(local);
+  return local;
+}
 
 std::string Checkpointer::ShardFileName(const std::string& task) {
   absl::StatusOr<DeviceName> name = DeviceName::Parse(task);
@@ -60,11 +213,17 @@ absl::StatusOr<ps::CheckpointEntry> Checkpointer::Save(const std::string& sessio
                                                        const std::vector<std::string>& holders) {
   if (!enabled()) return absl::FailedPreconditionError(absl::StrCat("job '", job_name_, "' has no checkpoint dir"));
   const absl::Time started = absl::Now();
-  const std::string dir = JoinPath(policy_.dir(), ps::CheckpointDirName(step));
-  RETURN_IF_ERROR(env_->CreateDirs(dir));
+  if (options_.root.has_value()) {
+    RETURN_IF_ERROR(Annotate(ClaimCheckpointDir(*options_.root, dir_, options_.owner, "checkpoint.dir"),
+                             absl::StrCat("job '", job_name_, "'")));
+  }
+  // The step's directory as the tasks name it, and as the master reaches it.
+  const std::string task_dir = JoinPath(dir_, ps::CheckpointDirName(step));
+  ASSIGN_OR_RETURN(const std::string manifest_path,
+                   LocalPath(JoinPath(task_dir, ps::kManifestFileName), /*create_dirs=*/true));
+  const std::string dir = DirName(manifest_path);
   // A directory of this step from an earlier attempt stops being a
   // checkpoint before its shards are replaced.
-  const std::string manifest_path = JoinPath(dir, ps::kManifestFileName);
   if (env_->FileExists(manifest_path)) RETURN_IF_ERROR(env_->DeleteFile(manifest_path));
 
   // Which tasks hold the session's variables.
@@ -93,7 +252,7 @@ absl::StatusOr<ps::CheckpointEntry> Checkpointer::Save(const std::string& sessio
   std::vector<SaveShardResponse> saved(owners.size());
   for (size_t i = 0; i < owners.size(); ++i) {
     save_requests[i].set_session_handle(session_handle);
-    save_requests[i].set_path(JoinPath(dir, ShardFileName(owners[i])));
+    save_requests[i].set_path(JoinPath(task_dir, ShardFileName(owners[i])));
     save_requests[i].set_global_step(step);
   }
   std::vector<absl::Status> statuses = InParallel(owners.size(), [&](size_t i, StatusCallback done) {
@@ -121,7 +280,8 @@ absl::StatusOr<ps::CheckpointEntry> Checkpointer::Save(const std::string& sessio
   Logger("master")->info("job '{}': checkpoint of step {} in {} ({} shard(s), {} bytes, {:.0f} ms)", job_name_, step,
                          dir, owners.size(), bytes, absl::ToDoubleMilliseconds(last_save_ - started));
   const int keep = policy_.keep() > 0 ? policy_.keep() : kDefaultKeep;
-  absl::Status pruned = ps::PruneCheckpoints(env_, policy_.dir(), keep);
+  absl::StatusOr<std::string> all = LocalPath(dir_, /*create_dirs=*/false);
+  absl::Status pruned = all.ok() ? ps::PruneCheckpoints(env_, *all, keep) : all.status();
   if (!pruned.ok()) Logger("master")->warn("job '{}': deleting old checkpoints: {}", job_name_, pruned.ToString());
 
   ps::CheckpointEntry entry;
@@ -138,6 +298,7 @@ absl::Status Checkpointer::Restore(const std::string& session_handle, const ps::
   std::vector<RestoreShardRequest> requests(m.shard_size());
   std::vector<RestoreShardResponse> responses(m.shard_size());
   std::vector<WorkerInterface*> owners(m.shard_size());
+  ASSIGN_OR_RETURN(const std::string task_dir, TaskPath(checkpoint.path));
   for (int i = 0; i < m.shard_size(); ++i) {
     owners[i] = workers_->GetOrCreateWorker(m.shard(i).owner_task());
     if (owners[i] == nullptr) {
@@ -145,7 +306,7 @@ absl::Status Checkpointer::Restore(const std::string& session_handle, const ps::
                                                         m.shard(i).owner_task(), ", which is not in the cluster"));
     }
     requests[i].set_session_handle(session_handle);
-    requests[i].set_path(JoinPath(checkpoint.path, m.shard(i).file()));
+    requests[i].set_path(JoinPath(task_dir, m.shard(i).file()));
     requests[i].set_expect_global_step(m.step());
   }
   std::vector<absl::Status> statuses = InParallel(requests.size(), [&](size_t i, StatusCallback done) {
@@ -164,9 +325,20 @@ absl::Status Checkpointer::Restore(const std::string& session_handle, const ps::
 
 absl::StatusOr<ps::CheckpointEntry> Checkpointer::FindResumePoint() const {
   absl::Status last = absl::NotFoundError(absl::StrCat("job '", job_name_, "' names no checkpoint directory"));
-  for (const std::string& dir : {policy_.dir(), policy_.resume_from()}) {
-    if (dir.empty()) continue;
-    absl::StatusOr<ps::CheckpointEntry> found = ps::NewestValidCheckpoint(env_, dir);
+  for (const auto& [field, name] : {std::pair<const char*, const std::string*>{"checkpoint.dir", &dir_},
+                                    {"checkpoint.resume_from", &resume_from_}}) {
+    if (name->empty()) continue;
+    if (options_.root.has_value()) {
+      RETURN_IF_ERROR(Annotate(CheckCheckpointOwner(*options_.root, *name, options_.owner, field),
+                               absl::StrCat("job '", job_name_, "'")));
+    }
+    absl::StatusOr<std::string> dir = LocalPath(*name, /*create_dirs=*/false);
+    if (absl::IsNotFound(dir.status())) {  // a parent is missing: no checkpoint there
+      last = dir.status();
+      continue;
+    }
+    RETURN_IF_ERROR(dir.status());
+    absl::StatusOr<ps::CheckpointEntry> found = ps::NewestValidCheckpoint(env_, *dir);
     if (found.ok() || !absl::IsNotFound(found.status())) return found;
     last = found.status();
   }

@@ -101,7 +101,7 @@ JobManager::JobManager(JobManagerOptions options)
         // checkpoint (or from the start), unless it cannot run any more.
         absl::StatusOr<TrainingGraph> training = LowerJob(job->spec);
         if (training.ok() && job->spec.strategy().kind() != StrategySpec::NONE && !shutting_down_) {
-          JobRunnerOptions ro = RunnerOptions(job.get());
+          JobRunnerOptions ro = RunnerOptions(job.get(), job->status.owner());
           ro.resumed = true;
           ro.reached_step = job->status.step();
           job->runner = std::make_unique<JobRunner>(job->spec, *std::move(training), absl::StrCat("job/", job->id),
@@ -142,9 +142,11 @@ JobManager::JobManager(JobManagerOptions options)
   }
 }
 
-JobRunnerOptions JobManager::RunnerOptions(Job* job) {
+JobRunnerOptions JobManager::RunnerOptions(Job* job, const std::string& owner) {
   JobRunnerOptions o;
   o.env = options_.env;
+  o.checkpoint_root = options_.checkpoint_root;
+  o.owner = owner;
   o.update_status = [this, job](const std::function<void(JobStatus*)>& update) { Update(job, update, /*force=*/true); };
   return o;
 }
@@ -152,7 +154,20 @@ JobRunnerOptions JobManager::RunnerOptions(Job* job) {
 JobManager::~JobManager() { Shutdown(); }
 
 absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec, const std::string& owner) {
-  RETURN_IF_ERROR(ValidateJob(spec));
+  if (options_.checkpoint_root.has_value()) {
+    // Relative checkpoint directories are relative to the root; ValidateJob,
+    // which knows no root, sees them as the absolute paths they stand for.
+    JobSpec as_absolute = spec;
+    CheckpointPolicy* ck = as_absolute.mutable_checkpoint();
+    if (!ck->dir().empty() && ck->dir()[0] != '/') ck->set_dir(JoinPath(options_.checkpoint_root->path(), ck->dir()));
+    if (!ck->resume_from().empty() && ck->resume_from()[0] != '/') {
+      ck->set_resume_from(JoinPath(options_.checkpoint_root->path(), ck->resume_from()));
+    }
+    RETURN_IF_ERROR(ValidateJob(as_absolute));
+    RETURN_IF_ERROR(CheckCheckpointPolicy(*options_.checkpoint_root, spec.checkpoint(), owner));
+  } else {
+    RETURN_IF_ERROR(ValidateJob(spec));
+  }
   if (spec.strategy().steps_per_execution() > 1) {
     // Several steps per dispatch need replicas that read their own input.
     if (spec.strategy().kind() == StrategySpec::NONE) {
@@ -181,7 +196,7 @@ absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec, const std::s
   const std::string id = absl::StrFormat("job-%d-%016x", next_id_++, absl::Uniform<uint64_t>(absl::BitGen()));
   auto job = std::make_shared<Job>(id, spec);
   job->runner = std::make_unique<JobRunner>(spec, *std::move(training), absl::StrCat("job/", id), options_.workers,
-                                            RunnerOptions(job.get()));
+                                            RunnerOptions(job.get(), owner));
   {
     absl::MutexLock job_lock(&job->mu);
     JobStatus& s = job->status;

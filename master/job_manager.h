@@ -10,6 +10,11 @@
 // store holds unfinished (a previous master died or stopped) resume from
 // their checkpoints under their ids.
 //
+// With a checkpoint root (JobManagerOptions::checkpoint_root), Submit
+// confines a job's checkpoint.dir and checkpoint.resume_from to it (each
+// relative to it or absolute inside it) and refuses directories whose OWNER
+// file names another user than the job's owner (master/checkpointer.h).
+//
 // Cancel stops a job after its current step, aborting that step on every
 // task; the job ends CANCELLED. A failing step ends it FAILED with the
 // error, which names the task and node.
@@ -23,6 +28,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/confined_root.h"
 #include "common/env.h"
 #include "master/job_runner.h"
 #include "master/job_store.h"
@@ -54,6 +61,10 @@ struct JobManagerOptions {
   // checkpointed after its current step and stays RECOVERING in the store,
   // for the next master over the same store to resume (a durable store).
   bool preempt_on_shutdown = false;
+  // The directory every job's checkpoints are confined to (the master's
+  // --checkpoint_root). Unset: none, checkpoint directories are absolute
+  // paths used as given (in-process tests; the daemon always sets one).
+  std::optional<ConfinedRoot> checkpoint_root;
 };
 
 // A Watch subscription; destroying it unsubscribes, after which its callback
@@ -73,8 +84,10 @@ class JobManager {
   JobManager(const JobManager&) = delete;
   JobManager& operator=(const JobManager&) = delete;
 
-  // INVALID_ARGUMENT naming the field, layer or node at fault; UNIMPLEMENTED
-  // for a strategy other than NONE; UNAVAILABLE after Shutdown.
+  // INVALID_ARGUMENT naming the field, layer or node at fault (a checkpoint
+  // directory outside the checkpoint root among them); PERMISSION_DENIED for
+  // a checkpoint directory of another user; UNIMPLEMENTED for a strategy
+  // other than NONE; UNAVAILABLE after Shutdown.
   // `owner`: the user who submitted it (recorded in JobStatus.owner; "" for
   // an insecure master). Ids are "job-<sequence>-<64 random bits>".
   absl::StatusOr<std::string> Submit(const JobSpec& job, const std::string& owner = "");
@@ -102,7 +115,7 @@ class JobManager {
   class Watcher;
 
   std::shared_ptr<Job> Find(const std::string& job_id) const;
-  JobRunnerOptions RunnerOptions(Job* job);
+  JobRunnerOptions RunnerOptions(Job* job, const std::string& owner);
   void RunJob(Job* job);
   // Applies `update` to the job's status; publishes it when `force` or when
   // progress_interval has passed since the last publication.

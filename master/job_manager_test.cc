@@ -1,5 +1,7 @@
 #include "master/job_manager.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -10,6 +12,8 @@
 #include "google/protobuf/text_format.h"
 #include "graph/lowering.h"
 #include "gtest/gtest.h"
+#include "common/confined_root.h"
+#include "common/env.h"
 #include "master/gated_workers.h"
 #include "master/in_process_cluster.h"
 #include "runtime/data/test_files.h"
@@ -254,6 +258,58 @@ TEST_F(JobManagerTest, ShutdownCancelsRunningJobsAndRefusesNewOnes) {
   jm->Shutdown();
   EXPECT_EQ(jm->Get(*id)->state(), CANCELLED);
   EXPECT_EQ(jm->Submit(MlpJob()).status().code(), absl::StatusCode::kUnavailable);
+}
+
+// On a master with a checkpoint root, a job's checkpoint directories must lie
+// inside it, and must not be another user's (their OWNER file). Refused jobs
+// are not created.
+TEST_F(JobManagerTest, CheckpointDirectoriesAreConfinedToTheRootAndToTheirOwner) {
+  auto root = ConfinedRoot::Open(TempPath(absl::StrCat("ckroot-", ::getpid())));
+  ASSERT_TRUE(root.ok()) << root.status();
+  const std::string shared = JoinPath(root->path(), "shared");
+  ASSERT_TRUE(CreatePrivateDirs(shared).ok());
+  WriteFile(JoinPath(shared, "OWNER"), "alice\n");
+  JobManagerOptions o{cluster_->workers(), nullptr, absl::Seconds(1)};
+  o.checkpoint_root = *root;
+  JobManager jm(o);
+  auto job = [](const std::string& dir, const std::string& resume_from = "") {
+    JobSpec spec = MlpJob(/*epochs=*/100000);
+    spec.mutable_strategy()->set_kind(StrategySpec::PARAMETER_SERVER);
+    spec.mutable_checkpoint()->set_dir(dir);
+    spec.mutable_checkpoint()->set_resume_from(resume_from);
+    return spec;
+  };
+
+  // Outside the root: INVALID_ARGUMENT naming the field, the path and the root.
+  auto id = jm.Submit(job("/etc/x"), "bob");
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument) << id.status();
+  EXPECT_EQ(id.status().message(),
+            absl::StrCat("job: checkpoint.dir '/etc/x' is outside the checkpoint root ", root->path()));
+  id = jm.Submit(job("mine", "/etc/y"), "bob");
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument) << id.status();
+  EXPECT_TRUE(absl::StrContains(id.status().message(), "checkpoint.resume_from '/etc/y' is outside")) << id.status();
+  for (const std::string& bad : {std::string("../x"), std::string("mine/../../x"), root->path()}) {
+    id = jm.Submit(job(bad), "bob");
+    EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument) << bad << ": " << id.status();
+  }
+
+  // Alice's directory, named relatively or absolutely, as dir or resume_from.
+  for (const JobSpec& spec : {job("shared"), job(shared), job("bobs", "shared")}) {
+    id = jm.Submit(spec, "bob");
+    EXPECT_EQ(id.status().code(), absl::StatusCode::kPermissionDenied) << id.status();
+    EXPECT_TRUE(absl::StrContains(id.status().message(),
+                                  absl::StrCat("checkpoint directory ", shared, " belongs to user alice")))
+        << id.status();
+  }
+  EXPECT_TRUE(jm.List().empty());
+
+  // Her own job may use it (relative to the root); it is cancelled at once.
+  id = jm.Submit(job("shared"), "alice");
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_TRUE(jm.Cancel(*id).ok());
+  auto st = jm.Wait(*id, absl::Seconds(60));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->owner(), "alice");
 }
 
 }  // namespace

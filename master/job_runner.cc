@@ -202,7 +202,11 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
   const Clock::time_point created = Clock::now();
   auto log = Logger("master");
   Env* env = options_.env != nullptr ? options_.env : Env::Default();
-  Checkpointer checkpointer(env, workers_, job_.name(), job_.checkpoint());
+  CheckpointerOptions checkpointer_options;
+  checkpointer_options.root = options_.checkpoint_root;
+  checkpointer_options.owner = options_.owner;
+  ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> checkpointer,
+                   Checkpointer::Create(env, workers_, job_.name(), job_.checkpoint(), std::move(checkpointer_options)));
   const RecoveryPolicy& policy = job_.recovery();
   const absl::Duration task_wait = TaskWait(job_);
   // -1: no recovery at all, the first failure ends the job.
@@ -220,8 +224,8 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
 
   // Where training starts: the newest valid checkpoint, if any.
   std::optional<ps::CheckpointEntry> resume;
-  if (checkpointer.enabled()) {
-    absl::StatusOr<ps::CheckpointEntry> found = checkpointer.FindResumePoint();
+  if (checkpointer->enabled()) {
+    absl::StatusOr<ps::CheckpointEntry> found = checkpointer->FindResumePoint();
     if (found.ok()) {
       resume = *std::move(found);
     } else if (!absl::IsNotFound(found.status())) {
@@ -264,7 +268,7 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
     }
     Attempt a;
     absl::StatusOr<TrainResult> result =
-        RunAttempt(attempt, resume, &checkpointer, train_examples, on_progress, &a);
+        RunAttempt(attempt, resume, checkpointer.get(), train_examples, on_progress, &a);
     if (result.ok()) {
       result->wall_seconds = Seconds(created);
       return result;
@@ -317,8 +321,8 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
                                                  back.status().message()));
     }
     resume.reset();
-    if (checkpointer.enabled()) {
-      absl::StatusOr<ps::CheckpointEntry> found = checkpointer.FindResumePoint();
+    if (checkpointer->enabled()) {
+      absl::StatusOr<ps::CheckpointEntry> found = checkpointer->FindResumePoint();
       if (found.ok()) {
         resume = *std::move(found);
       } else if (!absl::IsNotFound(found.status())) {

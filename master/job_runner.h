@@ -40,6 +40,10 @@ namespace master {
 
 struct JobRunnerOptions {
   Env* env = nullptr;  // checkpoints' file system; null: Env::Default()
+  // The master's checkpoint root, and the job's owner, for its Checkpointer
+  // (CheckpointerOptions).
+  std::optional<ConfinedRoot> checkpoint_root;
+  std::string owner;
   // Applies a change to the job's status and publishes it at once: entering
   // and leaving RECOVERING, the failed task, checkpoints. May be null.
   std::function<void(const std::function<void(JobStatus*)>&)> update_status;

@@ -24,6 +24,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -31,6 +32,7 @@
 #include "absl/time/time.h"
 #include "common/thread_pool.h"
 #include "common/caller.h"
+#include "common/confined_root.h"
 #include "master/job_manager.h"
 #include "master/job_store.h"
 #include "master/master_session.h"
@@ -55,6 +57,8 @@ struct MasterOptions {
   absl::Duration progress_interval = absl::Seconds(1);
   // For interactive sessions (jobs use the defaults).
   MasterSessionOptions session_options;
+  // Where jobs' checkpoints are confined (JobManagerOptions::checkpoint_root).
+  std::optional<ConfinedRoot> checkpoint_root;
 };
 
 class Master {

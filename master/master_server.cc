@@ -52,6 +52,12 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOp
     workers = s->own_workers_.get();
   }
   MasterOptions mo;
+  if (!options.checkpoint_root.empty()) {
+    absl::StatusOr<ConfinedRoot> root = ConfinedRoot::Open(options.checkpoint_root, /*create=*/true);
+    if (!root.ok()) return Annotate(root.status(), "the checkpoint root");
+    Logger("master")->info("checkpoints confined to {}", root->path());
+    mo.checkpoint_root = *std::move(root);
+  }
   mo.workers = workers;
   mo.store = store;
   // With a durable store, a stopping master (SIGTERM: a preemption or an

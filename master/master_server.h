@@ -52,6 +52,12 @@ struct MasterServerOptions {
   // When set, the server keeps the job records in a SqliteJobStore there
   // (`<state_dir>/jobs.db`) instead; not together with `store`.
   std::string state_dir;
+  // The directory jobs' checkpoints are confined to (`weft master
+  // --checkpoint_root`; the tasks must be given the same one), created 0700
+  // when missing: checkpoint.dir and resume_from are relative to it or
+  // absolute inside it (master/checkpointer.h). Empty: none, absolute
+  // checkpoint directories used as given (tests; the daemon always sets one).
+  std::string checkpoint_root;
   int num_threads = 4;
   absl::Duration progress_interval = absl::Seconds(1);
   // How long Shutdown lets calls in flight finish before cancelling them.
@@ -68,7 +74,8 @@ class MasterServer {
  public:
   // INVALID_ARGUMENT for a bad cluster; UNAVAILABLE
   // when the address cannot be bound; the SqliteJobStore's error, naming the
-  // database, when the state directory cannot be opened or read.
+  // database, when the state directory cannot be opened or read; the error
+  // naming the checkpoint root when it cannot be created or opened.
   static absl::StatusOr<std::unique_ptr<MasterServer>> Start(MasterServerOptions options);
   // Shutdown().
   ~MasterServer();

@@ -19,7 +19,8 @@ namespace {
 
 using Stores = std::vector<worker::GraphMgr::SessionResources>;
 
-absl::Status CheckPath(const std::string& path, absl::string_view what) {
+// A path without a checkpoint root: absolute, naming a file.
+absl::Status CheckAbsolutePath(const std::string& path, absl::string_view what) {
   if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": no path given"));
   if (path[0] != '/') {
     return absl::InvalidArgumentError(absl::StrCat(what, ": path '", path, "' is not absolute"));
@@ -28,6 +29,11 @@ absl::Status CheckPath(const std::string& path, absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": path '", path, "' names a directory, not a file"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<ConfinedRoot> OpenRoot(const std::string& root) {
+  if (root.empty()) return absl::FailedPreconditionError("no checkpoint root configured");
+  return ConfinedRoot::Open(root, /*create=*/true);
 }
 
 absl::Status NoSession(const std::string& session, const std::string& task) {
@@ -66,6 +72,8 @@ absl::StatusOr<std::map<std::string, Found>> CollectVariables(const Stores& stor
 PsHandler::PsHandler(worker::Worker* worker, const PsHandlerOptions& options)
     : worker_(worker),
       env_(options.env),
+      checkpoint_root_(options.checkpoint_root),
+      root_(OpenRoot(options.checkpoint_root)),
       io_pool_(std::make_unique<ThreadPool>(worker->task() + "/ps_io", std::max(options.io_threads, 1))) {}
 
 PsHandler::~PsHandler() { Shutdown(); }
@@ -89,6 +97,32 @@ void PsHandler::Schedule(std::function<void()> fn, const StatusCallback& done) {
     }
   }
   done(absl::UnavailableError(absl::StrCat("task ", task(), " is shutting down")));
+}
+
+absl::Status PsHandler::CheckShardPath(const std::string& path, const std::string& what) const {
+  if (checkpoint_root_.empty()) return CheckAbsolutePath(path, what);
+  if (!root_.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(what, ": the checkpoint root ", checkpoint_root_,
+                                                      " cannot be used: ", root_.status().message()));
+  }
+  absl::Status s = ConfinedRoot::CheckRelative(path);
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", s.message(), " (checkpoint root ", root_->path(),
+                                                   "; shard paths are relative to it)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> PsHandler::LocalShardPath(const std::string& path, bool for_save,
+                                                      const std::string& what) const {
+  RETURN_IF_ERROR(CheckShardPath(path, what));
+  if (checkpoint_root_.empty()) {
+    if (for_save) RETURN_IF_ERROR(CreatePrivateDirs(DirName(path)));
+    return path;
+  }
+  absl::StatusOr<std::string> resolved = root_->Resolve(path, /*create_dirs=*/for_save);
+  if (!resolved.ok()) return Annotate(resolved.status(), what);
+  return resolved;
 }
 
 void PsHandler::ListShardsAsync(const ListShardsRequest* request, ListShardsResponse* response,
@@ -138,7 +172,7 @@ absl::Status PsHandler::ListShards(const ListShardsRequest& request, ListShardsR
 
 absl::Status PsHandler::SaveShard(const SaveShardRequest& request, SaveShardResponse* response) {
   const std::string what = absl::StrCat("SaveShard of session '", request.session_handle(), "' on ", task());
-  RETURN_IF_ERROR(CheckPath(request.path(), what));
+  RETURN_IF_ERROR(CheckShardPath(request.path(), what));
   const Stores stores = worker_->ListSessionResources(request.session_handle());
   if (stores.empty()) return NoSession(request.session_handle(), task());
   ASSIGN_OR_RETURN(auto vars, CollectVariables(stores, request.session_handle()));
@@ -159,25 +193,25 @@ absl::Status PsHandler::SaveShard(const SaveShardRequest& request, SaveShardResp
       add(name, it->second);
     }
   }
-  RETURN_IF_ERROR(env_->CreateDirs(DirName(request.path())));
-  ASSIGN_OR_RETURN(ShardFileInfo info, WriteShard(env_, request.path(), shard));
-  response->set_path(request.path());
+  ASSIGN_OR_RETURN(const std::string path, LocalShardPath(request.path(), /*for_save=*/true, what));
+  ASSIGN_OR_RETURN(ShardFileInfo info, WriteShard(env_, path, shard));
+  response->set_path(request.path());  // as the caller named it
   response->set_size(info.size);
   response->set_crc32c(info.crc32c);
   response->set_num_variables(static_cast<int>(shard.tensors.size()));
   response->set_owner_task(task());
   Logger("ps")->info("saved {} variables of session '{}' at step {} to {} ({} bytes)", shard.tensors.size(),
-                     request.session_handle(), request.global_step(), request.path(), info.size);
+                     request.session_handle(), request.global_step(), path, info.size);
   return absl::OkStatus();
 }
 
 absl::Status PsHandler::RestoreShard(const RestoreShardRequest& request, RestoreShardResponse* response) {
   const std::string what = absl::StrCat("RestoreShard of session '", request.session_handle(), "' on ", task());
-  RETURN_IF_ERROR(CheckPath(request.path(), what));
+  ASSIGN_OR_RETURN(const std::string path, LocalShardPath(request.path(), /*for_save=*/false, what));
   const Stores stores = worker_->ListSessionResources(request.session_handle());
   if (stores.empty()) return NoSession(request.session_handle(), task());
   // Validates the whole file (every checksum) before anything changes.
-  ASSIGN_OR_RETURN(Shard shard, ReadShard(env_, request.path()));
+  ASSIGN_OR_RETURN(Shard shard, ReadShard(env_, path));
   if (request.expect_global_step() != 0 && shard.global_step != request.expect_global_step()) {
     return absl::FailedPreconditionError(absl::StrCat(what, ": ", request.path(), " holds step ", shard.global_step,
                                                       ", expected step ", request.expect_global_step()));
@@ -219,7 +253,7 @@ absl::Status PsHandler::RestoreShard(const RestoreShardRequest& request, Restore
   response->set_owner_task(shard.owner_task);
   response->set_num_variables(static_cast<int>(plan.size()));
   Logger("ps")->info("restored {} variables of session '{}' from {} (step {})", plan.size(),
-                     request.session_handle(), request.path(), shard.global_step);
+                     request.session_handle(), path, shard.global_step);
   return absl::OkStatus();
 }
 

@@ -17,6 +17,15 @@
 // looked up. So the master saves and restores between steps (no RunGraph in
 // flight for the session), which makes both exact.
 //
+// Shard paths (proto/ps_service.proto): with a checkpoint root, a request's
+// path is relative to it and is confined to it: an absolute path or a ".."
+// is INVALID_ARGUMENT naming the path and the root, and the path is walked
+// from the root without following any symbolic link (ConfinedRoot), so a
+// caller cannot make the task write or read a file anywhere else. Missing
+// directories are created 0700 and shard files are 0600. Without a root
+// (in-process tests only; `weft ps|worker` always has one) paths are
+// absolute and used as given.
+//
 // ListShards runs on the caller's thread (no I/O); SaveShard and RestoreShard
 // run on the server's I/O pool, so a gRPC reaction never blocks on the disk.
 // Shutdown rejects new calls with UNAVAILABLE and waits for running ones.
@@ -31,7 +40,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/confined_root.h"
 #include "common/env.h"
 #include "common/thread_pool.h"
 #include "proto/ps_service.pb.h"
@@ -41,10 +52,19 @@
 namespace weft {
 namespace ps {
 
+// The daemons' --checkpoint_root when none is given (`weft master|worker|ps`,
+// `weft local`).
+inline constexpr char kDefaultCheckpointRoot[] = "/tmp/weft-checkpoints";
+
 struct PsHandlerOptions {
   Env* env = Env::Default();  // borrowed
   // Save/restore calls that run at once.
   int io_threads = 2;
+  // The directory shard paths are relative to (`--checkpoint_root`, by
+  // default kDefaultCheckpointRoot), created 0700 when missing. Empty: no
+  // root, absolute paths used as given (in-process tests that construct a
+  // handler directly; the daemons always set one).
+  std::string checkpoint_root;
 };
 
 class PsHandler {
@@ -71,9 +91,20 @@ class PsHandler {
 
  private:
   void Schedule(std::function<void()> fn, const StatusCallback& done);
+  // Checks a request's `path` by its text alone: relative to the root (or,
+  // without a root, absolute). `what` names the call in errors.
+  absl::Status CheckShardPath(const std::string& path, const std::string& what) const;
+  // The local file `path` names, checked and, with a root, walked from it
+  // without following links; with `for_save`, missing directories are
+  // created 0700.
+  absl::StatusOr<std::string> LocalShardPath(const std::string& path, bool for_save, const std::string& what) const;
 
   worker::Worker* const worker_;
   Env* const env_;
+  const std::string checkpoint_root_;  // as configured; empty: none
+  // ConfinedRoot::Open(checkpoint_root_), when configured; an error here
+  // fails every save and restore with it.
+  const absl::StatusOr<ConfinedRoot> root_;
 
   absl::Mutex shutdown_mu_;  // serialises Shutdown; taken before mu_
   absl::Mutex mu_;

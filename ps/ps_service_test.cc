@@ -5,12 +5,15 @@
 #include "ps/ps_service.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <memory>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/confined_root.h"
 #include "common/crc32c.h"
 #include "common/env.h"
 #include "common/grpc_util.h"
@@ -70,7 +73,7 @@ class PsServiceTest : public ::testing::Test {
     o.job = "ps";
     o.listen_address = "127.0.0.1:0";
     o.shutdown_grace = absl::Seconds(2);
-    o.extra_services.push_back(PsServiceFactory());
+    o.extra_services.push_back(PsServiceFactory(HandlerOptions()));
     auto s = worker::StartWorkerServer(o);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = *std::move(s);
@@ -83,6 +86,9 @@ class PsServiceTest : public ::testing::Test {
   void TearDown() override {
     if (server_ != nullptr) server_->Shutdown();
   }
+
+  // No checkpoint root: absolute paths, as in-process tests use them.
+  virtual PsHandlerOptions HandlerOptions() { return PsHandlerOptions(); }
 
   std::string Register(const std::string& session, const GraphDef& def, std::vector<std::string> fetches) {
     RegisterGraphRequest req = MakeRegisterRequest(def, {}, std::move(fetches));
@@ -355,6 +361,145 @@ TEST_F(PsServiceTest, ShutdownStopsCleanly) {
   absl::Status s = Save("s", JoinPath(dir_, "b.shard"), 1, &saved);
   EXPECT_FALSE(s.ok());
   EXPECT_FALSE(Env::Default()->FileExists(JoinPath(dir_, "b.shard")));
+}
+
+// The daemons' configuration: every path is relative to a checkpoint root
+// and confined to it.
+class ConfinedPsServiceTest : public PsServiceTest {
+ protected:
+  PsHandlerOptions HandlerOptions() override {
+    root_ = JoinPath(dir_, "root");  // created by the handler
+    PsHandlerOptions o;
+    o.checkpoint_root = root_;
+    return o;
+  }
+
+  // Saves the session "s" (w and c) to `path`.
+  absl::Status SaveS(const std::string& path) {
+    SaveShardResponse saved;
+    return Save("s", path, 1, &saved);
+  }
+
+  // A valid shard of "s" outside the root, for restores that must not reach it.
+  std::string ShardOutside() {
+    Shard shard;
+    shard.owner_task = kPsTask;
+    shard.global_step = 9;
+    shard.tensors.push_back({"w", weft::testing::FloatTensor({2, 3}, {9, 9, 9, 9, 9, 9}), kPsCpu});
+    const std::string path = JoinPath(outside_, "theirs.shard");
+    EXPECT_TRUE(WriteShard(Env::Default(), path, shard).ok());
+    return path;
+  }
+
+  void SetUp() override {
+    PsServiceTest::SetUp();
+    outside_ = JoinPath(dir_, "outside");
+    ASSERT_EQ(::mkdir(outside_.c_str(), 0700), 0);
+    read_ = Register("s", ReadGraph(2), {"w", "c"});
+    Run("s", read_, "c");
+  }
+
+  // What is in `dir_/outside`: nothing may appear there.
+  std::vector<std::string> Outside() const { return Env::Default()->ListDirectory(outside_).value(); }
+
+  std::string root_;
+  std::string outside_;
+  std::string read_;
+};
+
+int Mode(const std::string& path) {
+  struct stat st;
+  EXPECT_EQ(::lstat(path.c_str(), &st), 0) << path;
+  return static_cast<int>(st.st_mode & 07777);
+}
+
+TEST_F(ConfinedPsServiceTest, RelativePathsRoundTripWithPrivateModes) {
+  EXPECT_EQ(Mode(root_), 0700);  // created by the handler
+  const std::string update = Register("s", UpdateGraph(2), {"apply"});
+  const Tensor after1 = Run("s", update, "apply");
+  SaveShardResponse saved;
+  absl::Status s = Save("s", "job/step-1/ps-0.shard", 1, &saved);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(saved.path(), "job/step-1/ps-0.shard");  // as named, relative
+  const std::string file = JoinPath(root_, "job/step-1/ps-0.shard");
+  const std::string bytes = ReadFileToString(Env::Default(), file).value();
+  EXPECT_EQ(saved.size(), bytes.size());
+  EXPECT_EQ(saved.crc32c(), Crc32c(bytes.data(), bytes.size()));
+  EXPECT_EQ(Mode(file), 0600);
+  EXPECT_EQ(Mode(JoinPath(root_, "job")), 0700);
+  EXPECT_EQ(Mode(JoinPath(root_, "job/step-1")), 0700);
+  // Nothing but the shard is left beside it (no temp file).
+  EXPECT_EQ(Env::Default()->ListDirectory(JoinPath(root_, "job/step-1")).value(),
+            std::vector<std::string>{"ps-0.shard"});
+
+  Run("s", update, "apply");
+  RestoreShardResponse restored;
+  s = Restore("s", "job/step-1/ps-0.shard", &restored, /*expect_step=*/1);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(restored.global_step(), 1);
+  EXPECT_EQ(weft::testing::MaxAbsDiff(Run("s", read_, "w"), after1), 0);
+}
+
+TEST_F(ConfinedPsServiceTest, AbsolutePathsAreRefusedNamingThePathAndTheRoot) {
+  const std::string canonical_root = ConfinedRoot::Open(root_, /*create=*/false).value().path();
+  // Outside the root, and inside it: a task takes no absolute path.
+  for (const std::string& path : {JoinPath(outside_, "x.shard"), JoinPath(root_, "job/x.shard")}) {
+    absl::Status s = SaveS(path);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << path << ": " << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), path)) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), canonical_root)) << s;
+  }
+  EXPECT_TRUE(Outside().empty());
+  EXPECT_FALSE(Env::Default()->FileExists(JoinPath(root_, "job")));
+  RestoreShardResponse restored;
+  const std::string theirs = ShardOutside();
+  absl::Status s = Restore("s", theirs, &restored);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), theirs)) << s;
+  EXPECT_EQ(Run("s", read_, "w").data<float>()[0], 1.0f);  // not restored
+}
+
+TEST_F(ConfinedPsServiceTest, DotDotIsRefused) {
+  for (const std::string& path : {std::string("../outside/x.shard"), std::string("job/../../outside/x.shard"),
+                                  std::string("job/../x.shard"), std::string("./x.shard"), std::string("job/"),
+                                  std::string("")}) {
+    absl::Status s = SaveS(path);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "'" << path << "': " << s;
+    RestoreShardResponse restored;
+    s = Restore("s", path, &restored);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "'" << path << "': " << s;
+  }
+  EXPECT_TRUE(Outside().empty());
+  EXPECT_FALSE(Env::Default()->FileExists(JoinPath(root_, "job")));
+  EXPECT_FALSE(Env::Default()->FileExists(JoinPath(dir_, "x.shard")));
+  ShardOutside();
+  RestoreShardResponse restored;
+  absl::Status s = Restore("s", "../outside/theirs.shard", &restored);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "../outside/theirs.shard")) << s;
+}
+
+TEST_F(ConfinedPsServiceTest, SymbolicLinksInsideTheRootAreNotFollowed) {
+  // A directory link and a file link inside the root, both pointing out.
+  ASSERT_EQ(::symlink(outside_.c_str(), JoinPath(root_, "link").c_str()), 0);
+  ASSERT_EQ(::symlink(JoinPath(outside_, "target.shard").c_str(), JoinPath(root_, "file.shard").c_str()), 0);
+  for (const std::string& path : {std::string("link/x.shard"), std::string("link/deeper/x.shard"),
+                                  std::string("file.shard")}) {
+    absl::Status s = SaveS(path);
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << path << ": " << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "symbolic link")) << s;
+  }
+  EXPECT_TRUE(Outside().empty()) << "a save went through a link";
+
+  // Nor is a shard read through one.
+  ShardOutside();
+  ASSERT_EQ(::symlink(JoinPath(outside_, "theirs.shard").c_str(), JoinPath(root_, "theirs.shard").c_str()), 0);
+  for (const std::string& path : {std::string("link/theirs.shard"), std::string("theirs.shard")}) {
+    RestoreShardResponse restored;
+    absl::Status s = Restore("s", path, &restored);
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << path << ": " << s;
+  }
+  EXPECT_EQ(Run("s", read_, "w").data<float>()[0], 1.0f);  // not restored
 }
 
 // The handler on its own: calls after Shutdown are UNAVAILABLE.

@@ -1,5 +1,8 @@
 #include "ps/shard_file.h"
 
+#include <errno.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -28,6 +31,48 @@ absl::Status Corrupt(const std::string& path, absl::string_view what) {
 absl::Status CorruptEntry(const std::string& path, const std::string& name, absl::string_view what) {
   return absl::DataLossError(absl::StrCat("shard file ", path, ", variable '", name, "': ", what));
 }
+
+// The Env a shard is written through: `base` with every new file narrowed
+// to mode 0600 as soon as it is created, before a byte is written, so the
+// temp file and the shard it becomes are never readable by other users (a
+// shard holds a model's weights; the POSIX Env creates files 0644). The
+// chmod goes to the local file system, so `base` must be backed by it
+// (Env::Default or a wrapper of it, as every Env in weft is).
+class PrivateFileEnv final : public Env {
+ public:
+  explicit PrivateFileEnv(Env* base) : base_(base) {}
+
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
+    ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, base_->NewWritableFile(path));
+    if (::chmod(path.c_str(), 0600) != 0) {
+      const int err = errno;
+      file.reset();
+      base_->DeleteFile(path).IgnoreError();
+      return absl::ErrnoToStatus(err, absl::StrCat("chmod(", path, ", 0600)"));
+    }
+    return file;
+  }
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
+    return base_->NewRandomAccessFile(path);
+  }
+  bool FileExists(const std::string& path) override { return base_->FileExists(path); }
+  absl::StatusOr<uint64_t> GetFileSize(const std::string& path) override { return base_->GetFileSize(path); }
+  absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& dir) override {
+    return base_->ListDirectory(dir);
+  }
+  absl::Status DeleteFile(const std::string& path) override { return base_->DeleteFile(path); }
+  absl::Status DeleteDir(const std::string& dir) override { return base_->DeleteDir(dir); }
+  absl::StatusOr<bool> IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
+  absl::Status RenameFile(const std::string& from, const std::string& to) override {
+    return base_->RenameFile(from, to);
+  }
+  absl::Status CreateDirs(const std::string& dir) override { return base_->CreateDirs(dir); }
+  absl::Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
+  int64_t NowMicros() override { return base_->NowMicros(); }
+
+ private:
+  Env* const base_;
+};
 
 }  // namespace
 
@@ -109,7 +154,8 @@ absl::StatusOr<ShardFileInfo> WriteShard(Env* env, const std::string& path, cons
     info.crc32c = Crc32cExtend(info.crc32c, p.data(), p.size());
     info.size += p.size();
   }
-  RETURN_IF_ERROR(WriteFileAtomically(env, path, pieces));
+  PrivateFileEnv private_env(env);
+  RETURN_IF_ERROR(WriteFileAtomically(&private_env, path, pieces));
   return info;
 }
 

@@ -110,6 +110,9 @@ class ClusterTest : public ::testing::Test {
   void Start(const std::string& name, std::vector<std::string> args) {
     args.insert(args.begin(), WeftBinary());
     for (const std::string& flag : tls_->DaemonFlags(Identity(name))) args.push_back(flag);
+    // Datasets and checkpoints confined to the test's own directory.
+    args.push_back("--data_root=" + ::testing::TempDir());
+    args.push_back("--checkpoint_root=" + ::testing::TempDir());
     auto p = std::make_unique<Subprocess>();
     ASSERT_TRUE(p->Start(args, TempPath(name + ".log")).ok());
     procs_.emplace_back(name, std::move(p));

@@ -210,12 +210,16 @@ class FaultTest : public ::testing::Test {
     const std::string cluster = absl::StrCat("worker=", addrs[0], ",", addrs[1], ";ps=", addrs[2]);
     master_addr_ = addrs[3];
     data_ = WriteData(Path("data"), kExamples);
-    Start("ps-0", {"ps", "--task=ps:0", "--cluster=" + cluster, "--listen=" + addrs[2]});
+    // The checkpoint directories (Path(...)) lie in the test's temp dir: the
+    // daemons' checkpoint root.
+    const std::string root = "--checkpoint_root=" + ::testing::TempDir();
+    Start("ps-0", {"ps", "--task=ps:0", "--cluster=" + cluster, "--listen=" + addrs[2], root});
     // Two CPU devices on worker 0: MIRRORED and CENTRAL_STORAGE replicate over them.
     Start("worker-0",
-          {"worker", "--task=worker:0", "--cluster=" + cluster, "--listen=" + addrs[0], "--cpu_devices=2"});
-    Start("worker-1", {"worker", "--task=worker:1", "--cluster=" + cluster, "--listen=" + addrs[1]});
-    Start("master", {"master", "--cluster=" + cluster, "--listen=" + master_addr_, "--state_dir=" + Path("state")});
+          {"worker", "--task=worker:0", "--cluster=" + cluster, "--listen=" + addrs[0], "--cpu_devices=2", root});
+    Start("worker-1", {"worker", "--task=worker:1", "--cluster=" + cluster, "--listen=" + addrs[1], root});
+    Start("master",
+          {"master", "--cluster=" + cluster, "--listen=" + master_addr_, "--state_dir=" + Path("state"), root});
     client_ = MasterClient::Create(master_addr_, tls_->ClientOptions());
     WaitForCluster();
   }
@@ -240,6 +244,8 @@ class FaultTest : public ::testing::Test {
     const std::string identity =
         name == "master" ? name : absl::StrCat("/job:", name.substr(0, dash), "/task:", name.substr(dash + 1));
     for (const std::string& flag : tls_->DaemonFlags(identity)) args.push_back(flag);
+    // Datasets and checkpoints confined to the test's own directory.
+    args.push_back("--data_root=" + ::testing::TempDir());
     auto p = std::make_unique<Subprocess>();
     ASSERT_TRUE(p->Start(args, LogPath(name)).ok());
     procs_[name] = std::move(p);

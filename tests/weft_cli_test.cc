@@ -325,10 +325,14 @@ TEST(WeftCliTest, LocalRestartsAKilledWorkerAtTheSameAddress) {
   const std::string err_path = dir + "/local.stderr";
   const std::string binary = WeftBinary();
   const std::string log_dir_flag = "--log_dir=" + dir;
+  // Under the test's own directory, not the default /tmp/weft-checkpoints.
+  const std::string checkpoint_root = dir + "/checkpoints";
+  const std::string checkpoint_root_flag = "--checkpoint_root=" + checkpoint_root;
   // Serving mode (no job); everything the child needs is built before fork.
   std::vector<char*> args = {const_cast<char*>(binary.c_str()), const_cast<char*>("local"),
                              const_cast<char*>("--workers=1"), const_cast<char*>(log_dir_flag.c_str()),
-                             const_cast<char*>("--max_restarts=2"), nullptr};
+                             const_cast<char*>("--max_restarts=2"), const_cast<char*>(checkpoint_root_flag.c_str()),
+                             nullptr};
   const pid_t local = ::fork();
   ASSERT_GE(local, 0);
   if (local == 0) {
@@ -360,6 +364,13 @@ TEST(WeftCliTest, LocalRestartsAKilledWorkerAtTheSameAddress) {
     return exited() || absl::StrContains(ReadAll(err_path), "serving; Ctrl-C stops every task");
   }));
   ASSERT_FALSE(exited()) << ReadAll(err_path);
+  // The daemons were given the root: they created it, private.
+  struct stat root_stat;
+  ASSERT_EQ(::stat(checkpoint_root.c_str(), &root_stat), 0) << checkpoint_root;
+  EXPECT_TRUE(S_ISDIR(root_stat.st_mode));
+  EXPECT_EQ(root_stat.st_mode & 0777, 0700u);
+  EXPECT_TRUE(absl::StrContains(ReadAll(dir + "/master-0.log"), "checkpoints confined to "))
+      << ReadAll(dir + "/master-0.log");
   const std::string tasks_file = dir + "/tasks.txt";
   auto before = ReadTasksFile(tasks_file);
   ASSERT_EQ(before.count("worker:0"), 1u) << ReadAll(tasks_file);

@@ -284,7 +284,8 @@ std::string ShapeString(absl::Span<const int64_t> shape) {
 
 // `name` resolved against `dir`; an empty name means `default_name` in `dir`.
 absl::Mutex g_root_mu;
-std::optional<ConfinedRoot>* g_root ABSL_GUARDED_BY(g_root_mu) = nullptr;
+// Unset: no confinement. An error: every dataset load fails with it.
+std::optional<absl::StatusOr<ConfinedRoot>>* g_root ABSL_GUARDED_BY(g_root_mu) = nullptr;
 
 // A dataset file's path, confined to the data root when one is set: under
 // it, and reached without a symbolic link.
@@ -293,7 +294,11 @@ absl::StatusOr<std::string> Confine(const std::string& path, const char* field) 
   {
     absl::MutexLock lock(&g_root_mu);
     if (g_root == nullptr || !g_root->has_value()) return path;
-    root = **g_root;
+    if (!(*g_root)->ok()) {
+      return absl::PermissionDeniedError(absl::StrCat("dataset ", field, " ", path, ": this daemon reads no datasets (",
+                                                      (*g_root)->status().message(), ")"));
+    }
+    root = ***g_root;
   }
   absl::StatusOr<std::string> rel = root->Relativize(path);
   if (!rel.ok()) {
@@ -398,9 +403,9 @@ absl::StatusOr<InMemoryDataset> LoadTFRecord(const DatasetSpec& spec, bool train
 
 }  // namespace
 
-void SetDataRoot(std::optional<ConfinedRoot> root) {
+void SetDataRoot(std::optional<absl::StatusOr<ConfinedRoot>> root) {
   absl::MutexLock lock(&g_root_mu);
-  if (g_root == nullptr) g_root = new std::optional<ConfinedRoot>();
+  if (g_root == nullptr) g_root = new std::optional<absl::StatusOr<ConfinedRoot>>();
   *g_root = std::move(root);
 }
 

@@ -91,8 +91,9 @@ class InMemoryDataset {
 // Confines every file LoadDataset reads to `root` (a daemon's --data_root):
 // a path outside it is PERMISSION_DENIED naming the file and the root, and
 // one reached through a symbolic link below the root is refused. Process-
-// wide; nullopt (the default: `weft train`, tests) reads any path.
-void SetDataRoot(std::optional<ConfinedRoot> root);
+// wide; nullopt (the default: `weft train`, tests) reads any path; an error
+// (a root that could not be opened) fails every load with it.
+void SetDataRoot(std::optional<absl::StatusOr<ConfinedRoot>> root);
 
 absl::StatusOr<InMemoryDataset> LoadDataset(const DatasetSpec& spec, bool train,
                                             absl::Span<const int64_t> example_shape = {},
