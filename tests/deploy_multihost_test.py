@@ -14,22 +14,32 @@ Each container's command, args and env are taken from the rendered
 manifests; only what Kubernetes itself would supply is substituted: $(VAR)
 from env, ConfigMap keys, the downward API (metadata.name, the pod-index
 label) and volumes (each mountPath becomes a directory of this test: the
-checkpoint claim one shared directory, the master's claim its own). The
-example job is replaced by a small one on a synthetic dataset.
+checkpoint claim one shared directory, the master's claim its own, each
+Secret a directory of its keys). The Secrets are made as deploy/README.md
+says, by deploy/k8s/make-tls-secrets.sh running this `weft certs`, so the
+daemons speak mutual TLS with the certificates, names and paths a real
+deployment has. The image's dataset directory (--data_root) holds a small
+synthetic dataset, and the example job is replaced by a small one on it.
 
 The job is submitted by the submit Job's containers; once it has written a
 checkpoint, worker 1 is SIGKILLed and started again under the same name and
 address (as the StatefulSet controller would), and the job must still
-SUCCEED, with a recovery recorded. Skips, saying why, where namespaces
-cannot be created (not root, no `ip`/`unshare`, no CAP_NET_ADMIN).
+SUCCEED, with a recovery recorded. Then, from the submit pod: every daemon's
+health port answers a plaintext gRPC health check SERVING (what the
+kubelet's probe sends), the master's own port does not answer one (it is
+mTLS-only), and `weft jobs` without a client certificate is refused. Skips,
+saying why, where namespaces cannot be created (not root, no
+`ip`/`unshare`, no CAP_NET_ADMIN).
 
     deploy_multihost_test.py REPO_ROOT WEFT_BINARY
 """
 import gzip
+import inspect
 import json
 import os
 import random
 import re
+import shlex
 import shutil
 import signal
 import struct
@@ -46,6 +56,7 @@ DEADLINE_S = 240  # the whole run; a healthy one ends far inside
 SUBNET = "10.%d.%d" % (random.randint(64, 127), random.randint(1, 254))
 TAG = "wt%d" % os.getpid()
 VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+DATA_ROOT = "/usr/share/datasets"  # in the image: the daemons' --data_root
 
 
 def log(msg):
@@ -79,6 +90,70 @@ def write_idx_data(d, n=480):
             f.write(struct.pack(">II", 0x0801, n) + bytes(labels))
 
 
+def grpc_health_status(host, port, timeout=5.0):
+    """The status a plaintext grpc.health.v1.Health/Check for the server returns (1: SERVING).
+
+    What Kubernetes' gRPC probe sends: HTTP/2 with prior knowledge, no TLS,
+    over a raw socket (this machine's Python has no gRPC). Raises when the
+    port does not answer it: closed, TLS, or no response message. Runs in a
+    pod's network namespace as `python3 -c` with its own source, so it
+    imports what it needs itself.
+    """
+    import socket
+    import struct as st
+
+    def frame(ftype, flags, stream, payload=b""):
+        return st.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + st.pack(">I", stream) + payload
+
+    def literal(name, value):  # HPACK: literal without indexing, new name, no Huffman
+        return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+
+    headers = b"".join(literal(k, v) for k, v in (
+        (b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/grpc.health.v1.Health/Check"),
+        (b":authority", ("%s:%d" % (host, port)).encode()), (b"content-type", b"application/grpc"),
+        (b"te", b"trailers")))
+    sock = socket.create_connection((host, port), timeout=timeout)
+    sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0) + frame(1, 0x4, 1, headers)
+                 + frame(0, 0x1, 1, b"\x00\x00\x00\x00\x00"))  # an empty HealthCheckRequest
+    buf, data = b"", b""
+    while True:
+        while len(buf) < 9 or len(buf) < 9 + int.from_bytes(buf[:3], "big"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("%s:%d closed the connection" % (host, port))
+            buf += chunk
+        n, ftype, flags = int.from_bytes(buf[:3], "big"), buf[3], buf[4]
+        stream = int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF
+        payload, buf = buf[9:9 + n], buf[9 + n:]
+        if ftype == 4 and not flags & 0x1:
+            sock.sendall(frame(4, 0x1, 0))  # SETTINGS ack
+        elif ftype in (3, 7):
+            raise ConnectionError("%s:%d reset the call (HTTP/2 frame type %d)" % (host, port, ftype))
+        elif ftype == 0 and stream == 1:
+            data += payload[1:len(payload) - payload[0]] if flags & 0x8 else payload
+        if stream == 1 and ftype in (0, 1) and flags & 0x1:
+            break
+    if len(data) < 5:
+        raise ValueError("%s:%d answered without a HealthCheckResponse" % (host, port))
+    message = data[5:5 + int.from_bytes(data[1:5], "big")]
+    return message[1] if message[:1] == b"\x08" else 0
+
+
+def make_secrets(work):
+    """{Secret name: {key: file}}: the certificates deploy/README.md makes, with this `weft certs`."""
+    script = os.path.join(ROOT, "deploy", "k8s", "make-tls-secrets.sh")
+    r = subprocess.run([script, os.path.join(work, "tls")], capture_output=True, text=True,
+                       env=dict(os.environ, WEFT=WEFT))
+    if r.returncode != 0:
+        raise RuntimeError("make-tls-secrets.sh (weft certs) failed with status %d:\n%s" % (r.returncode, r.stderr))
+    secrets = {}
+    for line in r.stdout.splitlines():
+        words = shlex.split(line)
+        name = words[words.index("generic") + 1]
+        secrets[name] = dict(w[len("--from-file="):].split("=", 1) for w in words if w.startswith("--from-file="))
+    return secrets
+
+
 class Pod:
     """One pod: a network namespace, an address, and its containers' command lines."""
 
@@ -93,8 +168,9 @@ class Pod:
 
 
 class Cluster:
-    def __init__(self, work, objects):
-        self.work, self.objects = work, objects
+    def __init__(self, work, objects, secrets):
+        self.work, self.objects, self.secrets = work, objects, secrets
+        self.data_root = os.path.join(work, "datasets")  # the image's /usr/share/datasets
         self.hub = TAG + "-hub"
         self.pods = []
         self.namespaces = []
@@ -150,6 +226,20 @@ class Cluster:
                             continue  # written once, as the kubelet projects it
                         with open(os.path.join(d, item["path"]), "w") as f:
                             f.write(cm["data"][item["key"]])
+                elif "secret" in v:
+                    name = v["secret"]["secretName"]
+                    if name not in self.secrets:
+                        raise RuntimeError("%s: volume %s: make-tls-secrets.sh makes no Secret %s"
+                                           % (pod.name, v["name"], name))
+                    d = os.path.join(pod.dir, "secret-" + m["name"])
+                    os.makedirs(d, exist_ok=True)
+                    keys = self.secrets[name]
+                    items = v["secret"].get("items") or [{"key": k, "path": k} for k in keys]
+                    for item in items:
+                        dst = os.path.join(d, item["path"])
+                        if not os.path.exists(dst):
+                            shutil.copyfile(keys[item["key"]], dst)
+                            os.chmod(dst, item.get("mode", v["secret"].get("defaultMode", 0o644)))
                 else:
                     d = os.path.join(pod.dir, "volume-" + m["name"])
                 os.makedirs(d, exist_ok=True)
@@ -175,8 +265,13 @@ class Cluster:
         argv = [VAR_REF.sub(lambda m: env.get(m.group(1), m.group(0)), a)
                 for a in (container.get("command") or []) + (container.get("args") or [])]
         mounts = self.volume_dirs(pod)
-        for mount, d in sorted(mounts.items(), key=lambda kv: -len(kv[0])):
-            argv = [re.sub(r"(?<![\w/])%s(?=/|$)" % re.escape(mount), d, a) for a in argv]
+        # One pass, longest path first: a directory put in for one mount
+        # (under /tmp) must not be rewritten again for another (/tmp).
+        paths = dict(mounts, **{DATA_ROOT: self.data_root})
+        pattern = re.compile(r"(?<![\w/])(%s)(?=/|$)" % "|".join(
+            re.escape(p) for p in sorted(paths, key=len, reverse=True)))
+        argv = [pattern.sub(lambda m: paths[m.group(1)], a) for a in argv]
+        env = {k: pattern.sub(lambda m: paths[m.group(1)], v) for k, v in env.items()}
         return argv, env, mounts
 
     def wrap(self, pod, argv, env):
@@ -211,6 +306,59 @@ class Cluster:
             run("ip", "netns", "del", ns, check=False)
 
 
+def check_probes_and_refusals(cluster, client, spec):
+    """From the client pod: plaintext health checks as the kubelet probes, and the master refusing strangers."""
+    source = inspect.getsource(grpc_health_status)
+    for pod in cluster.pods:
+        if pod is client:
+            continue
+        c = pod.obj["spec"]["template"]["spec"]["containers"][0]
+        for port, serving in ((c["readinessProbe"]["grpc"]["port"], True),
+                              (next(p["containerPort"] for p in c["ports"] if p["name"] == "grpc"), False)):
+            r = subprocess.run(["ip", "netns", "exec", client.ns, "/usr/bin/python3", "-c",
+                                source + "\nprint(grpc_health_status(%r, %d))" % (pod.ip, port)],
+                               capture_output=True, text=True, timeout=30)
+            answered = r.returncode == 0 and r.stdout.strip() == "1"
+            assert answered == serving, "%s port %d: a plaintext health check %s (%s)" % (
+                pod.name, port, "was not answered SERVING" if serving else "was answered: the port is not mTLS-only",
+                (r.stdout + r.stderr).strip()[-500:])
+            log("%s port %d: plaintext health check %s" % (pod.name, port, "SERVING" if serving else "refused"))
+    # Clients the master must refuse: a certificate another CA signed, a
+    # token it does not know, no TLS at all.
+    foreign = os.path.join(cluster.work, "foreign-ca")
+    run(WEFT, "certs", "init", foreign)
+    run(WEFT, "certs", "issue", foreign, "--name=mallory", "--role=user")
+    token = os.path.join(client.dir, "token")
+    with open(os.open(token, os.O_CREAT | os.O_WRONLY, 0o600), "w") as f:
+        f.write("not-a-token-the-master-knows\n")
+    # Mallory trusts both CAs, so that her client verifies the master and
+    # presents her certificate: the master's check is the one that refuses.
+    bundle = os.path.join(client.dir, "both-cas.crt")
+    with open(bundle, "w") as out:
+        for ca in (os.path.join(foreign, "ca.crt"), cluster.secrets["weft-tls-client"]["ca.crt"]):
+            with open(ca) as f:
+                out.write(f.read())
+    env = [e for e in spec["containers"][0]["env"] if e["name"] in ("WEFT_MASTER", "WEFT_CA")]
+    for what, extra, args in (
+            ("a certificate from another CA", [{"name": "WEFT_CA", "value": bundle},
+                                               {"name": "WEFT_CERT", "value": os.path.join(foreign, "mallory.crt")},
+                                               {"name": "WEFT_KEY", "value": os.path.join(foreign, "mallory.key")}],
+             []),
+            ("an unknown token", [{"name": "WEFT_TOKEN_FILE", "value": token}], []),
+            ("a plaintext client", None, ["--insecure"])):
+        client_env = env + extra if extra is not None else env[:1]  # a later WEFT_CA wins
+        argv, full = cluster.command_line(client, {"command": ["weft"], "args": ["jobs"] + args,
+                                                   "env": client_env})[:2]
+        wrapper, full_env = cluster.wrap(client, argv, full)
+        try:
+            r = subprocess.run(wrapper, capture_output=True, text=True, env=full_env, timeout=30)
+        except subprocess.TimeoutExpired:
+            log("the master did not answer %s in 30 s" % what)
+            continue
+        assert r.returncode != 0, "the master answered %s: %s" % (what, r.stdout)
+        log("the master refused %s: %s" % (what, r.stderr.strip()[-200:]))
+
+
 def main():
     if os.geteuid() != 0:
         skip("needs root to create network namespaces")
@@ -229,7 +377,7 @@ def main():
     objects = kustomize.render(os.path.join(ROOT, "deploy", "k8s", "overlays", "cpu"))
     objects += kustomize.render(os.path.join(ROOT, "deploy", "k8s", "submit"))
     work = tempfile.mkdtemp(prefix="weft-multihost-", dir=os.environ.get("TEST_TMPDIR"))
-    cluster = Cluster(work, objects)
+    cluster = Cluster(work, objects, make_secrets(work))
     statefulsets = [o for o in objects if o["kind"] == "StatefulSet"]
     for sts in statefulsets:
         for i in range(sts["spec"]["replicas"]):
@@ -245,11 +393,11 @@ def main():
             cluster.start_daemon(pod)
 
         # The job: the example's strategy and checkpoint policy, on the
-        # shared claim, over a tiny dataset on it.
+        # shared claim, over a tiny dataset in the image's dataset directory.
         spec = submit_job["spec"]["template"]["spec"]
         _, _, mounts = cluster.command_line(submit, spec["containers"][0])
         ckpt_claim = os.path.join(cluster.shared, "weft-checkpoints")
-        data = os.path.join(ckpt_claim, "data")
+        data = os.path.join(cluster.data_root, "multihost")
         write_idx_data(data)
         ckpt = os.path.join(ckpt_claim, "multihost-job")
         job_path = os.path.join(mounts["/etc/weft"], "job.pbtxt")
@@ -263,7 +411,11 @@ def main():
 
         # The submit Job: its init container waits for the master, then weft submit --follow.
         init = cluster.start(submit, spec["initContainers"][0])
-        init.wait(timeout=max(1, deadline - time.monotonic()))
+        while init.poll() is None:
+            dead = [p.name for p in cluster.pods if p.proc and p.proc.poll() is not None]
+            assert not dead, "%s exited before the master answered (see their logs below)" % ", ".join(dead)
+            assert time.monotonic() < deadline, "the master did not answer `weft jobs` before the deadline"
+            time.sleep(0.2)
         assert init.returncode == 0, "the submit Job's init container failed (see %s)" % submit.log_path
         submit.proc = cluster.start(submit, spec["containers"][0])
 
@@ -293,8 +445,10 @@ def main():
         st = json.loads(status.stdout)
         assert st.get("state") == "SUCCEEDED", st
         assert int(st.get("restarts", 0)) >= 1, "the job records no recovery: %s" % st
+        log("the job SUCCEEDED across the loss of %s" % victim.name)
+        check_probes_and_refusals(cluster, submit, spec)
         ok = True
-        log("PASSED: the job SUCCEEDED across the loss of %s" % victim.name)
+        log("PASSED")
     finally:
         cluster.teardown()
         if not ok:

@@ -3,7 +3,7 @@
 (overlays/*, submit), validates every object against the Kubernetes API
 schema (schema.py), and checks the cross-references a schema cannot
 (crossref.py). The Kubeflow TFJob is checked against its CRD's schema and
-against the base objects it uses.
+against the base objects it uses, with the NetworkPolicies beside it.
 
     check_manifests.py DEPLOY_DIR     prints each error; exit 1 if any
 """
@@ -29,10 +29,16 @@ def render_all(deploy_dir):
     return out
 
 
-def load_tfjobs(deploy_dir):
+def load_kubeflow(deploy_dir):
+    """(the TFJobs, the other objects: their NetworkPolicies) of kubeflow/tfjob.yaml."""
     path = os.path.join(deploy_dir, "kubeflow", "tfjob.yaml")
     with open(path) as f:
-        return [d for d in yaml.safe_load_all(f) if d]
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    return [d for d in docs if d.get("kind") == "TFJob"], [d for d in docs if d.get("kind") != "TFJob"]
+
+
+def load_tfjobs(deploy_dir):
+    return load_kubeflow(deploy_dir)[0]
 
 
 def check_objects(label, objects):
@@ -43,7 +49,8 @@ def check_objects(label, objects):
     return errors
 
 
-def check_tfjob(tfjob, base_objects):
+def check_tfjob(tfjob, base_objects, others=()):
+    """A TFJob, with `others`: the objects beside it in its file (its NetworkPolicies)."""
     errors = ["kubeflow/tfjob.yaml: %s" % e for e in schema.validate(tfjob)]
     specs = (tfjob.get("spec") or {}).get("tfReplicaSpecs") or {}
     for rtype, spec in specs.items():
@@ -51,7 +58,7 @@ def check_tfjob(tfjob, base_objects):
         errors += ["kubeflow/tfjob.yaml %s: %s" % (rtype, e)
                    for e in schema.validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": rtype},
                                              "template": template})]
-    errors += ["kubeflow/tfjob.yaml: %s" % e for e in crossref.check_tfjob(tfjob, base_objects)]
+    errors += ["kubeflow/tfjob.yaml: %s" % e for e in crossref.check_tfjob(tfjob, base_objects, others)]
     return errors
 
 
@@ -61,8 +68,11 @@ def check_deploy(deploy_dir):
     for label, objects in rendered.items():
         errors += check_objects(label, objects)
     base = next(iter(rendered.values()))
-    for tfjob in load_tfjobs(deploy_dir):
-        errors += check_tfjob(tfjob, base)
+    tfjobs, others = load_kubeflow(deploy_dir)
+    for o in others:
+        errors += ["kubeflow/tfjob.yaml: %s" % e for e in schema.validate(o)]
+    for tfjob in tfjobs:
+        errors += check_tfjob(tfjob, base, others)
     return errors, rendered
 
 

@@ -12,20 +12,34 @@ $(VAR) defined; ConfigMap keys, volumes and claims referenced exist; the
 checkpoint directory of the example job is on the one shared claim in every
 daemon; the master's state dir is on its own claim; the grace period covers
 the drain; resources are set, GPUs agree; the PodDisruptionBudget covers the
-daemons.
+daemons. The daemons' checkpoints and data are under their --checkpoint_root
+and --data_root. The security rules (security.py: hardening, each pod's own
+certificate from its role's Secret, probes on the plaintext health port)
+hold for every pod, and the NetworkPolicies admit exactly weft's flows
+(netpol.py).
 """
+import posixpath
 import re
+import shlex
+
+import netpol
+import security
 
 # The flags each `weft` subcommand accepts.
+DAEMON_SECURITY_FLAGS = {"ca", "cert", "key", "insecure", "health_port", "checkpoint_root", "data_root"}
+CLIENT_SECURITY_FLAGS = {"ca", "cert", "key", "token_file", "insecure"}
 WEFT_FLAGS = {
     "worker": {"task", "cluster", "listen", "intra_op_threads", "inter_op_threads", "cpu_devices", "gpus",
-               "log_level", "drain_seconds"},
+               "log_level", "drain_seconds"} | DAEMON_SECURITY_FLAGS,
     "ps": {"task", "cluster", "listen", "intra_op_threads", "inter_op_threads", "cpu_devices", "gpus",
-           "log_level", "drain_seconds"},
-    "master": {"cluster", "task", "listen", "port", "log_level", "state_dir"},
-    "submit": {"master", "output", "follow", "resume_from", "master_wait_seconds"},
-    "jobs": {"master", "output"},
+           "log_level", "drain_seconds"} | DAEMON_SECURITY_FLAGS,
+    "master": {"cluster", "task", "listen", "port", "log_level", "state_dir", "auth_tokens_file"}
+              | DAEMON_SECURITY_FLAGS,
+    "submit": {"master", "output", "follow", "resume_from", "master_wait_seconds"} | CLIENT_SECURITY_FLAGS,
+    "jobs": {"master", "output"} | CLIENT_SECURITY_FLAGS,
 }
+# The Secrets of the StatefulSets are weft-tls-<role>; a TFJob's <name>-tls-<role>.
+SECRET_PREFIX = "weft-tls"
 DAEMONS = ("master", "worker", "ps")
 VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 POD_INDEX_FIELD = "metadata.labels['apps.kubernetes.io/pod-index']"
@@ -33,6 +47,12 @@ POD_INDEX_FIELD = "metadata.labels['apps.kubernetes.io/pod-index']"
 
 def name_of(o):
     return "%s/%s" % (o.get("kind"), (o.get("metadata") or {}).get("name"))
+
+
+def pod_template(o):
+    if o.get("kind") in ("StatefulSet", "Job", "Deployment"):
+        return (o.get("spec") or {}).get("template") or {}
+    return {}
 
 
 def pod_spec(o):
@@ -70,6 +90,41 @@ def parse_cluster(text):
 def job_checkpoint_dir(job_text):
     m = re.search(r'checkpoint\s*\{[^}]*\bdir\s*:\s*"([^"]+)"', job_text or "")
     return m.group(1) if m else None
+
+
+def job_dataset_dir(job_text):
+    m = re.search(r'dataset\s*\{[^}]*\bdir\s*:\s*"([^"]+)"', job_text or "")
+    return m.group(1) if m else None
+
+
+def shell_weft_commands(cmdline):
+    """[(subcommand, flags)] of each `weft ...` in a shell command line."""
+    out = []
+    for segment in re.split(r"[;&|]+", cmdline):
+        try:
+            words = shlex.split(segment)
+        except ValueError:
+            continue
+        if len(words) > 2 and posixpath.basename(words[0]) in ("sh", "bash") and words[1] == "-c":
+            words = words[2:]
+        if words and words[0] == "weft":
+            sub, flags, _ = flags_of(words[1:])
+            out.append((sub, flags))
+    return out
+
+
+def root_errors(flags, job_text):
+    """The example job's checkpoint and dataset directories against a daemon's roots."""
+    errors = []
+    for flag, path, what in (("checkpoint_root", job_checkpoint_dir(job_text), "checkpoint"),
+                             ("data_root", job_dataset_dir(job_text), "dataset")):
+        root = flags.get(flag)
+        if not root:
+            errors.append("no --%s: the daemons read and write %ss only under it" % (flag, what))
+        elif path and not under(path, root):
+            errors.append("the %s dir %s (job.pbtxt) is outside --%s=%s: the daemons refuse it"
+                          % (what, path, flag, root))
+    return errors
 
 
 def under(path, mount):
@@ -144,6 +199,8 @@ class Checker:
             self.check_checkpoints(daemons)
         for job in self.by_kind.get("Job", {}).values():
             self.check_submit_job(job, daemons)
+        if daemons:
+            self.check_network_policies(daemons)
         for pdb in self.by_kind.get("PodDisruptionBudget", {}).values():
             sel = ((pdb.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
             for role, sts in daemons.items():
@@ -208,7 +265,8 @@ class Checker:
             if not pod_index or (((pod_index[0].get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
                                  != POD_INDEX_FIELD):
                 self.error(sts, "container %s: POD_INDEX must come from the fieldRef %s" % (c["name"], POD_INDEX_FIELD))
-        # Ports and probes.
+        # Ports and probes: the daemon's port is mTLS-only, so the probes go
+        # to the plaintext health port.
         port = self.listen_port(sts, role, flags)
         cports = {p.get("name"): p.get("containerPort") for p in c.get("ports") or []}
         if "grpc" not in cports:
@@ -216,17 +274,10 @@ class Checker:
         elif port is not None and cports["grpc"] != port:
             self.error(sts, "container %s: port grpc is %s but weft listens on %s" % (c["name"], cports["grpc"], port))
         listen = port if port is not None else cports.get("grpc")
-        for probe_name in ("readinessProbe", "livenessProbe"):
-            probe = c.get(probe_name)
-            if not probe:
-                self.error(sts, "container %s: no %s" % (c["name"], probe_name))
-                continue
-            grpc = probe.get("grpc")
-            if not grpc:
-                self.error(sts, "container %s: %s must be a gRPC health probe (grpc: {port: ...})" % (c["name"], probe_name))
-            elif grpc.get("port") != listen:
-                self.error(sts, "container %s: %s probes port %s, but weft listens on %s"
-                           % (c["name"], probe_name, grpc.get("port"), listen))
+        for e in security.health(c, flags, listen):
+            self.error(sts, e)
+        for e in security.daemon_tls(pod, c, role, flags, SECRET_PREFIX):
+            self.error(sts, e)
         # The headless Service.
         svc = self.get("Service", spec.get("serviceName"))
         if svc is None:
@@ -281,8 +332,8 @@ class Checker:
                     self.error(sts, "nvidia.com/gpu limit %d but --gpus=0 leaves it idle" % gpu_limit)
             else:
                 self.error(sts, "--gpus=%s is not a number" % gpus)
-        if not (pod.get("securityContext") or {}).get("runAsNonRoot"):
-            self.error(sts, "pod securityContext.runAsNonRoot must be true")
+        for e in security.hardening(pod):
+            self.error(sts, e)
 
     def check_volume(self, obj, v):
         if "persistentVolumeClaim" in v:
@@ -365,18 +416,58 @@ class Checker:
                 pvc = self.get("PersistentVolumeClaim", claim)
                 if pvc and "ReadWriteMany" not in (pvc.get("spec") or {}).get("accessModes", []):
                     self.error(pvc, "holds the shared checkpoints: it must be ReadWriteMany")
+            for role, sts in daemons.items():
+                flags, _ = self.daemon_args(sts)
+                for e in root_errors(flags, text):
+                    self.error(sts, e)
+                root = flags.get("checkpoint_root")
+                c = pod_spec(sts)["containers"][0]
+                volumes = {v["name"]: v for v in pod_spec(sts).get("volumes") or []}
+                if root and not any(under(root, m["mountPath"]) and "persistentVolumeClaim" in volumes.get(m["name"], {})
+                                    for m in c.get("volumeMounts") or []):
+                    self.error(sts, "--checkpoint_root=%s is not on the shared checkpoint claim" % root)
+
+    def check_network_policies(self, daemons):
+        endpoints = []
+        for role, sts in daemons.items():
+            c = self.daemon_container(sts, role)
+            if c is None:
+                continue
+            flags, _ = self.daemon_args(sts)
+            labels = ((sts["spec"].get("template") or {}).get("metadata") or {}).get("labels") or {}
+            ports = {p.get("name"): p.get("containerPort") for p in c.get("ports") or []}
+            main = self.listen_port(sts, role, flags) or ports.get("grpc")
+            health = int(flags["health_port"]) if flags.get("health_port", "").isdigit() else None
+            endpoints.append(netpol.Endpoint(name_of(sts), role, labels, ports, main, health))
+        # The submit Job is the weft client whose pods must reach the master.
+        clients = [("the weft client pods of %s" % name_of(j),
+                    (pod_template(j).get("metadata") or {}).get("labels") or {})
+                   for j in self.by_kind.get("Job", {}).values()]
+        policies = list(self.by_kind.get("NetworkPolicy", {}).values())
+        self.errors += netpol.check(policies, endpoints, clients[0] if clients else None)
 
     def check_submit_job(self, job, daemons):
         pod = pod_spec(job)
         volumes = {v["name"]: v for v in pod.get("volumes") or []}
         for v in volumes.values():
             self.check_volume(job, v)
+        for e in security.hardening(pod):
+            self.error(job, e)
         for c in (pod.get("initContainers") or []) + (pod.get("containers") or []):
             env = self.env_of(job, c)
             if "WEFT_MASTER" not in env:
                 self.error(job, "container %s: no WEFT_MASTER" % c.get("name"))
+            args = [self.expand(job, c, env, a) for a in c.get("args") or []]
             if c.get("command") == ["weft"]:
-                sub, flags, positional = flags_of([self.expand(job, c, env, a) for a in c.get("args") or []])
+                flags = flags_of(args)[1]
+            else:  # a shell: the flags of its weft commands
+                flags = {}
+                for _, f in shell_weft_commands(" ".join((c.get("command") or []) + args)):
+                    flags.update(f)
+            for e in security.client_tls(pod, c, env, flags, SECRET_PREFIX):
+                self.error(job, e)
+            if c.get("command") == ["weft"]:
+                sub, flags, positional = flags_of(args)
                 if sub not in WEFT_FLAGS:
                     self.error(job, "container %s: `weft %s` is not a client command here" % (c["name"], sub))
                     continue
@@ -404,10 +495,26 @@ class Checker:
             self.error(job, "backoffLimit must be 0: a retried `weft submit` would start a second training job")
 
 
-def check_tfjob(tfjob, base_objects):
+TFJOB_INDEX_FIELD = "metadata.labels['training.kubeflow.org/replica-index']"
+
+
+def tfjob_labels(tfjob, rtype, template):
+    """A replica pod's labels: its template's and those the training operator adds."""
+    labels = dict((template.get("metadata") or {}).get("labels") or {})
+    labels.update({"training.kubeflow.org/job-name": tfjob["metadata"]["name"],
+                   "training.kubeflow.org/replica-type": rtype.lower(),
+                   "training.kubeflow.org/replica-index": "0"})
+    return labels
+
+
+def check_tfjob(tfjob, base_objects, policies=()):
     """A TFJob's replicas against Kubeflow's conventions and the base objects it uses."""
     errors = []
     names = {(o.get("kind"), o["metadata"]["name"]) for o in base_objects}
+    job_text = next(((o.get("data") or {}).get("job.pbtxt") for o in base_objects
+                     if o.get("kind") == "ConfigMap" and "job.pbtxt" in (o.get("data") or {})), None)
+    prefix = "%s-tls" % tfjob["metadata"]["name"]
+    endpoints = []
     specs = (tfjob.get("spec") or {}).get("tfReplicaSpecs") or {}
     roles = {"Chief": "master", "Master": "master", "PS": "ps", "Worker": "worker"}
     for rtype in ("Chief", "PS", "Worker"):
@@ -436,10 +543,35 @@ def check_tfjob(tfjob, base_objects):
         for m in re.finditer(r"--(\w+)", cmdline):
             if m.group(1) not in allowed:
                 errors.append("%s: `weft %s` has no flag --%s" % (where, role, m.group(1)))
-        for probe_name in ("readinessProbe",):
-            grpc = (c.get(probe_name) or {}).get("grpc") or {}
-            if grpc.get("port") != ports.get("tfjob-port"):
-                errors.append("%s: %s must be a gRPC probe on tfjob-port" % (where, probe_name))
+        errors += ["%s: %s" % (where, e) for e in security.hardening(pod)]
+        env = {e.get("name"): e for e in c.get("env") or []}
+        for var in sorted(set(VAR_REF.findall(cmdline)) - set(env)):
+            errors.append("%s: $(%s) is not defined in its env; Kubernetes would pass it literally" % (where, var))
+        if "POD_INDEX" in env and ((env["POD_INDEX"].get("valueFrom") or {}).get("fieldRef") or {}).get(
+                "fieldPath") != TFJOB_INDEX_FIELD:
+            errors.append("%s: POD_INDEX must come from the fieldRef %s" % (where, TFJOB_INDEX_FIELD))
+        if c.get("command") == ["weft"]:
+            commands = [flags_of(c.get("args") or [])[:2]]
+        else:
+            commands = shell_weft_commands(cmdline)
+        daemon = [f for sub, f in commands if sub == role]
+        flags = daemon[0] if daemon else {}
+        if role in DAEMONS:
+            probes = ("readinessProbe", "livenessProbe") if role != "master" else ("readinessProbe",)
+            errors += ["%s: %s" % (where, e) for e in security.health(c, flags, ports.get("tfjob-port"), probes)]
+            errors += ["%s: %s" % (where, e) for e in security.daemon_tls(pod, c, role, flags, prefix)]
+            if job_text is not None:
+                errors += ["%s: %s" % (where, e) for e in root_errors(flags, job_text)]
+            health = int(flags["health_port"]) if flags.get("health_port", "").isdigit() else None
+            endpoints.append(netpol.Endpoint(where, role, tfjob_labels(tfjob, rtype, spec.get("template") or {}),
+                                             ports, ports.get("tfjob-port"), health))
+        clients = [f for sub, f in commands if sub in ("submit", "jobs")]
+        if clients:
+            client_flags = {}
+            for f in clients:
+                client_flags.update(f)
+            plain_env = {k: e.get("value") for k, e in env.items() if "value" in e}
+            errors += ["%s: %s" % (where, e) for e in security.client_tls(pod, c, plain_env, client_flags, prefix)]
         for v in pod.get("volumes") or []:
             if "persistentVolumeClaim" in v and ("PersistentVolumeClaim", v["persistentVolumeClaim"]["claimName"]) not in names:
                 errors.append("%s: claim %s is not created by deploy/k8s" % (where, v["persistentVolumeClaim"]["claimName"]))
@@ -451,4 +583,6 @@ def check_tfjob(tfjob, base_objects):
                 errors.append("%s: volumeMount %s has no volume" % (where, name))
         if not any(m["mountPath"] == "/checkpoints" for m in mounts.values()):
             errors.append("%s: the shared checkpoints volume is not mounted at /checkpoints" % where)
+    if endpoints:
+        errors += netpol.check([p for p in policies if p.get("kind") == "NetworkPolicy"], endpoints)
     return errors
