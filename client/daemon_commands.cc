@@ -143,6 +143,13 @@ absl::Status ConfineDatasets(const Flags& f) {
   return absl::OkStatus();
 }
 
+// Both roots of a daemon: confines datasets to --data_root and returns the
+// opened --checkpoint_root.
+absl::StatusOr<std::string> ConfineFiles(const Flags& f) {
+  RETURN_IF_ERROR(ConfineDatasets(f));
+  return CheckpointRoot(f);
+}
+
 // The cluster without the master's own job: the tasks the master drives.
 ClusterDef WithoutJob(const ClusterDef& cluster, const std::string& job) {
   ClusterDef out;
@@ -213,13 +220,9 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
     log->error("cannot start: {}", std::string(security.status().message()));
     return 1;
   }
-  auto checkpoint_root = CheckpointRoot(*f);
+  auto checkpoint_root = ConfineFiles(*f);
   if (!checkpoint_root.ok()) {
     log->error("cannot start: {}", std::string(checkpoint_root.status().message()));
-    return 1;
-  }
-  if (absl::Status s = ConfineDatasets(*f); !s.ok()) {
-    log->error("cannot start: {}", std::string(s.message()));
     return 1;
   }
   BlockTerminationSignals();
@@ -320,13 +323,9 @@ int RunMasterCommand(int argc, char** argv) {
   opts.cluster = WithoutJob(config->cluster, config->task.job.empty() ? "master" : config->task.job);
   // Without it, jobs are kept in memory and forgotten on restart.
   opts.state_dir = f->Get("state_dir");
-  auto checkpoint_root = CheckpointRoot(*f);
+  auto checkpoint_root = ConfineFiles(*f);
   if (!checkpoint_root.ok()) {
     log->error("cannot start: {}", std::string(checkpoint_root.status().message()));
-    return 1;
-  }
-  if (absl::Status s = ConfineDatasets(*f); !s.ok()) {
-    log->error("cannot start: {}", std::string(s.message()));
     return 1;
   }
   opts.checkpoint_root = *checkpoint_root;

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "client/job_file.h"
 #include "client/master_client.h"
+#include "tests/test_cluster.h"
 #include "tests/test_tls.h"
 #include "client/subprocess.h"
 #include "common/tensor.h"
@@ -33,34 +34,11 @@ using data::testing::IdxBytes;
 using data::testing::TempPath;
 using data::testing::WriteFile;
 
-std::string WeftBinary() {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* ws = std::getenv("TEST_WORKSPACE");
-  return absl::StrCat(srcdir ? srcdir : ".", "/", ws ? ws : "weft", "/client/weft");
-}
+using testing::WeftBinary;
 
 // A synthetic 3-class problem: class c brightens the c-th third of a
 // 12-pixel image.
-std::string WriteData(const std::string& name, int n) {
-  const std::string dir = TempPath(name);
-  ::mkdir(dir.c_str(), 0755);
-  std::vector<uint8_t> pixels(static_cast<size_t>(n) * 12), labels(n);
-  uint32_t r = 12345;
-  for (int i = 0; i < n; ++i) {
-    const int c = i % 3;
-    labels[i] = static_cast<uint8_t>(c);
-    for (int p = 0; p < 12; ++p) {
-      r = r * 1103515245u + 12345u;
-      pixels[static_cast<size_t>(i) * 12 + p] = static_cast<uint8_t>((p / 4 == c ? 170 : 20) + (r >> 24) % 60);
-    }
-  }
-  for (const char* split : {"train", "t10k"}) {
-    WriteFile(absl::StrCat(dir, "/", split, "-images-idx3-ubyte.gz"),
-              Gzip(IdxBytes({static_cast<uint32_t>(n), 3, 4}, pixels)));
-    WriteFile(absl::StrCat(dir, "/", split, "-labels-idx1-ubyte.gz"), Gzip(IdxBytes({static_cast<uint32_t>(n)}, labels)));
-  }
-  return dir;
-}
+std::string WriteData(const std::string& name, int n) { return testing::WriteThreeClassData(TempPath(name), n); }
 
 JobSpec Job(const std::string& dir, int epochs) {
   auto job = ParseJob(absl::StrCat(R"(name: "cluster-job"
@@ -109,7 +87,7 @@ class ClusterTest : public ::testing::Test {
 
   void Start(const std::string& name, std::vector<std::string> args) {
     args.insert(args.begin(), WeftBinary());
-    for (const std::string& flag : tls_->DaemonFlags(Identity(name))) args.push_back(flag);
+    for (const std::string& flag : tls_->DaemonFlags(testing::DaemonIdentity(name))) args.push_back(flag);
     // Datasets and checkpoints confined to the test's own directory.
     args.push_back("--data_root=" + ::testing::TempDir());
     args.push_back("--checkpoint_root=" + ::testing::TempDir());
@@ -138,13 +116,6 @@ class ClusterTest : public ::testing::Test {
     });
     EXPECT_TRUE(s.ok()) << s;
     return last;
-  }
-
-  // "worker-1" -> "/job:worker/task:1"; "master" -> "master".
-  static std::string Identity(const std::string& name) {
-    if (name == "master") return name;
-    const size_t dash = name.rfind('-');
-    return absl::StrCat("/job:", name.substr(0, dash), "/task:", name.substr(dash + 1));
   }
 
   std::unique_ptr<testing::TestTls> tls_;

@@ -41,6 +41,7 @@
 #include "absl/time/time.h"
 #include "client/job_file.h"
 #include "client/master_client.h"
+#include "tests/test_cluster.h"
 #include "tests/test_tls.h"
 #include "client/subprocess.h"
 #include "common/dtype.h"
@@ -76,34 +77,11 @@ const char* const kPs = "/job:ps/task:0";
 const char* const kWorker0 = "/job:worker/task:0";
 const char* const kWorker1 = "/job:worker/task:1";
 
-std::string WeftBinary() {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* ws = std::getenv("TEST_WORKSPACE");
-  return absl::StrCat(srcdir ? srcdir : ".", "/", ws ? ws : "weft", "/client/weft");
-}
+using testing::WeftBinary;
 
 // A synthetic 3-class problem: class c brightens the c-th third of a
 // 12-pixel image.
-std::string WriteData(const std::string& dir, int n) {
-  ::mkdir(dir.c_str(), 0755);
-  std::vector<uint8_t> pixels(static_cast<size_t>(n) * 12), labels(n);
-  uint32_t r = 12345;
-  for (int i = 0; i < n; ++i) {
-    const int c = i % 3;
-    labels[i] = static_cast<uint8_t>(c);
-    for (int p = 0; p < 12; ++p) {
-      r = r * 1103515245u + 12345u;
-      pixels[static_cast<size_t>(i) * 12 + p] = static_cast<uint8_t>((p / 4 == c ? 170 : 20) + (r >> 24) % 60);
-    }
-  }
-  for (const char* split : {"train", "t10k"}) {
-    WriteFile(absl::StrCat(dir, "/", split, "-images-idx3-ubyte.gz"),
-              Gzip(IdxBytes({static_cast<uint32_t>(n), 3, 4}, pixels)));
-    WriteFile(absl::StrCat(dir, "/", split, "-labels-idx1-ubyte.gz"),
-              Gzip(IdxBytes({static_cast<uint32_t>(n)}, labels)));
-  }
-  return dir;
-}
+std::string WriteData(const std::string& dir, int n) { return testing::WriteThreeClassData(dir, n); }
 
 JobSpec FaultJob(const std::string& data, StrategySpec::Kind kind, bool sync, const std::string& checkpoint_dir,
                  int64_t steps, int task_wait_seconds) {
@@ -240,10 +218,7 @@ class FaultTest : public ::testing::Test {
 
   void Start(const std::string& name, std::vector<std::string> args) {
     args.insert(args.begin(), WeftBinary());
-    const size_t dash = name.rfind('-');
-    const std::string identity =
-        name == "master" ? name : absl::StrCat("/job:", name.substr(0, dash), "/task:", name.substr(dash + 1));
-    for (const std::string& flag : tls_->DaemonFlags(identity)) args.push_back(flag);
+    for (const std::string& flag : tls_->DaemonFlags(testing::DaemonIdentity(name))) args.push_back(flag);
     // Datasets and checkpoints confined to the test's own directory.
     args.push_back("--data_root=" + ::testing::TempDir());
     auto p = std::make_unique<Subprocess>();

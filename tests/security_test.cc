@@ -26,6 +26,7 @@
 #include "proto/ps_service.grpc.pb.h"
 #include "proto/worker_service.grpc.pb.h"
 #include "runtime/data/test_files.h"
+#include "tests/test_cluster.h"
 #include "tests/test_tls.h"
 
 namespace weft {
@@ -39,33 +40,10 @@ using data::testing::WriteFile;
 constexpr char kAliceToken[] = "alice-0123456789abcdef0123456789";
 constexpr char kBobToken[] = "bob-0123456789abcdef0123456789ab";
 
-std::string WeftBinary() {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* ws = std::getenv("TEST_WORKSPACE");
-  return absl::StrCat(srcdir ? srcdir : ".", "/", ws ? ws : "weft", "/client/weft");
-}
+using testing::WeftBinary;
 
 // Three separable classes of 12-pixel images (as in cluster_test).
-std::string WriteData(const std::string& name, int n) {
-  const std::string dir = TempPath(name);
-  ::mkdir(dir.c_str(), 0755);
-  std::vector<uint8_t> pixels(static_cast<size_t>(n) * 12), labels(n);
-  uint32_t r = 12345;
-  for (int i = 0; i < n; ++i) {
-    const int c = i % 3;
-    labels[i] = static_cast<uint8_t>(c);
-    for (int p = 0; p < 12; ++p) {
-      r = r * 1103515245u + 12345u;
-      pixels[static_cast<size_t>(i) * 12 + p] = static_cast<uint8_t>((p / 4 == c ? 170 : 20) + (r >> 24) % 60);
-    }
-  }
-  for (const char* split : {"train", "t10k"}) {
-    WriteFile(absl::StrCat(dir, "/", split, "-images-idx3-ubyte.gz"),
-              Gzip(IdxBytes({static_cast<uint32_t>(n), 3, 4}, pixels)));
-    WriteFile(absl::StrCat(dir, "/", split, "-labels-idx1-ubyte.gz"), Gzip(IdxBytes({static_cast<uint32_t>(n)}, labels)));
-  }
-  return dir;
-}
+std::string WriteData(const std::string& name, int n) { return testing::WriteThreeClassData(TempPath(name), n); }
 
 JobSpec Job(const std::string& data, int epochs) {
   auto job = ParseJob(absl::StrCat(R"(name: "secure-job"

@@ -23,6 +23,7 @@
 #include "common/env.h"
 #include "common/tensor.h"
 #include "gtest/gtest.h"
+#include "tests/test_cluster.h"
 #include "ps/manifest.h"
 #include "ps/shard_file.h"
 #include "runtime/data/test_files.h"
@@ -43,11 +44,7 @@ struct Result {
   std::string err;  // stderr
 };
 
-std::string WeftBinary() {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* ws = std::getenv("TEST_WORKSPACE");
-  return absl::StrCat(srcdir ? srcdir : ".", "/", ws ? ws : "weft", "/client/weft");
-}
+using testing::WeftBinary;
 
 Result RunWeft(const std::string& args) {
   const std::string err_path = TempPath(absl::StrCat("stderr_", ::getpid(), "_", std::rand()));
