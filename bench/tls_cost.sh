@@ -118,7 +118,6 @@ for line in open(path):
     v.setdefault((what, mode), []).append(float(x))
 def med(k): return statistics.median(v[k])
 rows = [("RecvTensor 64 MiB (GB/s, median step)", "recv"), ("MULTI_WORKER_MIRRORED, 2 workers (samples/s)", "mwm")]
-print("<!-- bench:tls-cost -->")
 print("## What mutual TLS costs\n")
 print(f"`bench/tls_cost.sh`, {rounds} rounds alternating which goes first, at `{commit}` (load {load} at the end),"
       f" {__import__('os').cpu_count()} CPUs. Each figure is the median of its rounds; the ratio is TLS over --insecure.\n")
@@ -130,7 +129,6 @@ for label, key in rows:
     each = "; ".join(", ".join(f"{x:.3g}" for x in v[(key, m)]) for m in ("tls", "insecure"))
     print(f"| {label} | {t:.4g} | {i:.4g} | {t / i:.2f}x | {each} |")
     summary.append(f"{key} {t / i:.2f}x")
-print("<!-- /bench:tls-cost -->")
 print("tls_cost: TLS / insecure: " + ", ".join(summary), file=sys.stderr)
 PY
 "$PYTHON" "$REPO/bench/bench_md.py" "$OUT" tls-cost < "$TMP/section.md"
