@@ -112,7 +112,7 @@ cuda_library_path() {
 
 run() {
   local bundle out mlp_epochs cnn_epochs rounds data
-  data="$(cd "$1/data" && pwd)"; out="$2"; mlp_epochs="$3"; cnn_epochs="$4"; rounds="$5"
+  data="$(cd "$1/data" && pwd -P)"; out="$2"; mlp_epochs="$3"; cnn_epochs="$4"; rounds="$5"
   [ -f "$1/binaries.tar.xz" ] || die "$1 holds no binaries.tar.xz: build it with bench/gpu.sh --bundle $1"
   local work
   work="$(mktemp -d "${TMPDIR:-/tmp}/weft-gpu.XXXXXX")"
@@ -197,12 +197,12 @@ run() {
   local kind args
   for kind in parameter_server multi_worker_mirrored; do
     job="$work/local_$kind.pbtxt"
-    sed -e "s|^\( *dir:\).*|\1 \"$bundle/data\"|" -e "/^epochs:/d" -e "/^steps:/d" \
+    sed -e "s|^\( *dir:\).*|\1 \"$data\"|" -e "/^epochs:/d" -e "/^steps:/d" \
       "$bundle/jobs/fmnist_mlp_$kind.pbtxt" > "$job"
     echo "steps: 300" >> "$job"
     args=(--workers=2); [ "$kind" = parameter_server ] && args+=(--ps=1)
     mkdir -p "$work/local_$kind"
-    if timeout 180 "$bundle/bin/weft" local "${args[@]}" --log_dir="$work/local_$kind" "$job" --output=json \
+    if timeout 180 "$bundle/bin/weft" local "${args[@]}" --data_root="$data" --log_dir="$work/local_$kind" "$job" --output=json \
         > "$work/local_$kind.json" 2> "$work/local_$kind.err"; then
       echo "weft-local $kind $(grep -m1 '^{' "$work/local_$kind.json")" | tee -a "$runs"
     else
@@ -217,12 +217,12 @@ run() {
   if [ "${gpus:-0}" -ge 2 ]; then
     echo "== MIRRORED over NCCL on $gpus GPUs of one worker" >&2
     job="$work/local_mirrored.pbtxt"
-    sed -e "s|^\( *dir:\).*|\1 \"$bundle/data\"|" -e "/^epochs:/d" -e "/^steps:/d" \
+    sed -e "s|^\( *dir:\).*|\1 \"$data\"|" -e "/^epochs:/d" -e "/^steps:/d" \
       -e "s|kind: MIRRORED|kind: MIRRORED cross_device_ops: NCCL|" \
       "$bundle/jobs/fmnist_mlp_mirrored.pbtxt" > "$job"
     echo "steps: 300" >> "$job"
     mkdir -p "$work/local_mirrored"
-    if timeout 180 "$bundle/bin/weft" local --workers=1 --log_dir="$work/local_mirrored" "$job" --output=json \
+    if timeout 180 "$bundle/bin/weft" local --workers=1 --data_root="$data" --log_dir="$work/local_mirrored" "$job" --output=json \
         > "$work/local_mirrored.json" 2> "$work/local_mirrored.err"; then
       echo "weft-local mirrored $(grep -m1 '^{' "$work/local_mirrored.json")" | tee -a "$runs"
     else
