@@ -123,7 +123,7 @@ PeerAuthenticator::PeerAuthenticator(std::shared_ptr<const TransportSecurity> se
                                      std::shared_ptr<TokenTable> tokens)
     : security_(std::move(security)), tokens_(std::move(tokens)) {}
 
-absl::StatusOr<Caller> PeerAuthenticator::FromCertificate(const std::string& pem) const {
+absl::StatusOr<Caller> PeerAuthenticator::FromCertificate(absl::string_view pem) const {
   {
     absl::MutexLock lock(&mu_);
     auto it = cache_.find(pem);
@@ -152,7 +152,7 @@ absl::StatusOr<Caller> PeerAuthenticator::Authenticate(const grpc::ServerContext
   if (auth != nullptr) pems = auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME);
   if (!pems.empty()) {
     // The TLS handshake verified it against the cluster CA.
-    caller = FromCertificate(std::string(pems[0].data(), pems[0].size()));
+    caller = FromCertificate(absl::string_view(pems[0].data(), pems[0].size()));
   } else {
     const auto& md = ctx.client_metadata();
     auto it = md.find("authorization");

@@ -29,10 +29,7 @@
 namespace weft {
 namespace {
 
-using data::testing::Gzip;
-using data::testing::IdxBytes;
 using data::testing::TempPath;
-using data::testing::WriteFile;
 
 using testing::WeftBinary;
 

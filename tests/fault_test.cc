@@ -57,10 +57,7 @@
 namespace weft {
 namespace {
 
-using data::testing::Gzip;
-using data::testing::IdxBytes;
 using data::testing::TempPath;
-using data::testing::WriteFile;
 
 constexpr int kExamples = 480;
 constexpr int kBatch = 16;   // the global batch: 8 per replica

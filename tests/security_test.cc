@@ -32,8 +32,6 @@
 namespace weft {
 namespace {
 
-using data::testing::Gzip;
-using data::testing::IdxBytes;
 using data::testing::TempPath;
 using data::testing::WriteFile;
 
