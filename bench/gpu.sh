@@ -134,6 +134,11 @@ run() {
   "$bundle/tests/cuda_util_test" --gtest_filter='*Version*' 2>&1 | grep -E "CUDA runtime|OK|FAIL" || true
 
   echo "== GPU tests" >&2
+  # A GPU run must not pass by skipping: every GPU test that would skip for
+  # want of as many GPUs as this machine has fails instead.
+  local gpus
+  gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
+  export WEFT_TEST_REQUIRE_GPUS="$(( gpus > 0 ? gpus : 1 ))"
   local failed=0 line results="$work/tests.txt"
   : > "$results"
   for f in "$bundle"/tests/*; do

@@ -218,7 +218,15 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const JobSpec
   s->devices.push_back(s->device.get());
 
   if (job.device() != JobSpec::CPU && options.max_gpus != 0) {
-    ASSIGN_OR_RETURN(s->gpus, gpu::CreateGpuDevices("/job:localhost/task:0", 1));
+    absl::StatusOr<std::vector<std::unique_ptr<Device>>> gpus = gpu::CreateGpuDevices("/job:localhost/task:0", 1);
+    if (gpus.ok()) {
+      s->gpus = *std::move(gpus);
+    } else if (job.device() == JobSpec::GPU) {
+      return gpus.status();
+    } else {
+      // device AUTO on a machine whose GPU cannot be used: say why, train on the CPU.
+      Logger("train")->warn("training on the CPU: the GPU cannot be used: {}", gpus.status().ToString());
+    }
   }
   if (job.device() == JobSpec::GPU && s->gpus.empty()) {
     return absl::FailedPreconditionError(

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "graph/placer.h"
 #include "runtime/gpu/gpu_device.h"
+#include "runtime/kernels/cuda/cuda_util.h"
 #include "runtime/op_kernel.h"
 
 namespace weft {
@@ -21,22 +22,15 @@ const bool kPlacerKnowsGpuKernels = [] {
 
 bool BuiltWithGpu() { return true; }
 
-int VisibleGpuCount() {
-  static const int count = [] {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
-    return n;
-  }();
-  return count;
-}
+absl::StatusOr<int> GpuCount() { return cuda::DeviceCount(); }
 
 absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateGpuDevices(const std::string& prefix, int max_gpus) {
-  int n = VisibleGpuCount();
-  if (max_gpus >= 0 && max_gpus < n) n = max_gpus;
   std::vector<std::unique_ptr<Device>> devices;
+  if (max_gpus == 0) return devices;
+  absl::StatusOr<int> count = GpuCount();
+  if (!count.ok()) return count.status();
+  int n = *count;
+  if (max_gpus >= 0 && max_gpus < n) n = max_gpus;
   for (int i = 0; i < n; ++i) {
     absl::StatusOr<std::unique_ptr<GpuDevice>> d = GpuDevice::Create(absl::StrCat(prefix, "/device:GPU:", i), i);
     if (!d.ok()) return d.status();

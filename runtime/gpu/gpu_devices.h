@@ -18,12 +18,15 @@ namespace gpu {
 
 // True when this binary was built with CUDA (--config=cuda).
 bool BuiltWithGpu();
-// How many GPUs this process can see; 0 when built without CUDA or when the
-// driver reports none (no driver, no device, CUDA_VISIBLE_DEVICES="").
-int VisibleGpuCount();
-// Creates "<prefix>/device:GPU:i" for i < min(max_gpus, VisibleGpuCount())
-// (max_gpus < 0: all of them). An empty list without CUDA or a GPU; the
-// CUDA error naming the call when a visible GPU cannot be opened.
+// How many GPUs this process can see: 0 when built without CUDA or when no
+// GPU is present (no NVIDIA driver, no device, CUDA_VISIBLE_DEVICES="");
+// UNAVAILABLE with CUDA's message when a driver is there but CUDA cannot use
+// it (see cuda::DeviceCount).
+absl::StatusOr<int> GpuCount();
+// Creates "<prefix>/device:GPU:i" for i < min(max_gpus, GpuCount())
+// (max_gpus < 0: all of them). An empty list without CUDA, without a GPU or
+// for max_gpus == 0; GpuCount's error on a machine whose driver is broken,
+// and the CUDA error naming the call when a visible GPU cannot be opened.
 absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateGpuDevices(const std::string& prefix, int max_gpus);
 
 }  // namespace gpu

@@ -5,7 +5,7 @@ namespace weft {
 namespace gpu {
 
 bool BuiltWithGpu() { return false; }
-int VisibleGpuCount() { return 0; }
+absl::StatusOr<int> GpuCount() { return 0; }
 absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateGpuDevices(const std::string&, int) {
   return std::vector<std::unique_ptr<Device>>();
 }

@@ -4,23 +4,64 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
 #include "runtime/gpu/gpu_device.h"
 #include "runtime/gpu/gpu_devices.h"
 
 namespace weft {
 namespace gpu {
 
-GpuDevice* TestGpu() {
-  static GpuDevice* const gpu = []() -> GpuDevice* {
-    if (VisibleGpuCount() == 0) return nullptr;
-    absl::StatusOr<std::unique_ptr<GpuDevice>> d = GpuDevice::Create("/device:GPU:0", 0);
-    if (!d.ok()) {
-      std::fprintf(stderr, "TestGpu: %s\n", d.status().ToString().c_str());
-      return nullptr;
+namespace {
+
+// GPU 0 or why there is none: nullptr with OK when no GPU is present, the
+// CUDA error when there is one that cannot be used.
+struct TestGpuState {
+  GpuDevice* gpu = nullptr;
+  absl::Status error;
+};
+
+const TestGpuState& State() {
+  static const TestGpuState* const state = [] {
+    auto* st = new TestGpuState;
+    absl::StatusOr<int> count = GpuCount();
+    if (!count.ok()) {
+      st->error = count.status();
+    } else if (*count > 0) {
+      absl::StatusOr<std::unique_ptr<GpuDevice>> d = GpuDevice::Create("/device:GPU:0", 0);
+      if (d.ok()) {
+        st->gpu = d->release();  // never destroyed: tests' static tensors may outlive main
+      } else {
+        st->error = d.status();
+      }
     }
-    return d->release();  // never destroyed: tests' static tensors may outlive main
+    return st;
   }();
-  return gpu;
+  return *state;
+}
+
+}  // namespace
+
+GpuDevice* TestGpu() {
+  const TestGpuState& st = State();
+  if (!st.error.ok()) {
+    ADD_FAILURE() << "CUDA is present but broken, so this GPU test fails rather than skips: " << st.error;
+  } else if (st.gpu == nullptr && RequiredTestGpus() > 0) {
+    ADD_FAILURE() << "no GPU is present, but WEFT_TEST_REQUIRE_GPUS=" << RequiredTestGpus() << " requires one";
+  }
+  return st.gpu;
+}
+
+bool TestHasGpus(int n) {
+  if (TestGpu() == nullptr) return false;
+  absl::StatusOr<int> count = GpuCount();
+  if (count.ok() && *count >= n) return true;
+  if (!count.ok()) {
+    ADD_FAILURE() << count.status();
+  } else if (RequiredTestGpus() >= n) {
+    ADD_FAILURE() << *count << " GPU(s) visible, but WEFT_TEST_REQUIRE_GPUS=" << RequiredTestGpus() << " requires "
+                  << n;
+  }
+  return false;
 }
 
 absl::StatusOr<Tensor> ToDevice(GpuDevice* gpu, const Tensor& host) {

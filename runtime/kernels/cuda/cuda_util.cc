@@ -3,8 +3,10 @@
 #include <cublas_api.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
+#include <dlfcn.h>
 #include <library_types.h>
 #include <nccl.h>
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -31,11 +33,37 @@ struct DeviceBuffer {
 
 bool BuiltWithCuda() { return true; }
 
+namespace {
+
+// Whether the machine has an NVIDIA driver: its kernel module's files or its
+// user-space library. Without either, there is no GPU to use.
+bool DriverInstalled() {
+  if (::access("/proc/driver/nvidia/version", F_OK) == 0 || ::access("/dev/nvidiactl", F_OK) == 0) return true;
+  void* lib = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (lib == nullptr) return false;
+  ::dlclose(lib);
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<int> ClassifyDeviceCount(int error, const char* name, const char* text, int count,
+                                        bool driver_installed) {
+  if (error == cudaSuccess) return count;
+  if (error == cudaErrorNoDevice) return 0;
+  if (!driver_installed && error == cudaErrorInsufficientDriver) return 0;
+  return absl::UnavailableError(absl::StrCat("cudaGetDeviceCount: ", name, ": ", text,
+                                             driver_installed ? " (an NVIDIA driver is installed)" : ""));
+}
+
 absl::StatusOr<int> DeviceCount() {
-  int n = 0;
-  absl::Status s = FromCuda(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
-  if (!s.ok()) return s;
-  return n;
+  static const absl::StatusOr<int> count = [] {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) cudaGetLastError();  // clear the sticky error for later calls
+    return ClassifyDeviceCount(e, cudaGetErrorName(e), cudaGetErrorString(e), n, e != cudaSuccess && DriverInstalled());
+  }();
+  return count;
 }
 
 absl::StatusOr<std::string> LibraryVersions() {

@@ -11,6 +11,7 @@ absl::Status NoCuda() {
 
 bool BuiltWithCuda() { return false; }
 absl::StatusOr<int> DeviceCount() { return NoCuda(); }
+absl::StatusOr<int> ClassifyDeviceCount(int, const char*, const char*, int, bool) { return NoCuda(); }
 absl::StatusOr<std::string> LibraryVersions() { return NoCuda(); }
 absl::Status VectorAdd(const float*, const float*, float*, int64_t) { return NoCuda(); }
 

@@ -4,15 +4,19 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/gpu/gpu_test_util.h"
 
 namespace weft {
 namespace cuda {
 namespace {
 
 TEST(CudaTest, VectorAddOnGpu) {
+  if (!BuiltWithCuda()) GTEST_SKIP() << "built without --config=cuda";
   auto count = DeviceCount();
-  if (!count.ok() || *count == 0) {
-    GTEST_SKIP() << "no GPU: " << (count.ok() ? "0 devices" : std::string(count.status().message()));
+  ASSERT_TRUE(count.ok()) << count.status();  // a broken driver fails; only "no GPU" skips
+  if (*count == 0) {
+    ASSERT_EQ(gpu::RequiredTestGpus(), 0) << "WEFT_TEST_REQUIRE_GPUS is set, but no GPU is present";
+    GTEST_SKIP() << "no GPU present";
   }
   const int64_t n = 1 << 20;
   std::vector<float> a(n), b(n), out(n, -1.0f);
@@ -38,13 +42,42 @@ TEST(CudaTest, LinkedLibrariesAnswer) {
   std::printf("%s\n", v->c_str());
 }
 
-TEST(CudaTest, ReportsWhyThereIsNoGpu) {
+// cudaError_t values (stable across CUDA releases): this test needs no CUDA
+// headers, so it builds in either configuration.
+constexpr int kCudaSuccess = 0;
+constexpr int kCudaErrorInitializationError = 3;
+constexpr int kCudaErrorInsufficientDriver = 35;
+constexpr int kCudaErrorNoDevice = 100;
+
+TEST(CudaTest, OnlyAMissingGpuCountsAsNone) {
+  if (!BuiltWithCuda()) GTEST_SKIP() << "built without --config=cuda";
+  EXPECT_EQ(*ClassifyDeviceCount(kCudaSuccess, "cudaSuccess", "no error", 2, true), 2);
+  EXPECT_EQ(*ClassifyDeviceCount(kCudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device", 0, true), 0);
+  // No driver on the machine at all: no GPU.
+  EXPECT_EQ(*ClassifyDeviceCount(kCudaErrorInsufficientDriver, "cudaErrorInsufficientDriver", "too old", 0, false), 0);
+  // A driver that is there but too old, or any other error: broken, with
+  // CUDA's own words.
+  auto old = ClassifyDeviceCount(kCudaErrorInsufficientDriver, "cudaErrorInsufficientDriver", "too old", 0, true);
+  ASSERT_FALSE(old.ok());
+  EXPECT_EQ(old.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(old.status().message().find("cudaErrorInsufficientDriver: too old"), std::string::npos) << old.status();
+  auto init = ClassifyDeviceCount(kCudaErrorInitializationError, "cudaErrorInitializationError", "init", 0, false);
+  EXPECT_FALSE(init.ok());
+}
+
+TEST(CudaTest, NoGpuMeansZeroAndKernelsSayWhy) {
   auto count = DeviceCount();
-  if (count.ok()) GTEST_SKIP() << "CUDA runtime answers: " << *count << " device(s)";
-  // Without a GPU or toolkit, the error must say what is missing, not crash.
-  EXPECT_FALSE(count.status().message().empty());
+  if (!BuiltWithCuda()) {
+    EXPECT_EQ(count.status().code(), absl::StatusCode::kUnimplemented);
+    GTEST_SKIP() << "built without --config=cuda";
+  }
+  ASSERT_TRUE(count.ok()) << count.status();
+  if (*count > 0) GTEST_SKIP() << "this machine has " << *count << " GPU(s)";
+  // Without a GPU, a kernel launch is an error that says so, not a crash.
   std::vector<float> a(4, 1.0f), out(4);
-  EXPECT_FALSE(VectorAdd(a.data(), a.data(), out.data(), 4).ok());
+  absl::Status s = VectorAdd(a.data(), a.data(), out.data(), 4);
+  EXPECT_FALSE(s.ok());
+  EXPECT_FALSE(s.message().empty());
 }
 
 }  // namespace
