@@ -111,14 +111,17 @@ absl::Status SqliteJobStore::InitLocked() {
   // Job records are private: create the file 0600 before SQLite does (its
   // journal takes the database file's mode).
   const int created = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  const int open_errno = created >= 0 ? 0 : errno;
   if (created >= 0) ::close(created);
   const int rc = sqlite3_open_v2(path_.c_str(), &db_, flags, nullptr);
   if (rc != SQLITE_OK) {
-    // SQLite's errno here is from its read-only retry, so say why ourselves.
+    // SQLite's errno here is from its read-only retry, so say why ourselves,
+    // from our own open with this thread's effective permissions (access(2)
+    // would judge by the real user, for whom root passes).
     const std::string dir = DirName(path_);
-    if ((rc & 0xff) == SQLITE_CANTOPEN && ::access(dir.c_str(), W_OK | X_OK) != 0) {
-      return absl::ErrnoToStatus(errno, absl::StrCat("job store ", path_, ": sqlite3_open_v2: directory ", dir,
-                                                     " is not writable"));
+    if ((rc & 0xff) == SQLITE_CANTOPEN && (open_errno == EACCES || open_errno == EPERM || open_errno == EROFS)) {
+      return absl::ErrnoToStatus(open_errno, absl::StrCat("job store ", path_, ": sqlite3_open_v2: directory ", dir,
+                                                          " is not writable"));
     }
     return ErrorLocked(rc, "sqlite3_open_v2");
   }
