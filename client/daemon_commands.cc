@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/flags.h"
+#include "client/port_file.h"
 #include "common/cluster_spec.h"
 #include "common/confined_root.h"
 #include "common/grpc_security.h"
@@ -53,8 +54,18 @@ absl::StatusOr<ClusterConfig> ClusterFrom(const Flags& f, bool needs_task) {
       if (!task.ok()) return task.status();
       config.task = *task;
     }
+  } else if (needs_task && f.Has("task")) {
+    // A task may start knowing only itself: the master sends the cluster
+    // with the first graph it registers here.
+    auto task = ParseTaskFlag(f.Get("task"));
+    if (!task.ok()) return task.status();
+    config.task = *task;
+    return config;
   } else {
-    return absl::InvalidArgumentError("no cluster: pass --cluster=JOB=HOST:PORT,...;JOB=... or set TF_CONFIG");
+    return absl::InvalidArgumentError(
+        needs_task ? "no cluster: pass --cluster=JOB=HOST:PORT,...;JOB=..., set TF_CONFIG, or pass --task=JOB:INDEX "
+                     "with --listen=HOST:PORT and let the master send the cluster"
+                   : "no cluster: pass --cluster=JOB=HOST:PORT,...;JOB=... or set TF_CONFIG");
   }
   if (needs_task) {
     if (config.task.job.empty()) return absl::InvalidArgumentError("no task: pass --task=JOB:INDEX");
@@ -62,6 +73,15 @@ absl::StatusOr<ClusterConfig> ClusterFrom(const Flags& f, bool needs_task) {
     if (!addr.ok()) return addr.status();
   }
   return config;
+}
+
+// --port_file=PATH: where the daemon reports the port it bound (for port 0).
+// Empty when not given; an error when given empty.
+absl::StatusOr<std::string> PortFileFlag(const Flags& f) {
+  if (f.Has("port_file") && f.Get("port_file").empty()) {
+    return absl::InvalidArgumentError("--port_file needs a path");
+  }
+  return f.Get("port_file");
 }
 
 // The daemon's transport security from --ca/--cert/--key, or plaintext with
@@ -182,8 +202,9 @@ int WaitForTerminationSignal() {
 
 int RunTaskCommand(int argc, char** argv, const char* job) {
   auto f = Flags::Parse(argc, argv, 2,
-                        {"task", "cluster", "listen", "intra_op_threads", "inter_op_threads", "cpu_devices", "gpus",
-                         "log_level", "drain_seconds", "ca", "cert", "key", "health_port", "checkpoint_root", "data_root"},
+                        {"task", "cluster", "listen", "port_file", "intra_op_threads", "inter_op_threads",
+                         "cpu_devices", "gpus", "log_level", "drain_seconds", "ca", "cert", "key", "health_port",
+                         "checkpoint_root", "data_root"},
                         {"insecure"});
   if (!f.ok()) return Usage(job, f.status().message());
   if (f->Has("log_level") && !SetLogLevel(f->Get("log_level"))) return Usage(job, "unknown --log_level");
@@ -209,9 +230,17 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
   // After SIGTERM, how long the task waits for the master to checkpoint.
   auto drain = f->GetInt("drain_seconds", 20, 0, 3600);
   if (!drain.ok()) return Usage(job, drain.status().message());
-  const std::string own = *TaskAddress(config->cluster, config->task);
+  auto port_file = PortFileFlag(*f);
+  if (!port_file.ok()) return Usage(job, port_file.status().message());
   std::string listen = f->Get("listen");
-  if (listen.empty()) listen = absl::StrCat("0.0.0.0:", own.substr(own.rfind(':') + 1));
+  if (listen.empty()) {
+    if (config->cluster.job_size() == 0) {
+      return Usage(job, "a task without --cluster or TF_CONFIG needs --listen=HOST:PORT (port 0: any free port, "
+                        "reported in --port_file)");
+    }
+    const std::string own = *TaskAddress(config->cluster, config->task);
+    listen = absl::StrCat("0.0.0.0:", own.substr(own.rfind(':') + 1));
+  }
 
   SetTaskId(absl::StrCat(config->task.index));  // loggers are named by role: "worker:1"
   auto log = Logger(job);
@@ -249,12 +278,22 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
     log->error("cannot start: {}", std::string(server.status().message()));
     return 1;
   }
-  log->info("{} serving on {} (cluster {})", (*server)->task(), (*server)->address(), ClusterToFlag(config->cluster));
+  log->info("{} serving on {} (cluster {})", (*server)->task(), (*server)->address(),
+            config->cluster.job_size() > 0 ? ClusterToFlag(config->cluster) : "to come from the master");
   auto health = StartHealthServer(*f);
   if (!health.ok()) {
     log->error("cannot start: {}", std::string(health.status().message()));
     (*server)->Shutdown();
     return 1;
+  }
+  // Last: whoever reads the port may call at once.
+  if (!port_file->empty()) {
+    if (absl::Status s = WritePortFile(*port_file, (*server)->port()); !s.ok()) {
+      log->error("cannot start: {}", std::string(s.message()));
+      StopHealthServer(health->get());
+      (*server)->Shutdown();
+      return 1;
+    }
   }
   const int sig = WaitForTerminationSignal();
   StopHealthServer(health->get());
@@ -277,14 +316,16 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
 
 int RunMasterCommand(int argc, char** argv) {
   auto f = Flags::Parse(argc, argv, 2,
-                        {"cluster", "task", "listen", "port", "log_level", "state_dir", "ca", "cert", "key",
-                         "health_port", "auth_tokens_file", "checkpoint_root", "data_root"},
+                        {"cluster", "task", "listen", "port", "port_file", "log_level", "state_dir", "ca", "cert",
+                         "key", "health_port", "auth_tokens_file", "checkpoint_root", "data_root"},
                         {"insecure"});
   if (!f.ok()) return Usage("master", f.status().message());
   if (f->Has("state_dir") && f->Get("state_dir").empty()) return Usage("master", "--state_dir needs a directory");
   if (f->Has("log_level") && !SetLogLevel(f->Get("log_level"))) return Usage("master", "unknown --log_level");
   auto config = ClusterFrom(*f, /*needs_task=*/false);
   if (!config.ok()) return Usage("master", config.status().message());
+  auto port_file = PortFileFlag(*f);
+  if (!port_file.ok()) return Usage("master", port_file.status().message());
   std::string listen = f->Get("listen");
   if (listen.empty()) {
     auto port = f->GetInt("port", -1, 0, 65535);
@@ -340,6 +381,14 @@ int RunMasterCommand(int argc, char** argv) {
     log->error("cannot start: {}", std::string(health.status().message()));
     (*server)->Shutdown();
     return 1;
+  }
+  if (!port_file->empty()) {
+    if (absl::Status s = WritePortFile(*port_file, (*server)->port()); !s.ok()) {
+      log->error("cannot start: {}", std::string(s.message()));
+      StopHealthServer(health->get());
+      (*server)->Shutdown();
+      return 1;
+    }
   }
   const int sig = WaitForTerminationSignal();
   StopHealthServer(health->get());

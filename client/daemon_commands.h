@@ -2,13 +2,21 @@
 //
 //   weft worker --task=worker:0 --cluster='worker=h:p,h:p;ps=h:p' [--listen=HOST:PORT]
 //   weft ps     --task=ps:0     --cluster=...                     [--listen=HOST:PORT]
+//   weft worker --task=worker:0 --listen=HOST:PORT                (no cluster)
 //   weft master --cluster=...   [--port=P | --listen=HOST:PORT]
+//   any of them: [--port_file=PATH]
 //
 // Without --cluster/--task the cluster comes from $TF_CONFIG (Kubeflow's
 // TFJob format). A worker or ps listens on its own cluster address's port on
-// every interface unless --listen says otherwise. SIGTERM or SIGINT stops a
-// daemon cleanly: calls in flight finish or are cancelled, every thread is
-// joined, and it exits 0.
+// every interface unless --listen says otherwise. The master sends the
+// cluster it was given to every task with each graph it registers there, and
+// the task reaches its peers through that one from then on; so a task may
+// start with no cluster at all, on --listen=HOST:0, and learn its peers'
+// ports from the master. --port_file=PATH (client/port_file.h) reports the
+// port a daemon bound, once it serves: how a starter learns a port 0 daemon's
+// port without picking a "free" one that another process could take first.
+// SIGTERM or SIGINT stops a daemon cleanly: calls in flight finish or are
+// cancelled, every thread is joined, and it exits 0.
 #ifndef WEFT_CLIENT_DAEMON_COMMANDS_H_
 #define WEFT_CLIENT_DAEMON_COMMANDS_H_
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -29,6 +30,7 @@
 #include "client/job_file.h"
 #include "client/client_auth.h"
 #include "client/master_client.h"
+#include "client/port_file.h"
 #include "common/certs.h"
 #include "graph/device_name.h"
 #include "client/subprocess.h"
@@ -41,8 +43,12 @@ namespace {
 
 struct Task {
   std::string name;     // "worker:0"
-  std::string address;  // "127.0.0.1:40123"
+  std::string address;  // "127.0.0.1:40123", once the task reported its port
   std::string log;
+  std::string port_file;
+  // Its command line: --listen=127.0.0.1:0 at first, then the port it bound,
+  // so that a restart comes back at the same address.
+  std::vector<std::string> argv;
   std::unique_ptr<Subprocess> process;
   absl::Time started;  // of the current process
   int restarts = 0;
@@ -119,8 +125,8 @@ absl::Status WriteTasksFile(const std::string& path, const std::vector<Task>& ta
 }
 
 // Keeps a running local cluster's tasks up: a task that exits unasked (a
-// crash, kill -9, the OOM killer) starts again with the same command line,
-// at the same address, appending to the same log, at most `max_restarts`
+// crash, kill -9, the OOM killer) starts again with Task::argv, on the port
+// it bound first, appending to the same log, at most `max_restarts`
 // times. Its thread also stops the tasks at the end: PR_SET_PDEATHSIG ties a
 // child to the thread that forked it, so the thread that restarts children
 // must outlive them.
@@ -198,7 +204,7 @@ class Supervisor {
       }
       if (now < t.restart_at) continue;
       t.restart_pending = false;
-      if (absl::Status s = t.process->Restart(); !s.ok()) {
+      if (absl::Status s = t.process->Start(t.argv, t.log); !s.ok()) {
         t.given_up = true;
         std::fprintf(stderr, "weft local: cannot restart task %s: %s\n", t.name.c_str(),
                      std::string(s.message()).c_str());
@@ -334,27 +340,6 @@ int RunLocalCommand(int argc, char** argv) {
   }
   const std::string self = SelfPath();
 
-  // Ports: every task's address is in the cluster flag, so pick them first.
-  std::vector<std::string> worker_addrs, ps_addrs;
-  std::string master_addr;
-  auto pick = [](std::string* out) -> bool {
-    auto port = PickFreeLoopbackPort();
-    if (!port.ok()) return false;
-    *out = absl::StrCat("127.0.0.1:", *port);
-    return true;
-  };
-  bool ok = pick(&master_addr);
-  worker_addrs.resize(*workers);
-  ps_addrs.resize(*ps);
-  for (auto& a : worker_addrs) ok = ok && pick(&a);
-  for (auto& a : ps_addrs) ok = ok && pick(&a);
-  if (!ok) {
-    std::fprintf(stderr, "weft local: cannot pick loopback ports\n");
-    return 1;
-  }
-  std::string cluster = absl::StrCat("worker=", absl::StrJoin(worker_addrs, ","));
-  if (!ps_addrs.empty()) absl::StrAppend(&cluster, ";ps=", absl::StrJoin(ps_addrs, ","));
-
   BlockTerminationSignals();  // the signal thread below takes them
   std::vector<Task> tasks;
   // A restarted master finds its unfinished jobs here and resumes them. A
@@ -404,43 +389,74 @@ int RunLocalCommand(int argc, char** argv) {
     auto it = tls_flags.find(identity);
     return it == tls_flags.end() ? std::vector<std::string>{"--insecure"} : it->second;
   };
-  auto start = [&](const std::string& name, const std::string& address, std::vector<std::string> argv) -> absl::Status {
-    const std::string identity = name == "master:0" ? "master" : TaskName(name.substr(0, name.find(':')),
-                                                                           std::stoi(name.substr(name.find(':') + 1)));
+  // Every daemon binds port 0 and reports the port it got in DIR/<name>.port:
+  // no port is picked and released first, for another process to take in
+  // between. The tasks start knowing only themselves; the master, started
+  // last with every task's address, sends them the cluster.
+  auto start = [&](const std::string& name, std::vector<std::string> argv) -> absl::Status {
+    const std::string job_name = name.substr(0, name.find(':'));
+    const std::string index = name.substr(name.find(':') + 1);
+    const std::string identity = job_name == "master" ? "master" : TaskName(job_name, std::stoi(index));
     for (const std::string& flag : security_flags(identity)) argv.push_back(flag);
     Task t;
     t.name = name;
-    t.address = address;
-    t.log = absl::StrCat(log_dir, "/", name.substr(0, name.find(':')), "-", name.substr(name.find(':') + 1), ".log");
+    t.log = absl::StrCat(log_dir, "/", job_name, "-", index, ".log");
+    t.port_file = absl::StrCat(log_dir, "/", job_name, "-", index, ".port");
+    std::remove(t.port_file.c_str());  // one left by an earlier run in this --log_dir
     t.process = std::make_unique<Subprocess>();
+    argv.push_back("--listen=127.0.0.1:0");
+    argv.push_back("--port_file=" + t.port_file);
     if (f->Has("log_level")) argv.push_back("--log_level=" + f->Get("log_level"));
     argv.push_back("--checkpoint_root=" + checkpoint_root);
     argv.push_back("--data_root=" + f->Get("data_root", kDefaultDataRoot));
+    t.argv = argv;
     RETURN_IF_ERROR(t.process->Start(argv, t.log));
     t.started = absl::Now();
     tasks.push_back(std::move(t));
     return absl::OkStatus();
   };
+  // Waits for a started task's port; from then on it restarts on that port.
+  auto await_port = [&](Task* t, absl::Time deadline) -> absl::Status {
+    absl::StatusOr<int> port = WaitForPortFile(t->process.get(), t->port_file, deadline);
+    if (!port.ok()) {
+      return absl::UnavailableError(absl::StrCat("task ", t->name, " did not start: ", port.status().message(),
+                                                 "; the end of its log (", t->log, "):\n", Tail(t->log, 15)));
+    }
+    t->address = absl::StrCat("127.0.0.1:", *port);
+    for (std::string& arg : t->argv) {
+      if (arg == "--listen=127.0.0.1:0") arg = "--listen=" + t->address;
+    }
+    return absl::OkStatus();
+  };
+  const absl::Time start_deadline = absl::Now() + absl::Seconds(60);
   absl::Status s;
   for (int i = 0; i < *ps && s.ok(); ++i) {
-    s = start(absl::StrCat("ps:", i), ps_addrs[i],
-              {self, "ps", absl::StrCat("--task=ps:", i), "--cluster=" + cluster, "--listen=" + ps_addrs[i]});
+    s = start(absl::StrCat("ps:", i), {self, "ps", absl::StrCat("--task=ps:", i)});
   }
   for (int i = 0; i < *workers && s.ok(); ++i) {
-    s = start(absl::StrCat("worker:", i), worker_addrs[i],
-              {self, "worker", absl::StrCat("--task=worker:", i), "--cluster=" + cluster,
-               "--listen=" + worker_addrs[i], absl::StrCat("--cpu_devices=", *cpus),
+    s = start(absl::StrCat("worker:", i),
+              {self, "worker", absl::StrCat("--task=worker:", i), absl::StrCat("--cpu_devices=", *cpus),
                // A job that asks for the CPU keeps its workers off the GPUs.
                absl::StrCat("--gpus=", job.device() == JobSpec::CPU ? 0 : *gpus)});
   }
-  if (s.ok()) {
-    s = start("master:0", master_addr,
-              {self, "master", "--cluster=" + cluster, "--listen=" + master_addr, "--state_dir=" + state_dir});
+  // The tasks start side by side; then their addresses make the cluster.
+  for (Task& t : tasks) {
+    if (s.ok()) s = await_port(&t, start_deadline);
   }
+  std::vector<std::string> worker_addrs, ps_addrs;
+  for (const Task& t : tasks) (absl::StartsWith(t.name, "ps:") ? ps_addrs : worker_addrs).push_back(t.address);
+  std::string cluster = absl::StrCat("worker=", absl::StrJoin(worker_addrs, ","));
+  if (!ps_addrs.empty()) absl::StrAppend(&cluster, ";ps=", absl::StrJoin(ps_addrs, ","));
+  if (s.ok()) s = start("master:0", {self, "master", "--cluster=" + cluster, "--state_dir=" + state_dir});
+  if (s.ok()) s = await_port(&tasks.back(), start_deadline);
+  const std::string master_addr = s.ok() ? tasks.back().address : "";
   const std::string tasks_file = log_dir + "/tasks.txt";
   if (s.ok()) s = WriteTasksFile(tasks_file, tasks);
-  auto client = MasterClient::Create(master_addr, client_options);
-  if (s.ok()) s = WaitUntilReady(client.get(), &tasks, *workers + *ps, absl::Seconds(60));
+  std::unique_ptr<MasterClient> client;
+  if (s.ok()) {
+    client = MasterClient::Create(master_addr, client_options);
+    s = WaitUntilReady(client.get(), &tasks, *workers + *ps, absl::Seconds(60));
+  }
   if (!s.ok()) {
     std::fprintf(stderr, "weft local: %s\n", std::string(s.message()).c_str());
     StopAll(&tasks);

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/status/statusor.h"
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 
 namespace weft {
@@ -59,10 +59,6 @@ class Subprocess {
 
 // A waitpid status in words: "exit status 1", "killed by signal 9".
 std::string DescribeExitStatus(int status);
-
-// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0 and
-// released). A daemon that then fails to bind it reports the address in use.
-absl::StatusOr<int> PickFreeLoopbackPort();
 
 }  // namespace weft
 

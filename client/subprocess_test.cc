@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/test_util.h"
 #include "gtest/gtest.h"
 
 namespace weft {
@@ -16,7 +17,7 @@ namespace {
 TEST(SubprocessTest, RunsAndReportsExitStatus) {
   Subprocess p;
   ASSERT_TRUE(p.Start({"/bin/sh", "-c", "exit 3"}).ok());
-  ASSERT_TRUE(p.WaitFor(absl::Seconds(30)));
+  ASSERT_TRUE(p.WaitFor(absl::Seconds(30))) << "the child did not exit in 30 s";
   ASSERT_TRUE(WIFEXITED(p.exit_status()));
   EXPECT_EQ(WEXITSTATUS(p.exit_status()), 3);
 }
@@ -27,15 +28,14 @@ TEST(SubprocessTest, TerminateEscalatesToKill) {
   std::remove(log.c_str());
   // Ignores SIGTERM once it says so: only SIGKILL stops it.
   ASSERT_TRUE(p.Start({"/bin/sh", "-c", "trap '' TERM; echo ready; while true; do sleep 1; done"}, log).ok());
-  std::string line;
-  for (int i = 0; i < 3000 && line != "ready"; ++i) {  // bounded wait for the trap to be in place
-    std::ifstream in(log);
-    std::getline(in, line);
-    if (line != "ready") {
-      ASSERT_TRUE(p.WaitFor(absl::Milliseconds(10)) == false) << "child exited early";
-    }
-  }
-  ASSERT_EQ(line, "ready");
+  ASSERT_TRUE(weft::testing::WaitUntil(weft::testing::kWaitTimeout, "the child to trap SIGTERM",
+                                       [&]() -> absl::StatusOr<bool> {
+                                         if (!p.Running()) return absl::InternalError("the child exited early");
+                                         std::ifstream in(log);
+                                         std::string line;
+                                         std::getline(in, line);
+                                         return line == "ready";
+                                       }));
   EXPECT_TRUE(p.Running());
   p.Terminate(absl::Milliseconds(200));
   EXPECT_FALSE(p.Running());
@@ -48,7 +48,7 @@ TEST(SubprocessTest, WritesOutputAndEnvironmentToTheLog) {
   std::remove(log.c_str());
   Subprocess p;
   ASSERT_TRUE(p.Start({"/bin/sh", "-c", "echo value=$WEFT_TEST_VALUE"}, log, {"WEFT_TEST_VALUE=42"}).ok());
-  ASSERT_TRUE(p.WaitFor(absl::Seconds(30)));
+  ASSERT_TRUE(p.WaitFor(absl::Seconds(30))) << "the child did not exit in 30 s";
   std::ifstream in(log);
   std::string line;
   std::getline(in, line);
@@ -65,10 +65,10 @@ TEST(SubprocessTest, RestartRunsTheSameCommandAndAppendsToTheLog) {
   EXPECT_FALSE(p.Restart().ok());  // nothing to restart yet
   ASSERT_TRUE(p.Start({"/bin/sh", "-c", "echo run $$"}, log).ok());
   const pid_t first = p.pid();
-  ASSERT_TRUE(p.WaitFor(absl::Seconds(30)));
+  ASSERT_TRUE(p.WaitFor(absl::Seconds(30))) << "the child did not exit in 30 s";
   ASSERT_TRUE(p.Restart().ok());
   EXPECT_NE(p.pid(), first);
-  ASSERT_TRUE(p.WaitFor(absl::Seconds(30)));
+  ASSERT_TRUE(p.WaitFor(absl::Seconds(30))) << "the child did not exit in 30 s";
   EXPECT_TRUE(WIFEXITED(p.exit_status()));
   std::ifstream in(log);
   std::vector<std::string> lines;
@@ -98,27 +98,19 @@ TEST(SubprocessTest, ChildLeadsItsOwnProcessGroup) {
 TEST(SubprocessTest, DescribesExitStatuses) {
   Subprocess killed;
   ASSERT_TRUE(killed.Start({"/bin/sh", "-c", "kill -9 $$"}).ok());
-  ASSERT_TRUE(killed.WaitFor(absl::Seconds(30)));
+  ASSERT_TRUE(killed.WaitFor(absl::Seconds(30))) << "the child did not exit in 30 s";
   EXPECT_EQ(DescribeExitStatus(killed.exit_status()), "killed by signal 9");
   Subprocess failed;
   ASSERT_TRUE(failed.Start({"/bin/sh", "-c", "exit 1"}).ok());
-  ASSERT_TRUE(failed.WaitFor(absl::Seconds(30)));
+  ASSERT_TRUE(failed.WaitFor(absl::Seconds(30))) << "the child did not exit in 30 s";
   EXPECT_EQ(DescribeExitStatus(failed.exit_status()), "exit status 1");
 }
 
 TEST(SubprocessTest, MissingBinaryExits127) {
   Subprocess p;
   ASSERT_TRUE(p.Start({"/nonexistent/binary"}).ok());
-  ASSERT_TRUE(p.WaitFor(absl::Seconds(30)));
+  ASSERT_TRUE(p.WaitFor(absl::Seconds(30))) << "the child did not exit in 30 s";
   EXPECT_EQ(WEXITSTATUS(p.exit_status()), 127);
-}
-
-TEST(SubprocessTest, PicksDistinctUsablePorts) {
-  auto a = PickFreeLoopbackPort();
-  auto b = PickFreeLoopbackPort();
-  ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_GT(*a, 0);
-  EXPECT_LT(*a, 65536);
 }
 
 }  // namespace

@@ -145,6 +145,26 @@ absl::StatusOr<ClusterConfig> ParseTfConfig(absl::string_view json) {
   return config;
 }
 
+absl::Status CheckClusterDef(const ClusterDef& cluster, absl::string_view where) {
+  for (int i = 0; i < cluster.job_size(); ++i) {
+    const JobDef& job = cluster.job(i);
+    RETURN_IF_ERROR(CheckJobName(job.name(), where));
+    for (int j = 0; j < i; ++j) {
+      if (cluster.job(j).name() == job.name()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": job '", job.name(), "' repeats"));
+      }
+    }
+    for (const auto& [index, address] : job.tasks()) {
+      if (index < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": job '", job.name(), "' has a negative task index ", index));
+      }
+      RETURN_IF_ERROR(CheckAddress(address, absl::StrCat(where, " job '", job.name(), "' task ", index)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> TaskAddress(const ClusterDef& cluster, const TaskSpec& task) {
   for (const JobDef& j : cluster.job()) {
     if (j.name() != task.job) continue;

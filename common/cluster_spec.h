@@ -41,6 +41,12 @@ absl::StatusOr<TaskSpec> ParseTaskFlag(absl::string_view flag);
 // The JSON text of TF_CONFIG.
 absl::StatusOr<ClusterConfig> ParseTfConfig(absl::string_view json);
 
+// A ClusterDef that did not come from one of the parsers above (one the
+// master sends a task): job names as the flag allows them, each once; task
+// indices non-negative; every address host:port with a port in 1..65535.
+// INVALID_ARGUMENT naming `where` and the job, task or address at fault.
+absl::Status CheckClusterDef(const ClusterDef& cluster, absl::string_view where);
+
 // The address of a task; NOT_FOUND naming the task when the cluster has none.
 absl::StatusOr<std::string> TaskAddress(const ClusterDef& cluster, const TaskSpec& task);
 // Number of tasks in `job` (0 when absent).

@@ -1,5 +1,8 @@
 #include "common/cluster_spec.h"
 
+#include <functional>
+#include <string>
+
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
@@ -74,6 +77,35 @@ TEST(ClusterSpecTest, RejectsBadTfConfig) {
     auto r = ParseTfConfig(c.json);
     ASSERT_FALSE(r.ok()) << c.json;
     EXPECT_TRUE(absl::StrContains(r.status().message(), c.expect)) << c.json << " -> " << r.status();
+  }
+}
+
+TEST(ClusterSpecTest, ChecksAClusterDefFromElsewhere) {
+  auto good = ParseClusterFlag("worker=w0:1,w1:2;ps=p0:3");
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_TRUE(CheckClusterDef(*good, "from the master").ok());
+  EXPECT_TRUE(CheckClusterDef(ClusterDef(), "from the master").ok());
+
+  struct Case {
+    std::string name;
+    std::function<void(ClusterDef*)> damage;
+    std::string expect;
+  } cases[] = {
+      {"no port", [](ClusterDef* c) { (*c->mutable_job(0)->mutable_tasks())[1] = "w1"; },
+       "from the master job 'worker' task 1: 'w1' is not host:port"},
+      {"port 0", [](ClusterDef* c) { (*c->mutable_job(1)->mutable_tasks())[0] = "p0:0"; }, "'p0:0'"},
+      {"empty address", [](ClusterDef* c) { (*c->mutable_job(0)->mutable_tasks())[0] = ""; }, "task 0: ''"},
+      {"negative index", [](ClusterDef* c) { (*c->mutable_job(0)->mutable_tasks())[-1] = "w:1"; },
+       "negative task index -1"},
+      {"bad job name", [](ClusterDef* c) { c->mutable_job(1)->set_name("P S"); }, "job name 'P S'"},
+      {"repeated job", [](ClusterDef* c) { c->mutable_job(1)->set_name("worker"); }, "job 'worker' repeats"},
+  };
+  for (const Case& c : cases) {
+    ClusterDef bad = *good;
+    c.damage(&bad);
+    absl::Status s = CheckClusterDef(bad, "from the master");
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.name << ": " << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), c.expect)) << c.name << ": " << s;
   }
 }
 

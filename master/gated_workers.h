@@ -26,6 +26,7 @@ class GatedWorkers final : public WorkerCacheInterface {
   void Open() { gate_.Notify(); }
 
   std::vector<std::string> ListTasks() const override { return inner_->ListTasks(); }
+  ClusterDef cluster() const override { return inner_->cluster(); }
   WorkerInterface* GetOrCreateWorker(const std::string& task) override {
     WorkerInterface* w = inner_->GetOrCreateWorker(task);
     if (w == nullptr) return nullptr;

@@ -457,11 +457,15 @@ absl::Status MasterSession::Register(Plan* plan) {
   std::vector<RegisterGraphRequest> requests(n);
   std::vector<RegisterGraphResponse> responses(n);
   std::vector<absl::Status> statuses(n);
+  // Every task learns its peers' addresses from the master, before its
+  // graph can pull from them (tasks started on port 0 know no others).
+  const ClusterDef cluster = workers_->cluster();
   for (size_t i = 0; i < n; ++i) {
     Partition& p = plan->parts[i];
     RegisterGraphRequest& r = requests[i];
     r.set_session_handle(handle_);
     r.set_master_incarnation(options_.master_incarnation);
+    if (cluster.job_size() > 0) *r.mutable_cluster() = cluster;
     *r.mutable_graph_def() = std::move(p.graph_def);
     for (const std::string& f : p.feeds) r.add_feed(f);
     for (const std::string& f : p.fetches) r.add_fetch(f);

@@ -6,8 +6,10 @@
 // device of the cluster (graph/placer.h: a requested device wins, nodes
 // without one go to the default device), partitions it per device, inserting
 // _Send/_Recv pairs on cut edges (graph/partition.h), and registers each
-// partition with its task, all tasks in parallel. The handles are cached, so
-// later steps with that signature only run.
+// partition with its task, all tasks in parallel. Each RegisterGraph carries
+// the worker cache's cluster, so a task knows its peers' addresses (as the
+// master knows them) before its partition pulls from them. The handles are
+// cached, so later steps with that signature only run.
 //
 // A step draws a fresh step id (a random base plus a counter, so ids from
 // different sessions do not collide in a task's rendezvous), sends RunGraph

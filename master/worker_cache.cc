@@ -13,19 +13,24 @@ namespace weft {
 namespace master {
 
 WorkerCache::WorkerCache(std::vector<std::string> tasks, std::map<std::string, std::string> addresses,
-                         WorkerFactory factory)
-    : tasks_(std::move(tasks)), addresses_(std::move(addresses)), factory_(std::move(factory)) {}
+                         ClusterDef cluster, WorkerFactory factory)
+    : tasks_(std::move(tasks)),
+      cluster_(std::move(cluster)),
+      addresses_(std::move(addresses)),
+      factory_(std::move(factory)) {}
 
 absl::StatusOr<std::unique_ptr<WorkerCache>> WorkerCache::Create(const ClusterDef& cluster, WorkerFactory factory) {
   std::vector<std::string> tasks;
   std::map<std::string, std::string> addresses;
   std::set<std::string> jobs;
+  ClusterDef tasks_cluster;
   for (const JobDef& job : cluster.job()) {
     if (job.name().empty()) return absl::InvalidArgumentError("cluster: a job has no name");
     if (!jobs.insert(job.name()).second) {
       return absl::InvalidArgumentError(absl::StrCat("cluster: job '", job.name(), "' is listed twice"));
     }
     if (job.name() == "master") continue;  // the master is not a task it drives
+    *tasks_cluster.add_job() = job;
     if (job.tasks().empty()) {
       return absl::InvalidArgumentError(absl::StrCat("cluster: job '", job.name(), "' has no tasks"));
     }
@@ -41,7 +46,8 @@ absl::StatusOr<std::unique_ptr<WorkerCache>> WorkerCache::Create(const ClusterDe
       addresses[task] = address;
     }
   }
-  return std::unique_ptr<WorkerCache>(new WorkerCache(std::move(tasks), std::move(addresses), std::move(factory)));
+  return std::unique_ptr<WorkerCache>(
+      new WorkerCache(std::move(tasks), std::move(addresses), std::move(tasks_cluster), std::move(factory)));
 }
 
 absl::StatusOr<std::unique_ptr<WorkerCache>> WorkerCache::CreateLocal(const std::vector<std::string>& tasks,
@@ -56,7 +62,7 @@ absl::StatusOr<std::unique_ptr<WorkerCache>> WorkerCache::CreateLocal(const std:
       return absl::InvalidArgumentError(absl::StrCat("task ", t, " is listed twice"));
     }
   }
-  return std::unique_ptr<WorkerCache>(new WorkerCache(tasks, std::move(addresses), std::move(factory)));
+  return std::unique_ptr<WorkerCache>(new WorkerCache(tasks, std::move(addresses), ClusterDef(), std::move(factory)));
 }
 
 WorkerInterface* WorkerCache::GetOrCreateWorker(const std::string& task) {

@@ -38,6 +38,10 @@ class WorkerCacheInterface {
   // The worker for `task`, or nullptr when the cluster has no such task.
   // Owned by the cache; valid for its lifetime.
   virtual WorkerInterface* GetOrCreateWorker(const std::string& task) = 0;
+  // Every task's address, which the master sends with each RegisterGraph so
+  // that the tasks reach one another where the master reaches them. Empty
+  // when the tasks have no addresses (in process, fakes): nothing is sent.
+  virtual ClusterDef cluster() const { return ClusterDef(); }
 };
 
 // Makes the client for `task` ("/job:ps/task:0") listening at `address`
@@ -56,11 +60,16 @@ class WorkerCache final : public WorkerCacheInterface {
 
   std::vector<std::string> ListTasks() const override { return tasks_; }
   WorkerInterface* GetOrCreateWorker(const std::string& task) override;
+  // The cluster given to Create without its "master" job; empty for
+  // CreateLocal.
+  ClusterDef cluster() const override { return cluster_; }
 
  private:
-  WorkerCache(std::vector<std::string> tasks, std::map<std::string, std::string> addresses, WorkerFactory factory);
+  WorkerCache(std::vector<std::string> tasks, std::map<std::string, std::string> addresses, ClusterDef cluster,
+              WorkerFactory factory);
 
   const std::vector<std::string> tasks_;
+  const ClusterDef cluster_;
   const std::map<std::string, std::string> addresses_;  // task -> host:port
   const WorkerFactory factory_;
   absl::Mutex mu_;

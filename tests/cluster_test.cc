@@ -1,11 +1,13 @@
 // A master, two workers and a parameter server as separate `weft`
 // processes on loopback, driven through the client library as a user's
-// program would.
+// program would. Each binds a port the kernel picks and reports it; the
+// tasks learn one another's from the master.
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -16,8 +18,6 @@
 #include "absl/strings/str_join.h"
 #include "client/job_file.h"
 #include "client/master_client.h"
-#include "tests/test_cluster.h"
-#include "tests/test_tls.h"
 #include "client/subprocess.h"
 #include "common/tensor.h"
 #include "graph/builder.h"
@@ -25,13 +25,16 @@
 #include "runtime/data/test_files.h"
 #include "runtime/device.h"
 #include "runtime/executor.h"
+#include "tests/test_cluster.h"
+#include "tests/test_tls.h"
 
 namespace weft {
 namespace {
 
 using data::testing::TempPath;
 
-using testing::WeftBinary;
+// Far beyond what any job here takes on a healthy run: a bound on a hang.
+constexpr absl::Duration kJobDeadline = absl::Seconds(120);
 
 // A synthetic 3-class problem: class c brightens the c-th third of a
 // 12-pixel image.
@@ -53,71 +56,70 @@ class ClusterTest : public ::testing::Test {
     auto tls = testing::TestTls::Create(TempPath("tls"));
     ASSERT_TRUE(tls.ok()) << tls.status();
     tls_ = std::make_unique<testing::TestTls>(*std::move(tls));
-    std::vector<std::string> addrs;
-    for (int i = 0; i < 4; ++i) addrs.push_back(absl::StrCat("127.0.0.1:", PickFreeLoopbackPort().value()));
-    cluster_ = absl::StrCat("worker=", addrs[0], ",", addrs[1], ";ps=", addrs[2]);
-    master_addr_ = addrs[3];
-    Start("ps-0", {"ps", "--task=ps:0", "--cluster=" + cluster_, "--listen=" + addrs[2]});
-    Start("worker-0", {"worker", "--task=worker:0", "--cluster=" + cluster_, "--listen=" + addrs[0]});
-    Start("worker-1", {"worker", "--task=worker:1", "--cluster=" + cluster_, "--listen=" + addrs[1]});
-    Start("master", {"master", "--cluster=" + cluster_, "--listen=" + master_addr_});
-    client_ = MasterClient::Create(master_addr_, tls_->ClientOptions());
-    // Bounded start-up probe: the master lists a device of every task.
-    for (int i = 0; i < 300; ++i) {
-      auto devices = client_->ListDevices();
-      if (devices.ok() && devices->size() >= 3) return;
-      for (auto& [name, p] : procs_) ASSERT_TRUE(p->Running()) << name << " exited during start-up";
-      procs_[0].second->WaitFor(absl::Milliseconds(100));
+    // The tasks start side by side on port 0, knowing only themselves; the
+    // master, last, gets the ports they report and sends them the cluster.
+    testing::TestDaemon* ps = Add("ps-0", {"ps", "--task=ps:0"});
+    testing::TestDaemon* w0 = Add("worker-0", {"worker", "--task=worker:0"});
+    testing::TestDaemon* w1 = Add("worker-1", {"worker", "--task=worker:1"});
+    for (auto& d : daemons_) ASSERT_TRUE(d->Launch().ok());
+    for (auto& d : daemons_) {
+      absl::Status s = d->AwaitPort();
+      ASSERT_TRUE(s.ok()) << s;
     }
-    FAIL() << "the cluster did not come up";
+    cluster_ = absl::StrCat("worker=", w0->address(), ",", w1->address(), ";ps=", ps->address());
+    testing::TestDaemon* master = Add("master", {"master", "--cluster=" + cluster_});
+    absl::Status s = master->Start();
+    ASSERT_TRUE(s.ok()) << s;
+    master_addr_ = master->address();
+    client_ = MasterClient::Create(master_addr_, tls_->ClientOptions());
+    std::vector<testing::TestDaemon*> all;
+    for (auto& d : daemons_) all.push_back(d.get());
+    ASSERT_TRUE(testing::WaitForCluster(client_.get(), 3, all));
   }
 
   void TearDown() override {
-    for (auto& [name, p] : procs_) {
+    for (auto& d : daemons_) {
+      Subprocess* p = d->process();
       if (!p->Running()) continue;
       p->Signal(SIGTERM);
-      ASSERT_TRUE(p->WaitFor(absl::Seconds(30))) << name << " did not stop on SIGTERM";
+      ASSERT_TRUE(p->WaitFor(absl::Seconds(30))) << d->name() << " did not stop on SIGTERM";
       EXPECT_TRUE(WIFEXITED(p->exit_status()) && WEXITSTATUS(p->exit_status()) == 0)
-          << name << " exit status " << p->exit_status();
+          << d->name() << " " << DescribeExitStatus(p->exit_status());
     }
   }
 
-  void Start(const std::string& name, std::vector<std::string> args) {
-    args.insert(args.begin(), WeftBinary());
+  // A daemon (not yet started) with its identity's certificate, datasets
+  // and checkpoints confined to the test's own directory.
+  testing::TestDaemon* Add(const std::string& name, std::vector<std::string> args) {
     for (const std::string& flag : tls_->DaemonFlags(testing::DaemonIdentity(name))) args.push_back(flag);
-    // Datasets and checkpoints confined to the test's own directory.
     args.push_back("--data_root=" + ::testing::TempDir());
     args.push_back("--checkpoint_root=" + ::testing::TempDir());
-    auto p = std::make_unique<Subprocess>();
-    ASSERT_TRUE(p->Start(args, TempPath(name + ".log")).ok());
-    procs_.emplace_back(name, std::move(p));
+    daemons_.push_back(std::make_unique<testing::TestDaemon>(name, std::move(args), TempPath(name + ".log")));
+    return daemons_.back().get();
   }
   Subprocess* Proc(const std::string& name) {
-    for (auto& [n, p] : procs_) {
-      if (n == name) return p.get();
+    for (auto& d : daemons_) {
+      if (d->name() == name) return d->process();
     }
+    ADD_FAILURE() << "no daemon " << name;
     return nullptr;
   }
 
-  // Watches until the job ends; `on_running` is called once, at the first
-  // status with a step done.
+  // Watches until the job ends (cancelling it after kJobDeadline);
+  // `on_running` is called once, at the first status with a step done.
   JobStatus WatchToEnd(const std::string& id, const std::function<void()>& on_running = nullptr) {
-    JobStatus last;
     bool fired = false;
-    absl::Status s = client_->WatchJob(id, [&](const JobStatus& st) {
-      last = st;
+    return testing::WatchJobToEnd(client_.get(), id, kJobDeadline, [&](const JobStatus& st) {
       if (!fired && on_running && st.state() == RUNNING && st.step() > 0) {
         fired = true;
         on_running();
       }
     });
-    EXPECT_TRUE(s.ok()) << s;
-    return last;
   }
 
   std::unique_ptr<testing::TestTls> tls_;
   std::string cluster_, master_addr_;
-  std::vector<std::pair<std::string, std::unique_ptr<Subprocess>>> procs_;
+  std::vector<std::unique_ptr<testing::TestDaemon>> daemons_;
   std::unique_ptr<MasterClient> client_;
 };
 
@@ -255,7 +257,7 @@ TEST_F(ClusterTest, KillingAWorkerFailsTheStepNamingTheTask) {
   // The master keeps serving.
   auto jobs = client_->ListJobs();
   ASSERT_TRUE(jobs.ok()) << jobs.status();
-  Proc("worker-0")->WaitFor(absl::Seconds(10));
+  EXPECT_TRUE(Proc("worker-0")->WaitFor(absl::Seconds(10))) << "worker-0 outlived SIGKILL";
 }
 
 // A worker dies mid all-reduce: its peer's collective is aborted with the
@@ -278,7 +280,7 @@ TEST_F(ClusterTest, KillingAWorkerUnderMultiWorkerMirroredFailsNamingTheTask) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(50));
   auto jobs = client_->ListJobs();
   ASSERT_TRUE(jobs.ok()) << jobs.status();
-  Proc("worker-1")->WaitFor(absl::Seconds(10));
+  EXPECT_TRUE(Proc("worker-1")->WaitFor(absl::Seconds(10))) << "worker-1 outlived SIGKILL";
 }
 
 TEST_F(ClusterTest, BadRequestsGetTheirCodes) {

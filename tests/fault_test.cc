@@ -9,9 +9,13 @@
 // its unfinished job; a task that never comes back fails the job naming it;
 // a damaged checkpoint is never restored.
 //
-// Each kill lands at a random step; the target is printed (and traced) so a
-// failure can be reproduced, and each recovery prints its figures:
+// Each kill lands at a random step drawn from the run's seed (printed as
+// WEFT_TEST_SEED=n; set it to replay the same steps); the target is printed
+// and traced too, and each recovery prints its figures:
 //   [fault] ... killed at step X ...; recovered in Y s; steps lost Z
+//
+// Every daemon binds a port the kernel picks and reports it; the tasks learn
+// one another's from the master. A restarted daemon binds the port it had.
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -27,7 +31,6 @@
 #include <memory>
 #include <random>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -36,23 +39,24 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/job_file.h"
 #include "client/master_client.h"
-#include "tests/test_cluster.h"
-#include "tests/test_tls.h"
 #include "client/subprocess.h"
 #include "common/dtype.h"
 #include "common/env.h"
+#include "common/status_macros.h"
 #include "common/tensor.h"
+#include "common/test_util.h"
 #include "gtest/gtest.h"
 #include "proto/checkpoint.pb.h"
 #include "ps/checkpoint_index.h"
 #include "ps/manifest.h"
 #include "ps/shard_file.h"
 #include "runtime/data/test_files.h"
+#include "tests/test_cluster.h"
+#include "tests/test_tls.h"
 
 namespace weft {
 namespace {
@@ -68,13 +72,10 @@ constexpr int kEvery = 50;   // checkpoint.every_steps
 constexpr int kMaxStepsLost = kEvery + 1;
 // Bounds on waits that a healthy run ends far inside.
 constexpr absl::Duration kJobDeadline = absl::Seconds(150);
-constexpr absl::Duration kPollInterval = absl::Milliseconds(10);
 
 const char* const kPs = "/job:ps/task:0";
 const char* const kWorker0 = "/job:worker/task:0";
 const char* const kWorker1 = "/job:worker/task:1";
-
-using testing::WeftBinary;
 
 // A synthetic 3-class problem: class c brightens the c-th third of a
 // 12-pixel image.
@@ -156,11 +157,6 @@ std::string ReadText(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-int RandomKillStep() {
-  std::random_device rd;
-  return std::uniform_int_distribution<int>(kEvery + 1, kSteps - kEvery)(rd);
-}
-
 // The undisturbed runs' final checkpoints, by strategy kind, computed once
 // per test binary by the first test that needs one (the runs are
 // deterministic, so any cluster of this shape gives the same).
@@ -176,31 +172,40 @@ class FaultTest : public ::testing::Test {
     // one run never see another's.
     static int run = 0;
     tag_ = absl::StrCat(::testing::UnitTest::GetInstance()->current_test_info()->name(), "-", ::getpid(), "-", ++run);
+    rng_ = testing::TestRng();
     // Every daemon runs over mTLS, as users run them.
     auto tls = testing::TestTls::Create(Path("tls"));
     ASSERT_TRUE(tls.ok()) << tls.status();
     tls_ = std::make_unique<testing::TestTls>(*std::move(tls));
-    std::vector<std::string> addrs;
-    for (int i = 0; i < 4; ++i) addrs.push_back(absl::StrCat("127.0.0.1:", PickFreeLoopbackPort().value()));
-    const std::string cluster = absl::StrCat("worker=", addrs[0], ",", addrs[1], ";ps=", addrs[2]);
-    master_addr_ = addrs[3];
     data_ = WriteData(Path("data"), kExamples);
     // The checkpoint directories (Path(...)) lie in the test's temp dir: the
     // daemons' checkpoint root.
     const std::string root = "--checkpoint_root=" + ::testing::TempDir();
-    Start("ps-0", {"ps", "--task=ps:0", "--cluster=" + cluster, "--listen=" + addrs[2], root});
+    // The tasks start side by side, knowing only themselves; the master,
+    // last, gets the ports they report and sends them the cluster.
+    Add("ps-0", {"ps", "--task=ps:0", root});
     // Two CPU devices on worker 0: MIRRORED and CENTRAL_STORAGE replicate over them.
-    Start("worker-0",
-          {"worker", "--task=worker:0", "--cluster=" + cluster, "--listen=" + addrs[0], "--cpu_devices=2", root});
-    Start("worker-1", {"worker", "--task=worker:1", "--cluster=" + cluster, "--listen=" + addrs[1], root});
-    Start("master",
-          {"master", "--cluster=" + cluster, "--listen=" + master_addr_, "--state_dir=" + Path("state"), root});
+    Add("worker-0", {"worker", "--task=worker:0", "--cpu_devices=2", root});
+    Add("worker-1", {"worker", "--task=worker:1", root});
+    for (auto& [name, d] : daemons_) ASSERT_TRUE(d->Launch().ok()) << name;
+    for (auto& [name, d] : daemons_) {
+      absl::Status s = d->AwaitPort();
+      ASSERT_TRUE(s.ok()) << s;
+    }
+    const std::string cluster = absl::StrCat("worker=", daemons_["worker-0"]->address(), ",",
+                                             daemons_["worker-1"]->address(), ";ps=", daemons_["ps-0"]->address());
+    testing::TestDaemon* master =
+        Add("master", {"master", "--cluster=" + cluster, "--state_dir=" + Path("state"), root});
+    absl::Status s = master->Start();
+    ASSERT_TRUE(s.ok()) << s;
+    master_addr_ = master->address();
     client_ = MasterClient::Create(master_addr_, tls_->ClientOptions());
-    WaitForCluster();
+    ASSERT_TRUE(testing::WaitForCluster(client_.get(), 3, All()));
   }
 
   void TearDown() override {
-    for (auto& [name, p] : procs_) {
+    for (auto& [name, d] : daemons_) {
+      Subprocess* p = d->process();
       if (!p->Running()) continue;
       p->Signal(SIGTERM);
       ASSERT_TRUE(p->WaitFor(absl::Seconds(30))) << name << " did not stop on SIGTERM";
@@ -213,30 +218,29 @@ class FaultTest : public ::testing::Test {
   std::string Path(const std::string& name) const { return TempPath(absl::StrCat(tag_, "-", name)); }
   std::string LogPath(const std::string& proc) const { return Path(proc + ".log"); }
 
-  void Start(const std::string& name, std::vector<std::string> args) {
-    args.insert(args.begin(), WeftBinary());
+  // A daemon (not yet started) with its identity's certificate, datasets
+  // confined to the test's own directory.
+  testing::TestDaemon* Add(const std::string& name, std::vector<std::string> args) {
     for (const std::string& flag : tls_->DaemonFlags(testing::DaemonIdentity(name))) args.push_back(flag);
-    // Datasets and checkpoints confined to the test's own directory.
     args.push_back("--data_root=" + ::testing::TempDir());
-    auto p = std::make_unique<Subprocess>();
-    ASSERT_TRUE(p->Start(args, LogPath(name)).ok());
-    procs_[name] = std::move(p);
+    auto& d = daemons_[name];
+    d = std::make_unique<testing::TestDaemon>(name, std::move(args), LogPath(name));
+    return d.get();
   }
+  std::vector<testing::TestDaemon*> All() {
+    std::vector<testing::TestDaemon*> all;
+    for (auto& [name, d] : daemons_) all.push_back(d.get());
+    return all;
+  }
+  Subprocess* Proc(const std::string& name) { return daemons_.at(name)->process(); }
 
-  // Bounded start-up probe: the master lists a device of every task.
-  void WaitForCluster() {
-    for (int i = 0; i < 300; ++i) {
-      auto devices = client_->ListDevices();
-      if (devices.ok() && devices->size() >= 3) return;
-      for (auto& [name, p] : procs_) ASSERT_TRUE(p->Running()) << name << " exited during start-up";
-      absl::SleepFor(absl::Milliseconds(100));
-    }
-    FAIL() << "the cluster did not come up";
-  }
+  // A step past the first checkpoint and before the last, drawn from the
+  // test's seeded generator.
+  int RandomKillStep() { return std::uniform_int_distribution<int>(kEvery + 1, kSteps - kEvery)(rng_); }
 
   // SIGKILL, and reap it.
   void Kill(const std::string& name) {
-    Subprocess* p = procs_.at(name).get();
+    Subprocess* p = Proc(name);
     ASSERT_TRUE(p->Running()) << name << " died before it was killed: " << DescribeExitStatus(p->exit_status());
     p->Signal(SIGKILL);
     ASSERT_TRUE(p->WaitFor(absl::Seconds(10))) << name << " outlived SIGKILL";
@@ -244,11 +248,13 @@ class FaultTest : public ::testing::Test {
         << name << " " << DescribeExitStatus(p->exit_status());
   }
 
-  // The same command line and address again, appending to its log. Called
-  // on the test's thread, which outlives the child (PR_SET_PDEATHSIG).
+  // The same command line on the port it had (so at the same address, as
+  // Kubernetes or `weft local` would restart it), appending to its log;
+  // returns once it serves. Called on the test's thread, which outlives the
+  // child (PR_SET_PDEATHSIG).
   void Restart(const std::string& name) {
-    absl::Status s = procs_.at(name)->Restart();
-    ASSERT_TRUE(s.ok()) << name << ": " << s;
+    absl::Status s = daemons_.at(name)->Restart();
+    ASSERT_TRUE(s.ok()) << s;
   }
 
   absl::StatusOr<std::string> Submit(const JobSpec& job) { return client_->SubmitJob(job); }
@@ -267,43 +273,26 @@ class FaultTest : public ::testing::Test {
 
   // Polls the job until `until` holds for its status or it ends; returns the
   // last status. For kills that must land at a given step: the watch
-  // publishes progress only about once a second.
-  JobStatus PollUntil(const std::string& id, const std::function<bool(const JobStatus&)>& until) {
+  // publishes progress only about once a second. `what` says what `until`
+  // waits for, for the failure message.
+  JobStatus PollUntil(const std::string& id, const std::string& what,
+                      const std::function<bool(const JobStatus&)>& until) {
     JobStatus last;
-    const absl::Time deadline = absl::Now() + kJobDeadline;
-    while (absl::Now() < deadline) {
-      absl::StatusOr<JobStatus> st = client_->GetJob(id);
-      EXPECT_TRUE(st.ok()) << st.status();
-      if (!st.ok()) return last;
-      last = *st;
-      if (until(last) || Terminal(last.state())) return last;
-      absl::SleepFor(kPollInterval);
-    }
-    ADD_FAILURE() << "job " << id << " did not get there in " << kJobDeadline << ": " << last.DebugString();
+    EXPECT_TRUE(testing::WaitUntil(kJobDeadline, absl::StrCat("job ", id, " to reach ", what),
+                                   [&]() -> absl::StatusOr<bool> {
+                                     ASSIGN_OR_RETURN(last, client_->GetJob(id));
+                                     return until(last) || Terminal(last.state());
+                                   }))
+        << last.DebugString();
     return last;
   }
 
   // Watches the job to its end, recording every state it streams. A job
   // still running after kJobDeadline is cancelled, which ends the watch.
   JobStatus WatchToEnd(const std::string& id, std::vector<JobState>* states = nullptr) {
-    absl::Notification ended;
-    bool timed_out = false;
-    std::thread watchdog([&] {
-      if (!ended.WaitForNotificationWithTimeout(kJobDeadline)) {
-        timed_out = true;
-        client_->CancelJob(id).IgnoreError();
-      }
-    });
-    JobStatus last;
-    absl::Status s = client_->WatchJob(id, [&](const JobStatus& st) {
-      last = st;
+    return testing::WatchJobToEnd(client_.get(), id, kJobDeadline, [&](const JobStatus& st) {
       if (states != nullptr && (states->empty() || states->back() != st.state())) states->push_back(st.state());
     });
-    ended.Notify();
-    watchdog.join();
-    EXPECT_TRUE(s.ok()) << s;
-    EXPECT_FALSE(timed_out) << "job " << id << " still ran after " << kJobDeadline << ": " << last.DebugString();
-    return last;
   }
 
   // The final checkpoint of an undisturbed run of `kind` (sync), run here
@@ -328,8 +317,9 @@ class FaultTest : public ::testing::Test {
   }
 
   std::string tag_, master_addr_, data_;
+  std::mt19937_64 rng_;
   std::unique_ptr<testing::TestTls> tls_;
-  std::map<std::string, std::unique_ptr<Subprocess>> procs_;
+  std::map<std::string, std::unique_ptr<testing::TestDaemon>> daemons_;
   std::unique_ptr<MasterClient> client_;
 };
 
@@ -358,7 +348,8 @@ TEST_F(FaultTest, SyncJobsKilledMidJobEndWithTheUndisturbedVariables) {
     const std::string dir = Path(absl::StrCat(kind, "-", c.victim, "-ckpt"));
     auto id = Submit(FaultJob(data_, c.kind, /*sync=*/true, dir, kSteps, 60));
     ASSERT_TRUE(id.ok()) << id.status();
-    JobStatus before = PollUntil(*id, [&](const JobStatus& s) { return s.step() >= target; });
+    JobStatus before =
+        PollUntil(*id, absl::StrCat("step ", target), [&](const JobStatus& s) { return s.step() >= target; });
     ASSERT_EQ(before.state(), RUNNING) << before.DebugString();
     Kill(c.victim);
     Restart(c.victim);
@@ -398,9 +389,10 @@ TEST_F(FaultTest, APreemptedPsIsCheckpointedBeforeItStopsAndNoStepIsLost) {
   job.mutable_recovery()->set_heartbeat_ms(20);
   auto id = Submit(job);
   ASSERT_TRUE(id.ok()) << id.status();
-  JobStatus before = PollUntil(*id, [&](const JobStatus& s) { return s.step() >= target; });
+  JobStatus before =
+      PollUntil(*id, absl::StrCat("step ", target), [&](const JobStatus& s) { return s.step() >= target; });
   ASSERT_EQ(before.state(), RUNNING) << before.DebugString();
-  Subprocess* ps = procs_.at("ps-0").get();
+  Subprocess* ps = Proc("ps-0");
   ps->Signal(SIGTERM);
   // It stops once the master has released it (well before its drain limit).
   ASSERT_TRUE(ps->WaitFor(absl::Seconds(60))) << "the ps did not stop after SIGTERM";
@@ -431,7 +423,8 @@ TEST_F(FaultTest, KOfNParameterServerRecoversFromItsCheckpoint) {
   job.mutable_strategy()->set_replicas_to_aggregate(2);
   auto id = Submit(job);
   ASSERT_TRUE(id.ok()) << id.status();
-  JobStatus before = PollUntil(*id, [&](const JobStatus& s) { return s.step() >= target; });
+  JobStatus before =
+      PollUntil(*id, absl::StrCat("step ", target), [&](const JobStatus& s) { return s.step() >= target; });
   ASSERT_EQ(before.state(), RUNNING) << before.DebugString();
   Kill("ps-0");
   Restart("ps-0");
@@ -457,7 +450,8 @@ TEST_F(FaultTest, AsyncParameterServerLosesNoStepsToAKilledWorker) {
   std::printf("[fault] async PARAMETER_SERVER: killing worker-1 at step >= %d\n", target);
   auto id = Submit(FaultJob(data_, StrategySpec::PARAMETER_SERVER, /*sync=*/false, Path("ckpt"), kSteps, 60));
   ASSERT_TRUE(id.ok()) << id.status();
-  JobStatus before = PollUntil(*id, [&](const JobStatus& s) { return s.step() >= target; });
+  JobStatus before =
+      PollUntil(*id, absl::StrCat("step ", target), [&](const JobStatus& s) { return s.step() >= target; });
   ASSERT_EQ(before.state(), RUNNING) << before.DebugString();
   Kill("worker-1");
   Restart("worker-1");
@@ -491,12 +485,13 @@ TEST_F(FaultTest, RestartedMasterResumesTheJobToTheUndisturbedVariables) {
     const std::string dir = Path(absl::StrCat("ckpt-", sig));
     auto id = Submit(FaultJob(data_, StrategySpec::PARAMETER_SERVER, /*sync=*/true, dir, kSteps, 60));
     ASSERT_TRUE(id.ok()) << id.status();
-    JobStatus before = PollUntil(*id, [&](const JobStatus& s) { return s.step() >= target; });
+    JobStatus before =
+        PollUntil(*id, absl::StrCat("step ", target), [&](const JobStatus& s) { return s.step() >= target; });
     ASSERT_EQ(before.state(), RUNNING) << before.DebugString();
     if (sig == SIGKILL) {
       Kill("master");
     } else {
-      Subprocess* m = procs_.at("master").get();
+      Subprocess* m = Proc("master");
       m->Signal(SIGTERM);
       ASSERT_TRUE(m->WaitFor(absl::Seconds(60))) << "the master did not stop after SIGTERM";
       EXPECT_TRUE(WIFEXITED(m->exit_status()) && WEXITSTATUS(m->exit_status()) == 0)
@@ -511,20 +506,20 @@ TEST_F(FaultTest, RestartedMasterResumesTheJobToTheUndisturbedVariables) {
     JobStatus st;
     bool seen = false;
     std::vector<JobState> states;
-    const absl::Time deadline = absl::Now() + kJobDeadline;
-    while (absl::Now() < deadline) {
-      absl::StatusOr<JobStatus> got = client_->GetJob(*id);
-      if (got.ok()) {
-        st = *got;
-        seen = true;
-        if (states.empty() || states.back() != st.state()) states.push_back(st.state());
-        if (Terminal(st.state())) break;
-      } else {
-        // The master may not serve its restored jobs at once; nothing else.
-        ASSERT_TRUE(absl::IsUnavailable(got.status()) || absl::IsDeadlineExceeded(got.status())) << got.status();
-      }
-      absl::SleepFor(kPollInterval);
-    }
+    EXPECT_TRUE(testing::WaitUntil(kJobDeadline, absl::StrCat("the restarted master to finish job ", *id),
+                                   [&]() -> absl::StatusOr<bool> {
+                                     absl::StatusOr<JobStatus> got = client_->GetJob(*id);
+                                     // The master may not serve its restored jobs at once; nothing else.
+                                     if (absl::IsUnavailable(got.status()) || absl::IsDeadlineExceeded(got.status())) {
+                                       return false;
+                                     }
+                                     if (!got.ok()) return got.status();
+                                     st = *got;
+                                     seen = true;
+                                     if (states.empty() || states.back() != st.state()) states.push_back(st.state());
+                                     return Terminal(st.state());
+                                   }))
+        << st.DebugString();
     ASSERT_TRUE(seen) << "the restarted master never reported job " << *id;
     EXPECT_EQ(st.job_id(), *id);
     EXPECT_EQ(st.state(), SUCCEEDED) << st.DebugString();
@@ -563,7 +558,7 @@ TEST_F(FaultTest, RestartedMasterResumesTheJobToTheUndisturbedVariables) {
 TEST_F(FaultTest, ATaskThatNeverComesBackFailsTheJobNamingIt) {
   auto id = Submit(FaultJob(data_, StrategySpec::PARAMETER_SERVER, /*sync=*/true, Path("ckpt"), 100000, 2));
   ASSERT_TRUE(id.ok()) << id.status();
-  JobStatus before = PollUntil(*id, [](const JobStatus& s) { return s.step() > 0; });
+  JobStatus before = PollUntil(*id, "its first step", [](const JobStatus& s) { return s.step() > 0; });
   ASSERT_EQ(before.state(), RUNNING) << before.DebugString();
   Kill("worker-1");
   std::vector<JobState> states;
@@ -591,7 +586,8 @@ TEST_F(FaultTest, ADamagedCheckpointIsNeverRestored) {
   const std::string dir = Path("ckpt");
   auto id = Submit(FaultJob(data_, StrategySpec::PARAMETER_SERVER, /*sync=*/true, dir, kSteps, 60));
   ASSERT_TRUE(id.ok()) << id.status();
-  JobStatus before = PollUntil(*id, [](const JobStatus& s) { return s.checkpoint_step() >= 2 * kEvery; });
+  JobStatus before = PollUntil(*id, absl::StrCat("a checkpoint of step ", 2 * kEvery),
+                                [](const JobStatus& s) { return s.checkpoint_step() >= 2 * kEvery; });
   ASSERT_EQ(before.state(), RUNNING) << before.DebugString();
 
   const std::string damaged = JoinPath(dir, ps::CheckpointDirName(2 * kEvery));

@@ -35,6 +35,9 @@ namespace {
 using data::testing::TempPath;
 using data::testing::WriteFile;
 
+// Far beyond what a job here takes on a healthy run: a bound on a hang.
+constexpr absl::Duration kJobDeadline = absl::Seconds(120);
+
 constexpr char kAliceToken[] = "alice-0123456789abcdef0123456789";
 constexpr char kBobToken[] = "bob-0123456789abcdef0123456789ab";
 
@@ -56,6 +59,7 @@ JobSpec Job(const std::string& data, int epochs) {
 class SecurityTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    daemons_ = new std::vector<std::unique_ptr<testing::TestDaemon>>();
     auto tls = testing::TestTls::Create(TempPath("tls"));
     ASSERT_TRUE(tls.ok()) << tls.status();
     tls_ = new testing::TestTls(*std::move(tls));
@@ -66,49 +70,49 @@ class SecurityTest : public ::testing::Test {
     WriteFile(tokens_, absl::StrCat(kAliceToken, " alice user\n", kBobToken, " bob user\n"));
     ::chmod(tokens_.c_str(), 0600);
 
-    std::vector<std::string> addrs;
-    for (int i = 0; i < 4; ++i) addrs.push_back(absl::StrCat("127.0.0.1:", PickFreeLoopbackPort().value()));
-    const std::string cluster = absl::StrCat("worker=", addrs[0], ",", addrs[1], ";ps=", addrs[2]);
-    worker0_ = addrs[0];
-    ps0_ = addrs[2];
-    master_ = addrs[3];
-    procs_ = new std::vector<std::unique_ptr<Subprocess>>();
-    Start("/job:ps/task:0", {"ps", "--task=ps:0", "--cluster=" + cluster, "--listen=" + addrs[2]});
-    Start("/job:worker/task:0", {"worker", "--task=worker:0", "--cluster=" + cluster, "--listen=" + addrs[0]});
-    Start("/job:worker/task:1", {"worker", "--task=worker:1", "--cluster=" + cluster, "--listen=" + addrs[1]});
-    Start("master", {"master", "--cluster=" + cluster, "--listen=" + master_, "--auth_tokens_file=" + tokens_});
-    auto admin = MasterClient::Create(master_, tls_->ClientOptions("root", Role::kAdmin));
-    for (int i = 0; i < 300; ++i) {
-      auto devices = admin->ListDevices();
-      if (devices.ok() && devices->size() >= 3) return;
-      for (auto& p : *procs_) ASSERT_TRUE(p->Running()) << "a daemon exited during start-up";
-      (*procs_)[0]->WaitFor(absl::Milliseconds(100));
+    testing::TestDaemon* ps = Add("ps-0", {"ps", "--task=ps:0"});
+    testing::TestDaemon* w0 = Add("worker-0", {"worker", "--task=worker:0"});
+    testing::TestDaemon* w1 = Add("worker-1", {"worker", "--task=worker:1"});
+    for (auto& d : *daemons_) ASSERT_TRUE(d->Launch().ok());
+    for (auto& d : *daemons_) {
+      absl::Status s = d->AwaitPort();
+      ASSERT_TRUE(s.ok()) << s;
     }
-    FAIL() << "the cluster did not come up";
+    const std::string cluster = absl::StrCat("worker=", w0->address(), ",", w1->address(), ";ps=", ps->address());
+    worker0_ = w0->address();
+    ps0_ = ps->address();
+    testing::TestDaemon* master = Add("master", {"master", "--cluster=" + cluster, "--auth_tokens_file=" + tokens_});
+    absl::Status s = master->Start();
+    ASSERT_TRUE(s.ok()) << s;
+    master_ = master->address();
+    auto admin = MasterClient::Create(master_, tls_->ClientOptions("root", Role::kAdmin));
+    std::vector<testing::TestDaemon*> all;
+    for (auto& d : *daemons_) all.push_back(d.get());
+    ASSERT_TRUE(testing::WaitForCluster(admin.get(), 3, all));
   }
 
   static void TearDownTestSuite() {
-    for (auto& p : *procs_) {
+    for (auto& d : *daemons_) {
+      Subprocess* p = d->process();
       if (!p->Running()) continue;
       p->Signal(SIGTERM);
-      EXPECT_TRUE(p->WaitFor(absl::Seconds(30))) << "a daemon did not stop on SIGTERM";
-      EXPECT_TRUE(WIFEXITED(p->exit_status()) && WEXITSTATUS(p->exit_status()) == 0) << p->exit_status();
+      EXPECT_TRUE(p->WaitFor(absl::Seconds(30))) << d->name() << " did not stop on SIGTERM";
+      EXPECT_TRUE(WIFEXITED(p->exit_status()) && WEXITSTATUS(p->exit_status()) == 0)
+          << d->name() << " " << DescribeExitStatus(p->exit_status());
     }
-    delete procs_;
+    delete daemons_;
     delete tls_;
     delete other_ca_;
   }
 
-  static void Start(const std::string& identity, std::vector<std::string> args) {
-    args.insert(args.begin(), WeftBinary());
-    for (const std::string& flag : tls_->DaemonFlags(identity)) args.push_back(flag);
-    // Datasets and checkpoints confined to the test's own directory.
+  // A daemon (not yet started) with its identity's certificate, datasets
+  // and checkpoints confined to the test's own directory.
+  static testing::TestDaemon* Add(const std::string& name, std::vector<std::string> args) {
+    for (const std::string& flag : tls_->DaemonFlags(testing::DaemonIdentity(name))) args.push_back(flag);
     args.push_back("--data_root=" + ::testing::TempDir());
     args.push_back("--checkpoint_root=" + ::testing::TempDir());
-    auto p = std::make_unique<Subprocess>();
-    const std::string log = TempPath(absl::StrCat("daemon-", procs_->size(), ".log"));
-    ASSERT_TRUE(p->Start(args, log).ok());
-    procs_->push_back(std::move(p));
+    daemons_->push_back(std::make_unique<testing::TestDaemon>(name, std::move(args), TempPath(name + ".log")));
+    return daemons_->back().get();
   }
 
   static std::string Read(const std::string& path) {
@@ -180,13 +184,13 @@ class SecurityTest : public ::testing::Test {
   static testing::TestTls* tls_;
   static testing::TestTls* other_ca_;
   static std::string tokens_, worker0_, ps0_, master_;
-  static std::vector<std::unique_ptr<Subprocess>>* procs_;
+  static std::vector<std::unique_ptr<testing::TestDaemon>>* daemons_;
 };
 
 testing::TestTls* SecurityTest::tls_ = nullptr;
 testing::TestTls* SecurityTest::other_ca_ = nullptr;
 std::string SecurityTest::tokens_, SecurityTest::worker0_, SecurityTest::ps0_, SecurityTest::master_;
-std::vector<std::unique_ptr<Subprocess>>* SecurityTest::procs_ = nullptr;
+std::vector<std::unique_ptr<testing::TestDaemon>>* SecurityTest::daemons_ = nullptr;
 
 TEST_F(SecurityTest, TheDataPlaneAdmitsOnlyCertificatesOfTheCluster) {
   // Plaintext, TLS without a client certificate, and a certificate from
@@ -206,12 +210,19 @@ TEST_F(SecurityTest, OnlyTheMasterRegistersRunsAbortsAndCheckpoints) {
   auto peer = AsDaemon(tls_, "/job:worker/task:1");
   auto worker = WorkerService::NewStub(NewChannel(ps0_, peer));
   {
-    // The incarnation takeover: a graph under a new master incarnation.
+    // The incarnation takeover: a graph under a new master incarnation,
+    // with a cluster that would send the ps's pulls to the attacker.
     grpc::ClientContext ctx;
     SetDeadline(&ctx, absl::Seconds(10));
     RegisterGraphRequest req;
     req.set_session_handle("job/attack");
     req.set_master_incarnation(42);
+    JobDef* job = req.mutable_cluster()->add_job();
+    job->set_name("ps");
+    (*job->mutable_tasks())[0] = ps0_;
+    job = req.mutable_cluster()->add_job();
+    job->set_name("worker");
+    (*job->mutable_tasks())[0] = "127.0.0.1:1";
     RegisterGraphResponse resp;
     ExpectRefused(worker->RegisterGraph(&ctx, req, &resp), grpc::StatusCode::PERMISSION_DENIED,
                   "may be called only by the master");
@@ -271,8 +282,7 @@ TEST_F(SecurityTest, AJobReadsDataOnlyUnderTheDataRoot) {
     ExpectRefused(id.status(), absl::StatusCode::kPermissionDenied, "outside the data root");
     return;
   }
-  JobStatus last;
-  ASSERT_TRUE(alice->WatchJob(*id, [&](const JobStatus& s) { last = s; }).ok());
+  JobStatus last = testing::WatchJobToEnd(alice.get(), *id, kJobDeadline);
   EXPECT_EQ(last.state(), FAILED) << last.DebugString();
   EXPECT_TRUE(absl::StrContains(last.error(), "outside the data root")) << last.error();
 }
@@ -326,8 +336,7 @@ TEST_F(SecurityTest, UsersSeeAndControlOnlyTheirOwnJobs) {
   auto seen = root->GetJob(*id);
   ASSERT_TRUE(seen.ok()) << seen.status();
   EXPECT_EQ(seen->owner(), "alice");
-  JobStatus last;
-  ASSERT_TRUE(alice->WatchJob(*id, [&](const JobStatus& s) { last = s; }).ok());
+  JobStatus last = testing::WatchJobToEnd(alice.get(), *id, kJobDeadline);
   EXPECT_EQ(last.state(), SUCCEEDED) << last.DebugString();
   EXPECT_GT(last.test_accuracy(), 0.9) << last.DebugString();  // chance is 1/3
   auto alices = alice->ListJobs();
@@ -349,7 +358,7 @@ TEST_F(SecurityTest, DaemonsRefuseToStartWithoutCertificates) {
   Subprocess p;
   const std::string log = TempPath("no-certs.log");
   ASSERT_TRUE(p.Start({WeftBinary(), "worker", "--task=worker:0", "--cluster=worker=127.0.0.1:1"}, log).ok());
-  ASSERT_TRUE(p.WaitFor(absl::Seconds(30)));
+  ASSERT_TRUE(p.WaitFor(absl::Seconds(30))) << "a worker without certificates still ran after 30 s";
   EXPECT_TRUE(WIFEXITED(p.exit_status()) && WEXITSTATUS(p.exit_status()) == 1) << p.exit_status();
   std::ifstream in(log);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -359,7 +368,7 @@ TEST_F(SecurityTest, DaemonsRefuseToStartWithoutCertificates) {
   std::vector<std::string> args = {WeftBinary(), "worker", "--task=worker:0", "--cluster=worker=127.0.0.1:1"};
   for (const std::string& f : tls_->DaemonFlags("/job:worker/task:1")) args.push_back(f);
   ASSERT_TRUE(q.Start(args, TempPath("wrong-identity.log")).ok());
-  ASSERT_TRUE(q.WaitFor(absl::Seconds(30)));
+  ASSERT_TRUE(q.WaitFor(absl::Seconds(30))) << "a worker with another task's certificate still ran after 30 s";
   EXPECT_TRUE(WIFEXITED(q.exit_status()) && WEXITSTATUS(q.exit_status()) == 1) << q.exit_status();
 }
 

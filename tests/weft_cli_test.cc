@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -19,14 +20,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/env.h"
 #include "common/tensor.h"
+#include "common/test_util.h"
 #include "gtest/gtest.h"
-#include "tests/test_cluster.h"
 #include "ps/manifest.h"
 #include "ps/shard_file.h"
 #include "runtime/data/test_files.h"
+#include "tests/test_cluster.h"
 
 namespace weft {
 namespace {
@@ -44,11 +47,18 @@ struct Result {
   std::string err;  // stderr
 };
 
+using testing::WaitUntil;
 using testing::WeftBinary;
 
+// Far more than any command here takes: a bound on a hang, which coreutils'
+// `timeout` enforces (exit status 124).
+constexpr int kCommandTimeoutSeconds = 240;
+
 Result RunWeft(const std::string& args) {
-  const std::string err_path = TempPath(absl::StrCat("stderr_", ::getpid(), "_", std::rand()));
-  const std::string cmd = absl::StrCat(WeftBinary(), " ", args, " 2>", err_path);
+  static std::atomic<int> runs{0};  // a fresh file per run
+  const std::string err_path = TempPath(absl::StrCat("stderr_", ::getpid(), "_", ++runs));
+  const std::string cmd = absl::StrCat("timeout --kill-after=10 ", kCommandTimeoutSeconds, " ", WeftBinary(), " ",
+                                       args, " 2>", err_path);
   Result r;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -59,6 +69,9 @@ Result RunWeft(const std::string& args) {
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   std::ifstream in(err_path);
   r.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  EXPECT_NE(r.exit_code, 124) << "`weft " << args << "` still ran after " << kCommandTimeoutSeconds
+                              << " s and was stopped; its stderr:\n"
+                              << r.err;
   return r;
 }
 
@@ -305,18 +318,6 @@ std::map<std::string, std::pair<pid_t, std::string>> ReadTasksFile(const std::st
   return tasks;
 }
 
-// Calls `done` every 50 ms until it returns true or `limit` passes; returns
-// its last answer.
-template <typename Fn>
-bool PollUntil(absl::Duration limit, Fn done) {
-  const absl::Time deadline = absl::Now() + limit;
-  while (!done()) {
-    if (absl::Now() >= deadline) return false;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return true;
-}
-
 TEST(WeftCliTest, LocalRestartsAKilledWorkerAtTheSameAddress) {
   const std::string dir = MakeDir("local_restart");
   const std::string err_path = dir + "/local.stderr";
@@ -357,10 +358,10 @@ TEST(WeftCliTest, LocalRestartsAKilledWorkerAtTheSameAddress) {
   } cleanup{local, &reaped};
 
   // The supervisor starts once the cluster serves; tasks.txt is there by then.
-  ASSERT_TRUE(PollUntil(absl::Seconds(90), [&] {
-    return exited() || absl::StrContains(ReadAll(err_path), "serving; Ctrl-C stops every task");
+  ASSERT_TRUE(WaitUntil(absl::Seconds(90), "weft local to serve", [&]() -> absl::StatusOr<bool> {
+    if (exited()) return absl::FailedPreconditionError(absl::StrCat("weft local exited:\n", ReadAll(err_path)));
+    return absl::StrContains(ReadAll(err_path), "serving; Ctrl-C stops every task");
   }));
-  ASSERT_FALSE(exited()) << ReadAll(err_path);
   // The daemons were given the root: they created it, private.
   struct stat root_stat;
   ASSERT_EQ(::stat(checkpoint_root.c_str(), &root_stat), 0) << checkpoint_root;
@@ -375,10 +376,13 @@ TEST(WeftCliTest, LocalRestartsAKilledWorkerAtTheSameAddress) {
   const pid_t old_pid = before["worker:0"].first;
   const std::string address = before["worker:0"].second;
   ASSERT_GT(old_pid, 0);
+  // The port the worker bound (it was given port 0) and reported.
+  EXPECT_EQ(address, absl::StrCat("127.0.0.1:", absl::StripTrailingAsciiWhitespace(ReadAll(dir + "/worker-0.port"))));
+  EXPECT_NE(address, "127.0.0.1:0");
   ASSERT_EQ(::kill(old_pid, SIGKILL), 0);
 
   pid_t new_pid = 0;
-  ASSERT_TRUE(PollUntil(absl::Seconds(60), [&] {
+  ASSERT_TRUE(WaitUntil(absl::Seconds(60), "tasks.txt to list a restarted worker:0", [&] {
     auto now = ReadTasksFile(tasks_file);
     if (now.count("worker:0") == 0 || now["worker:0"].first == old_pid) return false;
     new_pid = now["worker:0"].first;
@@ -390,16 +394,18 @@ TEST(WeftCliTest, LocalRestartsAKilledWorkerAtTheSameAddress) {
   EXPECT_TRUE(
       absl::StrContains(err, "task worker:0 exited (killed by signal 9); restarting it (restart 1 of at most 2)"))
       << err;
-  // The new process binds the same address and appends to the old log.
+  // The new process binds the same address and appends to the old log: the
+  // daemon says where it serves once per start.
   const std::string worker_log = dir + "/worker-0.log";
-  EXPECT_TRUE(PollUntil(absl::Seconds(60), [&] {
+  const std::string serving = absl::StrCat("serving on ", address, " (cluster");
+  EXPECT_TRUE(WaitUntil(absl::Seconds(60), absl::StrCat("a second '", serving, "' in ", worker_log), [&] {
     const std::string log = ReadAll(worker_log);
-    return log.find("serving on") != log.rfind("serving on");
+    return log.find(serving) != log.rfind(serving);
   })) << ReadAll(worker_log);
   EXPECT_FALSE(exited());
 
   ASSERT_EQ(::kill(local, SIGTERM), 0);
-  ASSERT_TRUE(PollUntil(absl::Seconds(60), exited)) << "weft local did not stop after SIGTERM";
+  ASSERT_TRUE(WaitUntil(absl::Seconds(60), "weft local to stop after SIGTERM", exited));
   ASSERT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(WEXITSTATUS(status), 0) << ReadAll(err_path);
   EXPECT_NE(::kill(new_pid, 0), 0) << "the restarted worker outlived weft local";

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
 #include "common/tensor_proto_coding.h"
+#include "common/test_util.h"
 #include "graph/partition.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
@@ -28,6 +29,8 @@ using testing::kTask1;
 using testing::kTask1Cpu;
 using testing::MakeRegisterRequest;
 using testing::WaitFor;
+using weft::testing::kWaitTimeout;
+using weft::testing::WaitUntil;
 
 std::string ReadLine(const std::string& path) {
   char buf[64] = {0};
@@ -94,11 +97,13 @@ class GrpcWorkerTest : public ::testing::Test {
     servers_[1] = Start(1);
     ASSERT_NE(servers_[0], nullptr);
     ASSERT_NE(servers_[1], nullptr);
+    // The servers started on port 0 knowing no peer, as `weft worker
+    // --listen=HOST:0` does; Register sends them the cluster, as the master
+    // does.
     JobDef* job = cluster_.add_job();
     job->set_name("worker");
     (*job->mutable_tasks())[0] = servers_[0]->address();
     (*job->mutable_tasks())[1] = servers_[1]->address();
-    for (auto& s : servers_) s->SetCluster(cluster_);
     for (int i = 0; i < 2; ++i) {
       auto w = NewGrpcRemoteWorker(cluster_, i == 0 ? kTask0 : kTask1, &channels_);
       ASSERT_TRUE(w.ok()) << w.status();
@@ -106,7 +111,9 @@ class GrpcWorkerTest : public ::testing::Test {
     }
   }
 
-  std::string Register(int task, const RegisterGraphRequest& req) {
+  // Registers `req` on `task` carrying the cluster (unless told not to).
+  std::string Register(int task, RegisterGraphRequest req, bool with_cluster = true) {
+    if (with_cluster) *req.mutable_cluster() = cluster_;
     RegisterGraphResponse resp;
     absl::Status s = WaitFor([&](StatusCallback d) { remote_[task]->RegisterGraphAsync(&req, &resp, d); });
     EXPECT_TRUE(s.ok()) << s;
@@ -125,8 +132,8 @@ class GrpcWorkerTest : public ::testing::Test {
       *s1 = s;
       n1.Notify();
     });
-    n0.WaitForNotification();
-    n1.WaitForNotification();
+    ASSERT_TRUE(n0.WaitForNotificationWithTimeout(kWaitTimeout)) << "task 0's RunGraph never completed";
+    ASSERT_TRUE(n1.WaitForNotificationWithTimeout(kWaitTimeout)) << "task 1's RunGraph never completed";
   }
 
   // Registers the split graph and checks `steps` steps against RunGraphOnce.
@@ -192,6 +199,41 @@ TEST_F(GrpcWorkerTest, ASecondServerOnAPortInUseDoesNotStart) {
 
 TEST_F(GrpcWorkerTest, PartitionedGraphMatchesTheWholeGraph) { RunSplitGraph(5, 7, 3, 3); }
 
+// Without the cluster that RegisterGraph carries, a task started knowing no
+// peer cannot pull: the step fails naming the task it could not find.
+TEST_F(GrpcWorkerTest, WithoutTheClusterAPullNamesTheTaskItCannotReach) {
+  auto split = testing::BuildSplitGraph(2, 2, 2, /*seed=*/3);
+  ASSERT_TRUE(split.ok()) << split.status();
+  RunGraphRequest req0, req1;
+  req0.set_graph_handle(Register(0, MakeRegisterRequest(split->part0, {"x"}, {"z"}), /*with_cluster=*/false));
+  req1.set_graph_handle(Register(1, MakeRegisterRequest(split->part1, {}, {"y"}), /*with_cluster=*/false));
+  req0.set_step_id(1);
+  req1.set_step_id(1);
+  AddFeed(&req0, "x", weft::testing::RandomTensor({2, 2}, 1));
+  RunGraphResponse r0, r1;
+  absl::Status s0, s1;
+  RunBoth(&req0, &req1, &r0, &r1, &s0, &s1);
+  EXPECT_FALSE(s1.ok());
+  EXPECT_TRUE(absl::StrContains(s1.message(), "task /job:worker/task:0 is not in the cluster")) << s1;
+  EXPECT_FALSE(s0.ok());
+}
+
+// A malformed cluster is refused over the wire, naming the task and the
+// address at fault, and registers nothing.
+TEST_F(GrpcWorkerTest, AMalformedClusterIsRefused) {
+  auto split = testing::BuildSplitGraph(2, 2, 2, /*seed=*/3);
+  ASSERT_TRUE(split.ok()) << split.status();
+  RegisterGraphRequest req = MakeRegisterRequest(split->part1, {}, {"y"});
+  *req.mutable_cluster() = cluster_;
+  (*req.mutable_cluster()->mutable_job(0)->mutable_tasks())[0] = "127.0.0.1";
+  RegisterGraphResponse resp;
+  absl::Status s = WaitFor([&](StatusCallback d) { remote_[1]->RegisterGraphAsync(&req, &resp, d); });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StartsWith(s.message(), "task /job:worker/task:1: ")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "'127.0.0.1' is not host:port")) << s;
+  EXPECT_EQ(servers_[1]->worker()->NumGraphs(), 0);
+}
+
 // h = Relu(x) is [4096, 4096] float32: 64 MiB crosses from task 0 to task 1.
 TEST_F(GrpcWorkerTest, A64MiBTensorCrosses) { RunSplitGraph(4096, 4096, 2, 1); }
 
@@ -215,7 +257,7 @@ TEST_F(GrpcWorkerTest, RecvTensorPulls64MiBBitExact) {
       got = t;
       done.Notify();
     });
-    done.WaitForNotification();
+    ASSERT_TRUE(done.WaitForNotificationWithTimeout(kWaitTimeout)) << "the pull of step " << step << " never completed";
     best = std::min(best, absl::Now() - start);
     ASSERT_TRUE(status.ok()) << status;
     ASSERT_EQ(got.shape(), value.shape());
@@ -223,9 +265,8 @@ TEST_F(GrpcWorkerTest, RecvTensorPulls64MiBBitExact) {
     servers_[0]->worker()->rendezvous_mgr()->Cleanup(step);
   }
   // The sender's buffer is released once gRPC has written it.
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!value.RefCountIsOne() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
-  EXPECT_TRUE(value.RefCountIsOne());
+  EXPECT_TRUE(WaitUntil(absl::Seconds(10), "gRPC to release the sent tensor's buffer",
+                        [&] { return value.RefCountIsOne(); }));
   const double mib = static_cast<double>(value.TotalBytes()) / (1 << 20);
   std::printf("RecvTensor 64 MiB over loopback: best %.1f ms, %.0f MiB/s\n", absl::ToDoubleMilliseconds(best),
               mib / absl::ToDoubleSeconds(best));
@@ -267,7 +308,7 @@ TEST_F(GrpcWorkerTest, HealthServiceAnswersServing) {
                    status = s;
                    done.Notify();
                  });
-  done.WaitForNotification();
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(kWaitTimeout)) << "the health check never completed";
   ASSERT_TRUE(status.ok()) << status.error_message();
   grpc::Slice slice;
   ASSERT_TRUE(response.DumpToSingleSlice(&slice).ok());
@@ -282,9 +323,9 @@ TEST_F(GrpcWorkerTest, ShutdownWithAStepInFlightReturnsAndJoinsItsThreads) {
   const int threads_before = NumWeftThreads();
   auto extra = Start(1);  // a third server, replacing task 1 for this test
   ASSERT_NE(extra, nullptr);
-  extra->SetCluster(cluster_);
   GrpcRemoteWorker remote(kTask1, channels_.Get(extra->address()));
   RegisterGraphRequest reg = MakeRegisterRequest(split->part1, {}, {"y"});
+  *reg.mutable_cluster() = cluster_;
   RegisterGraphResponse reg_resp;
   ASSERT_TRUE(WaitFor([&](StatusCallback d) { remote.RegisterGraphAsync(&reg, &reg_resp, d); }).ok());
 
@@ -299,7 +340,8 @@ TEST_F(GrpcWorkerTest, ShutdownWithAStepInFlightReturnsAndJoinsItsThreads) {
     finished.Notify();
   });
   // Its _Recv has pulled from task 0 once task 0 has a table for step 77.
-  while (servers_[0]->worker()->rendezvous_mgr()->NumSteps() == 0) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_TRUE(WaitUntil(kWaitTimeout, "task 1's _Recv to pull from task 0",
+                        [&] { return servers_[0]->worker()->rendezvous_mgr()->NumSteps() > 0; }));
   EXPECT_GT(NumWeftThreads(), threads_before);  // its compute and inter-op pools
 
   const absl::Time start = absl::Now();
@@ -309,9 +351,9 @@ TEST_F(GrpcWorkerTest, ShutdownWithAStepInFlightReturnsAndJoinsItsThreads) {
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
   extra.reset();
   // gRPC may briefly run a thread not yet named, so allow it a moment.
-  const absl::Time deadline = absl::Now() + absl::Seconds(5);
-  while (NumWeftThreads() > threads_before && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
-  EXPECT_LE(NumWeftThreads(), threads_before) << ThreadNames();
+  EXPECT_TRUE(WaitUntil(absl::Seconds(5), absl::StrCat("the server's threads to end (", threads_before, " before)"),
+                        [&] { return NumWeftThreads() <= threads_before; }))
+      << ThreadNames();
 }
 
 }  // namespace

@@ -4,7 +4,10 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "common/cluster_spec.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "graph/device_name.h"
 #include "runtime/gpu/gpu_devices.h"
 
@@ -22,9 +25,12 @@ uint64_t NewIncarnation() {
 }  // namespace
 
 Worker::Worker(const WorkerOptions& options)
-    : task_(TaskName(options.job, options.task_index)),
+    : job_(options.job),
+      task_index_(options.task_index),
+      task_(TaskName(options.job, options.task_index)),
       incarnation_(NewIncarnation()),
       collectives_(options.collectives),
+      set_cluster_(options.set_cluster),
       rendezvous_mgr_([this, puller = options.puller](int64_t step_id) -> std::shared_ptr<Rendezvous> {
         return RemoteRendezvous::Create(task_, step_id, puller);
       }) {
@@ -103,6 +109,11 @@ void Worker::RegisterGraphAsync(const RegisterGraphRequest* request, RegisterGra
                                 StatusCallback done) {
   Schedule(
       [this, request, response, done] {
+        // Before anything else: a graph must not be registered, nor a dead
+        // master's steps aborted, on the word of a malformed request.
+        if (request->cluster().job_size() > 0) {
+          if (absl::Status s = ApplyCluster(request->cluster()); !s.ok()) return done(s);
+        }
         // Steps of graphs a dead master registered would wait for peers or
         // pushes that never come: abort them.
         for (int64_t step : graph_mgr_->AdoptMaster(request->master_incarnation())) {
@@ -119,6 +130,20 @@ void Worker::RegisterGraphAsync(const RegisterGraphRequest* request, RegisterGra
         done(absl::OkStatus());
       },
       done);
+}
+
+absl::Status Worker::ApplyCluster(const ClusterDef& cluster) {
+  RETURN_IF_ERROR(CheckClusterDef(cluster, "the cluster sent with RegisterGraph"));
+  if (!TaskAddress(cluster, TaskSpec{job_, task_index_}).ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the cluster sent with RegisterGraph has no address for this task, ",
+                                                   task_, ": ", ClusterToFlag(cluster)));
+  }
+  absl::MutexLock lock(&cluster_mu_);
+  if (google::protobuf::util::MessageDifferencer::Equals(cluster, cluster_)) return absl::OkStatus();
+  if (set_cluster_) set_cluster_(cluster);
+  cluster_ = cluster;
+  Logger("worker")->info("task {}: cluster from the master: {}", task_, ClusterToFlag(cluster));
+  return absl::OkStatus();
 }
 
 void Worker::DeregisterGraphAsync(const DeregisterGraphRequest* request, DeregisterGraphResponse*,

@@ -18,6 +18,12 @@
 // task is INVALID_ARGUMENT; one naming another incarnation of this task
 // (nonzero and different) is ABORTED, since that value was lost in a restart.
 //
+// The cluster: a RegisterGraph may carry every task's address (the master's
+// view, the one truth for a task started without its peers' ports). It is
+// checked (well-formed, and naming this task) and applied before the graph
+// is registered; a bad one fails the call with INVALID_ARGUMENT and
+// registers nothing.
+//
 // Shutdown (also run by the destructor) fails every live and later step with
 // UNAVAILABLE, rejects new work, and waits for running steps to return.
 //
@@ -27,6 +33,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +41,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "common/thread_pool.h"
+#include "proto/cluster.pb.h"
 #include "proto/worker_service.pb.h"
 #include "runtime/collective_runtime.h"
 #include "runtime/device.h"
@@ -65,6 +73,11 @@ struct WorkerOptions {
   // What CollectiveAllReduce kernels use; nullptr: none (a lone task).
   // Borrowed; must outlive the worker.
   CollectiveRuntime* collectives = nullptr;
+  // Points whatever reaches peers (the puller, the collectives) at the
+  // cluster a RegisterGraph carries, once the worker has checked it. Called
+  // on a compute thread, one call at a time, only when the cluster changed.
+  // Empty: the worker checks and records the cluster and nothing else.
+  std::function<void(const ClusterDef&)> set_cluster;
 };
 
 class Worker {
@@ -118,16 +131,25 @@ class Worker {
   absl::Status ShuttingDown() const;
   // Drops a finished step's rendezvous and collective state.
   void CleanupStepState(int64_t step_id);
+  // Checks the cluster a RegisterGraph carries and hands it to
+  // set_cluster_ if it differs from the last one.
+  absl::Status ApplyCluster(const ClusterDef& cluster);
 
+  const std::string job_;
+  const int task_index_;
   const std::string task_;
   const uint64_t incarnation_;
   CollectiveRuntime* const collectives_;
+  const std::function<void(const ClusterDef&)> set_cluster_;
   std::atomic<bool> draining_{false};
   std::vector<std::unique_ptr<Device>> devices_;
   std::vector<Device*> device_ptrs_;
   std::unique_ptr<ThreadPool> inter_op_pool_;
   std::unique_ptr<GraphMgr> graph_mgr_;
   RendezvousMgr rendezvous_mgr_;
+
+  absl::Mutex cluster_mu_;  // serialises ApplyCluster
+  ClusterDef cluster_ ABSL_GUARDED_BY(cluster_mu_);  // the last one applied
 
   absl::Mutex shutdown_mu_;  // serialises Shutdown; taken before mu_
   absl::Mutex mu_;

@@ -30,6 +30,9 @@ WorkerServer::WorkerServer(const WorkerServerOptions& options)
   collectives_ = std::make_unique<collective::WorkerCollectives>(
       TaskName(options.job, options.task_index), options.cluster, options.collective_timeout, security_);
   w.collectives = collectives_.get();
+  // The master's cluster, sent with RegisterGraph, replaces the one given
+  // here (which may be empty: a task started without its peers' ports).
+  w.set_cluster = [this](const ClusterDef& cluster) { SetCluster(cluster); };
   worker_ = std::make_unique<Worker>(w);
   service_ = std::make_unique<GrpcWorkerService>(worker_.get(), security_);
   for (const ExtraServiceFactory& make : options.extra_services) {

@@ -67,7 +67,9 @@ struct WorkerServerOptions {
   // mTLS: the server requires a certificate from the cluster CA and every
   // channel to a peer presents this task's. Null: insecure (tests).
   std::shared_ptr<const TransportSecurity> security;
-  // Peer addresses, for pulling tensors. May be empty for a lone task.
+  // Peer addresses, for pulling tensors and collectives, until the master
+  // sends its own with a RegisterGraph (which replaces them). May be empty:
+  // a lone task, or one started before its peers' ports were known.
   ClusterDef cluster;
   int num_cpu_devices = 1;
   // GPUs the task opens (-1: every visible one; 0: none).
@@ -93,7 +95,8 @@ class WorkerServer {
   int port() const { return port_; }
   const std::string& address() const { return address_; }
   Worker* worker() { return worker_.get(); }
-  // Replaces the peer addresses used to pull tensors.
+  // Replaces the peer addresses used to pull tensors and run collectives.
+  // The Worker calls it with the cluster a RegisterGraph carries.
   void SetCluster(const ClusterDef& cluster) {
     puller_->SetCluster(cluster);
     collectives_->SetCluster(cluster);

@@ -4,7 +4,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
+#include "common/cluster_spec.h"
 #include "common/tensor_proto_coding.h"
+#include "common/test_util.h"
 #include "graph/builder.h"
 #include "graph/partition.h"
 #include "gtest/gtest.h"
@@ -23,6 +25,8 @@ using testing::kTask1;
 using testing::kTask1Cpu;
 using testing::MakeRegisterRequest;
 using testing::WaitFor;
+using weft::testing::kWaitTimeout;
+using weft::testing::WaitUntil;
 
 void AddFeed(RunGraphRequest* r, const std::string& name, const Tensor& t) {
   NamedTensorProto* s = r->add_send();
@@ -253,7 +257,7 @@ TEST_F(WorkerTest, AGraphRunsAndDeregistersOnlyInItsOwnSession) {
     dereg = s;
     done.Notify();
   });
-  done.WaitForNotification();
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(kWaitTimeout)) << "DeregisterGraph never completed";
   EXPECT_EQ(dereg.code(), absl::StatusCode::kNotFound) << dereg;
   // Its own session still runs it: the refused calls changed nothing.
   req.set_session_handle("session-a");
@@ -404,7 +408,7 @@ TEST(WorkerInlineTest, RoundTripRunsWithoutInterOpThreads) {
   });
   absl::Status s0 =
       WaitFor([&](StatusCallback d) { lw0.RunGraphAsync(&req0, &r0, absl::InfiniteDuration(), d); });
-  n1.WaitForNotification();
+  ASSERT_TRUE(n1.WaitForNotificationWithTimeout(kWaitTimeout)) << "task 1's RunGraph never completed";
   ASSERT_TRUE(s0.ok()) << s0;
   ASSERT_TRUE(s1.ok()) << s1;
   CpuDevice cpu("/device:CPU:0", 1);
@@ -425,7 +429,8 @@ TEST_F(TwoTasks, AbortStepWakesABlockedRecv) {
     finished.Notify();
   });
   // The pull reaches task 0's table once the _Recv waits.
-  while (w0_->rendezvous_mgr()->NumSteps() == 0) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_TRUE(WaitUntil(kWaitTimeout, "task 1's _Recv to pull from task 0",
+                        [&] { return w0_->rendezvous_mgr()->NumSteps() > 0; }));
   EXPECT_FALSE(finished.WaitForNotificationWithTimeout(absl::Milliseconds(50)));
 
   AbortStepRequest abort;
@@ -476,12 +481,82 @@ TEST_F(TwoTasks, ShutdownFailsABlockedStepAndLaterCalls) {
     s1 = s;
     finished.Notify();
   });
-  while (w0_->rendezvous_mgr()->NumSteps() == 0) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_TRUE(WaitUntil(kWaitTimeout, "task 1's _Recv to pull from task 0",
+                        [&] { return w0_->rendezvous_mgr()->NumSteps() > 0; }));
   w1_->Shutdown();  // returns only once the step has
   ASSERT_TRUE(finished.HasBeenNotified());
   EXPECT_EQ(s1.code(), absl::StatusCode::kUnavailable) << s1;
   RunGraphResponse again;
   EXPECT_EQ(Run(lw1_.get(), req1_, &again).code(), absl::StatusCode::kUnavailable);
+}
+
+// The master's cluster rides on RegisterGraph: the worker checks it and
+// hands it on (once per change) before it registers the graph; a malformed
+// cluster, or one without this task, is refused and registers nothing.
+TEST(WorkerClusterTest, RegisterGraphAppliesItsClusterAndRefusesABadOne) {
+  std::vector<ClusterDef> applied;
+  WorkerOptions o = Options(0);
+  o.set_cluster = [&](const ClusterDef& c) { applied.push_back(c); };
+  Worker w(o);
+  LocalWorker lw(&w);
+  auto split = testing::BuildSplitGraph(2, 2, 2, /*seed=*/1);
+  ASSERT_TRUE(split.ok()) << split.status();
+  auto register_with = [&](const std::string& cluster_flag) {
+    RegisterGraphRequest req = MakeRegisterRequest(split->part0, {"x"}, {"z"});
+    if (!cluster_flag.empty()) {
+      absl::StatusOr<ClusterDef> cluster = ParseClusterFlag(cluster_flag);
+      EXPECT_TRUE(cluster.ok()) << cluster.status();
+      *req.mutable_cluster() = *cluster;
+    }
+    RegisterGraphResponse resp;
+    return WaitFor([&](StatusCallback d) { lw.RegisterGraphAsync(&req, &resp, d); });
+  };
+  const std::string cluster = "worker=127.0.0.1:40001,127.0.0.1:40002;ps=127.0.0.1:40003";
+  ASSERT_TRUE(register_with(cluster).ok());
+  ASSERT_EQ(applied.size(), 1u);
+  EXPECT_EQ(ClusterToFlag(applied[0]), cluster);
+  EXPECT_EQ(w.NumGraphs(), 1);
+  // The same cluster again changes nothing; none leaves it as it was.
+  ASSERT_TRUE(register_with(cluster).ok());
+  ASSERT_TRUE(register_with("").ok());
+  EXPECT_EQ(applied.size(), 1u);
+  // A peer restarted elsewhere: the new cluster replaces the old.
+  const std::string moved = "worker=127.0.0.1:40001,127.0.0.1:40012;ps=127.0.0.1:40003";
+  ASSERT_TRUE(register_with(moved).ok());
+  ASSERT_EQ(applied.size(), 2u);
+  EXPECT_EQ(ClusterToFlag(applied[1]), moved);
+  EXPECT_EQ(w.NumGraphs(), 4);
+
+  // Clusters no parser would make: built by hand, as a faulty master might.
+  struct Bad {
+    ClusterDef cluster;
+    std::string expect;
+  };
+  std::vector<Bad> bad(3);
+  bad[0].expect = "'no-port' is not host:port";
+  JobDef* job = bad[0].cluster.add_job();
+  job->set_name("worker");
+  (*job->mutable_tasks())[0] = "127.0.0.1:40001";
+  (*job->mutable_tasks())[1] = "no-port";
+  bad[1].expect = "has no address for this task, /job:worker/task:0";
+  job = bad[1].cluster.add_job();
+  job->set_name("ps");
+  (*job->mutable_tasks())[0] = "127.0.0.1:40003";
+  bad[2].expect = "job name 'Worker'";
+  job = bad[2].cluster.add_job();
+  job->set_name("Worker");
+  (*job->mutable_tasks())[0] = "127.0.0.1:40001";
+  for (const Bad& b : bad) {
+    RegisterGraphRequest req = MakeRegisterRequest(split->part0, {"x"}, {"z"});
+    *req.mutable_cluster() = b.cluster;
+    RegisterGraphResponse resp;
+    absl::Status s = WaitFor([&](StatusCallback d) { lw.RegisterGraphAsync(&req, &resp, d); });
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), b.expect)) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "the cluster sent with RegisterGraph")) << s;
+  }
+  EXPECT_EQ(applied.size(), 2u);
+  EXPECT_EQ(w.NumGraphs(), 4);
 }
 
 }  // namespace

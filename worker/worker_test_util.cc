@@ -1,5 +1,8 @@
 #include "worker/worker_test_util.h"
 
+#include <memory>
+
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "graph/builder.h"
@@ -42,15 +45,22 @@ RegisterGraphRequest MakeRegisterRequest(const GraphDef& def, std::vector<std::s
   return r;
 }
 
-absl::Status WaitFor(const std::function<void(StatusCallback)>& start) {
-  absl::Notification n;
-  absl::Status status;
-  start([&](const absl::Status& s) {
-    status = s;
-    n.Notify();
+absl::Status WaitFor(const std::function<void(StatusCallback)>& start, absl::Duration timeout) {
+  // Shared with the callback, which may outlive this wait when it times out.
+  struct Done {
+    absl::Notification n;
+    absl::Status status;
+  };
+  auto done = std::make_shared<Done>();
+  start([done](const absl::Status& s) {
+    done->status = s;
+    done->n.Notify();
   });
-  n.WaitForNotification();
-  return status;
+  if (!done->n.WaitForNotificationWithTimeout(timeout)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("the call did not complete within ", absl::FormatDuration(timeout)));
+  }
+  return done->status;
 }
 
 }  // namespace testing

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "graph/graph.h"
 #include "proto/graph.pb.h"
 #include "proto/worker_service.pb.h"
@@ -37,8 +38,11 @@ absl::StatusOr<SplitGraph> BuildSplitGraph(int64_t n, int64_t k, int64_t m, uint
 RegisterGraphRequest MakeRegisterRequest(const GraphDef& def, std::vector<std::string> feeds,
                                          std::vector<std::string> fetches, std::vector<std::string> targets = {});
 
-// Calls start(done) and blocks until done runs; returns its status.
-absl::Status WaitFor(const std::function<void(StatusCallback)>& start);
+// Calls start(done) and blocks until done runs, at most `timeout`; returns
+// its status, or DEADLINE_EXCEEDED saying the call never completed (the test
+// has failed then; what the late call writes is not to be relied on).
+absl::Status WaitFor(const std::function<void(StatusCallback)>& start,
+                     absl::Duration timeout = absl::Seconds(60));
 
 }  // namespace testing
 }  // namespace worker

@@ -19,6 +19,7 @@ using testing::MakeGroup;
 using testing::RandomFloats;
 using testing::ReferenceSum;
 using testing::RunOnAllRanks;
+using weft::testing::kWaitTimeout;
 
 // n in-process ranks, each with a compute pool and an executor.
 class Ranks {
@@ -177,7 +178,7 @@ TEST(RingAllReduceTest, ShortDeadlineFiresWhileALongOneIsPending) {
   }
   EXPECT_FALSE(slow_done.HasBeenNotified());
   ranks.executor(0)->Abort(absl::CancelledError("test over"));
-  slow_done.WaitForNotification();
+  ASSERT_TRUE(slow_done.WaitForNotificationWithTimeout(kWaitTimeout)) << "Abort did not end the slow collective";
 }
 
 TEST(RingAllReduceTest, AbortWakesAWaitingAllReduce) {
@@ -193,7 +194,7 @@ TEST(RingAllReduceTest, AbortWakesAWaitingAllReduce) {
   });
   EXPECT_FALSE(done.HasBeenNotified());
   ranks.executor(0)->Abort(absl::AbortedError("task /job:worker/task:1 failed"));
-  done.WaitForNotification();
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(kWaitTimeout)) << "Abort did not wake the waiting all-reduce";
   EXPECT_EQ(status.code(), absl::StatusCode::kAborted);
   EXPECT_NE(status.message().find("task:1 failed"), absl::string_view::npos) << status;
   // Until Reset, later collectives fail at once.
@@ -214,13 +215,13 @@ TEST(RingAllReduceTest, AbortStepWakesOnlyThatStep) {
     b_done.Notify();
   });
   ranks.executor(0)->AbortStep(10, absl::AbortedError("step 10 aborted"));
-  a_done.WaitForNotification();
+  ASSERT_TRUE(a_done.WaitForNotificationWithTimeout(kWaitTimeout)) << "AbortStep did not wake step 10's all-reduce";
   EXPECT_EQ(a_status.code(), absl::StatusCode::kAborted);
   EXPECT_FALSE(b_done.HasBeenNotified());
   // Rank 1 joins step 11, which then completes.
   Tensor b1 = RandomFloats(10, 2, 1);
   EXPECT_TRUE(ranks.executor(1)->AllReduce(ranks.Params(1, 1, 11), &b1).ok());
-  b_done.WaitForNotification();
+  ASSERT_TRUE(b_done.WaitForNotificationWithTimeout(kWaitTimeout)) << "step 11's all-reduce did not complete";
   EXPECT_TRUE(b_status.ok()) << b_status;
 }
 

@@ -15,7 +15,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/tensor.h"
+#include "common/test_util.h"
 #include "gtest/gtest.h"
 #include "worker/collective/collective_types.h"
 
@@ -64,19 +67,34 @@ inline void ExpectNear(const Tensor& t, const std::vector<double>& ref, const st
   }
 }
 
-// Starts fn(rank, done) for every rank and waits for all the dones; returns
-// each rank's status.
-inline std::vector<absl::Status> RunOnAllRanks(int n, const std::function<void(int, StatusCallback)>& fn) {
-  std::vector<absl::Status> statuses(n);
-  std::vector<std::unique_ptr<absl::Notification>> done;
-  for (int r = 0; r < n; ++r) done.push_back(std::make_unique<absl::Notification>());
+// Starts fn(rank, done) for every rank and waits for all the dones, at most
+// `timeout` in all; returns each rank's status. A rank whose done has not
+// run by then fails the test and gets DEADLINE_EXCEEDED.
+inline std::vector<absl::Status> RunOnAllRanks(int n, const std::function<void(int, StatusCallback)>& fn,
+                                               absl::Duration timeout = weft::testing::kWaitTimeout) {
+  // Shared with the callbacks, which may outlive a wait that timed out.
+  struct Rank {
+    absl::Notification done;
+    absl::Status status;
+  };
+  std::vector<std::shared_ptr<Rank>> ranks;
+  for (int r = 0; r < n; ++r) ranks.push_back(std::make_shared<Rank>());
   for (int r = 0; r < n; ++r) {
-    fn(r, [&statuses, &done, r](const absl::Status& s) {
-      statuses[r] = s;
-      done[r]->Notify();
+    fn(r, [rank = ranks[r]](const absl::Status& s) {
+      rank->status = s;
+      rank->done.Notify();
     });
   }
-  for (auto& d : done) d->WaitForNotification();
+  const absl::Time deadline = absl::Now() + timeout;
+  std::vector<absl::Status> statuses(n);
+  for (int r = 0; r < n; ++r) {
+    if (ranks[r]->done.WaitForNotificationWithDeadline(deadline)) {
+      statuses[r] = ranks[r]->status;
+    } else {
+      ADD_FAILURE() << "rank " << r << " of " << n << " did not finish its collective within " << timeout;
+      statuses[r] = absl::DeadlineExceededError(absl::StrCat("rank ", r, " did not finish"));
+    }
+  }
   return statuses;
 }
 

@@ -24,6 +24,7 @@ using testing::MakeGroup;
 using testing::RandomFloats;
 using testing::ReferenceSum;
 using testing::RunOnAllRanks;
+using weft::testing::kWaitTimeout;
 
 // One rank: its server with the collective service, its transport, its
 // executor. Destruction order: executor, transport, server, mailbox.
@@ -202,7 +203,7 @@ TEST(GrpcAllReduceFailureTest, AbortWakesAWaitingAllReduce) {
     done.Notify();
   });
   ranks[0]->executor->Abort(absl::AbortedError("job cancelled"));
-  done.WaitForNotification();
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(kWaitTimeout)) << "Abort did not wake the waiting all-reduce";
   EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
 }
 
