@@ -871,11 +871,17 @@ TEST(StrategyTest, FreeRunningKOfNReplicasKeepMakingGlobalSteps) {
           << "global steps stalled at " << *std::min_element(applies.begin(), applies.end());
       stop = true;
     }
-    for (;;) {
+    // Abort until every replica is out of its step; bounded like the wait above.
+    const absl::Time give_up = absl::Now() + absl::Seconds(120);
+    for (bool idle_now = false; !idle_now;) {
       run.session->AbortRunningSteps(absl::CancelledError("test over"));
       absl::MutexLock lock(&mu);
       auto idle = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return running == 0; };
-      if (mu.AwaitWithTimeout(absl::Condition(&idle), absl::Milliseconds(100))) break;
+      idle_now = mu.AwaitWithTimeout(absl::Condition(&idle), absl::Milliseconds(100));
+      if (!idle_now && absl::Now() >= give_up) {
+        ADD_FAILURE() << running << " replica(s) still in a step 120 s after the abort";
+        break;
+      }
     }
     for (auto& t : replicas) t.join();
     EXPECT_TRUE(failed.ok()) << failed;

@@ -1,5 +1,6 @@
 #include <thread>
 
+#include "common/test_util.h"
 #include "common/thread_pool.h"
 #include "graph/builder.h"
 #include "graph/partition.h"
@@ -142,7 +143,9 @@ TEST_F(SendRecvTest, AbortWakesABlockedRecv) {
     std::vector<Tensor> out;
     s = (*e)->Run({}, &out, 1, &r);
   });
-  while (r.NumPending() == 0) absl::SleepFor(absl::Milliseconds(1));  // until the _Recv waits
+  const bool blocked = testing::WaitUntil(testing::kWaitTimeout, "the _Recv to wait in the rendezvous",
+                                          [&]() -> absl::StatusOr<bool> { return r.NumPending() > 0; });
+  EXPECT_TRUE(blocked);
   r.StartAbort(absl::AbortedError("step 1 aborted by the master"));
   t.join();
   EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
