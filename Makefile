@@ -20,8 +20,12 @@ BAZEL_FLAGS ?=
 
 .PHONY: deps build test demo bench clean
 
+# The deploy checks render with real kustomize (`kubectl kustomize`): Debian's
+# kubernetes-client, unless the machine already has a kubectl where tests
+# look (their PATH).
 deps:
-	@tools/install_deps.sh $(BUILD_PACKAGES) $(DATA_PACKAGES)
+	@tools/install_deps.sh $(BUILD_PACKAGES) $(DATA_PACKAGES) \
+	  $$(PATH=/bin:/usr/bin:/usr/local/bin command -v kubectl >/dev/null || echo kubernetes-client)
 	@tools/configure.sh
 
 build: deps

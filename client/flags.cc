@@ -1,13 +1,54 @@
 #include "client/flags.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace weft {
+namespace {
+
+// Whether argv[first..] asks for help: a `--help` where a flag may stand,
+// not the value of a preceding `--name value` nor after `--`.
+bool WantsHelp(int argc, char** argv, int first, const std::set<std::string>& valued,
+               const std::set<std::string>& boolean) {
+  if (valued.count("help") || boolean.count("help")) return false;
+  for (int i = first; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") return false;
+    if (a == "--help") return true;
+    if (a.size() > 2 && a.compare(0, 2, "--") == 0 && a.find('=') == std::string::npos && valued.count(a.substr(2))) {
+      ++i;  // its value
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string Flags::HelpText(const std::string& command, const std::set<std::string>& valued,
+                            const std::set<std::string>& boolean) {
+  std::set<std::string> all = valued;
+  all.insert(boolean.begin(), boolean.end());
+  std::string out = absl::StrCat("usage: ", command, " [FLAGS] [ARGS]\n",
+                                 "flags (--name=VALUE takes a value, a bare --name is a boolean):\n");
+  for (const std::string& name : all) {
+    absl::StrAppend(&out, "  --", name, valued.count(name) ? "=VALUE" : "", "\n");
+  }
+  return out;
+}
 
 absl::StatusOr<Flags> Flags::Parse(int argc, char** argv, int first, const std::set<std::string>& valued,
                                    const std::set<std::string>& boolean) {
+  if (WantsHelp(argc, argv, first, valued, boolean)) {
+    std::string command = "weft";
+    for (int i = 1; i < first && i < argc; ++i) absl::StrAppend(&command, " ", argv[i]);
+    std::fputs(HelpText(command, valued, boolean).c_str(), stdout);
+    std::fflush(stdout);
+    std::exit(0);
+  }
   Flags f;
   for (int i = first; i < argc; ++i) {
     std::string a = argv[i];

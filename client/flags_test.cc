@@ -1,5 +1,9 @@
 #include "client/flags.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
@@ -34,6 +38,39 @@ TEST(FlagsTest, ErrorsNameTheFlag) {
   auto v = range->GetInt("workers", 1, 0, 64);
   ASSERT_FALSE(v.ok());
   EXPECT_TRUE(absl::StrContains(v.status().message(), "--workers=100")) << v.status();
+}
+
+TEST(FlagsTest, HelpListsEveryFlagOnePerLine) {
+  // deploy/check/crossref.py parses these lines: keep the format.
+  EXPECT_EQ(Flags::HelpText("weft submit", {"master", "output"}, {"follow", "insecure"}),
+            "usage: weft submit [FLAGS] [ARGS]\n"
+            "flags (--name=VALUE takes a value, a bare --name is a boolean):\n"
+            "  --follow\n"
+            "  --insecure\n"
+            "  --master=VALUE\n"
+            "  --output=VALUE\n");
+}
+
+// Runs Parse in a death-test child with stdout sent to stderr, where
+// EXPECT_EXIT can match it.
+void ParseWithStdoutOnStderr(std::vector<std::string> args) {
+  std::fflush(stdout);
+  dup2(STDERR_FILENO, STDOUT_FILENO);
+  (void)ParseArgs(std::move(args));
+}
+
+TEST(FlagsTest, HelpPrintsTheFlagsAndExitsZero) {
+  EXPECT_EXIT(ParseWithStdoutOnStderr({"job.pbtxt", "--mastr=typo", "--help"}), ::testing::ExitedWithCode(0),
+              "usage: weft \\[FLAGS\\].*  --follow\n  --master=VALUE\n  --output=VALUE\n  --workers=VALUE\n");
+}
+
+TEST(FlagsTest, HelpAsAValueOrAfterDoubleDashIsNotAFlag) {
+  auto value = ParseArgs({"--master", "--help"});
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ(value->Get("master"), "--help");
+  auto positional = ParseArgs({"--", "--help"});
+  ASSERT_TRUE(positional.ok()) << positional.status();
+  EXPECT_EQ(positional->args(), std::vector<std::string>{"--help"});
 }
 
 }  // namespace

@@ -27,11 +27,17 @@ address (as the StatefulSet controller would), and the job must still
 SUCCEED, with a recovery recorded. Then, from the submit pod: every daemon's
 health port answers a plaintext gRPC health check SERVING (what the
 kubelet's probe sends), the master's own port does not answer one (it is
-mTLS-only), and `weft jobs` without a client certificate is refused. Skips,
-saying why, where namespaces cannot be created (not root, no
-`ip`/`unshare`, no CAP_NET_ADMIN).
+mTLS-only), and `weft jobs` without a client certificate is refused. The
+test is reported skipped, saying why, where namespaces cannot be created
+(not root, no `ip`/`unshare`, no CAP_NET_ADMIN). The manifests are rendered
+with `kubectl kustomize` (deploy/check/render.py).
 
-    deploy_multihost_test.py REPO_ROOT WEFT_BINARY
+Run with pytest (tests/deploy_multihost_test.sh does, under Bazel), as root:
+
+    WEFT_REPO_ROOT=. WEFT=bazel-bin/client/weft python3 -m pytest -s tests/deploy_multihost_test.py
+
+WEFT_REPO_ROOT defaults to the current directory; WEFT to the repository's
+client/weft, else bazel-bin/client/weft.
 """
 import gzip
 import inspect
@@ -47,12 +53,17 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 
-ROOT, WEFT = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+ROOT = os.path.abspath(os.environ.get("WEFT_REPO_ROOT") or ".")
 sys.path.insert(0, os.path.join(ROOT, "deploy", "check"))
-import kustomize  # noqa: E402
+import render  # noqa: E402
 
-DEADLINE_S = 240  # the whole run; a healthy one ends far inside
+DEADLINE_S = 240  # the job's waits; a healthy run ends far inside
+# The whole test, set-up and teardown included: inside the 280 s of
+# tests/deploy_multihost_test.sh, so that a hung run fails as this test, with
+# its pods' logs, and leaves no namespace behind.
+ALARM_S = 265
 SUBNET = "10.%d.%d" % (random.randint(64, 127), random.randint(1, 254))
 TAG = "wt%d" % os.getpid()
 VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
@@ -65,11 +76,6 @@ def log(msg):
 
 def run(*cmd, check=True):
     return subprocess.run(list(cmd), check=check, capture_output=True, text=True)
-
-
-def skip(reason):
-    log("SKIPPED: " + reason)
-    sys.exit(0)
 
 
 def write_idx_data(d, n=480):
@@ -139,11 +145,11 @@ def grpc_health_status(host, port, timeout=5.0):
     return message[1] if message[:1] == b"\x08" else 0
 
 
-def make_secrets(work):
-    """{Secret name: {key: file}}: the certificates deploy/README.md makes, with this `weft certs`."""
+def make_secrets(work, weft):
+    """{Secret name: {key: file}}: the certificates deploy/README.md makes, with `weft certs` of `weft`."""
     script = os.path.join(ROOT, "deploy", "k8s", "make-tls-secrets.sh")
     r = subprocess.run([script, os.path.join(work, "tls")], capture_output=True, text=True,
-                       env=dict(os.environ, WEFT=WEFT))
+                       env=dict(os.environ, WEFT=weft))
     if r.returncode != 0:
         raise RuntimeError("make-tls-secrets.sh (weft certs) failed with status %d:\n%s" % (r.returncode, r.stderr))
     secrets = {}
@@ -168,8 +174,8 @@ class Pod:
 
 
 class Cluster:
-    def __init__(self, work, objects, secrets):
-        self.work, self.objects, self.secrets = work, objects, secrets
+    def __init__(self, work, objects, secrets, weft):
+        self.work, self.objects, self.secrets, self.weft = work, objects, secrets, weft
         self.data_root = os.path.join(work, "datasets")  # the image's /usr/share/datasets
         self.hub = TAG + "-hub"
         self.pods = []
@@ -178,7 +184,7 @@ class Cluster:
         self.shared = os.path.join(work, "shared")  # the ReadWriteMany claim
         self.bin = os.path.join(work, "bin")  # the image's /usr/local/bin
         os.makedirs(self.bin)
-        os.symlink(WEFT, os.path.join(self.bin, "weft"))
+        os.symlink(weft, os.path.join(self.bin, "weft"))
 
     def get(self, kind, name):
         return next(o for o in self.objects if o["kind"] == kind and o["metadata"]["name"] == name)
@@ -326,8 +332,8 @@ def check_probes_and_refusals(cluster, client, spec):
     # Clients the master must refuse: a certificate another CA signed, a
     # token it does not know, no TLS at all.
     foreign = os.path.join(cluster.work, "foreign-ca")
-    run(WEFT, "certs", "init", foreign)
-    run(WEFT, "certs", "issue", foreign, "--name=mallory", "--role=user")
+    run(cluster.weft, "certs", "init", foreign)
+    run(cluster.weft, "certs", "issue", foreign, "--name=mallory", "--role=user")
     token = os.path.join(client.dir, "token")
     with open(os.open(token, os.O_CREAT | os.O_WRONLY, 0o600), "w") as f:
         f.write("not-a-token-the-master-knows\n")
@@ -359,25 +365,62 @@ def check_probes_and_refusals(cluster, client, spec):
         log("the master refused %s: %s" % (what, r.stderr.strip()[-200:]))
 
 
-def main():
+def weft_binary():
+    if os.environ.get("WEFT"):
+        return os.path.abspath(os.environ["WEFT"])
+    for path in (os.path.join(ROOT, "client", "weft"), os.path.join(ROOT, "bazel-bin", "client", "weft")):
+        if os.path.isfile(path):
+            return path
+    raise RuntimeError("no weft binary: set WEFT, or `bazel build //client:weft`")
+
+
+def why_no_namespaces():
+    """Why network namespaces cannot be made here; None if they can."""
     if os.geteuid() != 0:
-        skip("needs root to create network namespaces")
+        return "needs root to create network namespaces"
     for tool in ("ip", "unshare", "mount"):
         if shutil.which(tool) is None:
-            skip("no `%s` (Debian's iproute2/util-linux)" % tool)
+            return "no `%s` (Debian's iproute2/util-linux)" % tool
     probe = TAG + "-probe"
     r = run("ip", "netns", "add", probe, check=False)
     if r.returncode != 0:
-        skip("cannot create a network namespace: " + r.stderr.strip())
+        return "cannot create a network namespace: " + r.stderr.strip()
     r = run("ip", "-n", probe, "link", "add", "name", "probe0", "type", "bridge", check=False)
     run("ip", "netns", "del", probe, check=False)
     if r.returncode != 0:
-        skip("cannot create links in a network namespace (CAP_NET_ADMIN?): " + r.stderr.strip())
+        return "cannot create links in a network namespace (CAP_NET_ADMIN?): " + r.stderr.strip()
+    return None
 
-    objects = kustomize.render(os.path.join(ROOT, "deploy", "k8s", "overlays", "cpu"))
-    objects += kustomize.render(os.path.join(ROOT, "deploy", "k8s", "submit"))
+
+class Alarm(Exception):
+    pass
+
+
+def on_alarm(signum, frame):
+    raise Alarm("the test ran past %d s" % ALARM_S)
+
+
+class MultihostTest(unittest.TestCase):
+    def setUp(self):
+        reason = why_no_namespaces()
+        if reason:
+            log("SKIPPED: " + reason)
+            self.skipTest(reason)
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        signal.alarm(ALARM_S)
+        self.addCleanup(signal.signal, signal.SIGALRM, previous)
+        self.addCleanup(signal.alarm, 0)
+
+    def test_job_survives_a_lost_worker_and_strangers_are_refused(self):
+        run_cluster(weft_binary())
+
+
+def run_cluster(weft):
+    """The cluster of the rendered cpu overlay, run with the binary `weft`; raises on any failure."""
+    objects = render.render(os.path.join(ROOT, "deploy", "k8s", "overlays", "cpu"))
+    objects += render.render(os.path.join(ROOT, "deploy", "k8s", "submit"))
     work = tempfile.mkdtemp(prefix="weft-multihost-", dir=os.environ.get("TEST_TMPDIR"))
-    cluster = Cluster(work, objects, make_secrets(work))
+    cluster = Cluster(work, objects, make_secrets(work, weft), weft)
     statefulsets = [o for o in objects if o["kind"] == "StatefulSet"]
     for sts in statefulsets:
         for i in range(sts["spec"]["replicas"]):
@@ -457,8 +500,3 @@ def main():
                     with open(pod.log_path) as f:
                         log("--- %s ---\n%s" % (pod.name, f.read()[-2000:]))
     shutil.rmtree(work, ignore_errors=True)
-    return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,31 +1,38 @@
 #!/usr/bin/env python3
 """Checks every manifest under deploy/ offline: renders each kustomization
-(overlays/*, submit), validates every object against the Kubernetes API
-schema (schema.py), and checks the cross-references a schema cannot
-(crossref.py). The Kubeflow TFJob is checked against its CRD's schema and
+(overlays/*, submit) with `kubectl kustomize` (render.py), validates every
+object against the Kubernetes API schema (schema.py), and checks the
+cross-references a schema cannot (crossref.py). The Kubeflow TFJob, a plain
+file applied with `kubectl apply -f`, is checked against its CRD's schema and
 against the base objects it uses, with the NetworkPolicies beside it.
 
-    check_manifests.py DEPLOY_DIR     prints each error; exit 1 if any
+    check_manifests.py [--weft=PATH] DEPLOY_DIR
+
+prints each error and exits 1 if there is any. The `weft` binary is asked
+for each subcommand's flags (`weft worker --help`...), which the manifests'
+command lines must keep to: PATH is --weft, else $WEFT, else the `weft` on
+PATH (`bazel build //client:weft` makes bazel-bin/client/weft).
 """
 import os
+import shutil
 import sys
 
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import crossref  # noqa: E402
-import kustomize  # noqa: E402
+import render  # noqa: E402
 import schema  # noqa: E402
 
 
 def render_all(deploy_dir):
     """{label: [objects]}: each overlay rendered with the submit Job."""
     k8s = os.path.join(deploy_dir, "k8s")
-    submit = kustomize.render(os.path.join(k8s, "submit"))
+    submit = render.render(os.path.join(k8s, "submit"))
     out = {}
     overlays = os.path.join(k8s, "overlays")
     for name in sorted(os.listdir(overlays)):
-        out["overlays/" + name] = kustomize.render(os.path.join(overlays, name)) + submit
+        out["overlays/" + name] = render.render(os.path.join(overlays, name)) + submit
     return out
 
 
@@ -41,48 +48,52 @@ def load_tfjobs(deploy_dir):
     return load_kubeflow(deploy_dir)[0]
 
 
-def check_objects(label, objects):
+def check_objects(label, objects, weft_flags):
+    """`weft_flags`: what crossref.read_weft_flags returns."""
     errors = []
     for o in objects:
         errors += ["%s: %s" % (label, e) for e in schema.validate(o)]
-    errors += ["%s: %s" % (label, e) for e in crossref.Checker(objects).run()]
+    errors += ["%s: %s" % (label, e) for e in crossref.Checker(objects, weft_flags).run()]
     return errors
 
 
-def check_tfjob(tfjob, base_objects, others=()):
+def check_tfjob(tfjob, base_objects, others, weft_flags):
     """A TFJob, with `others`: the objects beside it in its file (its NetworkPolicies)."""
+    # The schema covers each replica's pod template with the core API's.
     errors = ["kubeflow/tfjob.yaml: %s" % e for e in schema.validate(tfjob)]
-    specs = (tfjob.get("spec") or {}).get("tfReplicaSpecs") or {}
-    for rtype, spec in specs.items():
-        template = dict(spec.get("template") or {})
-        errors += ["kubeflow/tfjob.yaml %s: %s" % (rtype, e)
-                   for e in schema.validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": rtype},
-                                             "template": template})]
-    errors += ["kubeflow/tfjob.yaml: %s" % e for e in crossref.check_tfjob(tfjob, base_objects, others)]
+    errors += ["kubeflow/tfjob.yaml: %s" % e for e in crossref.check_tfjob(tfjob, base_objects, others, weft_flags)]
     return errors
 
 
-def check_deploy(deploy_dir):
+def check_deploy(deploy_dir, weft_flags):
+    """(errors, {label: rendered objects}); raises render.RenderError if kubectl cannot render."""
     errors = []
     rendered = render_all(deploy_dir)
     for label, objects in rendered.items():
-        errors += check_objects(label, objects)
+        errors += check_objects(label, objects, weft_flags)
     base = next(iter(rendered.values()))
     tfjobs, others = load_kubeflow(deploy_dir)
     for o in others:
         errors += ["kubeflow/tfjob.yaml: %s" % e for e in schema.validate(o)]
     for tfjob in tfjobs:
-        errors += check_tfjob(tfjob, base, others)
+        errors += check_tfjob(tfjob, base, others, weft_flags)
     return errors, rendered
 
 
 def main(argv):
-    if len(argv) != 1:
-        print("usage: check_manifests.py DEPLOY_DIR", file=sys.stderr)
+    weft = [a[len("--weft="):] for a in argv if a.startswith("--weft=")]
+    args = [a for a in argv if not a.startswith("--weft=")]
+    if len(args) != 1 or len(weft) > 1:
+        print("usage: check_manifests.py [--weft=PATH] DEPLOY_DIR", file=sys.stderr)
+        return 2
+    weft = weft[0] if weft else os.environ.get("WEFT") or shutil.which("weft")
+    if not weft:
+        print("check_manifests: no weft binary to read the flags from: pass --weft=PATH "
+              "(bazel build //client:weft makes bazel-bin/client/weft)", file=sys.stderr)
         return 2
     try:
-        errors, rendered = check_deploy(argv[0])
-    except kustomize.KustomizeError as e:
+        errors, rendered = check_deploy(args[0], crossref.read_weft_flags(weft))
+    except (render.RenderError, crossref.WeftFlagsError) as e:
         print("check_manifests: %s" % e, file=sys.stderr)
         return 1
     for e in errors:

@@ -7,8 +7,8 @@ their pods; the cluster spec in the ConfigMap lists exactly the StatefulSet
 pods' DNS names (<set>-<i>.<service>:<port>, i < replicas) at the port each
 daemon listens on; probes are gRPC health probes on that port; each
 container's `weft` subcommand matches its role and passes only flags that
-`weft` knows (client/daemon_commands.cc, client/job_commands.cc), with every
-$(VAR) defined; ConfigMap keys, volumes and claims referenced exist; the
+`weft` knows (as `weft SUBCOMMAND --help` lists them: read_weft_flags), with
+every $(VAR) defined; ConfigMap keys, volumes and claims referenced exist; the
 checkpoint directory of the example job is on the one shared claim in every
 daemon; the master's state dir is on its own claim; the grace period covers
 the drain; resources are set, GPUs agree; the PodDisruptionBudget covers the
@@ -21,26 +21,41 @@ hold for every pod, and the NetworkPolicies admit exactly weft's flows
 import posixpath
 import re
 import shlex
+import subprocess
 
 import netpol
 import security
 
-# The flags each `weft` subcommand accepts.
-DAEMON_SECURITY_FLAGS = {"ca", "cert", "key", "insecure", "health_port", "checkpoint_root", "data_root"}
-CLIENT_SECURITY_FLAGS = {"ca", "cert", "key", "token_file", "insecure"}
-WEFT_FLAGS = {
-    "worker": {"task", "cluster", "listen", "intra_op_threads", "inter_op_threads", "cpu_devices", "gpus",
-               "log_level", "drain_seconds"} | DAEMON_SECURITY_FLAGS,
-    "ps": {"task", "cluster", "listen", "intra_op_threads", "inter_op_threads", "cpu_devices", "gpus",
-           "log_level", "drain_seconds"} | DAEMON_SECURITY_FLAGS,
-    "master": {"cluster", "task", "listen", "port", "log_level", "state_dir", "auth_tokens_file"}
-              | DAEMON_SECURITY_FLAGS,
-    "submit": {"master", "output", "follow", "resume_from", "master_wait_seconds"} | CLIENT_SECURITY_FLAGS,
-    "jobs": {"master", "output"} | CLIENT_SECURITY_FLAGS,
-}
+DAEMONS = ("master", "worker", "ps")
+# The client subcommands the manifests run.
+CLIENT_COMMANDS = ("submit", "jobs")
+# A flag line of `weft SUBCOMMAND --help` (client/flags.h, Flags::HelpText).
+HELP_FLAG_LINE = re.compile(r"^  --([A-Za-z0-9_]+)(?:=VALUE)?$", re.M)
+
+
+class WeftFlagsError(Exception):
+    pass
+
+
+def read_weft_flags(weft, commands=DAEMONS + CLIENT_COMMANDS):
+    """{subcommand: {flag}}: the flags each subcommand accepts, read from `WEFT SUBCOMMAND --help`."""
+    out = {}
+    for sub in commands:
+        cmd = [weft, sub, "--help"]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise WeftFlagsError("cannot run `%s`: %s" % (" ".join(cmd), e))
+        flags = set(HELP_FLAG_LINE.findall(r.stdout))
+        if r.returncode != 0 or not flags:
+            raise WeftFlagsError("`%s` exited %d listing no flags; the checks need a weft whose --help lists "
+                                 "them: %s" % (" ".join(cmd), r.returncode, (r.stdout + r.stderr).strip()[-300:]))
+        out[sub] = flags
+    return out
+
+
 # The Secrets of the StatefulSets are weft-tls-<role>; a TFJob's <name>-tls-<role>.
 SECRET_PREFIX = "weft-tls"
-DAEMONS = ("master", "worker", "ps")
 VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 POD_INDEX_FIELD = "metadata.labels['apps.kubernetes.io/pod-index']"
 
@@ -132,8 +147,11 @@ def under(path, mount):
 
 
 class Checker:
-    def __init__(self, objects):
+    """`weft_flags`: what read_weft_flags() returns, for the subcommands the objects run."""
+
+    def __init__(self, objects, weft_flags):
         self.objects = objects
+        self.weft_flags = weft_flags
         self.errors = []
         self.by_kind = {}
         for o in objects:
@@ -250,7 +268,7 @@ class Checker:
         if sub != role:
             self.error(sts, "container %s runs `weft %s`; a %s StatefulSet runs `weft %s`" % (c["name"], sub, role, role))
             return
-        for f in sorted(set(flags) - WEFT_FLAGS[role]):
+        for f in sorted(set(flags) - self.weft_flags[role]):
             self.error(sts, "container %s: `weft %s` has no flag --%s" % (c["name"], role, f))
         if positional:
             self.error(sts, "container %s: unexpected arguments %s" % (c["name"], positional))
@@ -363,7 +381,7 @@ class Checker:
         for role in ("worker", "ps"):
             sts = daemons[role]
             rflags, _ = self.daemon_args(sts)
-            if rflags.get("cluster") != text:
+            if "cluster" in rflags and rflags["cluster"] != text:  # a missing one is reported as such
                 self.error(sts, "its --cluster differs from the master's: %r vs %r" % (rflags.get("cluster"), text))
             spec = sts["spec"]
             replicas = spec.get("replicas", 1)
@@ -384,6 +402,8 @@ class Checker:
             self.errors.append("the cluster spec names jobs no StatefulSet runs: %s" % sorted(extra))
         master = daemons["master"]
         mport = self.listen_port(master, "master", flags)
+        if mport is None:
+            return  # reported as a missing flag
         want_master = "%s-0.%s:%s" % (master["metadata"]["name"], master["spec"].get("serviceName"), mport)
         cm = self.by_kind.get("ConfigMap", {})
         for o in cm.values():
@@ -468,10 +488,10 @@ class Checker:
                 self.error(job, e)
             if c.get("command") == ["weft"]:
                 sub, flags, positional = flags_of(args)
-                if sub not in WEFT_FLAGS:
+                if sub not in CLIENT_COMMANDS:
                     self.error(job, "container %s: `weft %s` is not a client command here" % (c["name"], sub))
                     continue
-                for f in sorted(set(flags) - WEFT_FLAGS[sub]):
+                for f in sorted(set(flags) - self.weft_flags[sub]):
                     self.error(job, "container %s: `weft %s` has no flag --%s" % (c["name"], sub, f))
                 if sub == "submit":
                     if len(positional) != 1:
@@ -507,8 +527,11 @@ def tfjob_labels(tfjob, rtype, template):
     return labels
 
 
-def check_tfjob(tfjob, base_objects, policies=()):
-    """A TFJob's replicas against Kubeflow's conventions and the base objects it uses."""
+def check_tfjob(tfjob, base_objects, policies, weft_flags):
+    """A TFJob's replicas against Kubeflow's conventions and the base objects it uses.
+
+    `policies`: the NetworkPolicies beside it; `weft_flags`: as read_weft_flags() returns.
+    """
     errors = []
     names = {(o.get("kind"), o["metadata"]["name"]) for o in base_objects}
     job_text = next(((o.get("data") or {}).get("job.pbtxt") for o in base_objects
@@ -532,46 +555,7 @@ def check_tfjob(tfjob, base_objects, policies=()):
         if "tfjob-port" not in ports:
             errors.append("%s: no port named tfjob-port (the port TF_CONFIG lists)" % where)
         cmdline = " ".join((c.get("command") or []) + (c.get("args") or []))
-        role = roles.get(rtype)
-        if role and not re.search(r"\bweft %s\b" % role, cmdline):
-            errors.append("%s: does not run `weft %s`" % (where, role))
-        if "--cluster" in cmdline or "--task" in cmdline:
-            errors.append("%s: the cluster and task come from TF_CONFIG; pass no --cluster/--task" % where)
-        allowed = set(WEFT_FLAGS.get(role, ()))
-        if role == "master":  # the chief also submits and follows the job
-            allowed |= WEFT_FLAGS["submit"] | WEFT_FLAGS["jobs"]
-        for m in re.finditer(r"--(\w+)", cmdline):
-            if m.group(1) not in allowed:
-                errors.append("%s: `weft %s` has no flag --%s" % (where, role, m.group(1)))
         errors += ["%s: %s" % (where, e) for e in security.hardening(pod)]
-        env = {e.get("name"): e for e in c.get("env") or []}
-        for var in sorted(set(VAR_REF.findall(cmdline)) - set(env)):
-            errors.append("%s: $(%s) is not defined in its env; Kubernetes would pass it literally" % (where, var))
-        if "POD_INDEX" in env and ((env["POD_INDEX"].get("valueFrom") or {}).get("fieldRef") or {}).get(
-                "fieldPath") != TFJOB_INDEX_FIELD:
-            errors.append("%s: POD_INDEX must come from the fieldRef %s" % (where, TFJOB_INDEX_FIELD))
-        if c.get("command") == ["weft"]:
-            commands = [flags_of(c.get("args") or [])[:2]]
-        else:
-            commands = shell_weft_commands(cmdline)
-        daemon = [f for sub, f in commands if sub == role]
-        flags = daemon[0] if daemon else {}
-        if role in DAEMONS:
-            probes = ("readinessProbe", "livenessProbe") if role != "master" else ("readinessProbe",)
-            errors += ["%s: %s" % (where, e) for e in security.health(c, flags, ports.get("tfjob-port"), probes)]
-            errors += ["%s: %s" % (where, e) for e in security.daemon_tls(pod, c, role, flags, prefix)]
-            if job_text is not None:
-                errors += ["%s: %s" % (where, e) for e in root_errors(flags, job_text)]
-            health = int(flags["health_port"]) if flags.get("health_port", "").isdigit() else None
-            endpoints.append(netpol.Endpoint(where, role, tfjob_labels(tfjob, rtype, spec.get("template") or {}),
-                                             ports, ports.get("tfjob-port"), health))
-        clients = [f for sub, f in commands if sub in ("submit", "jobs")]
-        if clients:
-            client_flags = {}
-            for f in clients:
-                client_flags.update(f)
-            plain_env = {k: e.get("value") for k, e in env.items() if "value" in e}
-            errors += ["%s: %s" % (where, e) for e in security.client_tls(pod, c, plain_env, client_flags, prefix)]
         for v in pod.get("volumes") or []:
             if "persistentVolumeClaim" in v and ("PersistentVolumeClaim", v["persistentVolumeClaim"]["claimName"]) not in names:
                 errors.append("%s: claim %s is not created by deploy/k8s" % (where, v["persistentVolumeClaim"]["claimName"]))
@@ -583,6 +567,48 @@ def check_tfjob(tfjob, base_objects, policies=()):
                 errors.append("%s: volumeMount %s has no volume" % (where, name))
         if not any(m["mountPath"] == "/checkpoints" for m in mounts.values()):
             errors.append("%s: the shared checkpoints volume is not mounted at /checkpoints" % where)
+        role = roles.get(rtype)
+        if role is None:
+            continue  # no weft daemon; the schema check refuses a replica type Kubeflow does not know
+        if c.get("command") == ["weft"]:
+            commands = [flags_of(c.get("args") or [])[:2]]
+        else:
+            commands = shell_weft_commands(cmdline)
+        daemon = [f for sub, f in commands if sub == role]
+        if not daemon:
+            errors.append("%s: does not run `weft %s`" % (where, role))
+            continue
+        flags = daemon[0]
+        if "--cluster" in cmdline or "--task" in cmdline:
+            errors.append("%s: the cluster and task come from TF_CONFIG; pass no --cluster/--task" % where)
+        allowed = set(weft_flags[role])
+        if role == "master":  # the chief also submits and follows the job
+            allowed |= weft_flags["submit"] | weft_flags["jobs"]
+        for m in re.finditer(r"--(\w+)", cmdline):
+            if m.group(1) not in allowed:
+                errors.append("%s: `weft %s` has no flag --%s" % (where, role, m.group(1)))
+        env = {e.get("name"): e for e in c.get("env") or []}
+        for var in sorted(set(VAR_REF.findall(cmdline)) - set(env)):
+            errors.append("%s: $(%s) is not defined in its env; Kubernetes would pass it literally" % (where, var))
+        if "POD_INDEX" in env and ((env["POD_INDEX"].get("valueFrom") or {}).get("fieldRef") or {}).get(
+                "fieldPath") != TFJOB_INDEX_FIELD:
+            errors.append("%s: POD_INDEX must come from the fieldRef %s" % (where, TFJOB_INDEX_FIELD))
+        probes = ("readinessProbe", "livenessProbe") if role != "master" else ("readinessProbe",)
+        errors += ["%s: %s" % (where, e) for e in security.health(c, flags, ports.get("tfjob-port"), probes)]
+        errors += ["%s: %s" % (where, e) for e in security.daemon_tls(pod, c, role, flags, prefix)]
+        if job_text is not None:
+            errors += ["%s: %s" % (where, e) for e in root_errors(flags, job_text)]
+        health = int(flags["health_port"]) if flags.get("health_port", "").isdigit() else None
+        if "tfjob-port" in ports:  # else reported above
+            endpoints.append(netpol.Endpoint(where, role, tfjob_labels(tfjob, rtype, spec.get("template") or {}),
+                                             ports, ports["tfjob-port"], health))
+        clients = [f for sub, f in commands if sub in CLIENT_COMMANDS]
+        if clients:
+            client_flags = {}
+            for f in clients:
+                client_flags.update(f)
+            plain_env = {k: e.get("value") for k, e in env.items() if "value" in e}
+            errors += ["%s: %s" % (where, e) for e in security.client_tls(pod, c, plain_env, client_flags, prefix)]
     if endpoints:
         errors += netpol.check([p for p in policies if p.get("kind") == "NetworkPolicy"], endpoints)
     return errors

@@ -12,6 +12,8 @@ TFJob (kubeflow.org/v1) is a custom resource: its envelope is checked
 against TFJOB_SCHEMA, written from Kubeflow's CRD, and each replica's pod
 template against the core schema.
 """
+import functools
+
 import kubernetes.client as k8s
 
 # Probe.grpc (GRPCAction), beta in Kubernetes 1.24 and GA in 1.27: newer than
@@ -56,7 +58,24 @@ def fields_of(type_name):
     out = {cls.attribute_map[py]: (py, t) for py, t in cls.openapi_types.items()}
     for json_name, (py, t) in SUPPLEMENT.get(type_name, {}).items():
         out[json_name] = (None, t)
-    return out, None  # required: found by constructing the model
+    return out, required_of(type_name)
+
+
+@functools.lru_cache(maxsize=None)
+def required_of(type_name):
+    """The required json names of a generated model: those whose setter refuses None."""
+    cls = getattr(k8s, type_name)
+    unchecked = k8s.Configuration()
+    unchecked.client_side_validation = False
+    model = cls(local_vars_configuration=unchecked)
+    model.local_vars_configuration = k8s.Configuration()  # validates
+    required = set()
+    for py in cls.openapi_types:
+        try:
+            setattr(model, py, None)
+        except ValueError:
+            required.add(cls.attribute_map[py])
+    return frozenset(required)
 
 
 def model_for(obj):
@@ -71,21 +90,27 @@ def model_for(obj):
 
 
 def validate(obj):
-    """Errors as 'path: message' strings; empty when the object is valid."""
-    errors = []
+    """Errors as 'Kind/name: path: message' strings; empty when the object is valid."""
+    name = "%s/%s" % (obj.get("kind"), (obj.get("metadata") or {}).get("name"))
     model = model_for(obj)
     if model is None:
-        return ["%s %s: no schema for this apiVersion/kind" % (obj.get("apiVersion"), obj.get("kind"))]
-    check(obj, model, obj.get("kind", "?"), errors)
+        return ["%s: no schema for apiVersion %s, kind %s" % (name, obj.get("apiVersion"), obj.get("kind"))]
+    errors = []
+    check(obj, model, "", errors)
     if model == "TFJob":
         specs = (obj.get("spec") or {}).get("tfReplicaSpecs") or {}
         for rtype, spec in specs.items():
-            where = "TFJob.spec.tfReplicaSpecs.%s" % rtype
+            where = "spec.tfReplicaSpecs.%s" % rtype
             if rtype not in TFJOB_REPLICA_TYPES:
                 errors.append("%s: replica type must be one of %s" % (where, sorted(TFJOB_REPLICA_TYPES)))
             if isinstance(spec, dict) and spec.get("restartPolicy", "Never") not in TFJOB_RESTART_POLICIES:
                 errors.append("%s.restartPolicy: must be one of %s" % (where, sorted(TFJOB_RESTART_POLICIES)))
-    return errors
+    return ["%s: %s" % (name, e) for e in errors]
+
+
+def member(path, key):
+    """The path of field `key` of the value at `path` ("" at the object itself)."""
+    return "%s.%s" % (path, key) if path else str(key)
 
 
 def check(value, type_name, path, errors):
@@ -104,7 +129,7 @@ def check(value, type_name, path, errors):
             return
         inner = type_name[5:-1].split(", ", 1)[1]
         for k, v in value.items():
-            check(v, inner, "%s.%s" % (path, k), errors)
+            check(v, inner, member(path, k), errors)
         return
     scalar = {"str": str, "int": int, "bool": bool, "float": (int, float), "datetime": str, "date": str}
     if type_name in scalar:
@@ -124,19 +149,8 @@ def check(value, type_name, path, errors):
         return
     for k, v in value.items():
         if k not in fields:
-            errors.append("%s.%s: unknown field (not in %s)" % (path, k, type_name))
+            errors.append("%s: unknown field (not in %s)" % (member(path, k), type_name))
             continue
-        check(v, fields[k][1], "%s.%s" % (path, k), errors)
-    if required is None:
-        # The generated model refuses None for required fields.
-        cls = getattr(k8s, type_name)
-        kwargs = {py: value[j] for j, (py, _) in fields.items() if py is not None and j in value}
-        try:
-            cls(**kwargs)
-        except ValueError as e:
-            errors.append("%s: %s (%s)" % (path, e, type_name))
-        except TypeError:
-            pass
-    else:
-        for r in sorted(required - set(value)):
-            errors.append("%s.%s: required field missing (%s)" % (path, r, type_name))
+        check(v, fields[k][1], member(path, k), errors)
+    for r in sorted(r for r in required if value.get(r) is None):
+        errors.append("%s: required field missing (%s)" % (member(path, r), type_name))
