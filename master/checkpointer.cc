@@ -183,7 +183,7 @@ Checkpointer::Checkpointer(Env* env, WorkerCacheInterface* workers, std::string 
       options_(std::move(options)),
       dir_(std::move(dir)),
       resume_from_(std::move(resume_from)),
-      last_save_(absl::Now()) {}
+      last_save_micros_(env_->NowMicros()) {}
 
 absl::StatusOr<std::string> Checkpointer::LocalPath(const std::string& name, bool create_dirs) const {
   if (options_.root.has_value()) return options_.root->Resolve(name, create_dirs);
@@ -206,7 +206,8 @@ std::string Checkpointer::ShardFileName(const std::string& task) {
 bool Checkpointer::Due(int64_t step) const {
   if (!enabled()) return false;
   if (policy_.every_steps() > 0 && step % policy_.every_steps() == 0) return true;
-  return policy_.every_seconds() > 0 && absl::Now() - last_save_ >= absl::Seconds(policy_.every_seconds());
+  return policy_.every_seconds() > 0 &&
+         env_->NowMicros() - last_save_micros_ >= int64_t{policy_.every_seconds()} * 1000000;
 }
 
 absl::StatusOr<ps::CheckpointEntry> Checkpointer::Save(const std::string& session_handle, int64_t step,
@@ -276,9 +277,9 @@ absl::StatusOr<ps::CheckpointEntry> Checkpointer::Save(const std::string& sessio
   // sees the same bytes before the manifest vouches for them.
   RETURN_IF_ERROR(ps::VerifyCheckpoint(env_, dir, manifest));
   RETURN_IF_ERROR(ps::WriteManifest(env_, dir, manifest));
-  last_save_ = absl::Now();
+  last_save_micros_ = env_->NowMicros();
   Logger("master")->info("job '{}': checkpoint of step {} in {} ({} shard(s), {} bytes, {:.0f} ms)", job_name_, step,
-                         dir, owners.size(), bytes, absl::ToDoubleMilliseconds(last_save_ - started));
+                         dir, owners.size(), bytes, absl::ToDoubleMilliseconds(absl::Now() - started));
   const int keep = policy_.keep() > 0 ? policy_.keep() : kDefaultKeep;
   absl::StatusOr<std::string> all = LocalPath(dir_, /*create_dirs=*/false);
   absl::Status pruned = all.ok() ? ps::PruneCheckpoints(env_, *all, keep) : all.status();

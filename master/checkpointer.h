@@ -113,7 +113,8 @@ class Checkpointer {
   const CheckpointPolicy& policy() const { return policy_; }
 
   // Whether a checkpoint is due after `step`: every_steps since step 0, or
-  // every_seconds since the last Save (or since construction).
+  // every_seconds since the last Save (or since construction), by the Env's
+  // clock.
   bool Due(int64_t step) const;
 
   // Saves the variables of `session_handle` at `step` (see above) and
@@ -160,7 +161,7 @@ class Checkpointer {
   // root, or absolute without one.
   const std::string dir_;
   const std::string resume_from_;
-  absl::Time last_save_;
+  int64_t last_save_micros_;  // env_->NowMicros() of the last Save
 };
 
 }  // namespace master

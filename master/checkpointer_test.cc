@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/confined_root.h"
 #include "common/env.h"
+#include "common/fault_injecting_env.h"
 #include "gtest/gtest.h"
 #include "master/fake_worker.h"
 #include "ps/checkpoint_index.h"
@@ -33,12 +36,31 @@ constexpr char kSession[] = "s";
 // A ps task holding one variable of kSession. SaveShard writes a real shard
 // file at the path it is given, taken relative to `root` unless absolute (it
 // checks nothing: the real task's checks are ps/ps_service_test.cc's);
-// RestoreShard only records the path.
+// RestoreShard only records the path. Each call can be made to fail, and a
+// task can hold no variables (ListShards NOT_FOUND, as a task where the
+// session has no graph) or misreport its shard's checksum.
 class ShardWritingWorker final : public FakeWorker {
  public:
   ShardWritingWorker(std::string task, std::string root) : FakeWorker(std::move(task)), root_(std::move(root)) {}
 
+  struct Faults {
+    absl::Status list, save, restore;
+    bool holds_nothing = false;
+    bool wrong_crc = false;
+  };
+  void SetFaults(Faults f) {
+    absl::MutexLock lock(&mu_);
+    faults_ = std::move(f);
+  }
+
   void ListShardsAsync(const ListShardsRequest*, ListShardsResponse* response, StatusCallback done) override {
+    Faults f = faults();
+    {
+      absl::MutexLock lock(&mu_);
+      ++lists_;
+    }
+    if (!f.list.ok()) return done(f.list);
+    if (f.holds_nothing) return done(absl::NotFoundError(absl::StrCat("no graph of session ", kSession)));
     response->set_task(task());
     SessionVariables* s = response->add_session();
     s->set_session_handle(kSession);
@@ -47,10 +69,12 @@ class ShardWritingWorker final : public FakeWorker {
   }
 
   void SaveShardAsync(const SaveShardRequest* request, SaveShardResponse* response, StatusCallback done) override {
+    const Faults f = faults();
     {
       absl::MutexLock lock(&mu_);
       saved_.push_back(request->path());
     }
+    if (!f.save.ok()) return done(f.save);
     const std::string path = request->path()[0] == '/' ? request->path() : JoinPath(root_, request->path());
     ps::Shard shard;
     shard.owner_task = task();
@@ -61,7 +85,7 @@ class ShardWritingWorker final : public FakeWorker {
     if (info.ok()) {
       response->set_path(request->path());
       response->set_size(info->size);
-      response->set_crc32c(info->crc32c);
+      response->set_crc32c(f.wrong_crc ? info->crc32c ^ 1 : info->crc32c);
       response->set_num_variables(1);
     }
     done(info.status());
@@ -69,12 +93,24 @@ class ShardWritingWorker final : public FakeWorker {
 
   void RestoreShardAsync(const RestoreShardRequest* request, RestoreShardResponse* response,
                          StatusCallback done) override {
+    const Faults f = faults();
     {
       absl::MutexLock lock(&mu_);
       restored_.push_back(request->path());
+      restored_steps_.push_back(request->expect_global_step());
     }
+    if (!f.restore.ok()) return done(f.restore);
     response->set_num_variables(1);
     done(absl::OkStatus());
+  }
+
+  int lists() const {
+    absl::MutexLock lock(&mu_);
+    return lists_;
+  }
+  std::vector<int64_t> restored_steps() const {
+    absl::MutexLock lock(&mu_);
+    return restored_steps_;
   }
 
   std::vector<std::string> saved() const {
@@ -87,10 +123,18 @@ class ShardWritingWorker final : public FakeWorker {
   }
 
  private:
+  Faults faults() const {
+    absl::MutexLock lock(&mu_);
+    return faults_;
+  }
+
   const std::string root_;
   mutable absl::Mutex mu_;
+  Faults faults_ ABSL_GUARDED_BY(mu_);
+  int lists_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> saved_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> restored_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> restored_steps_ ABSL_GUARDED_BY(mu_);
 };
 
 int Mode(const std::string& path) {
@@ -253,6 +297,305 @@ TEST_F(CheckpointerTest, WithoutARootPathsAreAbsoluteAsGiven) {
   EXPECT_FALSE(Env::Default()->FileExists(JoinPath(dir, "OWNER")));
   ASSERT_TRUE((*ck)->Restore(kSession, *saved).ok());
   EXPECT_EQ(ps_->restored(), std::vector<std::string>{JoinPath(dir, "step-000000000003/ps-0.shard")});
+}
+
+// An Env whose clock the test sets; files go to the POSIX Env.
+class ClockEnv final : public Env {
+ public:
+  void Advance(absl::Duration d) { now_micros_ += absl::ToInt64Microseconds(d); }
+
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
+    return base_->NewWritableFile(path);
+  }
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
+    return base_->NewRandomAccessFile(path);
+  }
+  bool FileExists(const std::string& path) override { return base_->FileExists(path); }
+  absl::StatusOr<uint64_t> GetFileSize(const std::string& path) override { return base_->GetFileSize(path); }
+  absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& dir) override {
+    return base_->ListDirectory(dir);
+  }
+  absl::Status DeleteFile(const std::string& path) override { return base_->DeleteFile(path); }
+  absl::Status DeleteDir(const std::string& dir) override { return base_->DeleteDir(dir); }
+  absl::StatusOr<bool> IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
+  absl::Status RenameFile(const std::string& from, const std::string& to) override {
+    return base_->RenameFile(from, to);
+  }
+  absl::Status CreateDirs(const std::string& dir) override { return base_->CreateDirs(dir); }
+  absl::Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
+  int64_t NowMicros() override { return now_micros_; }
+
+ private:
+  Env* const base_ = Env::Default();
+  std::atomic<int64_t> now_micros_{1700000000LL * 1000000};
+};
+
+constexpr char kPs1[] = "/job:ps/task:1";
+constexpr char kWorker[] = "/job:worker/task:0";
+
+// Checkpoints of a job without a root over two ps tasks and a worker that
+// holds no variables; the master reaches the files through a
+// FaultInjectingEnv.
+class CheckpointerFaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    std::string templ = JoinPath(tmp != nullptr ? tmp : "/tmp", "checkpointer_fault_test.XXXXXX");
+    ASSERT_NE(::mkdtemp(templ.data()), nullptr);
+    dir_ = JoinPath(templ, "ck");
+    auto cache = WorkerCache::CreateLocal({kPs, kPs1, kWorker}, [this](const std::string& task, const std::string&) {
+      auto w = std::make_unique<ShardWritingWorker>(task, "/");
+      tasks_[task] = w.get();
+      return w;
+    });
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    cache_ = *std::move(cache);
+    for (const char* t : {kPs, kPs1, kWorker}) ASSERT_NE(cache_->GetOrCreateWorker(t), nullptr);
+    ShardWritingWorker::Faults none;
+    none.holds_nothing = true;
+    task(kWorker)->SetFaults(none);
+  }
+
+  std::unique_ptr<Checkpointer> Make(CheckpointPolicy policy, Env* env = nullptr) {
+    if (policy.dir().empty()) policy.set_dir(dir_);
+    auto ck = Checkpointer::Create(env != nullptr ? env : &env_, cache_.get(), "job", policy);
+    EXPECT_TRUE(ck.ok()) << ck.status();
+    return *std::move(ck);
+  }
+  std::unique_ptr<Checkpointer> Make() { return Make(CheckpointPolicy()); }
+  ShardWritingWorker* task(const std::string& name) { return tasks_.at(name); }
+  std::string StepDir(int64_t step) const { return JoinPath(dir_, ps::CheckpointDirName(step)); }
+  std::vector<std::string> Listing() const {
+    auto l = Env::Default()->ListDirectory(dir_);
+    return l.ok() ? *l : std::vector<std::string>{};
+  }
+
+  std::string dir_;
+  FaultInjectingEnv env_{Env::Default()};
+  std::map<std::string, ShardWritingWorker*> tasks_;  // owned by cache_
+  std::unique_ptr<WorkerCache> cache_;
+};
+
+TEST_F(CheckpointerFaultTest, SavesEveryTaskHoldingVariablesAndVouchesForThemLast) {
+  auto ck = Make();
+  absl::StatusOr<ps::CheckpointEntry> saved = ck->Save(kSession, 7);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->step, 7);
+  EXPECT_EQ(saved->path, StepDir(7));
+  ASSERT_EQ(saved->manifest.shard_size(), 2);  // the worker holds nothing
+  EXPECT_EQ(saved->manifest.shard(0).owner_task(), kPs);
+  EXPECT_EQ(saved->manifest.shard(0).file(), "ps-0.shard");
+  EXPECT_EQ(saved->manifest.shard(1).owner_task(), kPs1);
+  EXPECT_EQ(saved->manifest.shard(1).file(), "ps-1.shard");
+  EXPECT_TRUE(task(kWorker)->saved().empty());
+  auto read = ps::ReadManifest(Env::Default(), StepDir(7));
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->step(), 7);
+
+  // With holders, only they are asked: not even ListShards reaches the others.
+  const int worker_lists = task(kWorker)->lists();
+  saved = ck->Save(kSession, 8, {kPs1});
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  ASSERT_EQ(saved->manifest.shard_size(), 1);
+  EXPECT_EQ(saved->manifest.shard(0).owner_task(), kPs1);
+  EXPECT_EQ(task(kWorker)->lists(), worker_lists);
+}
+
+TEST_F(CheckpointerFaultTest, AShardThatFailsLeavesNoManifestAndRestoreTakesTheOlderOne) {
+  auto ck = Make();
+  ASSERT_TRUE(ck->Save(kSession, 10).ok());
+  ShardWritingWorker::Faults f;
+  f.save = absl::ResourceExhaustedError("write(/ck/step-000000000020/ps-1.shard): No space left on device");
+  task(kPs1)->SetFaults(f);
+  absl::StatusOr<ps::CheckpointEntry> saved = ck->Save(kSession, 20);
+  EXPECT_EQ(saved.status().code(), absl::StatusCode::kResourceExhausted) << saved.status();
+  EXPECT_EQ(saved.status().message(),
+            absl::StrCat("saving checkpoint ", StepDir(20), ": task /job:ps/task:1: write(/ck/step-000000000020/",
+                         "ps-1.shard): No space left on device"));
+  // ps 0 wrote its shard, but nothing vouches for it.
+  EXPECT_TRUE(Env::Default()->FileExists(JoinPath(StepDir(20), "ps-0.shard")));
+  EXPECT_FALSE(Env::Default()->FileExists(JoinPath(StepDir(20), "MANIFEST")));
+  absl::StatusOr<ps::CheckpointEntry> found = ck->FindResumePoint();
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->step, 10);
+}
+
+TEST_F(CheckpointerFaultTest, ShardsTheMasterReadsDifferentlyAreNotVouchedFor) {
+  auto ck = Make();
+  ShardWritingWorker::Faults f;
+  f.wrong_crc = true;  // as a task writing to a file system the master does not share
+  task(kPs)->SetFaults(f);
+  absl::StatusOr<ps::CheckpointEntry> saved = ck->Save(kSession, 3);
+  EXPECT_EQ(saved.status().code(), absl::StatusCode::kDataLoss) << saved.status();
+  EXPECT_TRUE(absl::StrContains(saved.status().message(), "ps-0.shard")) << saved.status();
+  EXPECT_FALSE(Env::Default()->FileExists(JoinPath(StepDir(3), "MANIFEST")));
+  EXPECT_EQ(ck->FindResumePoint().status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CheckpointerFaultTest, AManifestThatCannotBeWrittenLeavesNoCheckpoint) {
+  auto ck = Make();
+  ASSERT_TRUE(ck->Save(kSession, 1).ok());
+  FaultInjectingEnv::Faults f;
+  f.rename_errno = EIO;
+  env_.SetFaults(f);
+  absl::StatusOr<ps::CheckpointEntry> saved = ck->Save(kSession, 2);
+  EXPECT_FALSE(saved.ok());
+  EXPECT_TRUE(absl::StrContains(saved.status().message(), "MANIFEST")) << saved.status();
+  EXPECT_TRUE(absl::StrContains(saved.status().message(), "[injected]")) << saved.status();
+  env_.ClearFaults();
+  EXPECT_FALSE(Env::Default()->FileExists(JoinPath(StepDir(2), "MANIFEST")));
+  absl::StatusOr<ps::CheckpointEntry> found = ck->FindResumePoint();
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->step, 1);
+  // No manifest temp file is left for anything to mistake.
+  absl::StatusOr<std::vector<std::string>> left = Env::Default()->ListDirectory(StepDir(2));
+  ASSERT_TRUE(left.ok()) << left.status();
+  for (const std::string& name : *left) EXPECT_TRUE(absl::EndsWith(name, ".shard")) << name;
+}
+
+TEST_F(CheckpointerFaultTest, ResavingAStepUnvouchesItBeforeReplacingItsShards) {
+  auto ck = Make();
+  ASSERT_TRUE(ck->Save(kSession, 4).ok());
+  ASSERT_TRUE(ck->Save(kSession, 5).ok());
+  // A later attempt saves step 5 again and fails half-way: the old manifest
+  // must not vouch for a mix of old and new shards.
+  ShardWritingWorker::Faults f;
+  f.save = absl::UnavailableError("connection reset");
+  task(kPs1)->SetFaults(f);
+  EXPECT_FALSE(ck->Save(kSession, 5).ok());
+  EXPECT_FALSE(Env::Default()->FileExists(JoinPath(StepDir(5), "MANIFEST")));
+  absl::StatusOr<ps::CheckpointEntry> found = ck->FindResumePoint();
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->step, 4);
+}
+
+TEST_F(CheckpointerFaultTest, KeepsTheNewestCheckpointsOnly) {
+  CheckpointPolicy keep2;
+  keep2.set_keep(2);
+  auto ck = Make(keep2);
+  for (int64_t step : {10, 20, 30, 40}) ASSERT_TRUE(ck->Save(kSession, step).ok()) << step;
+  EXPECT_EQ(Listing(), (std::vector<std::string>{ps::CheckpointDirName(30), ps::CheckpointDirName(40)}));
+
+  // keep unset: 3.
+  auto three = Make();
+  ASSERT_TRUE(three->Save(kSession, 50).ok());
+  ASSERT_TRUE(three->Save(kSession, 60).ok());
+  EXPECT_EQ(Listing(), (std::vector<std::string>{ps::CheckpointDirName(40), ps::CheckpointDirName(50),
+                                                 ps::CheckpointDirName(60)}));
+}
+
+TEST_F(CheckpointerFaultTest, TasksThatCannotListOrHoldNothing) {
+  auto ck = Make();
+  ShardWritingWorker::Faults f;
+  f.list = absl::UnavailableError("connection refused");
+  task(kPs1)->SetFaults(f);
+  absl::StatusOr<ps::CheckpointEntry> saved = ck->Save(kSession, 1);
+  EXPECT_EQ(saved.status().code(), absl::StatusCode::kUnavailable) << saved.status();
+  EXPECT_EQ(saved.status().message(), "task /job:ps/task:1: connection refused");
+  EXPECT_TRUE(task(kPs)->saved().empty());  // nothing is saved before every task listed
+
+  ShardWritingWorker::Faults nothing;
+  nothing.holds_nothing = true;
+  task(kPs)->SetFaults(nothing);
+  task(kPs1)->SetFaults(nothing);
+  saved = ck->Save(kSession, 1);
+  EXPECT_EQ(saved.status().code(), absl::StatusCode::kFailedPrecondition) << saved.status();
+  EXPECT_EQ(saved.status().message(), "session s holds no variables on any task: nothing to checkpoint");
+  EXPECT_FALSE(Env::Default()->FileExists(JoinPath(StepDir(1), "MANIFEST")));
+}
+
+TEST_F(CheckpointerFaultTest, RestoreSendsEachShardToItsOwnerAndNamesTheOneThatFails) {
+  auto ck = Make();
+  absl::StatusOr<ps::CheckpointEntry> saved = ck->Save(kSession, 12);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  ASSERT_TRUE(ck->Restore(kSession, *saved).ok());
+  EXPECT_EQ(task(kPs)->restored(), std::vector<std::string>{JoinPath(StepDir(12), "ps-0.shard")});
+  EXPECT_EQ(task(kPs1)->restored(), std::vector<std::string>{JoinPath(StepDir(12), "ps-1.shard")});
+  EXPECT_EQ(task(kPs1)->restored_steps(), std::vector<int64_t>{12});  // the task checks the step
+  EXPECT_TRUE(task(kWorker)->restored().empty());
+
+  ShardWritingWorker::Faults f;
+  f.restore = absl::FailedPreconditionError("variable 'w' is float32[4,3] in the session, [2,3] in the shard");
+  task(kPs1)->SetFaults(f);
+  absl::Status s = ck->Restore(kSession, *saved);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_EQ(s.message(), absl::StrCat("restoring checkpoint ", StepDir(12),
+                                      ": task /job:ps/task:1: variable 'w' is float32[4,3] in the session, [2,3] "
+                                      "in the shard"));
+
+  // A shard of a task the cluster no longer has.
+  ps::CheckpointEntry foreign = *saved;
+  foreign.manifest.mutable_shard(1)->set_owner_task("/job:ps/task:7");
+  s = ck->Restore(kSession, foreign);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_EQ(s.message(), absl::StrCat("checkpoint ", StepDir(12),
+                                      " has a shard of task /job:ps/task:7, which is not in the cluster"));
+}
+
+TEST_F(CheckpointerFaultTest, ResumesFromTheNewestValidCheckpointOfDirThenOfResumeFrom) {
+  const std::string other = JoinPath(DirName(dir_), "other");
+  CheckpointPolicy policy;
+  policy.set_dir(other);
+  auto previous = Make(policy);
+  ASSERT_TRUE(previous->Save(kSession, 100).ok());
+
+  policy.set_dir(dir_);
+  policy.set_resume_from(other);
+  auto ck = Make(policy);
+  // Nothing in dir yet: the job starts from resume_from's newest.
+  absl::StatusOr<ps::CheckpointEntry> found = ck->FindResumePoint();
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->step, 100);
+  EXPECT_EQ(found->path, JoinPath(other, ps::CheckpointDirName(100)));
+
+  // Its own checkpoints win, the newest valid one; a damaged newer one is
+  // passed over.
+  ASSERT_TRUE(ck->Save(kSession, 110).ok());
+  ASSERT_TRUE(ck->Save(kSession, 120).ok());
+  const absl::string_view torn = "torn";
+  ASSERT_TRUE(WriteFileAtomically(Env::Default(), JoinPath(StepDir(120), "ps-1.shard"), {&torn, 1}).ok());
+  found = ck->FindResumePoint();
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->step, 110);
+  EXPECT_EQ(found->path, StepDir(110));
+
+  // Neither directory has one: NOT_FOUND.
+  CheckpointPolicy empty;
+  empty.set_dir(JoinPath(DirName(dir_), "empty"));
+  empty.set_resume_from(JoinPath(DirName(dir_), "empty-too"));
+  EXPECT_EQ(Make(empty)->FindResumePoint().status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CheckpointerFaultTest, DueEveryStepsOrEverySecondsSinceTheLastSave) {
+  CheckpointPolicy by_steps;
+  by_steps.set_every_steps(5);
+  auto steps = Make(by_steps);
+  EXPECT_FALSE(steps->Due(4));
+  EXPECT_TRUE(steps->Due(5));
+  EXPECT_FALSE(steps->Due(6));
+  EXPECT_TRUE(steps->Due(10));
+
+  ClockEnv clock;
+  CheckpointPolicy by_time;
+  by_time.set_every_seconds(60);
+  auto timed = Make(by_time, &clock);
+  EXPECT_FALSE(timed->Due(1));
+  clock.Advance(absl::Seconds(59));
+  EXPECT_FALSE(timed->Due(2));
+  clock.Advance(absl::Seconds(1));
+  EXPECT_TRUE(timed->Due(3));
+  // A save restarts the count.
+  ASSERT_TRUE(timed->Save(kSession, 3).ok());
+  EXPECT_FALSE(timed->Due(4));
+  clock.Advance(absl::Seconds(60));
+  EXPECT_TRUE(timed->Due(5));
+
+  // Without a directory nothing is ever due.
+  auto off = Checkpointer::Create(&clock, cache_.get(), "job", by_steps);
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE((*off)->enabled());
+  EXPECT_FALSE((*off)->Due(5));
+  EXPECT_EQ((*off)->Save(kSession, 5).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "master/grpc_master_service.h"
 
+#include <functional>
 #include <memory>
 #include <utility>
 
@@ -42,8 +43,9 @@ grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const PeerAuth
 // it, so a reaction that gRPC runs inline cannot deadlock on it.
 class WatchJobReactor final : public grpc::ServerWriteReactor<JobStatus> {
  public:
-  // A watch refused before it starts.
-  explicit WatchJobReactor(const grpc::Status& refused) {
+  // A watch refused before it starts. `on_done` runs once the reactor is
+  // gone (OnDone).
+  WatchJobReactor(const grpc::Status& refused, std::function<void()> on_done) : on_done_(std::move(on_done)) {
     {
       absl::MutexLock lock(&mu_);
       finished_ = true;
@@ -51,7 +53,8 @@ class WatchJobReactor final : public grpc::ServerWriteReactor<JobStatus> {
     Finish(refused);
   }
 
-  WatchJobReactor(JobManager* jobs, const std::string& job_id) {
+  WatchJobReactor(JobManager* jobs, const std::string& job_id, std::function<void()> on_done)
+      : on_done_(std::move(on_done)) {
     // The first status arrives inside Watch; writes started before gRPC
     // binds the reactor are held until it does.
     auto watch = jobs->Watch(job_id, [this](const JobStatus& s) { OnStatus(s); });
@@ -96,7 +99,9 @@ class WatchJobReactor final : public grpc::ServerWriteReactor<JobStatus> {
       watch = std::move(watch_);
     }
     watch.reset();  // after this no OnStatus runs
+    std::function<void()> on_done = std::move(on_done_);
     delete this;
+    if (on_done) on_done();
   }
 
  private:
@@ -146,6 +151,7 @@ class WatchJobReactor final : public grpc::ServerWriteReactor<JobStatus> {
     if (a.kind == Action::kFinish) Finish(a.status);
   }
 
+  std::function<void()> on_done_;
   absl::Mutex mu_;
   std::unique_ptr<JobWatch> watch_ ABSL_GUARDED_BY(mu_);
   JobStatus current_;                       // being written; see Do
@@ -219,8 +225,29 @@ grpc::ServerWriteReactor<JobStatus>* GrpcMasterService::WatchJob(grpc::CallbackS
   absl::StatusOr<Caller> caller = Authorize(auth_, *ctx, kWhat, [&](const Caller& c) {
     return master_->AuthorizeJob(c, request->job_id());
   });
-  if (!caller.ok()) return new WatchJobReactor(ToGrpcStatus(caller.status()));
-  return new WatchJobReactor(master_->jobs(), request->job_id());
+  {
+    absl::MutexLock lock(&mu_);
+    ++active_watches_;
+  }
+  auto on_done = [this] { WatchEnded(); };
+  if (!caller.ok()) return new WatchJobReactor(ToGrpcStatus(caller.status()), std::move(on_done));
+  return new WatchJobReactor(master_->jobs(), request->job_id(), std::move(on_done));
+}
+
+void GrpcMasterService::WatchEnded() {
+  absl::MutexLock lock(&mu_);
+  --active_watches_;
+}
+
+int GrpcMasterService::active_watches() const {
+  absl::MutexLock lock(&mu_);
+  return active_watches_;
+}
+
+bool GrpcMasterService::AwaitActiveWatches(int n, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto reached = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return active_watches_ == n; };
+  return mu_.AwaitWithTimeout(absl::Condition(&reached), timeout);
 }
 
 }  // namespace master

@@ -17,6 +17,9 @@
 
 #include <memory>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/grpc_security.h"
 #include "master/master.h"
 #include "proto/master_service.grpc.pb.h"
@@ -55,9 +58,20 @@ class GrpcMasterService final : public MasterService::CallbackService {
   grpc::ServerWriteReactor<JobStatus>* WatchJob(grpc::CallbackServerContext* ctx,
                                                 const WatchJobRequest* request) override;
 
+  // WatchJob handlers not finished yet. Each finishes once its stream has
+  // ended: after the job's terminal status, or when the client cancels or
+  // goes away (then it stops watching the job). For tests and monitoring.
+  int active_watches() const;
+  // True once active_watches() == n, waiting at most `timeout`.
+  bool AwaitActiveWatches(int n, absl::Duration timeout) const;
+
  private:
+  void WatchEnded();
+
   Master* const master_;
   const PeerAuthenticator auth_;
+  mutable absl::Mutex mu_;
+  int active_watches_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace master

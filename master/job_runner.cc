@@ -160,24 +160,84 @@ constexpr int kDefaultMaxRestarts = 20;
 constexpr int kDefaultHeartbeatMs = 1000;
 constexpr int kDefaultHeartbeatTimeoutMs = 5000;
 
-absl::Duration HeartbeatInterval(const JobSpec& job) {
-  const int ms = job.recovery().heartbeat_ms();
-  return absl::Milliseconds(ms > 0 ? ms : kDefaultHeartbeatMs);
-}
-
-absl::Duration HeartbeatTimeout(const JobSpec& job) {
-  const int ms = job.recovery().heartbeat_timeout_ms();
-  return absl::Milliseconds(ms > 0 ? ms : kDefaultHeartbeatTimeoutMs);
-}
-
-absl::Duration TaskWait(const JobSpec& job) {
-  const int seconds = job.recovery().task_wait_seconds();
-  return absl::Seconds(seconds > 0 ? seconds : kDefaultTaskWaitSeconds);
-}
-
 int64_t NowUnixMillis() { return absl::ToUnixMillis(absl::Now()); }
 
 }  // namespace
+
+StepCounts CountSteps(const JobSpec& job, int64_t train_examples, int num_replicas, int64_t replica_batch, bool sync,
+                      int replicas_to_aggregate) {
+  const int64_t k = replicas_to_aggregate;
+  StepCounts c;
+  c.step_examples = k > 0 ? k * replica_batch : sync ? job.batch_size() : replica_batch;
+  // Every replica reads as many batches as the smallest shard holds.
+  const int64_t replica_steps = (train_examples / num_replicas) / replica_batch * num_replicas;
+  c.batches_per_epoch = k > 0 ? replica_steps / k : sync ? replica_steps / num_replicas : replica_steps;
+  c.total_steps = job.steps() > 0 ? job.steps() : c.batches_per_epoch * job.epochs();
+  return c;
+}
+
+RecoverySettings RecoverySettingsOf(const RecoveryPolicy& policy) {
+  RecoverySettings r;
+  r.heartbeat_interval = absl::Milliseconds(policy.heartbeat_ms() > 0 ? policy.heartbeat_ms() : kDefaultHeartbeatMs);
+  r.heartbeat_timeout = absl::Milliseconds(policy.heartbeat_timeout_ms() > 0 ? policy.heartbeat_timeout_ms()
+                                                                             : kDefaultHeartbeatTimeoutMs);
+  r.task_wait = absl::Seconds(policy.task_wait_seconds() > 0 ? policy.task_wait_seconds() : kDefaultTaskWaitSeconds);
+  // -1: no recovery at all, the first failure ends the job.
+  r.max_restarts = policy.max_restarts() == 0 ? kDefaultMaxRestarts : std::max(0, policy.max_restarts());
+  return r;
+}
+
+absl::StatusOr<std::optional<ps::CheckpointEntry>> ChooseResumePoint(const JobSpec& job,
+                                                                     absl::StatusOr<ps::CheckpointEntry> found,
+                                                                     bool at_start) {
+  if (found.ok()) return std::optional<ps::CheckpointEntry>(*std::move(found));
+  if (!absl::IsNotFound(found.status())) return found.status();
+  if (at_start && !job.checkpoint().resume_from().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("job '", job.name(), "': resume_from ",
+                                                      job.checkpoint().resume_from(),
+                                                      " holds no valid checkpoint: ", found.status().message()));
+  }
+  return std::optional<ps::CheckpointEntry>();
+}
+
+std::optional<TaskFailure> BlameTask(const std::string& drained, const std::map<std::string, uint64_t>& incarnations,
+                                     const std::vector<TaskHealth>& probe,
+                                     const std::optional<TaskFailure>& heartbeat_failure) {
+  if (!drained.empty()) return TaskFailure{drained, "is stopping after SIGTERM (checkpointed first)"};
+  std::vector<TaskFailure> failed = FailedTasks(probe, incarnations);
+  if (incarnations.empty()) {  // the attempt did not get as far as a session
+    for (const TaskHealth& h : probe) {
+      if (!h.answered) failed.push_back({h.task, absl::StrCat("unreachable: ", h.error.message())});
+    }
+  }
+  if (!failed.empty()) return failed[0];
+  return heartbeat_failure;
+}
+
+absl::Status CheckRestartBudget(const TaskFailure& failure, int restarts, int max_restarts,
+                                const absl::Status& error) {
+  if (restarts < max_restarts) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("task ", failure.task, " ", failure.reason, "; the job gave up after ",
+                                             restarts, " recoveries (recovery.max_restarts): ", error.message()));
+}
+
+ReplicaFailure ClassifyReplicaFailure(const absl::Status& error, const std::string& task,
+                                      const std::vector<TaskFailure>& failed, const std::set<std::string>& ps_tasks,
+                                      const std::optional<TaskFailure>& heartbeat_failure) {
+  if (failed.empty()) {
+    // The heartbeat aborted the step for a worker that is back already, or
+    // the error is the job's own.
+    const bool aborted_for_a_worker = heartbeat_failure.has_value() && ps_tasks.count(heartbeat_failure->task) == 0 &&
+                                      absl::IsUnavailable(error);
+    return aborted_for_a_worker ? ReplicaFailure::kGoOn : ReplicaFailure::kEndJob;
+  }
+  bool mine = false;
+  for (const TaskFailure& f : failed) {
+    if (ps_tasks.count(f.task) > 0) return ReplicaFailure::kEndJob;  // the variables' owner: a full recovery
+    mine = mine || f.task == task;
+  }
+  return mine ? ReplicaFailure::kAwaitOwnWorker : ReplicaFailure::kGoOn;
+}
 
 TrainResult JobRunner::Preempted(int64_t step) const {
   TrainResult r;
@@ -207,10 +267,7 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
   checkpointer_options.owner = options_.owner;
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> checkpointer,
                    Checkpointer::Create(env, workers_, job_.name(), job_.checkpoint(), std::move(checkpointer_options)));
-  const RecoveryPolicy& policy = job_.recovery();
-  const absl::Duration task_wait = TaskWait(job_);
-  // -1: no recovery at all, the first failure ends the job.
-  const int max_restarts = policy.max_restarts() == 0 ? kDefaultMaxRestarts : std::max(0, policy.max_restarts());
+  const RecoverySettings recovery = RecoverySettingsOf(job_.recovery());
 
   // The master reads the training split only to count it (the epoch's steps).
   const std::vector<int64_t> shape(training_.example_shape.dims().begin(), training_.example_shape.dims().end());
@@ -225,16 +282,7 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
   // Where training starts: the newest valid checkpoint, if any.
   std::optional<ps::CheckpointEntry> resume;
   if (checkpointer->enabled()) {
-    absl::StatusOr<ps::CheckpointEntry> found = checkpointer->FindResumePoint();
-    if (found.ok()) {
-      resume = *std::move(found);
-    } else if (!absl::IsNotFound(found.status())) {
-      return found.status();
-    } else if (!job_.checkpoint().resume_from().empty()) {
-      return absl::FailedPreconditionError(absl::StrCat("job '", job_.name(), "': resume_from ",
-                                                        job_.checkpoint().resume_from(),
-                                                        " holds no valid checkpoint: ", found.status().message()));
-    }
+    ASSIGN_OR_RETURN(resume, ChooseResumePoint(job_, checkpointer->FindResumePoint(), /*at_start=*/true));
   }
   if (resume.has_value()) {
     UpdateStatus([&](JobStatus* s) {
@@ -246,7 +294,7 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
   if (options_.resumed) {
     // The tasks may have lost their state with the old master, or be
     // restarting themselves.
-    absl::StatusOr<std::map<std::string, uint64_t>> back = WaitForTasks(workers_, task_wait, stop_waiting);
+    absl::StatusOr<std::map<std::string, uint64_t>> back = WaitForTasks(workers_, recovery.task_wait, stop_waiting);
     if (!back.ok() && !stop_waiting()) return back.status();
   }
 
@@ -276,31 +324,16 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
     if (cancelled_.load()) return result;
 
     // A task failure, or an error of the job itself?
-    TaskFailure failure;
+    std::optional<TaskFailure> blamed;
     {
       absl::MutexLock lock(&a.mu);
-      if (!a.drained.empty()) {
-        failure = {a.drained, "is stopping after SIGTERM (checkpointed first)"};
-      } else {
-        std::vector<TaskFailure> failed = FailedTasks(ProbeTasks(workers_, HeartbeatTimeout(job_)), a.incarnations);
-        if (a.incarnations.empty()) {  // the attempt did not get as far as a session
-          for (const TaskHealth& h : ProbeTasks(workers_, HeartbeatTimeout(job_))) {
-            if (!h.answered) failed.push_back({h.task, absl::StrCat("unreachable: ", h.error.message())});
-          }
-        }
-        if (!failed.empty()) {
-          failure = failed[0];
-        } else if (a.heartbeat_failure.has_value()) {
-          failure = *a.heartbeat_failure;
-        }
-      }
+      std::vector<TaskHealth> probe;
+      if (a.drained.empty()) probe = ProbeTasks(workers_, recovery.heartbeat_timeout);
+      blamed = BlameTask(a.drained, a.incarnations, probe, a.heartbeat_failure);
     }
-    if (failure.task.empty()) return result.status();
-    if (restarts >= max_restarts) {
-      return absl::UnavailableError(absl::StrCat("task ", failure.task, " ", failure.reason, "; the job gave up after ",
-                                                 restarts, " recoveries (recovery.max_restarts): ",
-                                                 result.status().message()));
-    }
+    if (!blamed.has_value()) return result.status();
+    const TaskFailure failure = *std::move(blamed);
+    RETURN_IF_ERROR(CheckRestartBudget(failure, restarts, recovery.max_restarts, result.status()));
     ++restarts;
     const absl::Time failed_at = absl::Now();
     log->warn("job '{}': task {} {}; recovering (restart {}): {}", job_.name(), failure.task, failure.reason, restarts,
@@ -312,7 +345,7 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
       s->set_failure(absl::StrCat(failure.reason, " (", result.status().ToString(), ")"));
       s->set_failure_time_unix_ms(absl::ToUnixMillis(failed_at));
     });
-    absl::StatusOr<std::map<std::string, uint64_t>> back = WaitForTasks(workers_, task_wait, stop_waiting);
+    absl::StatusOr<std::map<std::string, uint64_t>> back = WaitForTasks(workers_, recovery.task_wait, stop_waiting);
     if (!back.ok()) {
       if (cancelled_.load()) continue;  // ends CANCELLED above
       if (preempted_.load()) return Preempted(a.reached_step.load());
@@ -322,12 +355,7 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
     }
     resume.reset();
     if (checkpointer->enabled()) {
-      absl::StatusOr<ps::CheckpointEntry> found = checkpointer->FindResumePoint();
-      if (found.ok()) {
-        resume = *std::move(found);
-      } else if (!absl::IsNotFound(found.status())) {
-        return found.status();
-      }
+      ASSIGN_OR_RETURN(resume, ChooseResumePoint(job_, checkpointer->FindResumePoint(), /*at_start=*/false));
     }
     const int64_t from = resume.has_value() ? resume->step : 0;
     const int64_t lost = std::max<int64_t>(0, a.reached_step.load() - from);
@@ -387,8 +415,9 @@ absl::StatusOr<TrainResult> JobRunner::RunAttempt(int attempt, const std::option
   }
   // From here on a failed or restarted task aborts the running steps, so
   // that none waits for a peer that is gone.
+  const RecoverySettings recovery = RecoverySettingsOf(job_.recovery());
   auto heartbeat = std::make_unique<Heartbeat>(
-      workers_, session->task_incarnations(), HeartbeatInterval(job_), HeartbeatTimeout(job_),
+      workers_, session->task_incarnations(), recovery.heartbeat_interval, recovery.heartbeat_timeout,
       [a, session](const TaskFailure& f) {
         {
           absl::MutexLock lock(&a->mu);
@@ -446,10 +475,11 @@ absl::StatusOr<TrainResult> JobRunner::RunAttempt(int attempt, const std::option
   // Async replicas take turns in the count: an epoch is the steps that
   // together see each example once. A global step of k-of-N replicas trains
   // on k replicas' batches.
-  const int64_t step_examples = k > 0 ? k * plan.replica_batch : plan.sync ? job_.batch_size() : plan.replica_batch;
-  const int64_t replica_steps = (train_examples / plan.num_replicas) / plan.replica_batch * plan.num_replicas;
-  source.batches_per_epoch = k > 0 ? replica_steps / k : plan.sync ? replica_steps / plan.num_replicas : replica_steps;
-  const int64_t total = job_.steps() > 0 ? job_.steps() : source.batches_per_epoch * job_.epochs();
+  const StepCounts counts =
+      CountSteps(job_, train_examples, plan.num_replicas, plan.replica_batch, plan.sync, k);
+  const int64_t step_examples = counts.step_examples;
+  source.batches_per_epoch = counts.batches_per_epoch;
+  const int64_t total = counts.total_steps;
   std::unique_ptr<AsyncReplicas> async;
   std::unique_ptr<AccumulatingReplicas> accumulating;
   if (!ready.ok()) {
@@ -598,23 +628,27 @@ bool JobRunner::RecoverReplica(const absl::Status& error, const std::string& tas
     absl::MutexLock lock(&a->mu);
     known = a->incarnations;
   }
-  std::vector<TaskFailure> failed = FailedTasks(ProbeTasks(workers_, HeartbeatTimeout(job_)), known);
-  if (failed.empty()) {
-    // The heartbeat aborted the step for a worker that is back already, or
-    // the error is the job's own.
+  const RecoverySettings recovery = RecoverySettingsOf(job_.recovery());
+  std::vector<TaskFailure> failed = FailedTasks(ProbeTasks(workers_, recovery.heartbeat_timeout), known);
+  std::optional<TaskFailure> heartbeat_failure;
+  {
     absl::MutexLock lock(&a->mu);
-    return a->heartbeat_failure.has_value() && a->ps_tasks.count(a->heartbeat_failure->task) == 0 &&
-           absl::IsUnavailable(error);
+    heartbeat_failure = a->heartbeat_failure;
   }
-  bool mine = false;
-  for (const TaskFailure& f : failed) {
-    if (a->ps_tasks.count(f.task) > 0) return false;  // the variables' owner: a full recovery
-    mine = mine || f.task == task;
+  switch (ClassifyReplicaFailure(error, task, failed, a->ps_tasks, heartbeat_failure)) {
+    case ReplicaFailure::kEndJob:
+      return false;
+    case ReplicaFailure::kGoOn:
+      return true;
+    case ReplicaFailure::kAwaitOwnWorker:
+      break;
   }
-  if (!mine) return true;  // another replica's worker: this one goes on
   auto log = Logger("master");
   const absl::Time failed_at = absl::Now();
-  const std::string reason = failed[0].task == task ? failed[0].reason : "failed";
+  std::string reason = "failed";
+  for (const TaskFailure& f : failed) {
+    if (f.task == task) reason = f.reason;
+  }
   log->warn("job '{}': worker {} {}; the other replicas train on while it comes back", job_.name(), task, reason);
   UpdateStatus([&](JobStatus* s) {
     s->set_restarts(s->restarts() + 1);
@@ -622,7 +656,7 @@ bool JobRunner::RecoverReplica(const absl::Status& error, const std::string& tas
     s->set_failure(absl::StrCat(reason, " (", error.ToString(), "); no step lost: the other replicas trained on"));
     s->set_failure_time_unix_ms(absl::ToUnixMillis(failed_at));
   });
-  absl::StatusOr<uint64_t> back = WaitForRestart(workers_, task, known[task], TaskWait(job_),
+  absl::StatusOr<uint64_t> back = WaitForRestart(workers_, task, known[task], recovery.task_wait,
                                                  [this] { return cancelled_.load() || preempted_.load(); });
   if (!back.ok()) return false;
   {

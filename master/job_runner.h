@@ -17,21 +17,27 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/env.h"
 #include "graph/lowering.h"
 #include "master/checkpointer.h"
 #include "master/master_session.h"
 #include "master/strategy.h"
+#include "master/task_monitor.h"
 #include "master/worker_cache.h"
 #include "proto/job.pb.h"
 #include "proto/master_service.pb.h"
+#include "ps/checkpoint_index.h"
 #include "runtime/trainer.h"
 #include "runtime/training_loop.h"
 
@@ -54,6 +60,71 @@ struct JobRunnerOptions {
   // the steps trained again.
   int64_t reached_step = 0;
 };
+
+// The arithmetic and the decisions of a distributed job's runner, apart
+// from the runner so that each can be checked on its own.
+
+// How the steps of a distributed job count. A step of a sync job runs every
+// replica on its share of the global batch; an async replica's step is one
+// step of the job; with replicas_to_aggregate k > 0 a step is a global step,
+// k replicas' batches applied together.
+struct StepCounts {
+  int64_t step_examples = 0;      // examples one step trains on
+  int64_t batches_per_epoch = 0;  // steps that see the training split once
+  int64_t total_steps = 0;        // the job's steps (job.steps, else epochs' worth)
+};
+// `train_examples`: the training split's size; each of `num_replicas`
+// replicas reads its strided shard in batches of `replica_batch`.
+// REQUIRES: num_replicas > 0, replica_batch > 0, replicas_to_aggregate >= 0.
+StepCounts CountSteps(const JobSpec& job, int64_t train_examples, int num_replicas, int64_t replica_batch, bool sync,
+                      int replicas_to_aggregate);
+
+// The job's recovery.* settings with their defaults filled in.
+struct RecoverySettings {
+  absl::Duration heartbeat_interval;
+  absl::Duration heartbeat_timeout;
+  absl::Duration task_wait;
+  int max_restarts = 0;  // 0: the first task failure ends the job
+};
+RecoverySettings RecoverySettingsOf(const RecoveryPolicy& policy);
+
+// Where a job starts, given what Checkpointer::FindResumePoint found: that
+// checkpoint; nullopt (step 0) when there is none, except that a job that
+// names checkpoint.resume_from must find one there at its start
+// (FAILED_PRECONDITION); any other error as it is. A recovery
+// (`at_start` false) may start over from step 0.
+absl::StatusOr<std::optional<ps::CheckpointEntry>> ChooseResumePoint(const JobSpec& job,
+                                                                     absl::StatusOr<ps::CheckpointEntry> found,
+                                                                     bool at_start);
+
+// The task to blame for a failed attempt, or nullopt when no task failed
+// and the error is the job's own: the task that drained after SIGTERM
+// (`drained`, checkpointed first); else the first task of `probe` that
+// failed against the attempt's `incarnations`, or, for an attempt that never
+// got as far as a session (no incarnations), the first that did not answer;
+// else what the heartbeat saw during the attempt.
+std::optional<TaskFailure> BlameTask(const std::string& drained, const std::map<std::string, uint64_t>& incarnations,
+                                     const std::vector<TaskHealth>& probe,
+                                     const std::optional<TaskFailure>& heartbeat_failure);
+
+// OK while `failure` may be recovered from: fewer than `max_restarts`
+// recoveries so far. Else the error that ends the job: UNAVAILABLE naming
+// the task, why, the recoveries made and the attempt's `error`.
+absl::Status CheckRestartBudget(const TaskFailure& failure, int restarts, int max_restarts,
+                                const absl::Status& error);
+
+// What an async PARAMETER_SERVER replica does after its step on `task`
+// failed with `error`, given the tasks a probe found failed (`failed`), the
+// tasks that hold the variables (`ps_tasks`) and the heartbeat's failure of
+// this attempt.
+enum class ReplicaFailure {
+  kEndJob,         // the job's own error, or a ps lost: the attempt ends
+  kGoOn,           // another replica's worker failed: this one trains on
+  kAwaitOwnWorker  // its own worker failed: wait for it to come back
+};
+ReplicaFailure ClassifyReplicaFailure(const absl::Status& error, const std::string& task,
+                                      const std::vector<TaskFailure>& failed, const std::set<std::string>& ps_tasks,
+                                      const std::optional<TaskFailure>& heartbeat_failure);
 
 // Fault tolerance (jobs with a strategy; docs/fault_tolerance.md): while a
 // job runs, a Heartbeat watches its tasks. A step that fails because a task

@@ -192,6 +192,26 @@ std::string PickDefaultDevice(const std::vector<std::string>& devices) {
   return devices.front();
 }
 
+// A feed the graph's tensor `name` can take, said in the caller's names
+// before any task sees it: the task would name its own placeholder.
+absl::Status CheckFeed(const Graph& graph, const std::string& name, const Tensor& value) {
+  absl::StatusOr<Endpoint> e = graph.FindEndpoint(name);
+  if (!e.ok()) {
+    // The graph's message may start by naming the tensor already.
+    const std::string quoted = absl::StrCat("'", name, "'");
+    return absl::InvalidArgumentError(absl::StartsWith(e.status().message(), quoted)
+                                          ? absl::StrCat("feed ", e.status().message())
+                                          : absl::StrCat("feed ", quoted, ": ", e.status().message()));
+  }
+  const DType want = e->node->output_type(e->index);
+  const TensorShape& shape = e->node->output_shape(e->index);
+  if (value.IsInitialized() && value.dtype() == want && shape.IsCompatibleWith(value.shape())) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "feed '", name, "' must be ", DTypeName(want), shape.DebugString(), ", got ",
+      value.IsInitialized() ? absl::StrCat(DTypeName(value.dtype()), value.shape().DebugString())
+                            : std::string("an uninitialized tensor")));
+}
+
 }  // namespace
 
 uint64_t MasterIncarnation() {
@@ -305,10 +325,12 @@ absl::Status MasterSession::Run(const std::vector<std::pair<std::string, Tensor>
                                 const std::vector<std::string>& fetches, const std::vector<std::string>& targets,
                                 std::vector<Tensor>* outputs, int iterations) {
   if (iterations < 1) return absl::InvalidArgumentError(absl::StrCat("iterations must be positive, got ", iterations));
+  std::shared_ptr<const Graph> graph;
   {
     absl::MutexLock lock(&mu_);
     if (closed_) return absl::FailedPreconditionError(absl::StrCat("session ", handle_, " is closed"));
     ++active_runs_;
+    graph = graph_;
   }
   absl::Cleanup done = [this] {
     absl::MutexLock lock(&mu_);
@@ -318,6 +340,7 @@ absl::Status MasterSession::Run(const std::vector<std::pair<std::string, Tensor>
   std::set<std::string> seen;
   for (const auto& [name, value] : feeds) {
     if (!seen.insert(name).second) return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' is fed twice"));
+    RETURN_IF_ERROR(CheckFeed(*graph, name, value));
     feed_names.push_back(name);
   }
   ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, GetPlan(feed_names, fetches, targets));

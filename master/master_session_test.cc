@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/tensor_proto_coding.h"
+#include "common/test_util.h"
 #include "graph/builder.h"
 #include "gtest/gtest.h"
 #include "master/fake_worker.h"
@@ -286,7 +287,9 @@ TEST(MasterSessionTest, AbortRunningStepsUnblocksARun) {
     st = s->Run({{"x", Ones({2, 3})}}, {"out"}, {}, &out);
   });
   // Wait until every task holds the step, then abort it.
-  while (c[kPs]->blocked() + c[kW0]->blocked() + c[kW1]->blocked() < 3) std::this_thread::yield();
+  EXPECT_TRUE(testing::WaitUntil(testing::kWaitTimeout, "every task to hold the step", [&]() -> absl::StatusOr<bool> {
+    return c[kPs]->blocked() + c[kW0]->blocked() + c[kW1]->blocked() == 3;
+  }));
   s->AbortRunningSteps(absl::CancelledError("job cancelled"));
   runner.join();
   EXPECT_FALSE(st.ok());
@@ -320,6 +323,30 @@ TEST(MasterSessionTest, FetchingAFedTensorAndUnusedFeeds) {
   absl::Status unknown = s->Run({}, {"nope"}, {}, &out);
   EXPECT_EQ(unknown.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(unknown.message(), "nope")) << unknown;
+}
+
+TEST(MasterSessionTest, AFeedTheGraphCannotTakeIsRefusedBeforeAnyTaskSeesIt) {
+  FakeCluster c({kPs, kW0, kW1});
+  auto s = *MasterSession::Create("s", ThreeTaskGraph(), c.cache.get());
+  std::vector<Tensor> out;
+  const std::vector<std::pair<std::vector<std::pair<std::string, Tensor>>, std::string>> cases = {
+      {{{"x", Tensor(DType::kInt32, {2, 3})}}, "feed 'x' must be float32[2,3], got int32[2,3]"},
+      {{{"x", Ones({3, 3})}}, "feed 'x' must be float32[2,3], got float32[3,3]"},
+      {{{"x", Tensor()}}, "feed 'x' must be float32[2,3], got an uninitialized tensor"},
+      {{{"nope", Ones({2, 3})}}, "feed 'nope': no node named 'nope' in the graph"},
+      // Any tensor may be fed, in its own type and shape: y is [2,4].
+      {{{"x", Ones({2, 3})}, {"y", Ones({2, 3})}}, "feed 'y' must be float32[2,4], got float32[2,3]"},
+  };
+  for (const auto& [feeds, message] : cases) {
+    absl::Status st = s->Run(feeds, {"out"}, {}, &out);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_EQ(std::string(st.message()), message);
+  }
+  for (const char* t : {kPs, kW0, kW1}) {
+    EXPECT_TRUE(c[t]->registered().empty()) << t;
+    EXPECT_TRUE(c[t]->runs().empty()) << t;
+  }
+  EXPECT_TRUE(s->Run({{"x", Ones({2, 3})}, {"y", Ones({2, 4})}}, {"out"}, {}, &out).ok());
 }
 
 TEST(MasterSessionTest, ExtendAddsNodesAndRejectsDuplicates) {

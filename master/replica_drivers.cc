@@ -89,6 +89,11 @@ absl::Status AsyncReplicas::Quiesce(const std::function<absl::Status(int64_t com
   return s;
 }
 
+bool AsyncReplicas::holding() const {
+  absl::MutexLock lock(&mu_);
+  return paused_;
+}
+
 bool AsyncReplicas::Ready() const {
   return !done_.empty() || cancelled_->load() || (remaining_ <= 0 && active_ == 0);
 }

@@ -48,6 +48,9 @@ class AsyncReplicas {
   // Holds new steps back, waits for the running ones, and runs `fn` with
   // the steps completed so far (for a checkpoint), then lets them go on.
   absl::Status Quiesce(const std::function<absl::Status(int64_t completed)>& fn);
+  // Whether new steps are held back now (a Quiesce is under way), so that a
+  // test can act once they are.
+  bool holding() const;
 
  private:
   void Loop(const ReplicaNames& names, const std::string& task);
@@ -59,7 +62,7 @@ class AsyncReplicas {
   const int64_t steps_per_call_;
   const std::atomic<bool>* const cancelled_;
   const std::function<bool(const absl::Status&, const std::string&)> recover_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   int64_t remaining_ ABSL_GUARDED_BY(mu_);
   int active_ ABSL_GUARDED_BY(mu_) = 0;
   bool paused_ ABSL_GUARDED_BY(mu_) = false;

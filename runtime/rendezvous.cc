@@ -107,6 +107,24 @@ int LocalRendezvous::NumPending() const {
   return static_cast<int>(table_.size());
 }
 
+bool LocalRendezvous::AwaitWaitingReceivers(int n, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  struct Args {
+    const absl::flat_hash_map<std::string, Item>* table;
+    int n;
+  } args{&table_, n};
+  // Evaluated under mu_ by whichever thread releases it; the table only
+  // changes under mu_.
+  return mu_.AwaitWithTimeout(absl::Condition(
+                                  +[](Args* a) {
+                                    int waiting = 0;
+                                    for (const auto& [key, item] : *a->table) waiting += item.has_value ? 0 : 1;
+                                    return waiting >= a->n;
+                                  },
+                                  &args),
+                              timeout);
+}
+
 absl::StatusOr<ParsedRendezvousKey> ParseRendezvousKey(absl::string_view key) {
   std::vector<absl::string_view> parts = absl::StrSplit(key, ';');
   auto bad = [&](absl::string_view why) {

@@ -41,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/tensor.h"
 
 namespace weft {
@@ -83,6 +84,10 @@ class LocalRendezvous final : public Rendezvous {
   absl::Status status() const;
   // Keys holding a value or a waiting receiver (for tests and leak checks).
   int NumPending() const;
+  // Blocks until at least `n` receivers wait for their values, or `timeout`
+  // passes; true when they do. For tests that must send only after a
+  // receiver is known to wait, without sleeping.
+  bool AwaitWaitingReceivers(int n, absl::Duration timeout) const;
 
  private:
   // Either a value waiting for its receiver or a receiver waiting for its

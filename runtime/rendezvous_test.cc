@@ -45,15 +45,37 @@ TEST(LocalRendezvousTest, RecvThenSendSharesTheBuffer) {
 
 TEST(LocalRendezvousTest, BlockingRecvWakesOnSendFromAnotherThread) {
   LocalRendezvous r;
-  std::thread sender([&] {
-    absl::SleepFor(absl::Milliseconds(20));
-    ASSERT_TRUE(r.Send("k", Scalar(1), false).ok());
-  });
+  absl::Status received;
   Tensor v;
-  bool dead;
-  EXPECT_TRUE(r.Recv("k", &v, &dead).ok());
+  std::thread receiver([&] {
+    bool dead = true;
+    received = r.Recv("k", &v, &dead);
+    EXPECT_FALSE(dead);
+  });
+  // The sender goes only once the receiver waits, so Recv has blocked
+  // before the value exists and the Send is what wakes it.
+  const bool waiting = r.AwaitWaitingReceivers(1, absl::Seconds(30));
+  EXPECT_TRUE(waiting) << "the receiver of 'k' never started waiting";
+  if (!waiting) r.StartAbort(absl::DeadlineExceededError("the test gave up on the receiver"));
+  EXPECT_EQ(r.NumPending(), 1);  // the waiting receiver, no value
+  EXPECT_TRUE(r.Send("k", Scalar(1), false).ok());
+  receiver.join();
+  ASSERT_TRUE(received.ok()) << received;
   EXPECT_EQ(*v.data<float>(), 1.0f);
-  sender.join();
+  EXPECT_EQ(r.NumPending(), 0);
+}
+
+TEST(LocalRendezvousTest, AwaitWaitingReceiversCountsReceiversNotValues) {
+  LocalRendezvous r;
+  ASSERT_TRUE(r.Send("sent", Scalar(1), false).ok());
+  // A value waiting for its receiver is not a waiting receiver.
+  EXPECT_FALSE(r.AwaitWaitingReceivers(1, absl::ZeroDuration()));
+  r.RecvAsync("a", [](const absl::Status&, const Tensor&, bool) {});
+  EXPECT_TRUE(r.AwaitWaitingReceivers(1, absl::ZeroDuration()));
+  EXPECT_FALSE(r.AwaitWaitingReceivers(2, absl::ZeroDuration()));
+  // Once its value arrives the receiver is no longer waiting.
+  ASSERT_TRUE(r.Send("a", Scalar(2), false).ok());
+  EXPECT_FALSE(r.AwaitWaitingReceivers(1, absl::ZeroDuration()));
 }
 
 TEST(LocalRendezvousTest, DuplicateSendOrRecvIsAnError) {
@@ -80,7 +102,10 @@ TEST(LocalRendezvousTest, AbortWakesWaitingReceiversAndFailsLaterCalls) {
       got[i] = r.Recv(absl::StrCat("k", i), &v, &dead);
     });
   }
-  while (r.NumPending() < kWaiters) absl::SleepFor(absl::Milliseconds(1));  // test-only wait for the setup
+  // Aborting before they all wait would pass too (a late Recv fails with
+  // the abort status), but would not show that waiting receivers wake.
+  EXPECT_TRUE(r.AwaitWaitingReceivers(kWaiters, absl::Seconds(30)))
+      << "the " << kWaiters << " receivers never all started waiting";
   r.StartAbort(absl::AbortedError("peer died"));
   for (auto& t : threads) t.join();
   for (const absl::Status& s : got) {
