@@ -74,14 +74,16 @@ def read_report(path):
         skipped = case.find("skipped")
         if bad is not None:
             cases.failed += 1
-            message = (bad.get("message") or bad.text or "").strip().splitlines()
-            cases.failures.append(name + (": " + message[0] if message else ""))
+            # GoogleTest's message starts "file:line", then says what failed.
+            message = [l.strip() for l in (bad.get("message") or bad.text or "").splitlines() if l.strip()]
+            cases.failures.append(name + (": " + " ".join(message[:2]) if message else ""))
         elif skipped is not None or case.get("result") == "skipped" or case.get("status") == "notrun":
             cases.skipped += 1
-            reason = ""
+            reason = []
             if skipped is not None:
-                reason = (skipped.get("message") or skipped.text or "").strip()
-            cases.skip_reasons.append(name + (": " + reason.splitlines()[0] if reason else ""))
+                reason = [l.strip() for l in (skipped.get("message") or skipped.text or "").splitlines() if l.strip()]
+            # The reason is the message's last line (GoogleTest puts "file:line" first).
+            cases.skip_reasons.append(name + (": " + reason[-1] if reason else ""))
         else:
             cases.passed += 1
     return cases

@@ -17,7 +17,8 @@ GTEST_PASS = """<?xml version="1.0" encoding="UTF-8"?>
     <testcase name="A" status="run" result="completed" classname="Suite" />
     <testcase name="B" status="run" result="completed" classname="Suite" />
     <testcase name="C" status="run" result="skipped" classname="Suite">
-      <skipped message="no GPU present"><![CDATA[no GPU present]]></skipped>
+      <skipped message="gpu_test.cc:9&#x0A;no GPU present"><![CDATA[gpu_test.cc:9
+no GPU present]]></skipped>
     </testcase>
   </testsuite>
 </testsuites>
@@ -123,7 +124,7 @@ def test_failing_target_counts_its_failed_case(run):
     rc, line, out = run.summarise("//a:ok", "//a:bad")
     assert rc == 1
     assert line.startswith("3 passed, 1 failed, 1 skipped; 2 test targets: 1 passed, 1 failed")
-    assert "FAILED //a:bad" in out and "Kernel.Adds: kernel.cc:12" in out
+    assert "FAILED //a:bad" in out and "Kernel.Adds: kernel.cc:12 Expected equality" in out
 
 
 def test_stale_report_of_a_target_that_did_not_build_is_not_read(run):
