@@ -94,6 +94,40 @@ class Env {
   virtual int64_t NowMicros() = 0;
 };
 
+// An Env that forwards every call to `base`: derive from it and override only
+// what changes (faults, a test's clock, file modes).
+class EnvWrapper : public Env {
+ public:
+  explicit EnvWrapper(Env* base) : base_(base) {}
+
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
+    return base_->NewWritableFile(path);
+  }
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
+    return base_->NewRandomAccessFile(path);
+  }
+  bool FileExists(const std::string& path) override { return base_->FileExists(path); }
+  absl::StatusOr<uint64_t> GetFileSize(const std::string& path) override { return base_->GetFileSize(path); }
+  absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& dir) override {
+    return base_->ListDirectory(dir);
+  }
+  absl::Status DeleteFile(const std::string& path) override { return base_->DeleteFile(path); }
+  absl::Status DeleteDir(const std::string& dir) override { return base_->DeleteDir(dir); }
+  absl::StatusOr<bool> IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
+  absl::Status RenameFile(const std::string& from, const std::string& to) override {
+    return base_->RenameFile(from, to);
+  }
+  absl::Status CreateDirs(const std::string& dir) override { return base_->CreateDirs(dir); }
+  absl::Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
+  int64_t NowMicros() override { return base_->NowMicros(); }
+
+ protected:
+  Env* base() const { return base_; }
+
+ private:
+  Env* const base_;
+};
+
 // The directory part of `path` ("/a/b" -> "/a", "b" -> ".", "/b" -> "/").
 std::string DirName(absl::string_view path);
 // The last component of `path` ("/a/b" -> "b").

@@ -105,24 +105,24 @@ absl::StatusOr<std::unique_ptr<WritableFile>> FaultInjectingEnv::NewWritableFile
     written_paths_.push_back(path);
     if (faults_.open_for_write_errno != 0) return Injected(faults_.open_for_write_errno, "open for write", path);
   }
-  auto base = base_->NewWritableFile(path);
-  if (!base.ok()) return base.status();
-  return std::unique_ptr<WritableFile>(new File(this, *std::move(base)));
+  auto file = base()->NewWritableFile(path);
+  if (!file.ok()) return file.status();
+  return std::unique_ptr<WritableFile>(new File(this, *std::move(file)));
 }
 
 absl::StatusOr<std::unique_ptr<RandomAccessFile>> FaultInjectingEnv::NewRandomAccessFile(const std::string& path) {
   if (int err = ErrnoFor(&Faults::open_for_read_errno)) return Injected(err, "open for read", path);
-  return base_->NewRandomAccessFile(path);
+  return base()->NewRandomAccessFile(path);
 }
 
 absl::Status FaultInjectingEnv::DeleteFile(const std::string& path) {
   if (int err = ErrnoFor(&Faults::delete_errno)) return Injected(err, "unlink", path);
-  return base_->DeleteFile(path);
+  return base()->DeleteFile(path);
 }
 
 absl::Status FaultInjectingEnv::DeleteDir(const std::string& dir) {
   if (int err = ErrnoFor(&Faults::delete_errno)) return Injected(err, "rmdir", dir);
-  return base_->DeleteDir(dir);
+  return base()->DeleteDir(dir);
 }
 
 absl::Status FaultInjectingEnv::RenameFile(const std::string& from, const std::string& to) {
@@ -131,12 +131,12 @@ absl::Status FaultInjectingEnv::RenameFile(const std::string& from, const std::s
     if (faults_.rename_errno != 0) return Injected(faults_.rename_errno, "rename", absl::StrCat(from, " -> ", to));
     ++renames_;
   }
-  return base_->RenameFile(from, to);
+  return base()->RenameFile(from, to);
 }
 
 absl::Status FaultInjectingEnv::SyncDir(const std::string& dir) {
   if (int err = ErrnoFor(&Faults::sync_dir_errno)) return Injected(err, "fsync dir", dir);
-  return base_->SyncDir(dir);
+  return base()->SyncDir(dir);
 }
 
 }  // namespace weft

@@ -30,7 +30,7 @@
 
 namespace weft {
 
-class FaultInjectingEnv final : public Env {
+class FaultInjectingEnv final : public EnvWrapper {
  public:
   struct Faults {
     // The Nth Append (1-based) fails with `append_errno`, writing nothing;
@@ -54,7 +54,7 @@ class FaultInjectingEnv final : public Env {
     int delete_errno = 0;  // DeleteFile and DeleteDir
   };
 
-  explicit FaultInjectingEnv(Env* base) : base_(base) {}
+  explicit FaultInjectingEnv(Env* base) : EnvWrapper(base) {}
 
   // Replaces the faults and resets the counters.
   void SetFaults(const Faults& faults);
@@ -69,18 +69,10 @@ class FaultInjectingEnv final : public Env {
 
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override;
-  bool FileExists(const std::string& path) override { return base_->FileExists(path); }
-  absl::StatusOr<uint64_t> GetFileSize(const std::string& path) override { return base_->GetFileSize(path); }
-  absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& dir) override {
-    return base_->ListDirectory(dir);
-  }
   absl::Status DeleteFile(const std::string& path) override;
   absl::Status DeleteDir(const std::string& dir) override;
-  absl::StatusOr<bool> IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
   absl::Status RenameFile(const std::string& from, const std::string& to) override;
-  absl::Status CreateDirs(const std::string& dir) override { return base_->CreateDirs(dir); }
   absl::Status SyncDir(const std::string& dir) override;
-  int64_t NowMicros() override { return base_->NowMicros(); }
 
  private:
   class File;
@@ -91,7 +83,6 @@ class FaultInjectingEnv final : public Env {
   absl::Status PlanAppend(const std::string& path, size_t n, size_t* write);
   int ErrnoFor(int Faults::*field) const;
 
-  Env* const base_;
   mutable absl::Mutex mu_;
   Faults faults_ ABSL_GUARDED_BY(mu_);
   int appends_ ABSL_GUARDED_BY(mu_) = 0;

@@ -300,33 +300,13 @@ TEST_F(CheckpointerTest, WithoutARootPathsAreAbsoluteAsGiven) {
 }
 
 // An Env whose clock the test sets; files go to the POSIX Env.
-class ClockEnv final : public Env {
+class ClockEnv final : public EnvWrapper {
  public:
+  ClockEnv() : EnvWrapper(Env::Default()) {}
   void Advance(absl::Duration d) { now_micros_ += absl::ToInt64Microseconds(d); }
-
-  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
-    return base_->NewWritableFile(path);
-  }
-  absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
-    return base_->NewRandomAccessFile(path);
-  }
-  bool FileExists(const std::string& path) override { return base_->FileExists(path); }
-  absl::StatusOr<uint64_t> GetFileSize(const std::string& path) override { return base_->GetFileSize(path); }
-  absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& dir) override {
-    return base_->ListDirectory(dir);
-  }
-  absl::Status DeleteFile(const std::string& path) override { return base_->DeleteFile(path); }
-  absl::Status DeleteDir(const std::string& dir) override { return base_->DeleteDir(dir); }
-  absl::StatusOr<bool> IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
-  absl::Status RenameFile(const std::string& from, const std::string& to) override {
-    return base_->RenameFile(from, to);
-  }
-  absl::Status CreateDirs(const std::string& dir) override { return base_->CreateDirs(dir); }
-  absl::Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
   int64_t NowMicros() override { return now_micros_; }
 
  private:
-  Env* const base_ = Env::Default();
   std::atomic<int64_t> now_micros_{1700000000LL * 1000000};
 };
 

@@ -38,40 +38,20 @@ absl::Status CorruptEntry(const std::string& path, const std::string& name, absl
 // shard holds a model's weights; the POSIX Env creates files 0644). The
 // chmod goes to the local file system, so `base` must be backed by it
 // (Env::Default or a wrapper of it, as every Env in weft is).
-class PrivateFileEnv final : public Env {
+class PrivateFileEnv final : public EnvWrapper {
  public:
-  explicit PrivateFileEnv(Env* base) : base_(base) {}
+  explicit PrivateFileEnv(Env* base) : EnvWrapper(base) {}
 
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
-    ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, base_->NewWritableFile(path));
+    ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, base()->NewWritableFile(path));
     if (::chmod(path.c_str(), 0600) != 0) {
       const int err = errno;
       file.reset();
-      base_->DeleteFile(path).IgnoreError();
+      base()->DeleteFile(path).IgnoreError();
       return absl::ErrnoToStatus(err, absl::StrCat("chmod(", path, ", 0600)"));
     }
     return file;
   }
-  absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
-    return base_->NewRandomAccessFile(path);
-  }
-  bool FileExists(const std::string& path) override { return base_->FileExists(path); }
-  absl::StatusOr<uint64_t> GetFileSize(const std::string& path) override { return base_->GetFileSize(path); }
-  absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& dir) override {
-    return base_->ListDirectory(dir);
-  }
-  absl::Status DeleteFile(const std::string& path) override { return base_->DeleteFile(path); }
-  absl::Status DeleteDir(const std::string& dir) override { return base_->DeleteDir(dir); }
-  absl::StatusOr<bool> IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
-  absl::Status RenameFile(const std::string& from, const std::string& to) override {
-    return base_->RenameFile(from, to);
-  }
-  absl::Status CreateDirs(const std::string& dir) override { return base_->CreateDirs(dir); }
-  absl::Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
-  int64_t NowMicros() override { return base_->NowMicros(); }
-
- private:
-  Env* const base_;
 };
 
 }  // namespace
