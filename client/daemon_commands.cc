@@ -2,9 +2,11 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +18,8 @@
 #include "common/grpc_security.h"
 #include "runtime/data/dataset.h"
 #include "common/grpc_util.h"
+#include "common/memory_budget.h"
+#include "common/allocator.h"
 #include "common/token_table.h"
 #include "graph/device_name.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -179,6 +183,52 @@ ClusterDef WithoutJob(const ClusterDef& cluster, const std::string& job) {
   return out;
 }
 
+// --memory_limit (bytes, or with K/M/G/T) and --max_message_bytes, shared by
+// every daemon: the memory budget (else the cgroup's limit, else physical
+// memory; common/memory_budget.h) caps tensors, graphs' declared sizes and
+// the CPU allocator, and the message limit is applied to every server and
+// channel made afterwards. Called before anything serves.
+absl::Status ApplyMemoryFlags(const Flags& f, const std::string& role) {
+  std::optional<uint64_t> flag_bytes;
+  if (f.Has("memory_limit")) {
+    ASSIGN_OR_RETURN(uint64_t bytes, ParseByteSize(f.Get("memory_limit"), "--memory_limit"));
+    flag_bytes = bytes;
+  }
+  const MemoryBudget budget = DetectMemoryBudget(flag_bytes);
+  for (const std::string& why : budget.ignored) Logger(role)->warn("memory budget: ignored {}", why);
+  SetMemoryBudget(budget.bytes);
+  if (auto* cpu = dynamic_cast<CachingAllocator*>(CpuAllocator()); cpu != nullptr) cpu->SetLimit(budget.bytes);
+  Logger(role)->info("memory budget {} bytes ({})", budget.bytes, budget.source);
+  if (f.Has("max_message_bytes")) {
+    ASSIGN_OR_RETURN(uint64_t bytes, ParseByteSize(f.Get("max_message_bytes"), "--max_message_bytes"));
+    RETURN_IF_ERROR(SetMaxMessageBytes(bytes > INT64_MAX ? INT64_MAX : static_cast<int64_t>(bytes)));
+  }
+  return absl::OkStatus();
+}
+
+// A quota flag: a positive count, `dflt` when not given.
+absl::Status QuotaFlag(const Flags& f, const char* name, int dflt, int* out) {
+  ASSIGN_OR_RETURN(*out, f.GetInt(name, dflt, 1, 1 << 30));
+  return absl::OkStatus();
+}
+
+// The worker's and ps's quotas from their flags.
+absl::Status TaskQuotas(const Flags& f, worker::WorkerServerOptions* opts) {
+  RETURN_IF_ERROR(QuotaFlag(f, "max_sessions", opts->limits.max_sessions, &opts->limits.max_sessions));
+  RETURN_IF_ERROR(QuotaFlag(f, "max_graphs", opts->limits.max_graphs, &opts->limits.max_graphs));
+  RETURN_IF_ERROR(QuotaFlag(f, "max_graphs_per_session", opts->limits.max_graphs_per_session,
+                            &opts->limits.max_graphs_per_session));
+  RETURN_IF_ERROR(QuotaFlag(f, "max_iterations", opts->limits.max_iterations, &opts->limits.max_iterations));
+  RETURN_IF_ERROR(QuotaFlag(f, "max_live_steps", opts->rendezvous_limits.max_steps,
+                            &opts->rendezvous_limits.max_steps));
+  if (f.Has("max_pending_collective_bytes")) {
+    ASSIGN_OR_RETURN(uint64_t bytes,
+                     ParseByteSize(f.Get("max_pending_collective_bytes"), "--max_pending_collective_bytes"));
+    opts->max_pending_collective_bytes = bytes > SIZE_MAX ? SIZE_MAX : static_cast<size_t>(bytes);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void BlockTerminationSignals() {
@@ -204,7 +254,9 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
   auto f = Flags::Parse(argc, argv, 2,
                         {"task", "cluster", "listen", "port_file", "intra_op_threads", "inter_op_threads",
                          "cpu_devices", "gpus", "log_level", "drain_seconds", "ca", "cert", "key", "health_port",
-                         "checkpoint_root", "data_root"},
+                         "checkpoint_root", "data_root", "memory_limit", "max_message_bytes", "max_sessions",
+                         "max_graphs", "max_graphs_per_session", "max_iterations", "max_live_steps",
+                         "max_pending_collective_bytes"},
                         {"insecure"});
   if (!f.ok()) return Usage(job, f.status().message());
   if (f->Has("log_level") && !SetLogLevel(f->Get("log_level"))) return Usage(job, "unknown --log_level");
@@ -244,6 +296,7 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
 
   SetTaskId(absl::StrCat(config->task.index));  // loggers are named by role: "worker:1"
   auto log = Logger(job);
+  if (absl::Status s = ApplyMemoryFlags(*f, job); !s.ok()) return Usage(job, s.message());
   auto security = DaemonSecurity(*f, job, TaskName(config->task.job, config->task.index));
   if (!security.ok()) {
     log->error("cannot start: {}", std::string(security.status().message()));
@@ -265,6 +318,7 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
   opts.num_cpu_devices = static_cast<int>(*cpus);
   opts.inter_op_threads = static_cast<int>(*inter);
   opts.max_gpus = static_cast<int>(*gpus);
+  if (absl::Status s = TaskQuotas(*f, &opts); !s.ok()) return Usage(job, s.message());
   // Every task serves the ParameterServer service (shard list, save,
   // restore) beside the WorkerService: ps tasks hold the variables of
   // PARAMETER_SERVER jobs, workers those of the mirrored strategies, and the
@@ -301,12 +355,26 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
   // running here and releases their graphs, then stop (at the latest after
   // --drain_seconds).
   (*server)->worker()->SetDraining();
-  const absl::Time drain_end = absl::Now() + absl::Seconds(*drain);
+  const absl::Time drain_start = absl::Now();
+  const absl::Time drain_end = drain_start + absl::Seconds(*drain);
   if ((*server)->worker()->NumGraphs() > 0 && *drain > 0) {
     log->info("signal {}: draining: waiting up to {} s for the master to checkpoint and release {} graph(s)", sig,
               *drain, (*server)->worker()->NumGraphs());
-    // Bounded by drain_end; the master's heartbeat does the work.
-    while ((*server)->worker()->NumGraphs() > 0 && absl::Now() < drain_end) absl::SleepFor(absl::Milliseconds(50));
+    // Bounded by drain_end; the master's heartbeat does the work. Graphs
+    // that no master polls for (the master is gone, or whoever registered
+    // them never meant to release them) are not worth the wait: the drain
+    // ends kDrainQuietPeriod after the last GetStatus.
+    constexpr absl::Duration kDrainQuietPeriod = absl::Seconds(3);
+    auto master_polls = [&] {
+      return absl::Now() - std::max(drain_start, (*server)->worker()->last_status_call()) < kDrainQuietPeriod;
+    };
+    while ((*server)->worker()->NumGraphs() > 0 && absl::Now() < drain_end && master_polls()) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    if ((*server)->worker()->NumGraphs() > 0 && !master_polls()) {
+      log->info("signal {}: no master has polled this task for {}: stopping with {} graph(s) registered", sig,
+                absl::FormatDuration(kDrainQuietPeriod), (*server)->worker()->NumGraphs());
+    }
   }
   log->info("signal {}: stopping", sig);
   (*server)->Shutdown();
@@ -317,7 +385,8 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
 int RunMasterCommand(int argc, char** argv) {
   auto f = Flags::Parse(argc, argv, 2,
                         {"cluster", "task", "listen", "port", "port_file", "log_level", "state_dir", "ca", "cert",
-                         "key", "health_port", "auth_tokens_file", "checkpoint_root", "data_root"},
+                         "key", "health_port", "auth_tokens_file", "checkpoint_root", "data_root", "memory_limit",
+                         "max_message_bytes", "max_running_jobs", "max_queued_jobs"},
                         {"insecure"});
   if (!f.ok()) return Usage("master", f.status().message());
   if (f->Has("state_dir") && f->Get("state_dir").empty()) return Usage("master", "--state_dir needs a directory");
@@ -340,14 +409,28 @@ int RunMasterCommand(int argc, char** argv) {
       return Usage("master", "pass --port=P or --listen=HOST:PORT");
     }
   }
+  // Jobs run on a fixed number of threads; past the queue, submits are
+  // refused (RESOURCE_EXHAUSTED) rather than piling up.
+  master::MasterServerOptions opts;
+  // A thread each: bounded well below what a machine can start.
+  if (auto running = f->GetInt("max_running_jobs", opts.max_running_jobs, 1, 1024); running.ok()) {
+    opts.max_running_jobs = *running;
+  } else {
+    return Usage("master", running.status().message());
+  }
+  if (auto queued = f->GetInt("max_queued_jobs", opts.max_queued_jobs, 0, 1 << 20); queued.ok()) {
+    opts.max_queued_jobs = *queued;
+  } else {
+    return Usage("master", queued.status().message());
+  }
   SetTaskId("0");
   auto log = Logger("master");
+  if (absl::Status s = ApplyMemoryFlags(*f, "master"); !s.ok()) return Usage("master", s.message());
   auto security = DaemonSecurity(*f, "master", "master");
   if (!security.ok()) {
     log->error("cannot start: {}", std::string(security.status().message()));
     return 1;
   }
-  master::MasterServerOptions opts;
   opts.security = *security;
   if (f->Has("auth_tokens_file")) {
     if ((*security)->insecure()) return Usage("master", "--auth_tokens_file needs TLS (tokens are never sent in plaintext)");

@@ -1,5 +1,6 @@
 #include "common/allocator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <new>
 
@@ -43,6 +44,7 @@ size_t CachingAllocator::SizeClass(size_t bytes) {
 
 Buffer* CachingAllocator::Allocate(size_t bytes) {
   const size_t cls = SizeClass(bytes);
+  std::vector<Buffer*> drop;  // cached blocks freed to stay under the limit
   {
     absl::MutexLock lock(&mu_);
     auto it = free_.find(cls);
@@ -56,10 +58,28 @@ Buffer* CachingAllocator::Allocate(size_t bytes) {
       b->Ref();  // refs_ was left at 0 when it was released
       return b;
     }
+    const size_t limit = limit_.load(std::memory_order_relaxed);
+    if (limit != 0) {
+      const size_t in_use = static_cast<size_t>(stats_.bytes_in_use);
+      if (in_use > limit || cls > limit - in_use) throw std::bad_alloc();
+      // Cached blocks are memory too: give back what the new block needs.
+      if (static_cast<size_t>(stats_.bytes_cached) > limit - in_use - cls) {
+        size_t excess = static_cast<size_t>(stats_.bytes_cached) - (limit - in_use - cls);
+        for (auto it = free_.begin(); it != free_.end() && excess > 0; ++it) {
+          while (!it->second.empty() && excess > 0) {
+            drop.push_back(it->second.back());
+            it->second.pop_back();
+            stats_.bytes_cached -= static_cast<int64_t>(it->first);
+            excess -= std::min(excess, it->first);
+          }
+        }
+      }
+    }
     ++stats_.system_allocs;
     stats_.bytes_in_use += static_cast<int64_t>(cls);
     if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
   }
+  for (Buffer* b : drop) DeleteBlock(b);
   return NewBlock(this, cls);
 }
 

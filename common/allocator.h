@@ -106,6 +106,15 @@ class CachingAllocator final : public Allocator {
   Stats GetStats() const override;
   // Frees every cached block (live buffers are untouched).
   void Trim();
+  // The most bytes of live buffers (counted by size class) this allocator
+  // hands out; 0, the default, is no limit. A daemon sets its memory budget
+  // here, so that a step asking for more fails with RESOURCE_EXHAUSTED
+  // (Tensor::Allocate) instead of the kernel's OOM killer ending the process.
+  // Over the limit, Allocate first frees cached blocks, then throws
+  // std::bad_alloc. Checked only when the cache misses, under the lock that
+  // path takes anyway.
+  void SetLimit(size_t bytes) { limit_.store(bytes, std::memory_order_relaxed); }
+  size_t limit() const { return limit_.load(std::memory_order_relaxed); }
 
   // The size a request of `bytes` is rounded up to.
   static size_t SizeClass(size_t bytes);
@@ -116,6 +125,7 @@ class CachingAllocator final : public Allocator {
  private:
   mutable absl::Mutex mu_;
   const size_t max_cached_bytes_;
+  std::atomic<size_t> limit_{0};
   absl::flat_hash_map<size_t, std::vector<Buffer*>> free_ ABSL_GUARDED_BY(mu_);
   Stats stats_ ABSL_GUARDED_BY(mu_);
 };

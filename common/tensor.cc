@@ -3,11 +3,15 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <exception>
 #include <new>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/checked_math.h"
+#include "common/memory_budget.h"
 
 namespace weft {
 
@@ -15,7 +19,13 @@ int64_t TensorShape::num_elements() const {
   int64_t n = 1;
   for (int64_t d : dims_) {
     if (d < 0) return -1;
-    n *= d;
+  }
+  for (int64_t d : dims_) {
+    // A zero anywhere makes the product 0 even where a prefix would overflow.
+    if (d == 0) return 0;
+  }
+  for (int64_t d : dims_) {
+    if (!CheckedMul(n, d, &n)) return -1;
   }
   return n;
 }
@@ -50,35 +60,41 @@ Tensor::Tensor(DType dtype, const TensorShape& shape, Allocator* allocator)
 }
 
 size_t Tensor::MaxTensorBytes() {
-  static const size_t max_bytes = [] {
-    const long pages = sysconf(_SC_PHYS_PAGES);
-    const long page_size = sysconf(_SC_PAGESIZE);
-    if (pages <= 0 || page_size <= 0) return size_t{1} << 40;
-    return static_cast<size_t>(pages) * static_cast<size_t>(page_size);
-  }();
-  return max_bytes;
+  // The daemon's budget (--memory_limit, its cgroup's limit, or physical
+  // memory): a tensor larger than that could only end in the OOM killer.
+  const uint64_t bytes = MemoryBudgetBytes();
+  return bytes > SIZE_MAX ? SIZE_MAX : static_cast<size_t>(bytes);
 }
 
 absl::StatusOr<Tensor> Tensor::Allocate(DType dtype, const TensorShape& shape, Allocator* allocator) {
+  const std::string what = absl::StrCat("tensor ", DTypeName(dtype), shape.DebugString());
   if (!shape.IsFullyDefined()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot allocate ", DTypeName(dtype), shape.DebugString(), ": the shape is not fully defined"));
+    return absl::InvalidArgumentError(absl::StrCat("cannot allocate ", what, ": the shape is not fully defined"));
   }
-  // Counted in long double so that no product of dimensions can wrap.
-  long double bytes = DTypeSize(dtype);
-  for (int64_t d : shape.dims()) bytes *= static_cast<long double>(d);
-  if (bytes > static_cast<long double>(MaxTensorBytes())) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "tensor ", DTypeName(dtype), shape.DebugString(), " needs ", static_cast<double>(bytes),
-        " bytes, more than this machine's ", MaxTensorBytes(), " bytes of memory"));
+  absl::StatusOr<int64_t> elements = CheckedNumElements(shape.dims(), what);
+  if (!elements.ok()) return elements.status();
+  absl::StatusOr<size_t> bytes = CheckedByteSize(*elements, DTypeSize(dtype), what);
+  if (!bytes.ok()) return bytes.status();
+  if (*bytes > MaxTensorBytes()) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, " needs ", *bytes, " bytes, more than the ",
+                                                     MaxTensorBytes(), " bytes a tensor may use on this machine"));
   }
+  // Allocators report exhaustion by throwing (operator new's contract); it
+  // stops here so that no caller of Allocate has to catch.
+  Buffer* buf = nullptr;
   try {
-    return Tensor(dtype, shape, allocator);
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(absl::StrCat("out of memory allocating tensor ", DTypeName(dtype),
-                                                     shape.DebugString(), " (", static_cast<double>(bytes),
-                                                     " bytes)"));
+    buf = allocator->Allocate(*bytes);
+  } catch (const std::bad_alloc& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("out of memory allocating ", what, " (", *bytes, " bytes): ", e.what()));
+  } catch (const std::exception& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("allocating ", what, " (", *bytes, " bytes) failed: ", e.what()));
   }
+  if (buf == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("out of memory allocating ", what, " (", *bytes, " bytes)"));
+  }
+  return Tensor(dtype, shape, *elements, buf);
 }
 
 Tensor& Tensor::operator=(const Tensor& o) {
@@ -119,6 +135,14 @@ Tensor Tensor::DeepCopy(Allocator* allocator) const {
   if (!IsInitialized()) return Tensor();
   Tensor t(dtype_, shape_, allocator);
   std::memcpy(t.raw_data(), raw_data(), TotalBytes());
+  return t;
+}
+
+absl::StatusOr<Tensor> Tensor::TryDeepCopy(Allocator* allocator) const {
+  if (!IsInitialized()) return Tensor();
+  absl::StatusOr<Tensor> t = Allocate(dtype_, shape_, allocator);
+  if (!t.ok()) return t.status();
+  if (TotalBytes() > 0) std::memcpy(t->raw_data(), raw_data(), TotalBytes());
   return t;
 }
 

@@ -38,7 +38,10 @@ class TensorShape {
   void RemoveDim(int i) { dims_.erase(dims_.begin() + i); }
   void Clear() { dims_.clear(); }
 
-  // Product of the dims (1 for a scalar); -1 when any dim is unknown.
+  // Product of the dims (1 for a scalar); -1 when any dim is unknown or the
+  // product does not fit in int64 (a shape from outside can ask for that), so
+  // the count never wraps into a small, plausible number. Code that must say
+  // why uses CheckedNumElements(dims(), what) from common/checked_math.h.
   int64_t num_elements() const;
   bool IsFullyDefined() const;
   // True when `other` could be this shape once unknown dims are known.
@@ -56,15 +59,20 @@ class TensorShape {
 class Tensor {
  public:
   Tensor() = default;
-  // Allocates an uninitialised payload. REQUIRES: shape is fully defined.
+  // Allocates an uninitialised payload; throws when the allocator cannot.
+  // REQUIRES: shape is fully defined and small (a test's, a constant's): a
+  // shape that a request, graph or file can influence goes through Allocate.
   Tensor(DType dtype, const TensorShape& shape, Allocator* allocator = CpuAllocator());
   // The same for a shape that comes from outside (a graph, a peer): an
-  // unknown dimension is INVALID_ARGUMENT, a payload larger than
-  // MaxTensorBytes() or one the system cannot allocate RESOURCE_EXHAUSTED,
-  // each naming the dtype, shape and bytes, instead of ending the process.
+  // unknown or negative dimension, or an element or byte count that
+  // overflows, is INVALID_ARGUMENT; a payload larger than MaxTensorBytes()
+  // or one the allocator cannot provide (it threw) is RESOURCE_EXHAUSTED;
+  // each names the dtype, shape and bytes. Never throws.
   static absl::StatusOr<Tensor> Allocate(DType dtype, const TensorShape& shape,
                                          Allocator* allocator = CpuAllocator());
-  // The largest payload Allocate accepts: this machine's physical memory.
+  // The largest payload Allocate accepts: the process's memory budget
+  // (common/memory_budget.h: --memory_limit, else the cgroup's limit, else
+  // physical memory).
   static size_t MaxTensorBytes();
   ~Tensor() { if (buf_ != nullptr) buf_->Unref(); }
 
@@ -80,14 +88,15 @@ class Tensor {
   Tensor& operator=(const Tensor& o);
   Tensor& operator=(Tensor&& o) noexcept;
 
-  // A scalar tensor holding `value`.
+  // A scalar tensor holding `value` (one element: cannot meaningfully fail).
   template <typename T>
   static Tensor Scalar(T value) {
     Tensor t(DTypeOf<T>::value, TensorShape{});
     *t.data<T>() = value;
     return t;
   }
-  // A tensor of `shape` filled from `values` (sizes must agree).
+  // A tensor of `shape` filled from `values` (sizes must agree); allocated
+  // through Allocate, so its errors are Allocate's.
   template <typename T>
   static absl::StatusOr<Tensor> FromVector(const TensorShape& shape, absl::Span<const T> values);
 
@@ -117,8 +126,10 @@ class Tensor {
   // The same buffer seen with another shape of the same element count.
   absl::StatusOr<Tensor> Reshaped(const TensorShape& shape) const;
   // A new buffer with the same contents. REQUIRES: on_host() and a host
-  // `allocator`.
+  // `allocator`. Throws when the allocator cannot; TryDeepCopy returns
+  // Allocate's error instead.
   Tensor DeepCopy(Allocator* allocator = CpuAllocator()) const;
+  absl::StatusOr<Tensor> TryDeepCopy(Allocator* allocator = CpuAllocator()) const;
   // True when this Tensor holds the only reference to its buffer, so writing
   // into it cannot be observed elsewhere.
   bool RefCountIsOne() const { return buf_ != nullptr && buf_->RefCountIsOne(); }
@@ -129,6 +140,10 @@ class Tensor {
   std::string DebugString(int max_entries = 8) const;
 
  private:
+  // Takes `buf` (one reference); Allocate's path, which has checked the sizes.
+  Tensor(DType dtype, const TensorShape& shape, int64_t num_elements, Buffer* buf)
+      : dtype_(dtype), shape_(shape), num_elements_(num_elements), buf_(buf) {}
+
   DType dtype_ = DType::kInvalid;
   TensorShape shape_;
   int64_t num_elements_ = 0;
@@ -141,8 +156,9 @@ absl::StatusOr<Tensor> Tensor::FromVector(const TensorShape& shape, absl::Span<c
     return absl::InvalidArgumentError("FromVector: " + std::to_string(values.size()) +
                                       " values do not fill shape " + shape.DebugString());
   }
-  Tensor t(DTypeOf<T>::value, shape);
-  std::copy(values.begin(), values.end(), t.data<T>());
+  absl::StatusOr<Tensor> t = Allocate(DTypeOf<T>::value, shape);
+  if (!t.ok()) return t.status();
+  std::copy(values.begin(), values.end(), t->template data<T>());
   return t;
 }
 

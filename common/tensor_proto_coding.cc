@@ -1,9 +1,11 @@
 #include "common/tensor_proto_coding.h"
 
 #include <cstring>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
 
 namespace weft {
@@ -45,12 +47,15 @@ absl::StatusOr<Tensor> TensorFromProto(const TensorProto& proto) {
   if (!shape.IsFullyDefined()) {
     return absl::InvalidArgumentError(absl::StrCat("tensor shape ", shape.DebugString(), " has unknown dimensions"));
   }
-  const size_t bytes = static_cast<size_t>(shape.num_elements()) * DTypeSize(dtype);
+  const std::string what = absl::StrCat("tensor ", DTypeName(dtype), shape.DebugString());
+  ASSIGN_OR_RETURN(int64_t elements, CheckedNumElements(shape.dims(), what));
+  ASSIGN_OR_RETURN(size_t bytes, CheckedByteSize(elements, DTypeSize(dtype), what));
   if (proto.content().size() != bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor ", DTypeName(dtype), shape.DebugString(), " needs ",
-                                                   bytes, " bytes of content, got ", proto.content().size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " needs ", bytes, " bytes of content, got ", proto.content().size()));
   }
-  Tensor t(dtype, shape);
+  // Allocate, not the throwing constructor: the proto comes from a peer.
+  ASSIGN_OR_RETURN(Tensor t, Tensor::Allocate(dtype, shape));
   if (bytes > 0) std::memcpy(t.raw_data(), proto.content().data(), bytes);
   if (dtype == DType::kBool) {  // normalise so that every byte is 0 or 1
     for (bool& b : t.flat<bool>()) b = reinterpret_cast<const uint8_t&>(b) != 0;

@@ -1,6 +1,8 @@
 #include "common/tensor.h"
 
 #include <cstdint>
+#include <new>
+#include <string>
 
 #include "gtest/gtest.h"
 
@@ -41,6 +43,71 @@ TEST(TensorTest, ReshapeKeepsBufferAndChecksCount) {
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->SharesBufferWith(a));
   EXPECT_FALSE(a.Reshaped({5}).ok());
+}
+
+TEST(TensorShapeTest, NumElementsIsMinusOneInsteadOfWrapping) {
+  // 4611686018427387905 * 4 = 2^64 + 4, which a wrapping product reports as 4.
+  EXPECT_EQ((TensorShape{4611686018427387905, 4}).num_elements(), -1);
+  EXPECT_EQ((TensorShape{int64_t{1} << 62, 2}).num_elements(), -1);
+  EXPECT_EQ((TensorShape{int64_t{1} << 62, 1}).num_elements(), int64_t{1} << 62);
+  // A zero anywhere, even after an overflowing prefix, is zero elements.
+  EXPECT_EQ((TensorShape{int64_t{1} << 62, 4, 0}).num_elements(), 0);
+}
+
+TEST(TensorTest, AllocateRefusesSizesThatOverflowOrExceedMemory) {
+  auto wraps = Tensor::Allocate(DType::kFloat32, {4611686018427387905, 4});
+  ASSERT_FALSE(wraps.ok());
+  EXPECT_EQ(wraps.status().code(), absl::StatusCode::kInvalidArgument) << wraps.status();
+  EXPECT_NE(wraps.status().message().find("float32[4611686018427387905,4]"), std::string::npos) << wraps.status();
+
+  // 2^62 floats: the element count fits, the byte count does not.
+  auto bytes = Tensor::Allocate(DType::kFloat32, {int64_t{1} << 62});
+  ASSERT_FALSE(bytes.ok());
+  EXPECT_EQ(bytes.status().code(), absl::StatusCode::kInvalidArgument) << bytes.status();
+
+  auto huge = Tensor::Allocate(DType::kFloat32, {int64_t{1} << 40, 1});
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted) << huge.status();
+  EXPECT_NE(huge.status().message().find("4398046511104 bytes"), std::string::npos) << huge.status();
+
+  auto unknown = Tensor::Allocate(DType::kFloat32, {-1, 3});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument) << unknown.status();
+
+  auto empty = Tensor::Allocate(DType::kFloat32, {0, int64_t{1} << 62});
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(empty->NumElements(), 0);
+}
+
+// Throws as an allocator out of memory does (operator new's contract).
+class ExhaustedAllocator final : public Allocator {
+ public:
+  Buffer* Allocate(size_t) override { throw std::bad_alloc(); }
+  Stats GetStats() const override { return Stats(); }
+
+ protected:
+  void Release(Buffer*) override {}
+};
+
+TEST(TensorTest, AllocateTurnsTheAllocatorsExceptionIntoResourceExhausted) {
+  ExhaustedAllocator exhausted;
+  auto t = Tensor::Allocate(DType::kInt32, {3, 5}, &exhausted);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted) << t.status();
+  EXPECT_NE(t.status().message().find("int32[3,5] (60 bytes)"), std::string::npos) << t.status();
+
+  Tensor a(DType::kInt32, {3, 5});
+  auto copy = a.TryDeepCopy(&exhausted);
+  ASSERT_FALSE(copy.ok());
+  EXPECT_EQ(copy.status().code(), absl::StatusCode::kResourceExhausted) << copy.status();
+  auto good = a.TryDeepCopy();
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_FALSE(good->SharesBufferWith(a));
+}
+
+TEST(TensorTest, ReshapedRefusesAShapeWhoseCountWrapsToTheSame) {
+  Tensor a(DType::kFloat32, {4});
+  EXPECT_FALSE(a.Reshaped({4611686018427387905, 4}).ok());
 }
 
 TEST(CachingAllocatorTest, ReusesReleasedBlocks) {

@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "graph/attr.h"
 #include "graph/device_name.h"
@@ -165,7 +166,10 @@ absl::StatusOr<FuseTransfersStats> FuseCrossTaskTransfers(const Graph& placed,
       pack_def.add_input(m.send->input(0));
       ranks.push_back(m.shape.rank());
       for (int64_t x : m.shape.dims()) dims.push_back(x);
-      total += m.shape.num_elements();
+      if (!CheckedAdd(total, m.shape.num_elements(), &total)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("fusing transfers from ", send_device, " to ", recv_device, ": sizes overflow 64 bits"));
+      }
       remove[send_device].insert(m.send->name());
       remove[recv_device].insert(m.recv->name());
     }

@@ -60,7 +60,13 @@ std::string RenameInputNode(absl::string_view input, const std::function<std::st
   return absl::StrCat(rename(std::string(input.substr(0, colon))), input.substr(colon));
 }
 
-absl::StatusOr<Node*> Graph::AddNode(NodeDef def) {
+absl::StatusOr<Node*> Graph::AddNode(NodeDef def) { return AddNodeImpl(std::move(def), nullptr); }
+
+absl::StatusOr<Node*> Graph::AddNodeSkippingInference(NodeDef def, std::vector<DType> output_types) {
+  return AddNodeImpl(std::move(def), &output_types);
+}
+
+absl::StatusOr<Node*> Graph::AddNodeImpl(NodeDef def, std::vector<DType>* skip_inference_types) {
   if (def.name().empty()) return absl::InvalidArgumentError(absl::StrCat("a node of op '", def.op(), "' has no name"));
   const std::string where = absl::StrCat("node '", def.name(), "' (", def.op(), ")");
   if (by_name_.contains(def.name())) return absl::InvalidArgumentError(absl::StrCat(where, ": duplicate node name"));
@@ -118,7 +124,14 @@ absl::StatusOr<Node*> Graph::AddNode(NodeDef def) {
   }
   ctx.output_types.assign(n_out, DType::kInvalid);
   ctx.output_shapes.assign(n_out, TensorShape{});
-  absl::Status s = od.shape_fn(&ctx);
+  if (skip_inference_types != nullptr) {
+    if (static_cast<int>(skip_inference_types->size()) != n_out) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", skip_inference_types->size(),
+                                                     " output type(s) given for ", n_out, " output(s)"));
+    }
+    ctx.output_types = std::move(*skip_inference_types);
+  }
+  absl::Status s = skip_inference_types != nullptr ? absl::OkStatus() : od.shape_fn(&ctx);
   if (!s.ok()) {
     std::vector<std::string> ins;
     for (int i = 0; i < n_in; ++i) {

@@ -101,6 +101,12 @@ class Graph {
   // Adds a node whose inputs ("name", "name:k", "^name") already exist, and
   // runs its op's shape function.
   absl::StatusOr<Node*> AddNode(NodeDef def);
+  // Adds a node as AddNode does, but without its shape function: its
+  // outputs get `output_types` and scalar shapes, and its attributes are not
+  // checked. For tests that a kernel defends itself against a graph whose
+  // inference never ran (every kernel re-checks what its shape function
+  // checks); never for graphs from a request.
+  absl::StatusOr<Node*> AddNodeSkippingInference(NodeDef def, std::vector<DType> output_types);
   // Adds a control edge src -> dst. REQUIRES: both nodes belong to this
   // graph and src->id() < dst->id() (keeps ids topological).
   absl::Status AddControlEdge(Node* src, Node* dst);
@@ -116,6 +122,9 @@ class Graph {
   std::string UniqueName(absl::string_view base) const;
 
  private:
+  // With `skip_inference_types`, AddNodeSkippingInference.
+  absl::StatusOr<Node*> AddNodeImpl(NodeDef def, std::vector<DType>* skip_inference_types);
+
   std::vector<std::unique_ptr<Node>> nodes_;
   absl::flat_hash_map<std::string, Node*> by_name_;
 };

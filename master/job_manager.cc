@@ -1,5 +1,6 @@
 #include "master/job_manager.h"
 
+#include <algorithm>
 #include <thread>
 #include <utility>
 
@@ -49,9 +50,6 @@ struct JobManager::Job {
   const std::string id;
   const JobSpec spec;
   std::unique_ptr<JobRunner> runner;  // null for jobs that will not run
-  // Moved out under JobManager::mu_ by whoever joins it (Shutdown, or
-  // ReapFinishedThreads once the job has finished).
-  std::thread thread;
 
   mutable absl::Mutex mu;
   JobStatus status ABSL_GUARDED_BY(mu);
@@ -82,12 +80,15 @@ JobManager::JobManager(JobManagerOptions options)
     : options_(std::move(options)),
       own_store_(options_.store == nullptr ? std::make_unique<MemoryJobStore>() : nullptr),
       store_(options_.store != nullptr ? options_.store : own_store_.get()) {
+  // The runners wait on the queue until jobs (resumed ones first) arrive.
+  const int runners = std::max(options_.max_running_jobs, 1);
+  runners_.reserve(runners);
+  for (int i = 0; i < runners; ++i) runners_.emplace_back([this] { RunnerLoop(); });
   auto records = store_->LoadAll();
   if (!records.ok()) {
     Logger("master")->error("reading the job store: {}", records.status().ToString());
     return;
   }
-  std::vector<Job*> resumed;
   absl::MutexLock lock(&mu_);
   for (JobRecord& r : *records) {
     auto job = std::make_shared<Job>(r.status.job_id(), std::move(r.spec));
@@ -127,18 +128,17 @@ JobManager::JobManager(JobManagerOptions options)
         store_->Put(JobRecord{job->spec, job->status}).IgnoreError();
       }
     }
-    if (resume) resumed.push_back(job.get());
+    if (resume) {
+      Logger("master")->info("job {} ('{}') was running under the previous master: resuming it", job->id,
+                             job->spec.name());
+      queue_.push_back(job);
+    }
     order_.push_back(job->id);
     // Ids continue after the highest one found.
     int64_t n = 0;
     const absl::string_view seq = absl::StripPrefix(job->id, "job-");
     if (absl::SimpleAtoi(seq.substr(0, seq.find('-')), &n) && n >= next_id_) next_id_ = n + 1;
     jobs_[job->id] = std::move(job);
-  }
-  for (Job* job : resumed) {
-    Logger("master")->info("job {} ('{}') was running under the previous master: resuming it", job->id,
-                           job->spec.name());
-    job->thread = std::thread([this, job] { RunJob(job); });
   }
 }
 
@@ -188,9 +188,21 @@ absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec, const std::s
     return absl::InvalidArgumentError(absl::StrCat("job: ", training.status().message()));
   }
 
-  ReapFinishedThreads();
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the master is shutting down");
+  // Jobs that an idle runner is about to take do not wait: the new job is
+  // refused only when it would itself have to wait past the bound.
+  const int64_t runners = std::max(options_.max_running_jobs, 1);
+  const int64_t idle = runners - busy_runners_;
+  const int64_t queued = static_cast<int64_t>(queue_.size());
+  const int64_t waiting = std::max<int64_t>(0, queued - idle);
+  const int64_t max_queued = std::max(options_.max_queued_jobs, 0);
+  if (queued + 1 - idle > max_queued) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the master's job queue is full: ", waiting, " job(s) wait while ", busy_runners_,
+        " run (--max_queued_jobs=", max_queued, ", --max_running_jobs=", runners,
+        "); submit again once a job has ended"));
+  }
   // A sequence number for people, and 64 random bits so that an id cannot
   // be guessed from another.
   const std::string id = absl::StrFormat("job-%d-%016x", next_id_++, absl::Uniform<uint64_t>(absl::BitGen()));
@@ -213,7 +225,7 @@ absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec, const std::s
   Persist(job.get());
   jobs_[id] = job;
   order_.push_back(id);
-  job->thread = std::thread([this, j = job.get()] { RunJob(j); });
+  queue_.push_back(std::move(job));
   Logger("master")->info("job {} ('{}') submitted by {}", id, spec.name(), owner.empty() ? "(no user)" : owner);
   return id;
 }
@@ -255,6 +267,23 @@ absl::Status JobManager::Cancel(const std::string& job_id) {
           absl::StrCat("job ", job_id, " has already ended: ", JobState_Name(job->status.state())));
     }
   }
+  bool dequeued = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = std::find(queue_.begin(), queue_.end(), job);
+    if (it != queue_.end()) {
+      queue_.erase(it);
+      dequeued = true;
+    }
+  }
+  if (dequeued) {
+    // Taken out of the queue here: this thread alone ends it.
+    EndQueued(job.get(), /*at_shutdown=*/false);
+    Logger("master")->info("job {}: cancelled before it ran", job_id);
+    return absl::OkStatus();
+  }
+  // Running, or a runner has just taken it: its runner stops it (Run checks
+  // for a cancel before it starts).
   if (job->runner != nullptr) job->runner->Cancel();
   Logger("master")->info("job {}: cancel requested", job_id);
   return absl::OkStatus();
@@ -297,41 +326,60 @@ absl::StatusOr<JobStatus> JobManager::Wait(const std::string& job_id, absl::Dura
   return job->status;
 }
 
-void JobManager::ReapFinishedThreads() {
-  std::vector<std::thread> done;
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto& [id, job] : jobs_) {
-      if (!job->thread.joinable()) continue;
-      absl::MutexLock job_lock(&job->mu);
-      if (job->finished) done.push_back(std::move(job->thread));
+void JobManager::RunnerLoop() {
+  auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutting_down_ || !queue_.empty(); };
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(&has_work));
+      // Shutdown empties the queue as it sets shutting_down_.
+      if (shutting_down_) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      ++busy_runners_;
     }
+    RunJob(job.get());  // frees this runner's slot before it publishes the end
   }
-  // Each has published its end and is returning: the joins are short.
-  for (std::thread& t : done) t.join();
+}
+
+void JobManager::EndQueued(Job* job, bool at_shutdown) {
+  if (at_shutdown && options_.preempt_on_shutdown && job->spec.strategy().kind() != StrategySpec::NONE) {
+    // Like a preempted running job: it stays unfinished (PENDING or
+    // RECOVERING) in the store, and the next master runs it.
+    Update(job, [](JobStatus*) {}, /*force=*/true);
+    absl::MutexLock lock(&job->mu);
+    job->finished = true;
+    return;
+  }
+  Update(job, [](JobStatus* s) { s->set_state(CANCELLED); }, /*force=*/true);
 }
 
 void JobManager::Shutdown() {
   absl::MutexLock serial(&shutdown_mu_);
   std::vector<std::shared_ptr<Job>> jobs;
-  std::vector<std::thread> threads;
+  std::deque<std::shared_ptr<Job>> queued;
   {
     absl::MutexLock lock(&mu_);
     shutting_down_ = true;
-    for (auto& [id, job] : jobs_) {
-      jobs.push_back(job);
-      if (job->thread.joinable()) threads.push_back(std::move(job->thread));
-    }
+    queued.swap(queue_);
+    for (auto& [id, job] : jobs_) jobs.push_back(job);
   }
+  // The running ones first: they take a step to stop, the queued ones none.
   for (auto& job : jobs) {
     if (job->runner == nullptr) continue;
+    if (std::find(queued.begin(), queued.end(), job) != queued.end()) continue;
     if (options_.preempt_on_shutdown) {
       job->runner->Preempt();
     } else {
       job->runner->Cancel();
     }
   }
-  for (std::thread& t : threads) t.join();
+  for (auto& job : queued) EndQueued(job.get(), /*at_shutdown=*/true);
+  for (std::thread& t : runners_) {
+    if (t.joinable()) t.join();
+  }
+  runners_.clear();
 }
 
 void JobManager::Update(Job* job, const std::function<void(JobStatus*)>& update, bool force) {
@@ -346,7 +394,8 @@ void JobManager::Update(Job* job, const std::function<void(JobStatus*)>& update,
     snapshot = job->status;
     watchers = job->watchers;
   }
-  // Only the job's thread publishes, so watchers see statuses in order.
+  // Only the job's owner publishes (its runner, or whoever took it out of
+  // the queue), so watchers see statuses in order.
   for (const auto& w : watchers) w->Deliver(snapshot);
   // Progress reaches the store every few seconds too, so that a restarted
   // master knows about how far the job had come.
@@ -375,6 +424,8 @@ void JobManager::Persist(Job* job) {
   if (!s.ok()) Logger("master")->error("job {}: saving its record: {}", job->id, s.ToString());
 }
 
+// REQUIRES: called by a runner that counted itself in busy_runners_; gives
+// that count back before the job's end is published.
 void JobManager::RunJob(Job* job) {
   auto log = Logger("master");
   // A resumed job stays RECOVERING until its runner has restored it.
@@ -397,6 +448,12 @@ void JobManager::RunJob(Job* job) {
         /*force=*/false);
   });
   const bool cancelled = job->runner->cancelled();
+  {
+    // The slot is free before the end is published: a Submit made once Wait
+    // has seen this job end counts this runner as idle.
+    absl::MutexLock lock(&mu_);
+    --busy_runners_;
+  }
   Update(
       job,
       [&](JobStatus* s) {

@@ -2,13 +2,18 @@
 //
 // Submit validates a JobSpec (client/job_file.h's ValidateJob, then lowering,
 // so a bad model names its layer or node) and returns a job id at once; the
-// job then runs on its own thread through a JobRunner. Every change of state
+// job then waits, PENDING, in a FIFO queue until one of a fixed number of
+// runner threads (JobManagerOptions::max_running_jobs) takes it and runs it
+// through a JobRunner. A caller cannot make the master start threads: at
+// most max_queued_jobs jobs wait, and a Submit past that is refused with
+// RESOURCE_EXHAUSTED while the queued and running jobs go on. Every change of state
 // (PENDING, RUNNING, RECOVERING and back while a task is lost, then
 // SUCCEEDED, FAILED or CANCELLED) and, while it runs, progress at most once
 // per `progress_interval` is published to the job's watchers; state changes
 // and, every 2 s, progress go to the JobStore. At construction the jobs the
 // store holds unfinished (a previous master died or stopped) resume from
-// their checkpoints under their ids.
+// their checkpoints under their ids, through the same queue (RECOVERING
+// while they wait; the queue bound does not apply to them).
 //
 // With a checkpoint root (JobManagerOptions::checkpoint_root), Submit
 // confines a job's checkpoint.dir and checkpoint.resume_from to it (each
@@ -16,20 +21,24 @@
 // file names another user than the job's owner (master/checkpointer.h).
 //
 // Cancel stops a job after its current step, aborting that step on every
-// task; the job ends CANCELLED. A failing step ends it FAILED with the
+// task; the job ends CANCELLED. A job still in the queue leaves it and ends
+// CANCELLED without ever running. A failing step ends it FAILED with the
 // error, which names the task and node.
 //
-// Thread-safety: thread-safe. Watch callbacks run on the job's thread (the
-// first one on Watch's caller); they must not block and must not destroy
-// their own JobWatch.
+// Thread-safety: thread-safe. Watch callbacks run on the runner thread
+// running the job, or for a job that ends in the queue on the thread of the
+// Cancel or Shutdown that ended it (the first one on Watch's caller); they
+// must not block and must not destroy their own JobWatch.
 #ifndef WEFT_MASTER_JOB_MANAGER_H_
 #define WEFT_MASTER_JOB_MANAGER_H_
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -65,6 +74,12 @@ struct JobManagerOptions {
   // --checkpoint_root). Unset: none, checkpoint directories are absolute
   // paths used as given (in-process tests; the daemon always sets one).
   std::optional<ConfinedRoot> checkpoint_root;
+  // Runner threads, started at construction: at most this many jobs run at
+  // once (`weft master --max_running_jobs`). Values below 1 count as 1.
+  int max_running_jobs = 4;
+  // Submitted jobs that may wait for a runner (`--max_queued_jobs`); past
+  // it Submit fails with RESOURCE_EXHAUSTED. Values below 0 count as 0.
+  int max_queued_jobs = 256;
 };
 
 // A Watch subscription; destroying it unsubscribes, after which its callback
@@ -87,7 +102,9 @@ class JobManager {
   // INVALID_ARGUMENT naming the field, layer or node at fault (a checkpoint
   // directory outside the checkpoint root among them); PERMISSION_DENIED for
   // a checkpoint directory of another user; UNIMPLEMENTED for a strategy
-  // other than NONE; UNAVAILABLE after Shutdown.
+  // other than NONE; RESOURCE_EXHAUSTED, naming --max_queued_jobs, when the
+  // queue is full (nothing else changes; retry once a job has ended);
+  // UNAVAILABLE after Shutdown.
   // `owner`: the user who submitted it (recorded in JobStatus.owner; "" for
   // an insecure master). Ids are "job-<sequence>-<64 random bits>".
   absl::StatusOr<std::string> Submit(const JobSpec& job, const std::string& owner = "");
@@ -106,8 +123,11 @@ class JobManager {
   // terminal status, or `timeout` passes (DEADLINE_EXCEEDED).
   absl::StatusOr<JobStatus> Wait(const std::string& job_id, absl::Duration timeout = absl::InfiniteDuration());
 
-  // Cancels every job that has not ended and joins their threads; later
-  // Submit calls fail with UNAVAILABLE. Idempotent.
+  // Ends every queued job without running it (CANCELLED; with
+  // preempt_on_shutdown a job with a strategy stays unfinished in the store,
+  // for the next master), cancels (or preempts) the running ones and joins
+  // the runner threads; later Submit calls fail with UNAVAILABLE.
+  // Idempotent.
   void Shutdown();
 
  private:
@@ -116,14 +136,16 @@ class JobManager {
 
   std::shared_ptr<Job> Find(const std::string& job_id) const;
   JobRunnerOptions RunnerOptions(Job* job, const std::string& owner);
+  // A runner thread: runs queued jobs, oldest first, until Shutdown.
+  void RunnerLoop();
   void RunJob(Job* job);
+  // Ends a job that left the queue without running; `at_shutdown`: Shutdown
+  // emptied the queue (else Cancel took it out).
+  void EndQueued(Job* job, bool at_shutdown);
   // Applies `update` to the job's status; publishes it when `force` or when
   // progress_interval has passed since the last publication.
   void Update(Job* job, const std::function<void(JobStatus*)>& update, bool force);
   void Persist(Job* job);
-  // Joins the threads of jobs that have finished, so a long-lived master
-  // does not accumulate them.
-  void ReapFinishedThreads();
 
   const JobManagerOptions options_;
   std::unique_ptr<JobStoreInterface> own_store_;
@@ -135,6 +157,14 @@ class JobManager {
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  // Jobs waiting for a runner, oldest first. A job leaves it exactly once:
+  // to a runner, to Cancel or to Shutdown, whichever takes it under mu_;
+  // that one alone publishes its statuses from then on.
+  std::deque<std::shared_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);
+  // Runners running a job (the others wait on queue_).
+  int busy_runners_ ABSL_GUARDED_BY(mu_) = 0;
+  // Started by the constructor, joined by Shutdown (under shutdown_mu_).
+  std::vector<std::thread> runners_;
 };
 
 }  // namespace master

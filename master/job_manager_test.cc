@@ -4,6 +4,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -14,6 +18,8 @@
 #include "gtest/gtest.h"
 #include "common/confined_root.h"
 #include "common/env.h"
+#include "common/status_macros.h"
+#include "common/test_util.h"
 #include "master/gated_workers.h"
 #include "master/in_process_cluster.h"
 #include "runtime/data/test_files.h"
@@ -310,6 +316,173 @@ TEST_F(JobManagerTest, CheckpointDirectoriesAreConfinedToTheRootAndToTheirOwner)
   auto st = jm.Wait(*id, absl::Seconds(60));
   ASSERT_TRUE(st.ok()) << st.status();
   EXPECT_EQ(st->owner(), "alice");
+}
+
+// The queue: with one runner, a second job waits PENDING while the first
+// runs (held at the gate), and runs only once the first has ended.
+class JobQueueTest : public JobManagerTest {
+ protected:
+  // A manager over `workers` with one runner and `max_queued` waiting slots.
+  std::unique_ptr<JobManager> QueueManager(WorkerCacheInterface* workers, int max_queued = 256) {
+    JobManagerOptions o{workers, nullptr, absl::Hours(1)};
+    o.max_running_jobs = 1;
+    o.max_queued_jobs = max_queued;
+    return std::make_unique<JobManager>(o);
+  }
+  static ::testing::AssertionResult AwaitState(JobManager* jm, const std::string& id, JobState want) {
+    return weft::testing::WaitUntil(weft::testing::kWaitTimeout, absl::StrCat(id, " to be ", JobState_Name(want)),
+                                    [&]() -> absl::StatusOr<bool> {
+                                      ASSIGN_OR_RETURN(JobStatus s, jm->Get(id));
+                                      return s.state() == want;
+                                    });
+  }
+};
+
+// What the watchers saw, in the order they saw it: (job id, state).
+struct StateLog {
+  absl::Mutex mu;
+  std::vector<std::pair<std::string, JobState>> seen ABSL_GUARDED_BY(mu);
+
+  std::function<void(const JobStatus&)> Recorder() {
+    return [this](const JobStatus& s) {
+      absl::MutexLock lock(&mu);
+      if (seen.empty() || seen.back() != std::make_pair(s.job_id(), s.state())) seen.emplace_back(s.job_id(), s.state());
+    };
+  }
+  // Where (id, state) was first seen; -1 if never.
+  int IndexOf(const std::string& id, JobState state) {
+    absl::MutexLock lock(&mu);
+    for (size_t i = 0; i < seen.size(); ++i) {
+      if (seen[i].first == id && seen[i].second == state) return static_cast<int>(i);
+    }
+    return -1;
+  }
+};
+
+TEST_F(JobQueueTest, ASecondJobWaitsPendingUntilTheFirstEnds) {
+  GatedWorkers gated(cluster_->workers());
+  auto jm = QueueManager(&gated);
+  StateLog log;
+  auto first = jm->Submit(MlpJob(/*epochs=*/1));
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto watch_first = jm->Watch(*first, log.Recorder());
+  ASSERT_TRUE(watch_first.ok());
+  ASSERT_TRUE(AwaitState(jm.get(), *first, RUNNING));  // held at the gate
+  auto second = jm->Submit(MlpJob(/*epochs=*/1));
+  ASSERT_TRUE(second.ok()) << second.status();
+  auto watch_second = jm->Watch(*second, log.Recorder());
+  ASSERT_TRUE(watch_second.ok());
+  EXPECT_EQ(jm->Get(*second)->state(), PENDING);
+  EXPECT_EQ(jm->List().back().state(), PENDING);
+
+  gated.Open();
+  auto st = jm->Wait(*second, absl::Seconds(120));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->state(), SUCCEEDED) << st->error();
+  EXPECT_EQ(jm->Get(*first)->state(), SUCCEEDED);
+  // The second started only after the first had ended.
+  const int first_end = log.IndexOf(*first, SUCCEEDED);
+  const int second_start = log.IndexOf(*second, RUNNING);
+  ASSERT_GE(first_end, 0);
+  ASSERT_GE(second_start, 0);
+  EXPECT_GT(second_start, first_end);
+  const int second_pending = log.IndexOf(*second, PENDING);  // seen when its watch began
+  EXPECT_GE(second_pending, 0);
+  EXPECT_LT(second_pending, first_end);
+}
+
+TEST_F(JobQueueTest, CancellingAQueuedJobEndsItWithoutRunning) {
+  GatedWorkers gated(cluster_->workers());
+  auto jm = QueueManager(&gated, /*max_queued=*/1);
+  auto first = jm->Submit(MlpJob(/*epochs=*/1));
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(AwaitState(jm.get(), *first, RUNNING));
+  auto queued = jm->Submit(MlpJob(/*epochs=*/1));
+  ASSERT_TRUE(queued.ok()) << queued.status();
+  StateLog log;
+  auto watch = jm->Watch(*queued, log.Recorder());
+  ASSERT_TRUE(watch.ok());
+
+  ASSERT_TRUE(jm->Cancel(*queued).ok());
+  // Ended by Cancel itself: no wait for the runner, which is still held.
+  auto st = jm->Wait(*queued, absl::ZeroDuration());
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->state(), CANCELLED);
+  EXPECT_EQ(st->step(), 0);
+  EXPECT_EQ(jm->Cancel(*queued).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(jm->Get(*first)->state(), RUNNING);
+  // Its slot in the queue is free again.
+  auto next = jm->Submit(MlpJob(/*epochs=*/1));
+  ASSERT_TRUE(next.ok()) << next.status();
+
+  gated.Open();
+  ASSERT_EQ(jm->Wait(*next, absl::Seconds(120))->state(), SUCCEEDED);
+  EXPECT_EQ(jm->Get(*first)->state(), SUCCEEDED);
+  EXPECT_EQ(jm->Get(*queued)->state(), CANCELLED);
+  watch->reset();
+  EXPECT_EQ(log.IndexOf(*queued, RUNNING), -1);
+  EXPECT_GE(log.IndexOf(*queued, CANCELLED), 0);
+}
+
+TEST_F(JobQueueTest, AFullQueueRefusesSubmitsAndDisturbsNothing) {
+  GatedWorkers gated(cluster_->workers());
+  auto jm = QueueManager(&gated, /*max_queued=*/1);
+  auto running = jm->Submit(MlpJob(/*epochs=*/1));
+  ASSERT_TRUE(running.ok()) << running.status();
+  ASSERT_TRUE(AwaitState(jm.get(), *running, RUNNING));
+  auto waiting = jm->Submit(MlpJob(/*epochs=*/1));
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+
+  auto refused = jm->Submit(MlpJob(/*epochs=*/1));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "--max_queued_jobs=1")) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "1 job(s) wait")) << refused.status();
+  // Not created, and the others are as they were.
+  EXPECT_EQ(jm->List().size(), 2u);
+  EXPECT_EQ(jm->Get(*running)->state(), RUNNING);
+  EXPECT_EQ(jm->Get(*waiting)->state(), PENDING);
+
+  gated.Open();
+  ASSERT_EQ(jm->Wait(*running, absl::Seconds(120))->state(), SUCCEEDED);
+  // The runner is free once the first job's end is seen: the queued job
+  // takes it, and the queue has room again.
+  auto later = jm->Submit(MlpJob(/*epochs=*/1));
+  ASSERT_TRUE(later.ok()) << later.status();
+  ASSERT_EQ(jm->Wait(*waiting, absl::Seconds(120))->state(), SUCCEEDED);
+  ASSERT_EQ(jm->Wait(*later, absl::Seconds(120))->state(), SUCCEEDED);
+}
+
+TEST_F(JobQueueTest, ShutdownWithQueuedJobsReturnsPromptly) {
+  auto jm = QueueManager(cluster_->workers());
+  auto running = jm->Submit(MlpJob(/*epochs=*/100000));
+  ASSERT_TRUE(running.ok()) << running.status();
+  ASSERT_TRUE(AwaitState(jm.get(), *running, RUNNING));
+  std::vector<std::string> queued;
+  for (int i = 0; i < 3; ++i) {
+    auto id = jm->Submit(MlpJob(/*epochs=*/100000));
+    ASSERT_TRUE(id.ok()) << id.status();
+    queued.push_back(*id);
+  }
+  absl::Notification stopped;
+  std::thread stopper([&] {
+    jm->Shutdown();
+    stopped.Notify();
+  });
+  // A hang detector: a queue that ran its jobs first would take hours.
+  if (!stopped.WaitForNotificationWithTimeout(weft::testing::kWaitTimeout)) {
+    stopper.detach();
+    (void)jm.release();  // still in use by the stuck Shutdown
+    FAIL() << "Shutdown did not return within " << weft::testing::kWaitTimeout << " with 3 queued jobs";
+  }
+  stopper.join();
+  EXPECT_EQ(jm->Get(*running)->state(), CANCELLED);
+  for (const std::string& id : queued) {
+    auto st = jm->Wait(id, absl::ZeroDuration());
+    ASSERT_TRUE(st.ok()) << st.status();
+    EXPECT_EQ(st->state(), CANCELLED) << id;
+    EXPECT_EQ(st->step(), 0) << id;
+  }
+  EXPECT_EQ(jm->Submit(MlpJob()).status().code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace

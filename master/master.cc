@@ -15,7 +15,8 @@ namespace master {
 Master::Master(MasterOptions options)
     : options_(std::move(options)),
       jobs_(JobManagerOptions{options_.workers, options_.store, options_.progress_interval, /*env=*/nullptr,
-                              options_.preempt_jobs_on_shutdown, options_.checkpoint_root}),
+                              options_.preempt_jobs_on_shutdown, options_.checkpoint_root,
+                              options_.max_running_jobs, options_.max_queued_jobs}),
       pool_(std::make_unique<ThreadPool>("master", options_.num_threads > 0 ? options_.num_threads : 1)) {}
 
 Master::~Master() { Shutdown(); }

@@ -59,6 +59,10 @@ struct MasterOptions {
   MasterSessionOptions session_options;
   // Where jobs' checkpoints are confined (JobManagerOptions::checkpoint_root).
   std::optional<ConfinedRoot> checkpoint_root;
+  // Jobs run at once, and jobs that may wait to run
+  // (JobManagerOptions::max_running_jobs, max_queued_jobs).
+  int max_running_jobs = 4;
+  int max_queued_jobs = 256;
 };
 
 class Master {

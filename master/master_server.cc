@@ -65,6 +65,8 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOp
   mo.preempt_jobs_on_shutdown = !options.state_dir.empty();
   mo.num_threads = options.num_threads;
   mo.progress_interval = options.progress_interval;
+  mo.max_running_jobs = options.max_running_jobs;
+  mo.max_queued_jobs = options.max_queued_jobs;
   s->master_ = std::make_unique<Master>(std::move(mo));
   s->service_ = std::make_unique<GrpcMasterService>(s->master_.get(), security, options.tokens);
 

@@ -60,6 +60,10 @@ struct MasterServerOptions {
   std::string checkpoint_root;
   int num_threads = 4;
   absl::Duration progress_interval = absl::Seconds(1);
+  // `weft master --max_running_jobs` and `--max_queued_jobs`
+  // (JobManagerOptions).
+  int max_running_jobs = 4;
+  int max_queued_jobs = 256;
   // How long Shutdown lets calls in flight finish before cancelling them.
   absl::Duration shutdown_deadline = absl::Seconds(5);
 };

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -339,6 +340,60 @@ TEST_F(MasterTest, JobsRunOnThroughAReset) {
   ASSERT_TRUE(end.ok()) << end.status();
   EXPECT_EQ(end->state(), CANCELLED);  // not FAILED: the reset did not touch it
   EXPECT_TRUE(end->error().empty()) << end->error();
+  watch->reset();
+}
+
+// The job limits reach the JobManager: with one runner and no waiting
+// slot, a second job is refused with RESOURCE_EXHAUSTED naming the flag
+// while the first runs, and the first goes on.
+TEST_F(MasterTest, JobLimitsRefuseASubmitPastTheQueue) {
+  master_.reset();
+  MasterOptions o;
+  o.workers = holding_.get();
+  o.progress_interval = absl::ZeroDuration();
+  o.max_running_jobs = 1;
+  o.max_queued_jobs = 0;
+  master_ = std::make_unique<Master>(std::move(o));
+  JobSpec job;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(R"(name: "long"
+      model { input_shape: [4] num_classes: 2 layer { dense { units: 2 } } }
+      dataset { train_images: "train-images" train_labels: "train-labels"
+                test_images: "test-images" test_labels: "test-labels" }
+      optimizer { sgd { learning_rate: 0.1 } }
+      batch_size: 8 seed: 1 intra_op_threads: 1 epochs: 100000)",
+                                                            &job));
+  job.mutable_dataset()->set_dir(DataDir());
+  const Caller alice = User("alice");
+  SubmitJobRequest submit;
+  *submit.mutable_job() = job;
+  SubmitJobResponse submitted;
+  ASSERT_TRUE(Call(&Master::SubmitJobAsync, alice, submit, &submitted).ok());
+  const std::string id = submitted.job_id();
+  absl::Mutex mu;
+  JobState state = PENDING;
+  auto watch = master_->jobs()->Watch(id, [&](const JobStatus& s) {
+    absl::MutexLock lock(&mu);
+    state = s.state();
+  });
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  {
+    absl::MutexLock lock(&mu);
+    auto running = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return state == RUNNING; };
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&running), kWait)) << "the first job never started";
+  }
+
+  absl::Status s = Call(&Master::SubmitJobAsync, alice, submit, &submitted);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "--max_queued_jobs=0")) << s;
+  EXPECT_EQ(master_->jobs()->List().size(), 1u);
+  EXPECT_EQ(master_->jobs()->Get(id)->state(), RUNNING);
+
+  CancelJobRequest cancel;
+  cancel.set_job_id(id);
+  ASSERT_TRUE(Call(&Master::CancelJobAsync, alice, cancel).ok());
+  auto end = master_->jobs()->Wait(id, kWait);
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->state(), CANCELLED);
   watch->reset();
 }
 

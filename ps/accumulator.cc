@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace weft {
 namespace ps {
@@ -58,7 +59,12 @@ absl::StatusOr<Accumulator::PushResult> Accumulator::Push(int64_t local_step, co
                                                      DTypeName(grad.dtype())));
     }
     if (count_ == 0) {
-      if (!sum_.IsInitialized() || sum_.shape() != grad.shape()) sum_ = Tensor(DType::kFloat32, grad.shape());
+      if (!sum_.IsInitialized() || sum_.shape() != grad.shape()) {
+        // Allocate, not the throwing constructor: the shape is a peer's.
+        absl::StatusOr<Tensor> sum = Tensor::Allocate(DType::kFloat32, grad.shape());
+        if (!sum.ok()) return Annotate(sum.status(), absl::StrCat("accumulator of '", name_, "'"));
+        sum_ = *std::move(sum);
+      }
       std::memcpy(sum_.raw_data(), grad.raw_data(), grad.TotalBytes());
     } else {
       if (grad.shape() != sum_.shape()) {

@@ -156,9 +156,11 @@ TEST(AccumulatorTest, AFailedApplyFailsEveryPusherAndKeepsTheStep) {
 }
 
 TEST(AccumulatorTest, GradientsOfAnotherShapeAreInvalidArgument) {
-  Accumulator acc("w", 3);
-  Applies applies;
+  // Declared before the accumulator, whose destructor releases the parked
+  // push into it.
   Released parked;
+  Applies applies;
+  Accumulator acc("w", 3);
   ASSERT_EQ(acc.Push(0, Grad({1, 2}), applies.Fn(), parked.Fn())->outcome, Accumulator::Outcome::kParked);
   EXPECT_EQ(acc.Push(0, Grad({1}), applies.Fn(), nullptr).status().code(), absl::StatusCode::kInvalidArgument);
 }

@@ -1,6 +1,7 @@
 #include "ps/ps_handler.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <utility>
 #include <vector>
@@ -65,6 +66,42 @@ absl::StatusOr<std::map<std::string, Found>> CollectVariables(const Stores& stor
     }
   }
   return out;
+}
+
+// A step number from a request: never negative (0 means "none" where the
+// field is optional). `field` names it in the request.
+absl::Status CheckStep(int64_t step, absl::string_view field, absl::string_view what) {
+  if (step >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(what, ": ", field, " ", step, " is negative"));
+}
+
+// A count that goes into an int32 response field (a shard file read from
+// disk may claim any number of entries).
+absl::StatusOr<int32_t> CountField(size_t n, absl::string_view field, absl::string_view what) {
+  if (n > static_cast<size_t>(INT32_MAX)) {
+    return absl::OutOfRangeError(absl::StrCat(what, ": ", n, " variables do not fit ", field));
+  }
+  return static_cast<int32_t>(n);
+}
+
+// SaveShardRequest.variable: named variables, each once. A name given twice
+// would write a shard with two entries of one name, which no restore reads.
+absl::Status CheckVariableNames(const google::protobuf::RepeatedPtrField<std::string>& names,
+                                absl::string_view what) {
+  absl::flat_hash_map<absl::string_view, int> first;  // name -> its index
+  first.reserve(static_cast<size_t>(names.size()));
+  for (int i = 0; i < names.size(); ++i) {
+    const std::string& name = names.Get(i);
+    if (name.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": variable[", i, "] is empty (a variable name)"));
+    }
+    auto [it, inserted] = first.emplace(name, i);
+    if (!inserted) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": variable[", i, "] '", name,
+                                                     "' repeats variable[", it->second, "]; name each once"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -173,6 +210,8 @@ absl::Status PsHandler::ListShards(const ListShardsRequest& request, ListShardsR
 absl::Status PsHandler::SaveShard(const SaveShardRequest& request, SaveShardResponse* response) {
   const std::string what = absl::StrCat("SaveShard of session '", request.session_handle(), "' on ", task());
   RETURN_IF_ERROR(CheckShardPath(request.path(), what));
+  RETURN_IF_ERROR(CheckStep(request.global_step(), "global_step", what));
+  RETURN_IF_ERROR(CheckVariableNames(request.variable(), what));
   const Stores stores = worker_->ListSessionResources(request.session_handle());
   if (stores.empty()) return NoSession(request.session_handle(), task());
   ASSIGN_OR_RETURN(auto vars, CollectVariables(stores, request.session_handle()));
@@ -193,12 +232,13 @@ absl::Status PsHandler::SaveShard(const SaveShardRequest& request, SaveShardResp
       add(name, it->second);
     }
   }
+  ASSIGN_OR_RETURN(const int32_t num_variables, CountField(shard.tensors.size(), "num_variables", what));
   ASSIGN_OR_RETURN(const std::string path, LocalShardPath(request.path(), /*for_save=*/true, what));
   ASSIGN_OR_RETURN(ShardFileInfo info, WriteShard(env_, path, shard));
   response->set_path(request.path());  // as the caller named it
   response->set_size(info.size);
   response->set_crc32c(info.crc32c);
-  response->set_num_variables(static_cast<int>(shard.tensors.size()));
+  response->set_num_variables(num_variables);
   response->set_owner_task(task());
   Logger("ps")->info("saved {} variables of session '{}' at step {} to {} ({} bytes)", shard.tensors.size(),
                      request.session_handle(), request.global_step(), path, info.size);
@@ -207,6 +247,7 @@ absl::Status PsHandler::SaveShard(const SaveShardRequest& request, SaveShardResp
 
 absl::Status PsHandler::RestoreShard(const RestoreShardRequest& request, RestoreShardResponse* response) {
   const std::string what = absl::StrCat("RestoreShard of session '", request.session_handle(), "' on ", task());
+  RETURN_IF_ERROR(CheckStep(request.expect_global_step(), "expect_global_step", what));
   ASSIGN_OR_RETURN(const std::string path, LocalShardPath(request.path(), /*for_save=*/false, what));
   const Stores stores = worker_->ListSessionResources(request.session_handle());
   if (stores.empty()) return NoSession(request.session_handle(), task());
@@ -248,10 +289,11 @@ absl::Status PsHandler::RestoreShard(const RestoreShardRequest& request, Restore
     }
     plan.emplace_back(target, &t);
   }
+  ASSIGN_OR_RETURN(const int32_t num_variables, CountField(plan.size(), "num_variables", what));
   for (auto& [store, t] : plan) store->SetVariable(t->name, std::move(t->value));
   response->set_global_step(shard.global_step);
   response->set_owner_task(shard.owner_task);
-  response->set_num_variables(static_cast<int>(plan.size()));
+  response->set_num_variables(num_variables);
   Logger("ps")->info("restored {} variables of session '{}' from {} (step {})", plan.size(),
                      request.session_handle(), path, shard.global_step);
   return absl::OkStatus();

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -308,6 +309,41 @@ TEST_F(PsServiceTest, ErrorsNameWhatIsWrong) {
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "'w'")) << s;
   EXPECT_EQ(weft::testing::MaxAbsDiff(Run("s1", read, "w"), before), 0);
+}
+
+// Steps and variable lists from a request are checked before anything is
+// collected or written: INVALID_ARGUMENT naming the field (and the variable).
+TEST_F(PsServiceTest, BadStepsAndVariableListsAreInvalidArgumentNamingTheField) {
+  const std::string read = Register("s1", ReadGraph(2), {"w", "c"});
+  Run("s1", read, "w");
+  const std::string path = JoinPath(dir_, "checked.shard");
+  SaveShardResponse saved;
+  RestoreShardResponse restored;
+
+  absl::Status s = Save("s1", path, -1, &saved);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "global_step -1 is negative")) << s;
+  s = Save("s1", path, INT64_MIN, &saved);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "global_step")) << s;
+
+  s = Save("s1", path, 1, &saved, {"w", "c", "w"});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "variable[2] 'w' repeats variable[0]")) << s;
+  s = Save("s1", path, 1, &saved, {"c", ""});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "variable[1] is empty")) << s;
+  // None of those wrote a file.
+  EXPECT_FALSE(ReadFileToString(Env::Default(), path).ok());
+
+  ASSERT_TRUE(Save("s1", path, 3, &saved, {"w", "c"}).ok());
+  EXPECT_EQ(saved.num_variables(), 2);
+  s = Restore("s1", path, &restored, /*expect_step=*/-3);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "expect_global_step -3 is negative")) << s;
+  ASSERT_TRUE(Restore("s1", path, &restored, /*expect_step=*/3).ok());
+  EXPECT_EQ(restored.num_variables(), 2);
+  EXPECT_EQ(restored.global_step(), 3);
 }
 
 TEST_F(PsServiceTest, MismatchIsFailedPreconditionAndChangesNothing) {

@@ -1,10 +1,14 @@
 #include "runtime/executor.h"
 
 #include <atomic>
+#include <exception>
+#include <new>
 #include <optional>
+#include <string>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -34,6 +38,39 @@ struct NodeItem {
 
 }  // namespace
 
+namespace {
+
+// `status` prefixed with "node 'name' (Op): " unless it already starts so
+// (allocate_output names the node itself).
+absl::Status NodeError(const Node& node, const absl::Status& status) {
+  const std::string prefix = absl::StrCat("node ", node.DebugName(), ": ");
+  if (absl::StartsWith(status.message(), prefix)) return status;
+  return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
+}
+
+// Runs `compute` (a kernel's Compute or ComputeAsync) and turns an exception
+// escaping it into an error naming the node: the last line of defence for a
+// kernel that allocated with a throwing path or called a library that
+// throws, so that one bad request fails its step instead of the process.
+// Kernels are expected to report errors with SetStatus; this is not a
+// substitute. OK when nothing was thrown.
+template <typename Fn>
+absl::Status CallKernel(const Node& node, Fn&& compute) {
+  try {
+    compute();
+    return absl::OkStatus();
+  } catch (const std::bad_alloc& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("node ", node.DebugName(), ": out of memory in the kernel (", e.what(), ")"));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("node ", node.DebugName(), ": the kernel threw: ", e.what()));
+  } catch (...) {
+    return absl::InternalError(absl::StrCat("node ", node.DebugName(), ": the kernel threw a non-standard exception"));
+  }
+}
+
+}  // namespace
+
 // An async kernel's call in flight: its inputs and context must outlive
 // ComputeAsync.
 struct AsyncCall {
@@ -48,6 +85,9 @@ struct RunState {
   std::unique_ptr<std::atomic<int>[]> slot_refs;
   std::vector<int> stack;  // ready nodes, inline mode
   std::vector<AsyncCall> async_calls;
+  // One per async call: set by whichever of its `done` and the executor's
+  // exception handler finishes the call first, so it finishes once.
+  std::unique_ptr<std::atomic<bool>[]> async_finished;
   // Inline mode with async kernels: ready nodes that completions hand back
   // to the thread running the step.
   std::vector<int> handed_back ABSL_GUARDED_BY(mu);
@@ -103,6 +143,7 @@ std::unique_ptr<RunState> Executor::Impl::AcquireState() {
   s->slots.resize(num_slots);
   s->pending.reset(new std::atomic<int>[items.size()]);
   s->async_calls.resize(num_async);
+  s->async_finished.reset(new std::atomic<bool>[num_async]);
   s->slot_refs.reset(new std::atomic<int>[num_slots]);
   s->stack.reserve(items.size());
   return s;
@@ -149,7 +190,19 @@ bool Executor::Impl::Process(RunState* s, int i, absl::InlinedVector<int, 8>* re
     }
     p.inputs = absl::MakeConstSpan(call.inputs);
     call.ctx.emplace(p);
-    async->ComputeAsync(&*call.ctx, [this, s, i] { OnAsyncDone(s, i); });
+    std::atomic<bool>& finished = s->async_finished[item.async_index];
+    finished.store(false, std::memory_order_relaxed);
+    absl::Status thrown = CallKernel(*item.node, [&] {
+      async->ComputeAsync(&*call.ctx, [this, s, i, &finished] {
+        if (!finished.exchange(true, std::memory_order_acq_rel)) OnAsyncDone(s, i);
+      });
+    });
+    // A kernel that threw may or may not have called `done`; `finished`
+    // decides which of the two ends the call.
+    if (!thrown.ok() && !finished.exchange(true, std::memory_order_acq_rel)) {
+      call.ctx->SetStatus(thrown);
+      OnAsyncDone(s, i);
+    }
     return false;
   }
   absl::InlinedVector<const Tensor*, 8> inputs;
@@ -160,9 +213,9 @@ bool Executor::Impl::Process(RunState* s, int i, absl::InlinedVector<int, 8>* re
     // A GPU: one stream and one set of library handles, so one kernel at a time.
     absl::MutexLock lock(mu);
     device->BindThread();
-    item.kernel->Compute(&ctx);
+    ctx.SetStatus(CallKernel(*item.node, [&] { item.kernel->Compute(&ctx); }));
   } else {
-    item.kernel->Compute(&ctx);
+    ctx.SetStatus(CallKernel(*item.node, [&] { item.kernel->Compute(&ctx); }));
   }
   Finish(s, i, ctx.status(), ready);
   return true;
@@ -183,9 +236,7 @@ void Executor::Impl::Finish(RunState* s, int i, const absl::Status& kernel_statu
       }
     }
   }
-  if (!status.ok()) {
-    Abort(s, absl::Status(status.code(), absl::StrCat("node ", item.node->DebugName(), ": ", status.message())));
-  }
+  if (!status.ok()) Abort(s, NodeError(*item.node, status));
   // Release inputs whose last consumer this was.
   for (const InputSource& src : item.inputs) {
     if (!src.fed && s->slot_refs[src.index].fetch_sub(1, std::memory_order_acq_rel) == 1) {

@@ -1,6 +1,9 @@
 #include "runtime/executor.h"
 
 #include <functional>
+#include <new>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
@@ -69,6 +72,54 @@ WEFT_REGISTER_OP(OpDef{.name = "TestGateOpen", .num_inputs = 0, .num_outputs = 0
                        .shape_fn = NoOut});
 WEFT_REGISTER_KERNEL("TestGateWait", "CPU", GateWaitOp);
 WEFT_REGISTER_KERNEL("TestGateOpen", "CPU", GateOpenOp);
+
+// Kernels that break the rules, for the executor's last line of defence:
+// they throw (attr "what": "bad_alloc", "runtime_error" or "int") or ask
+// allocate_output for more than any machine has.
+void ThrowAsTold(const Node& node) {
+  const std::string what = GetStringAttrOr(node.def(), "what", "bad_alloc").value_or("");
+  if (what == "bad_alloc") throw std::bad_alloc();
+  if (what == "runtime_error") throw std::runtime_error("a library said no");
+  throw 7;
+}
+class ThrowingOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext*) override { ThrowAsTold(node()); }
+};
+class ThrowingAsyncOp : public AsyncOpKernel {
+ public:
+  using AsyncOpKernel::AsyncOpKernel;
+  void ComputeAsync(OpKernelContext*, DoneCallback) override { ThrowAsTold(node()); }
+};
+class HugeOutputOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    // 2^40 x 2^22 floats: 2^62 elements, whose 2^64 bytes would wrap size_t.
+    EXPECT_EQ(ctx->allocate_output(0, DType::kFloat32, {int64_t{1} << 40, int64_t{1} << 22}), nullptr);
+  }
+};
+class LargeOutputOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    // 2^40 x 4 floats: 16 TiB, which fits size_t but no machine's memory.
+    EXPECT_EQ(ctx->allocate_output(0, DType::kFloat32, {int64_t{1} << 40, 4}), nullptr);
+  }
+};
+WEFT_REGISTER_OP(OpDef{.name = "TestThrow", .num_inputs = 0, .num_outputs = 1, .stateful = true,
+                       .shape_fn = ScalarOut});
+WEFT_REGISTER_OP(OpDef{.name = "TestThrowAsync", .num_inputs = 0, .num_outputs = 1, .stateful = true,
+                       .shape_fn = ScalarOut});
+WEFT_REGISTER_OP(OpDef{.name = "TestHugeOutput", .num_inputs = 0, .num_outputs = 1, .stateful = true,
+                       .shape_fn = ScalarOut});
+WEFT_REGISTER_OP(OpDef{.name = "TestLargeOutput", .num_inputs = 0, .num_outputs = 1, .stateful = true,
+                       .shape_fn = ScalarOut});
+WEFT_REGISTER_KERNEL("TestThrow", "CPU", ThrowingOp);
+WEFT_REGISTER_KERNEL("TestThrowAsync", "CPU", ThrowingAsyncOp);
+WEFT_REGISTER_KERNEL("TestHugeOutput", "CPU", HugeOutputOp);
+WEFT_REGISTER_KERNEL("TestLargeOutput", "CPU", LargeOutputOp);
 
 std::string Msg(const absl::Status& s) { return std::string(s.message()); }
 
@@ -244,6 +295,53 @@ TEST_F(ExecutorTest, WarmStepsAllocateNothingNew) {
   for (int i = 3; i < 30; ++i) ASSERT_TRUE((*exec)->Run(feeds, &out, i).ok());
   EXPECT_EQ(CpuAllocator()->GetStats().system_allocs, warm);
   EXPECT_NE(out[0].data<float>()[0], first_loss);  // the update changed the variable
+}
+
+TEST_F(ExecutorTest, KernelExceptionsBecomeErrorsNamingTheNode) {
+  struct Case {
+    const char* op;
+    const char* what;
+    absl::StatusCode code;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"TestThrow", "bad_alloc", absl::StatusCode::kResourceExhausted, "out of memory"},
+      {"TestThrow", "runtime_error", absl::StatusCode::kInternal, "a library said no"},
+      {"TestThrow", "int", absl::StatusCode::kInternal, "non-standard exception"},
+      {"TestThrowAsync", "bad_alloc", absl::StatusCode::kResourceExhausted, "out of memory"},
+      {"TestThrowAsync", "runtime_error", absl::StatusCode::kInternal, "a library said no"},
+  };
+  int n = 0;
+  for (const Case& c : cases) {
+    const std::string name = absl::StrCat("thrower", n++);
+    Output t = b_.Op(c.op, {}, {Attr("what", c.what)}, name);
+    ASSERT_TRUE(b_.status().ok()) << b_.status();
+    auto out = RunGraphOnce(g_, &device_, {}, {t.name()});
+    ASSERT_FALSE(out.ok()) << c.op << " " << c.what;
+    EXPECT_EQ(out.status().code(), c.code) << out.status();
+    EXPECT_NE(Msg(out.status()).find(absl::StrCat("'", name, "' (", c.op, ")")), std::string::npos) << out.status();
+    EXPECT_NE(Msg(out.status()).find(c.message), std::string::npos) << out.status();
+  }
+}
+
+TEST_F(ExecutorTest, AllocateOutputFailureNamesNodeOutputShapeAndBytes) {
+  b_.Op("TestLargeOutput", {}, {}, "big");
+  b_.Op("TestHugeOutput", {}, {}, "huge");
+  ASSERT_TRUE(b_.status().ok()) << b_.status();
+  auto big = RunGraphOnce(g_, &device_, {}, {"big"});
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted) << big.status();
+  for (const char* part : {"node 'big' (TestLargeOutput): output 0", "float32[1099511627776,4]", "17592186044416 bytes"}) {
+    EXPECT_NE(Msg(big.status()).find(part), std::string::npos) << part << " in " << big.status();
+  }
+  // Named once, not once by allocate_output and again by the executor.
+  EXPECT_EQ(Msg(big.status()).find("'big'"), Msg(big.status()).rfind("'big'")) << big.status();
+
+  auto huge = RunGraphOnce(g_, &device_, {}, {"huge"});
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument) << huge.status();
+  EXPECT_NE(Msg(huge.status()).find("node 'huge' (TestHugeOutput): output 0"), std::string::npos) << huge.status();
+  EXPECT_NE(Msg(huge.status()).find("overflow"), std::string::npos) << huge.status();
 }
 
 }  // namespace

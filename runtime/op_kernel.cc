@@ -11,17 +11,28 @@
 namespace weft {
 
 Tensor* OpKernelContext::allocate_output(int i, DType dtype, const TensorShape& shape) {
-  if (!shape.IsFullyDefined()) {
-    SetStatus(absl::InternalError(absl::StrCat("output ", i, " shape ", shape.DebugString(), " is not fully defined")));
-    return nullptr;
-  }
+  // Never throws: Tensor::Allocate checks the sizes and catches the
+  // allocator's exhaustion, so a shape a request asked for fails its step.
   absl::StatusOr<Tensor> t = Tensor::Allocate(dtype, shape, p_.device->allocator());
   if (!t.ok()) {
-    SetStatus(Annotate(t.status(), absl::StrCat("output ", i)));
+    absl::StatusCode code = t.status().code();
+    // An unknown dim here is the kernel's mistake, not the request's.
+    if (!shape.IsFullyDefined()) code = absl::StatusCode::kInternal;
+    SetStatus(absl::Status(code, absl::StrCat("node ", p_.node->DebugName(), ": output ", i, ": ",
+                                              t.status().message())));
     return nullptr;
   }
   p_.outputs[i] = *std::move(t);
   return &p_.outputs[i];
+}
+
+absl::StatusOr<Tensor> OpKernelContext::allocate_temp(DType dtype, const TensorShape& shape) {
+  absl::StatusOr<Tensor> t = Tensor::Allocate(dtype, shape, p_.device->allocator());
+  if (!t.ok()) {
+    return absl::Status(t.status().code(),
+                        absl::StrCat("node ", p_.node->DebugName(), ": scratch: ", t.status().message()));
+  }
+  return t;
 }
 
 ResourceMgr* OpKernelContext::resources() const {

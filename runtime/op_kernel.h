@@ -82,9 +82,15 @@ class OpKernelContext {
   const Tensor& input(int i) const { return *p_.inputs[i]; }
   int num_outputs() const { return static_cast<int>(p_.outputs.size()); }
 
-  // Allocates output i; returns nullptr (and records an error) when the
-  // shape is not fully defined.
+  // Allocates output i on the device. Never throws: returns nullptr and
+  // records an error naming the node, the output index, dtype, shape and
+  // bytes when the shape is not fully defined or its size overflows
+  // (INVALID_ARGUMENT, INTERNAL for an unknown dim) or the memory is not
+  // there (RESOURCE_EXHAUSTED).
   Tensor* allocate_output(int i, DType dtype, const TensorShape& shape);
+  // A scratch tensor on the device, with allocate_output's checks; the
+  // error (naming the node) is returned rather than recorded.
+  absl::StatusOr<Tensor> allocate_temp(DType dtype, const TensorShape& shape);
   // Sets output i to `t` (e.g. an input forwarded without a copy).
   void set_output(int i, Tensor t) { p_.outputs[i] = std::move(t); }
   Tensor* mutable_output(int i) { return &p_.outputs[i]; }

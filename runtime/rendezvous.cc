@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 
 namespace weft {
 
@@ -143,15 +144,15 @@ absl::StatusOr<ParsedRendezvousKey> ParseRendezvousKey(absl::string_view key) {
   return out;
 }
 
-RendezvousMgr::RendezvousMgr(Factory factory) : factory_(std::move(factory)) {}
+RendezvousMgr::RendezvousMgr(Factory factory, Limits limits) : factory_(std::move(factory)), limits_(limits) {}
 
 RendezvousMgr::~RendezvousMgr() {
-  absl::flat_hash_map<int64_t, std::shared_ptr<Rendezvous>> steps;
+  absl::flat_hash_map<int64_t, Step> steps;
   {
     absl::MutexLock lock(&mu_);
     steps.swap(steps_);
   }
-  for (auto& [id, r] : steps) r->StartAbort(absl::CancelledError("rendezvous manager destroyed"));
+  for (auto& [id, step] : steps) step.rendezvous->StartAbort(absl::CancelledError("rendezvous manager destroyed"));
 }
 
 std::shared_ptr<Rendezvous> RendezvousMgr::CreateLocked(int64_t step_id) {
@@ -159,27 +160,76 @@ std::shared_ptr<Rendezvous> RendezvousMgr::CreateLocked(int64_t step_id) {
   return std::make_shared<LocalRendezvous>();
 }
 
-std::shared_ptr<Rendezvous> RendezvousMgr::Find(int64_t step_id) {
-  absl::Status abort_all;
+void RendezvousMgr::EvictLocked(absl::Time now, bool need_room, Aborts* aborts) {
+  for (auto it = steps_.begin(); it != steps_.end();) {
+    const Step& step = it->second;
+    const bool expired = !step.claimed && now - step.created >= limits_.unclaimed_ttl;
+    if (!expired && !(need_room && !step.claimed && step.aborted)) {
+      ++it;
+      continue;
+    }
+    if (expired && !step.aborted) {
+      aborts->emplace_back(step.rendezvous,
+                           absl::DeadlineExceededError(absl::StrCat(
+                               "step ", it->first, " was never run on this task within ",
+                               absl::FormatDuration(limits_.unclaimed_ttl), " of a peer or abort naming it")));
+    }
+    steps_.erase(it++);
+  }
+  next_sweep_ = now + limits_.unclaimed_ttl / 4;
+}
+
+std::shared_ptr<Rendezvous> RendezvousMgr::FindOrCreate(int64_t step_id, bool claim, bool mark_aborted) {
+  Aborts aborts;
   std::shared_ptr<Rendezvous> r;
+  absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
     if (abort_all_.ok()) {
-      std::shared_ptr<Rendezvous>& slot = steps_[step_id];
-      if (slot == nullptr) slot = CreateLocked(step_id);
-      return slot;
+      auto it = steps_.find(step_id);
+      if (it != steps_.end()) {
+        it->second.claimed = it->second.claimed || claim;
+        it->second.aborted = it->second.aborted || mark_aborted;
+        return it->second.rendezvous;
+      }
+      // A new step: the one place the table grows, so the one place it is
+      // kept in bounds.
+      const absl::Time now = now_();
+      const bool full = static_cast<int64_t>(steps_.size()) >= limits_.max_steps;
+      if (full || now >= next_sweep_) EvictLocked(now, full, &aborts);
+      if (static_cast<int64_t>(steps_.size()) < limits_.max_steps) {
+        Step& step = steps_[step_id];
+        step.rendezvous = CreateLocked(step_id);
+        step.claimed = claim;
+        step.aborted = mark_aborted;
+        step.created = now;
+        r = step.rendezvous;
+      } else {
+        refused = absl::ResourceExhaustedError(
+            absl::StrCat("step ", step_id, " cannot start: this task already holds ", steps_.size(),
+                         " live steps, its quota (--max_live_steps=", limits_.max_steps, ")"));
+      }
+    } else {
+      refused = abort_all_;
     }
-    abort_all = abort_all_;
-    r = CreateLocked(step_id);
+    if (r == nullptr) r = CreateLocked(step_id);
   }
-  // Not kept: after AbortAll every step fails at once and nothing is left to
-  // clean up.
-  r->StartAbort(abort_all);
+  for (auto& [rendezvous, status] : aborts) rendezvous->StartAbort(status);
+  // Not kept: it fails at once and nothing is left to clean up.
+  if (!refused.ok()) r->StartAbort(refused);
   return r;
 }
 
+std::shared_ptr<Rendezvous> RendezvousMgr::Find(int64_t step_id) {
+  return FindOrCreate(step_id, /*claim=*/true, /*mark_aborted=*/false);
+}
+
+std::shared_ptr<Rendezvous> RendezvousMgr::FindForPeer(int64_t step_id) {
+  return FindOrCreate(step_id, /*claim=*/false, /*mark_aborted=*/false);
+}
+
 void RendezvousMgr::AbortStep(int64_t step_id, const absl::Status& status) {
-  Find(step_id)->StartAbort(status);
+  FindOrCreate(step_id, /*claim=*/false, /*mark_aborted=*/true)->StartAbort(status);
 }
 
 void RendezvousMgr::Cleanup(int64_t step_id) {
@@ -188,14 +238,14 @@ void RendezvousMgr::Cleanup(int64_t step_id) {
     absl::MutexLock lock(&mu_);
     auto it = steps_.find(step_id);
     if (it == steps_.end()) return;
-    r = std::move(it->second);
+    r = std::move(it->second.rendezvous);
     steps_.erase(it);
   }
   r->StartAbort(absl::CancelledError(absl::StrCat("step ", step_id, " was cleaned up")));
 }
 
 void RendezvousMgr::AbortAll(const absl::Status& status) {
-  absl::flat_hash_map<int64_t, std::shared_ptr<Rendezvous>> steps;
+  absl::flat_hash_map<int64_t, Step> steps;
   absl::Status abort;
   {
     absl::MutexLock lock(&mu_);
@@ -203,7 +253,7 @@ void RendezvousMgr::AbortAll(const absl::Status& status) {
     abort = abort_all_;
     steps.swap(steps_);
   }
-  for (auto& [id, r] : steps) r->StartAbort(abort);
+  for (auto& [id, step] : steps) step.rendezvous->StartAbort(abort);
 }
 
 int RendezvousMgr::NumSteps() const {

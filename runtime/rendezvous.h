@@ -34,6 +34,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -117,20 +118,43 @@ struct ParsedRendezvousKey {
 absl::StatusOr<ParsedRendezvousKey> ParseRendezvousKey(absl::string_view key);
 
 // The rendezvous of every live step on this task.
+//
+// Steps are created by this task's RunGraph (Find: the step is "claimed")
+// or ahead of it by a peer's RecvTensor or the master's AbortStep
+// (FindForPeer, AbortStep: "unclaimed"). Unclaimed steps are what a caller
+// can create for any step id, so they are bounded: one left unclaimed for
+// `unclaimed_ttl` is aborted (DEADLINE_EXCEEDED, waking a RecvTensor that
+// waits in it) and forgotten, and when the table holds `max_steps` an
+// aborted unclaimed step (a tombstone AbortStep left) makes room first. A new
+// step beyond that gets a rendezvous already aborted with RESOURCE_EXHAUSTED
+// naming the quota (--max_live_steps), and the steps already live are left
+// alone.
+struct RendezvousLimits {
+  // Steps held at once (--max_live_steps).
+  int max_steps = 4096;
+  // How long a step that only peers or aborts created waits for its
+  // RunGraph before it is aborted and forgotten.
+  absl::Duration unclaimed_ttl = absl::Minutes(5);
+};
+
 class RendezvousMgr {
  public:
   using Factory = std::function<std::shared_ptr<Rendezvous>(int64_t step_id)>;
+  using Limits = RendezvousLimits;
 
   // `factory` makes a step's rendezvous; the default makes a LocalRendezvous.
-  explicit RendezvousMgr(Factory factory = nullptr);
+  explicit RendezvousMgr(Factory factory = nullptr, Limits limits = Limits());
   ~RendezvousMgr();  // aborts what is left with CANCELLED
 
-  // The step's rendezvous, created on first use. Shared: a kernel, a RunGraph
-  // and in-flight RecvTensor RPCs may each hold it past Cleanup. After
-  // AbortAll, new steps get a rendezvous already aborted with that status.
+  // The step's rendezvous, created on first use, for this task's own
+  // RunGraph (claims it). Shared: a kernel, a RunGraph and in-flight
+  // RecvTensor RPCs may each hold it past Cleanup. After AbortAll, new steps
+  // get a rendezvous already aborted with that status.
   std::shared_ptr<Rendezvous> Find(int64_t step_id);
-  // Aborts the step's rendezvous (creating it, so that a RunGraph or a
-  // RecvTensor arriving later fails at once instead of waiting).
+  // The same for a peer's RecvTensor: a step it creates stays unclaimed.
+  std::shared_ptr<Rendezvous> FindForPeer(int64_t step_id);
+  // Aborts the step's rendezvous (creating it unclaimed, so that a RunGraph
+  // or a RecvTensor arriving later fails at once instead of waiting).
   // REQUIRES: !status.ok().
   void AbortStep(int64_t step_id, const absl::Status& status);
   // Forgets the step, failing its pending receivers with CANCELLED.
@@ -141,12 +165,31 @@ class RendezvousMgr {
 
   int NumSteps() const;
 
+  // For tests: the clock that ages unclaimed steps.
+  void SetClockForTest(std::function<absl::Time()> now) { now_ = std::move(now); }
+
  private:
+  struct Step {
+    std::shared_ptr<Rendezvous> rendezvous;
+    bool claimed = false;
+    bool aborted = false;
+    absl::Time created;
+  };
+  using Aborts = std::vector<std::pair<std::shared_ptr<Rendezvous>, absl::Status>>;
+
+  // Find and FindForPeer; `aborts` are run by the caller outside the lock.
+  std::shared_ptr<Rendezvous> FindOrCreate(int64_t step_id, bool claim, bool mark_aborted);
   std::shared_ptr<Rendezvous> CreateLocked(int64_t step_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops unclaimed steps past their time, and with `need_room` also the
+  // aborted unclaimed ones, adding them to `aborts`.
+  void EvictLocked(absl::Time now, bool need_room, Aborts* aborts) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Factory factory_;
+  const Limits limits_;
+  std::function<absl::Time()> now_ = [] { return absl::Now(); };
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<int64_t, std::shared_ptr<Rendezvous>> steps_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int64_t, Step> steps_ ABSL_GUARDED_BY(mu_);
+  absl::Time next_sweep_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Status abort_all_ ABSL_GUARDED_BY(mu_);
 };
 

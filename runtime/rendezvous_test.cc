@@ -220,5 +220,63 @@ TEST(RendezvousMgrTest, UsesTheFactory) {
   EXPECT_EQ(made, (std::vector<int64_t>{3, 4}));
 }
 
+
+TEST(RendezvousMgrTest, StepsOnlyPeersCreatedAreBoundedAndLiveStepsSurvive) {
+  RendezvousMgr mgr(nullptr, RendezvousLimits{/*max_steps=*/4, /*unclaimed_ttl=*/absl::Hours(1)});
+  mgr.Find(1);  // a step this task runs: never evicted for room
+  mgr.AbortStep(100, absl::AbortedError("x"));
+  mgr.AbortStep(101, absl::AbortedError("x"));
+  mgr.FindForPeer(102);
+  EXPECT_EQ(mgr.NumSteps(), 4);
+  // Full: the aborted tombstones make room; the running step and the peer's
+  // waiting step stay.
+  mgr.AbortStep(103, absl::AbortedError("x"));
+  EXPECT_EQ(mgr.NumSteps(), 3);
+  EXPECT_TRUE(mgr.Find(1)->Send("k", Scalar(1), false).ok());
+  // Full of steps that cannot be dropped: a new one is refused at once,
+  // naming the quota, and holds no slot.
+  mgr.Find(2);
+  mgr.FindForPeer(3);
+  absl::Status refused = mgr.FindForPeer(4)->Send("k", Scalar(1), false);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_NE(std::string(refused.message()).find("--max_live_steps"), std::string::npos) << refused;
+  EXPECT_EQ(mgr.NumSteps(), 4);
+  // Once a step is cleaned up a legitimate one runs again.
+  mgr.Cleanup(2);
+  EXPECT_TRUE(mgr.Find(5)->Send("k", Scalar(1), false).ok());
+}
+
+TEST(RendezvousMgrTest, UnclaimedStepsExpireAndWakeTheirWaiters) {
+  absl::Time now = absl::FromUnixSeconds(1000);
+  RendezvousMgr mgr(nullptr, RendezvousLimits{/*max_steps=*/100, /*unclaimed_ttl=*/absl::Seconds(60)});
+  mgr.SetClockForTest([&] { return now; });
+  absl::Status peer_wait;
+  bool woke = false;
+  mgr.FindForPeer(7)->RecvAsync("k", [&](const absl::Status& s, const Tensor&, bool) {
+    peer_wait = s;
+    woke = true;
+  });
+  mgr.Find(8);  // claimed: does not expire
+  now += absl::Seconds(61);
+  mgr.Find(9);  // creating a step sweeps
+  ASSERT_TRUE(woke);
+  EXPECT_EQ(peer_wait.code(), absl::StatusCode::kDeadlineExceeded) << peer_wait;
+  EXPECT_EQ(mgr.NumSteps(), 2);  // 8 and 9
+  // A RunGraph of step 7 arriving now gets a fresh rendezvous.
+  EXPECT_TRUE(mgr.Find(7)->Send("k", Scalar(1), false).ok());
+}
+
+TEST(RendezvousMgrTest, RunGraphClaimsAStepAPeerCreated) {
+  absl::Time now = absl::FromUnixSeconds(1000);
+  RendezvousMgr mgr(nullptr, RendezvousLimits{100, absl::Seconds(60)});
+  mgr.SetClockForTest([&] { return now; });
+  std::shared_ptr<Rendezvous> r = mgr.FindForPeer(7);
+  EXPECT_EQ(mgr.Find(7), r);  // the same rendezvous, now claimed
+  now += absl::Seconds(120);
+  mgr.Find(8);
+  EXPECT_EQ(mgr.NumSteps(), 2);
+  EXPECT_TRUE(mgr.Find(7)->Send("k", Scalar(1), false).ok());
+}
+
 }  // namespace
 }  // namespace weft

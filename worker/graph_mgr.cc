@@ -31,13 +31,77 @@ struct GraphMgr::Item {
 };
 
 GraphMgr::GraphMgr(std::string task, std::vector<Device*> devices, ThreadPool* inter_op_pool,
-                   CollectiveRuntime* collectives)
+                   CollectiveRuntime* collectives, GraphMgrLimits limits)
     : task_(std::move(task)),
       devices_(std::move(devices)),
       inter_op_pool_(inter_op_pool),
       collectives_(collectives),
       // A restarted task must not accept a handle from its previous life.
-      handle_prefix_(absl::StrCat("g", absl::Hex(absl::Uniform<uint32_t>(absl::BitGen())), "_")) {}
+      handle_prefix_(absl::StrCat("g", absl::Hex(absl::Uniform<uint32_t>(absl::BitGen())), "_")),
+      limits_(limits) {}
+
+void GraphMgr::CancelAll(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (cancel_status_.ok()) cancel_status_ = status.ok() ? absl::CancelledError("steps cancelled") : status;
+  cancelled_.store(true, std::memory_order_release);
+}
+
+absl::Status GraphMgr::CheckQuotasLocked(const std::string& session_handle) const {
+  if (static_cast<int64_t>(graphs_.size()) >= limits_.max_graphs) {
+    return absl::ResourceExhaustedError(absl::StrCat("task ", task_, " already holds ", graphs_.size(),
+                                                     " graphs, its quota (--max_graphs=", limits_.max_graphs,
+                                                     "); deregister graphs or raise the quota"));
+  }
+  int in_session = 0;
+  absl::flat_hash_map<absl::string_view, bool> sessions;
+  for (const auto& [h, item] : graphs_) {
+    sessions.try_emplace(item->session_handle, true);
+    if (item->session_handle == session_handle) ++in_session;
+  }
+  if (in_session >= limits_.max_graphs_per_session) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "session '", session_handle, "' already has ", in_session, " graphs on task ", task_,
+        ", its quota (--max_graphs_per_session=", limits_.max_graphs_per_session, ")"));
+  }
+  if (in_session == 0 && static_cast<int64_t>(sessions.size()) >= limits_.max_sessions) {
+    return absl::ResourceExhaustedError(absl::StrCat("task ", task_, " already serves ", sessions.size(),
+                                                     " sessions, its quota (--max_sessions=", limits_.max_sessions,
+                                                     "); session '", session_handle, "' cannot start here"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GraphMgr::CheckMemory(const Graph& graph) const {
+  const uint64_t budget = limits_.memory_budget != 0 ? limits_.memory_budget : Tensor::MaxTensorBytes();
+  uint64_t variable_bytes = 0;
+  for (const auto& node : graph.nodes()) {
+    if (node == nullptr) continue;
+    for (int i = 0; i < node->num_outputs(); ++i) {
+      const TensorShape& shape = node->output_shape(i);
+      if (!shape.IsFullyDefined()) continue;
+      // Overflow-checked: the dims come from the request.
+      uint64_t bytes = DTypeSize(node->output_type(i));
+      bool fits = true;
+      for (int64_t d : shape.dims()) {
+        fits = fits && d >= 0 && !__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes);
+      }
+      if (!fits || bytes > budget) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "node '", node->name(), "' (", node->op(), ") output ", i, " ", DTypeName(node->output_type(i)),
+            shape.DebugString(), " needs ", fits ? absl::StrCat(bytes) : std::string("more than 2^64"),
+            " bytes, more than task ", task_, "'s memory budget of ", budget, " bytes (--memory_limit)"));
+      }
+      if (node->op() == "Variable" && (__builtin_add_overflow(variable_bytes, bytes, &variable_bytes) ||
+                                       variable_bytes > budget)) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "the variables of this graph need more than task ", task_, "'s memory budget of ", budget,
+            " bytes (--memory_limit); the budget ran out at variable '", node->name(), "' ",
+            DTypeName(node->output_type(i)), shape.DebugString()));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
 GraphMgr::~GraphMgr() = default;
 
@@ -76,9 +140,15 @@ absl::StatusOr<std::string> GraphMgr::Register(const RegisterGraphRequest& reque
     if (first == nullptr) first = &node;
   }
   if (device == nullptr) device = devices_.front();
+  {
+    // Early, before the graph is built; checked again when it is added.
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(CheckQuotasLocked(request.session_handle()));
+  }
 
   auto item = std::make_shared<Item>();
   ASSIGN_OR_RETURN(item->graph, Graph::FromGraphDef(request.graph_def()));
+  RETURN_IF_ERROR(CheckMemory(*item->graph));
   ExecutorOptions opts;
   opts.feeds.assign(request.feed().begin(), request.feed().end());
   opts.fetches.assign(request.fetch().begin(), request.fetch().end());
@@ -104,7 +174,19 @@ absl::StatusOr<std::string> GraphMgr::Register(const RegisterGraphRequest& reque
   opts.resources = item->resources.get();
   item->feeds = opts.feeds;
   item->fetches = opts.fetches;
-  ASSIGN_OR_RETURN(item->executor, Executor::Create(item->graph.get(), device, std::move(opts)));
+  // On failure from here on, a variable store made for this graph alone
+  // must not outlive it.
+  auto drop_resources = [&] {
+    absl::MutexLock lock(&mu_);
+    auto res = session_resources_.find(item->resources_key);
+    if (res != session_resources_.end() && res->second.use_count() == 2) session_resources_.erase(res);
+  };
+  auto executor = Executor::Create(item->graph.get(), device, std::move(opts));
+  if (!executor.ok()) {
+    drop_resources();
+    return executor.status();
+  }
+  item->executor = *std::move(executor);
   item->master_incarnation = request.master_incarnation();
   item->session_handle = request.session_handle();
   // 128 random bits after the per-process prefix: a handle cannot be
@@ -113,10 +195,24 @@ absl::StatusOr<std::string> GraphMgr::Register(const RegisterGraphRequest& reque
   const std::string secret =
       absl::StrCat(absl::Hex(absl::Uniform<uint64_t>(gen), absl::kZeroPad16),
                    absl::Hex(absl::Uniform<uint64_t>(gen), absl::kZeroPad16));
-  absl::MutexLock lock(&mu_);
-  item->handle = absl::StrCat(handle_prefix_, next_handle_++, "_", secret);
-  const std::string handle = item->handle;
-  graphs_.emplace(handle, std::move(item));
+  std::string handle;
+  absl::Status quota;
+  {
+    absl::MutexLock lock(&mu_);
+    // Checked again in the lock that adds it: the early check raced other
+    // registrations.
+    quota = CheckQuotasLocked(request.session_handle());
+    if (quota.ok()) {
+      item->handle = absl::StrCat(handle_prefix_, next_handle_++, "_", secret);
+      handle = item->handle;
+      graphs_.emplace(handle, std::move(item));
+    }
+  }
+  if (!quota.ok()) {
+    item->executor.reset();
+    drop_resources();
+    return quota;
+  }
   return handle;
 }
 
@@ -224,6 +320,16 @@ absl::Status GraphMgr::Run(const RunGraphRequest& request, Rendezvous* rendezvou
   if (iterations < 0) {
     return absl::InvalidArgumentError(absl::StrCat("iterations must be positive, got ", request.iterations()));
   }
+  if (iterations > limits_.max_iterations) {
+    return absl::ResourceExhaustedError(absl::StrCat("RunGraph asks for ", iterations, " iterations, more than task ",
+                                                     task_, "'s quota (--max_iterations=", limits_.max_iterations,
+                                                     ")"));
+  }
+  int64_t last_step = 0;
+  if (__builtin_add_overflow(request.step_id(), static_cast<int64_t>(iterations - 1), &last_step)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step ids ", request.step_id(), " + ", iterations, " iterations overflow"));
+  }
 
   // Feeds, in registered order; each exactly once.
   std::vector<Tensor> feeds(item->feeds.size());
@@ -285,6 +391,13 @@ absl::Status GraphMgr::Run(const RunGraphRequest& request, Rendezvous* rendezvou
   std::vector<Tensor> fetched;
   absl::Status status;
   for (int i = 0; i < iterations && status.ok(); ++i) {
+    // Shutdown stops a long RunGraph between iterations, not after all of
+    // them (one atomic load per iteration).
+    if (cancelled_.load(std::memory_order_acquire)) {
+      absl::MutexLock lock(&mu_);
+      status = cancel_status_;
+      break;
+    }
     status = item->executor->Run(feeds, &fetched, request.step_id() + i, rendezvous);
     if (!status.ok() && iterations > 1) {
       status = Annotate(status, absl::StrCat("iteration ", i, " (step ", request.step_id() + i, ")"));
@@ -297,6 +410,15 @@ absl::Status GraphMgr::Run(const RunGraphRequest& request, Rendezvous* rendezvou
     TensorToProto(fetched[i], out->mutable_tensor());
   }
   return absl::OkStatus();
+}
+
+std::vector<int64_t> GraphMgr::RunningSteps() const {
+  std::vector<int64_t> steps;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [step, handle] : running_) {
+    if (steps.empty() || steps.back() != step) steps.push_back(step);
+  }
+  return steps;
 }
 
 int GraphMgr::NumGraphs() const {

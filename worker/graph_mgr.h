@@ -15,11 +15,24 @@
 // caller without one). _Recv is asynchronous, so a step waiting for a value
 // holds no thread, and steps of one graph may run concurrently.
 //
+// Quotas (GraphMgrLimits): a caller can create sessions (by naming a new
+// session handle), graphs and long steps; each is bounded, and exceeding a
+// bound is RESOURCE_EXHAUSTED naming the quota and the daemon flag that sets
+// it, leaving everything registered before untouched. A graph whose declared
+// shapes alone cannot fit in the memory budget (one output, or all its
+// variables together) is refused at registration, naming the node and bytes,
+// instead of failing every step.
+//
+// CancelAll (shutdown) makes every running and later Run stop between
+// iterations with the given status.
+//
 // Thread-safety: thread-safe. Run may be called concurrently, also for one
 // handle; Deregister while a step runs takes effect when the step ends.
 #ifndef WEFT_WORKER_GRAPH_MGR_H_
 #define WEFT_WORKER_GRAPH_MGR_H_
 
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -30,6 +43,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/thread_pool.h"
+#include "graph/graph.h"
 #include "proto/worker_service.pb.h"
 #include "runtime/collective_runtime.h"
 #include "runtime/device.h"
@@ -38,13 +52,31 @@
 namespace weft {
 namespace worker {
 
+struct GraphMgrLimits {
+  // Sessions with at least one graph on this task (--max_sessions).
+  int max_sessions = 64;
+  // Graphs registered on this task (--max_graphs) and per session
+  // (--max_graphs_per_session).
+  int max_graphs = 1024;
+  int max_graphs_per_session = 256;
+  // RunGraph.iterations (--max_iterations): bounds how long one call holds a
+  // compute thread.
+  int max_iterations = 10000;
+  // Bytes a graph's declared shapes may need (0: Tensor::MaxTensorBytes()).
+  uint64_t memory_budget = 0;
+};
+
 class GraphMgr {
  public:
   // `devices` (borrowed, at least one) and `inter_op_pool` (borrowed, may be
   // nullptr: run inline) outlive the GraphMgr. `task` names this task in
   // messages.
   GraphMgr(std::string task, std::vector<Device*> devices, ThreadPool* inter_op_pool,
-           CollectiveRuntime* collectives = nullptr);
+           CollectiveRuntime* collectives = nullptr, GraphMgrLimits limits = GraphMgrLimits());
+
+  // Every running Run returns `status` after its current iteration, and
+  // every later one fails with it. REQUIRES: !status.ok().
+  void CancelAll(const absl::Status& status);
   ~GraphMgr();
 
   // INVALID_ARGUMENT naming the node for a node on another task's device or
@@ -72,6 +104,8 @@ class GraphMgr {
   absl::Status Run(const RunGraphRequest& request, Rendezvous* rendezvous, RunGraphResponse* response);
 
   int NumGraphs() const;
+  // Ids of the steps running now.
+  std::vector<int64_t> RunningSteps() const;
 
   // A RegisterGraph from master incarnation `master_incarnation` (nonzero):
   // when it differs from the last one seen, the graphs registered by other
@@ -86,12 +120,20 @@ class GraphMgr {
 
   absl::StatusOr<std::shared_ptr<Item>> Find(const std::string& session_handle, const std::string& handle) const;
   absl::Status NotRegistered(const std::string& session_handle, const std::string& handle) const;
+  // RESOURCE_EXHAUSTED when one more graph of `session_handle` would exceed
+  // a quota.
+  absl::Status CheckQuotasLocked(const std::string& session_handle) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED naming the node when the graph's declared shapes
+  // alone exceed the memory budget.
+  absl::Status CheckMemory(const Graph& graph) const;
 
   const std::string task_;
   const std::vector<Device*> devices_;
   ThreadPool* const inter_op_pool_;
   CollectiveRuntime* const collectives_;
   const std::string handle_prefix_;  // random per GraphMgr
+  const GraphMgrLimits limits_;
+  std::atomic<bool> cancelled_{false};  // CancelAll was called; then cancel_status_ is set
 
   mutable absl::Mutex mu_;
   int64_t next_handle_ ABSL_GUARDED_BY(mu_) = 0;
@@ -99,6 +141,7 @@ class GraphMgr {
   absl::flat_hash_map<std::string, std::shared_ptr<Item>> graphs_ ABSL_GUARDED_BY(mu_);
   // "session@device" -> that session's variables; shared by its graphs.
   absl::flat_hash_map<std::string, std::shared_ptr<ResourceMgr>> session_resources_ ABSL_GUARDED_BY(mu_);
+  absl::Status cancel_status_ ABSL_GUARDED_BY(mu_);
   uint64_t master_incarnation_ ABSL_GUARDED_BY(mu_) = 0;  // the last nonzero one registering
   // Steps running now: step id -> graph handle.
   std::multimap<int64_t, std::string> running_ ABSL_GUARDED_BY(mu_);

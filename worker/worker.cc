@@ -4,6 +4,7 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/cluster_spec.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -33,7 +34,7 @@ Worker::Worker(const WorkerOptions& options)
       set_cluster_(options.set_cluster),
       rendezvous_mgr_([this, puller = options.puller](int64_t step_id) -> std::shared_ptr<Rendezvous> {
         return RemoteRendezvous::Create(task_, step_id, puller);
-      }) {
+      }, options.rendezvous_limits) {
   for (int i = 0; i < std::max(options.num_cpu_devices, 1); ++i) {
     devices_.push_back(
         std::make_unique<CpuDevice>(absl::StrCat(task_, "/device:CPU:", i), options.intra_op_threads));
@@ -55,7 +56,8 @@ Worker::Worker(const WorkerOptions& options)
   if (options.inter_op_threads > 0) {
     inter_op_pool_ = std::make_unique<ThreadPool>(task_ + "/inter_op", options.inter_op_threads);
   }
-  graph_mgr_ = std::make_unique<GraphMgr>(task_, device_ptrs_, inter_op_pool_.get(), options.collectives);
+  graph_mgr_ =
+      std::make_unique<GraphMgr>(task_, device_ptrs_, inter_op_pool_.get(), options.collectives, options.limits);
   compute_pool_ = std::make_unique<ThreadPool>(task_ + "/compute", std::max(options.compute_threads, 1));
 }
 
@@ -83,13 +85,20 @@ void Worker::Shutdown() {
     absl::MutexLock lock(&mu_);
     shutting_down_ = true;
   }
-  // No Schedule reaches the pool from here on; aborting wakes every blocked
-  // _Recv, so the running steps return and the pool can be joined.
+  // No Schedule reaches the pool from here on. Running steps must return
+  // before the pool can be joined: aborting wakes every blocked _Recv, the
+  // running steps' collectives are failed, and long RunGraphs stop before
+  // their next iteration.
+  graph_mgr_->CancelAll(ShuttingDown());
   rendezvous_mgr_.AbortAll(ShuttingDown());
+  if (collectives_ != nullptr) {
+    for (int64_t step : graph_mgr_->RunningSteps()) collectives_->AbortStep(step, ShuttingDown());
+  }
   compute_pool_.reset();
 }
 
 void Worker::GetStatusAsync(const GetStatusRequest*, GetStatusResponse* response, StatusCallback done) {
+  last_status_call_ns_.store(absl::GetCurrentTimeNanos(), std::memory_order_relaxed);
   response->set_task(task_);
   response->set_incarnation(incarnation_);
   for (Device* d : device_ptrs_) {
@@ -207,7 +216,9 @@ void Worker::RecvTensorAsync(const RecvTensorRequest* request, Rendezvous::DoneC
                                                 ", this is ", absl::Hex(incarnation_))),
                 Tensor(), false);
   }
-  rendezvous_mgr_.Find(request->step_id())->RecvLocalAsync(request->rendezvous_key(), std::move(done));
+  // A peer may ask before this task's RunGraph of the step arrives; what it
+  // creates stays unclaimed (bounded, expiring) until that RunGraph.
+  rendezvous_mgr_.FindForPeer(request->step_id())->RecvLocalAsync(request->rendezvous_key(), std::move(done));
 }
 
 }  // namespace worker

@@ -25,7 +25,9 @@
 // registers nothing.
 //
 // Shutdown (also run by the destructor) fails every live and later step with
-// UNAVAILABLE, rejects new work, and waits for running steps to return.
+// UNAVAILABLE, rejects new work, and waits for running steps to return: their
+// _Recv waits, collectives and remaining iterations are cut short, so it
+// returns promptly whatever the steps were waiting for.
 //
 // Thread-safety: thread-safe.
 #ifndef WEFT_WORKER_WORKER_H_
@@ -40,6 +42,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/thread_pool.h"
 #include "proto/cluster.pb.h"
 #include "proto/worker_service.pb.h"
@@ -78,6 +81,11 @@ struct WorkerOptions {
   // on a compute thread, one call at a time, only when the cluster changed.
   // Empty: the worker checks and records the cluster and nothing else.
   std::function<void(const ClusterDef&)> set_cluster;
+  // Quotas on what callers create here (sessions, graphs, iterations, the
+  // memory a graph declares) and on live steps; see GraphMgr and
+  // RendezvousMgr.
+  GraphMgrLimits limits;
+  RendezvousMgr::Limits rendezvous_limits;
 };
 
 class Worker {
@@ -107,6 +115,13 @@ class Worker {
   // so the master checkpoints its jobs before the task goes.
   void SetDraining() { draining_.store(true); }
   bool draining() const { return draining_.load(); }
+  // When the last GetStatus arrived (the master's heartbeat); InfinitePast
+  // if none has. A draining task stops waiting for a master that does not
+  // poll it.
+  absl::Time last_status_call() const {
+    const int64_t ns = last_status_call_ns_.load(std::memory_order_relaxed);
+    return ns == 0 ? absl::InfinitePast() : absl::FromUnixNanos(ns);
+  }
 
   // Idempotent. Returns once no step is running and none can start.
   // REQUIRES: not called from a callback of this worker (it joins them).
@@ -142,6 +157,7 @@ class Worker {
   CollectiveRuntime* const collectives_;
   const std::function<void(const ClusterDef&)> set_cluster_;
   std::atomic<bool> draining_{false};
+  std::atomic<int64_t> last_status_call_ns_{0};
   std::vector<std::unique_ptr<Device>> devices_;
   std::vector<Device*> device_ptrs_;
   std::unique_ptr<ThreadPool> inter_op_pool_;

@@ -26,9 +26,12 @@ WorkerServer::WorkerServer(const WorkerServerOptions& options)
   w.intra_op_threads = options.intra_op_threads;
   w.inter_op_threads = options.inter_op_threads;
   w.compute_threads = options.compute_threads;
+  w.limits = options.limits;
+  w.rendezvous_limits = options.rendezvous_limits;
   w.puller = puller_.get();
   collectives_ = std::make_unique<collective::WorkerCollectives>(
-      TaskName(options.job, options.task_index), options.cluster, options.collective_timeout, security_);
+      TaskName(options.job, options.task_index), options.cluster, options.collective_timeout, security_,
+      options.max_pending_collective_bytes);
   w.collectives = collectives_.get();
   // The master's cluster, sent with RegisterGraph, replaces the one given
   // here (which may be empty: a task started without its peers' ports).

@@ -84,6 +84,10 @@ struct WorkerServerOptions {
   // A collective (all-reduce) that has not finished by then fails, naming
   // the peer it waits for.
   absl::Duration collective_timeout = absl::Seconds(60);
+  // Quotas (see Worker, GraphMgr, RendezvousMgr and CollectiveMailbox).
+  GraphMgrLimits limits;
+  RendezvousMgr::Limits rendezvous_limits;
+  size_t max_pending_collective_bytes = collective::CollectiveMailbox::kDefaultMaxBufferedBytes;
 };
 
 class WorkerServer {

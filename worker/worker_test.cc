@@ -1,5 +1,6 @@
 #include "worker/worker.h"
 
+#include <limits>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -557,6 +558,133 @@ TEST(WorkerClusterTest, RegisterGraphAppliesItsClusterAndRefusesABadOne) {
   }
   EXPECT_EQ(applied.size(), 2u);
   EXPECT_EQ(w.NumGraphs(), 4);
+}
+
+
+// A worker with small quotas, for the tests of each.
+class QuotaTest : public ::testing::Test {
+ protected:
+  QuotaTest() {
+    WorkerOptions o = Options(0);
+    o.limits.max_sessions = 2;
+    o.limits.max_graphs = 3;
+    o.limits.max_graphs_per_session = 2;
+    o.limits.max_iterations = 5;
+    o.limits.memory_budget = 1 << 20;
+    w_ = std::make_unique<Worker>(o);
+    lw_ = std::make_unique<LocalWorker>(w_.get());
+  }
+  static GraphDef ConstGraph() {
+    Graph g;
+    GraphBuilder b(&g);
+    b.Const(weft::testing::FloatTensor({1}, {7}), "c");
+    EXPECT_TRUE(b.status().ok()) << b.status();
+    return g.ToGraphDef();
+  }
+  absl::StatusOr<std::string> Register(const std::string& session, const GraphDef& graph = ConstGraph()) {
+    RegisterGraphRequest req = MakeRegisterRequest(graph, {}, {"c"});
+    req.set_session_handle(session);
+    RegisterGraphResponse resp;
+    absl::Status s = WaitFor([&](StatusCallback d) { lw_->RegisterGraphAsync(&req, &resp, d); });
+    if (!s.ok()) return s;
+    return resp.graph_handle();
+  }
+  absl::Status Deregister(const std::string& session, const std::string& handle) {
+    DeregisterGraphRequest req;
+    req.set_session_handle(session);
+    req.set_graph_handle(handle);
+    DeregisterGraphResponse resp;
+    return WaitFor([&](StatusCallback d) { lw_->DeregisterGraphAsync(&req, &resp, d); });
+  }
+  absl::Status Run(const std::string& session, const std::string& handle, int iterations) {
+    RunGraphRequest req;
+    req.set_session_handle(session);
+    req.set_graph_handle(handle);
+    req.set_step_id(1);
+    req.set_iterations(iterations);
+    RunGraphResponse resp;
+    return WaitFor([&](StatusCallback d) { lw_->RunGraphAsync(&req, &resp, absl::InfiniteDuration(), d); });
+  }
+  static void ExpectQuota(const absl::Status& s, const std::string& flag) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    EXPECT_NE(std::string(s.message()).find(flag), std::string::npos) << s;
+  }
+  std::unique_ptr<Worker> w_;
+  std::unique_ptr<LocalWorker> lw_;
+};
+
+TEST_F(QuotaTest, GraphsPerSessionSessionsAndGraphsPerTask) {
+  auto a1 = Register("a");
+  auto a2 = Register("a");
+  ASSERT_TRUE(a1.ok() && a2.ok()) << a1.status() << a2.status();
+  ExpectQuota(Register("a").status(), "--max_graphs_per_session");
+  auto b1 = Register("b");
+  ASSERT_TRUE(b1.ok()) << b1.status();
+  ExpectQuota(Register("c").status(), "--max_graphs");  // 3 graphs: the task's quota first
+  ASSERT_TRUE(Deregister("a", *a2).ok());
+  ExpectQuota(Register("c").status(), "--max_sessions");  // a and b are live
+  // The refusals disturbed nothing: the graphs registered before still run,
+  // and a legitimate registration within the quotas still works.
+  EXPECT_TRUE(Run("a", *a1, 1).ok());
+  EXPECT_TRUE(Run("b", *b1, 1).ok());
+  EXPECT_TRUE(Register("b").ok());
+  EXPECT_EQ(w_->NumGraphs(), 3);
+}
+
+TEST_F(QuotaTest, IterationsAboveTheCapAreRefused) {
+  auto h = Register("a");
+  ASSERT_TRUE(h.ok()) << h.status();
+  ExpectQuota(Run("a", *h, 6), "--max_iterations");
+  ExpectQuota(Run("a", *h, std::numeric_limits<int32_t>::max()), "--max_iterations");
+  EXPECT_TRUE(Run("a", *h, 5).ok());
+}
+
+TEST_F(QuotaTest, AGraphDeclaringMoreThanTheMemoryBudgetIsRefusedNamingTheNode) {
+  Graph g;
+  GraphBuilder b(&g);
+  b.Variable("huge", DType::kFloat32, {1024, 1024}, "zeros");  // 4 MiB > the 1 MiB budget
+  b.Const(weft::testing::FloatTensor({1}, {7}), "c");
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  absl::StatusOr<std::string> h = Register("a", g.ToGraphDef());
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), absl::StatusCode::kResourceExhausted) << h.status();
+  EXPECT_NE(std::string(h.status().message()).find("'huge'"), std::string::npos) << h.status();
+  EXPECT_NE(std::string(h.status().message()).find("4194304"), std::string::npos) << h.status();
+  EXPECT_EQ(w_->NumGraphs(), 0);
+  EXPECT_TRUE(w_->VariableNames().empty());
+  EXPECT_TRUE(Register("a").ok());
+}
+
+TEST_F(QuotaTest, ShutdownEndsARunGraphBlockedOnARecv) {
+  Graph g;
+  GraphBuilder b(&g);
+  b.set_device(kTask0Cpu);
+  // A _Recv of a value this task sends nowhere: the step waits for ever.
+  b.Op("_Recv", {},
+       {Attr("tensor_type", DType::kFloat32), Attr("tensor_name", std::string("never")),
+        Attr("send_device", std::string(kTask0Cpu)), Attr("send_device_incarnation", int64_t{0}),
+        Attr("recv_device", std::string(kTask0Cpu)), Attr("client_terminated", false),
+        Attr("shape", TensorShape({1}))},
+       "c");
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  auto h = Register("a", g.ToGraphDef());
+  ASSERT_TRUE(h.ok()) << h.status();
+  RunGraphRequest req;
+  req.set_session_handle("a");
+  req.set_graph_handle(*h);
+  req.set_step_id(1);
+  RunGraphResponse resp;
+  absl::Notification done;
+  absl::Status status;
+  lw_->RunGraphAsync(&req, &resp, absl::InfiniteDuration(), [&](const absl::Status& s) {
+    status = s;
+    done.Notify();
+  });
+  ASSERT_TRUE(WaitUntil(kWaitTimeout, "the step to start", [&] { return w_->rendezvous_mgr()->NumSteps() == 1; }));
+  EXPECT_FALSE(done.HasBeenNotified());
+  w_->Shutdown();
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(kWaitTimeout)) << "RunGraph never returned after Shutdown";
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
 }
 
 }  // namespace

@@ -3,11 +3,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "graph/attr.h"
 #include "graph/gradients.h"
 #include "graph/op_registry.h"
 #include "graph/ops/ops.h"
+#include "graph/ops/shape_util.h"
 
 namespace weft {
 namespace {
@@ -15,23 +17,18 @@ namespace {
 std::string DimsString(const std::vector<int64_t>& dims) { return absl::StrCat("[", absl::StrJoin(dims, ","), "]"); }
 
 absl::Status ReshapeShape(InferenceContext* c) {
-  ASSIGN_OR_RETURN(std::vector<int64_t> dims, GetIntListAttr(c->node, "shape"));
-  int unknown = -1;
-  int64_t known = 1;
-  for (int i = 0; i < static_cast<int>(dims.size()); ++i) {
-    if (dims[i] == -1) {
-      if (unknown >= 0) return c->Error(absl::StrCat("target shape ", DimsString(dims), " has more than one -1"));
-      unknown = i;
-    } else if (dims[i] < 0) {
-      return c->Error(absl::StrCat("target shape ", DimsString(dims), " has a negative dimension"));
-    } else {
-      known *= dims[i];
-    }
-  }
+  ASSIGN_OR_RETURN(std::vector<int64_t> attr, GetIntListAttr(c->node, "shape"));
+  absl::StatusOr<shape_util::ReshapeTarget> target = shape_util::ParseReshapeTarget(std::move(attr));
+  if (!target.ok()) return c->Error(target.status().message());
+  const std::vector<int64_t>& dims = target->dims;
+  const int unknown = target->unknown;
+  const int64_t known = target->known;
   const TensorShape& x = c->input_shapes[0];
   TensorShape out(dims);
   if (x.IsFullyDefined()) {
-    const int64_t n = x.num_elements();
+    absl::StatusOr<int64_t> n_or = CheckedNumElements(x.dims(), "input");
+    if (!n_or.ok()) return c->Error(n_or.status().message());
+    const int64_t n = *n_or;
     if (unknown >= 0) {
       if (known == 0 || n % known != 0) {
         return c->Error(absl::StrCat("cannot reshape ", x.DebugString(), " (", n, " elements) to ", DimsString(dims)));
@@ -44,7 +41,11 @@ absl::Status ReshapeShape(InferenceContext* c) {
   } else if (unknown < 0) {
     // Some input dims are unknown: the known ones must still divide the target's size.
     int64_t x_known = 1;
-    for (int64_t d : x.dims()) x_known *= d < 0 ? 1 : d;
+    for (int64_t d : x.dims()) {
+      if (d >= 0 && !CheckedMul(x_known, d, &x_known)) {
+        return c->Error(absl::StrCat("input ", x.DebugString(), ": its known dims overflow 64 bits"));
+      }
+    }
     if (x_known != 0 && known % x_known != 0) {
       return c->Error(absl::StrCat("cannot reshape ", x.DebugString(), " to ", DimsString(dims), ": ", known,
                                    " elements is not a multiple of ", x_known));
@@ -63,6 +64,13 @@ absl::Status ReshapeGrad(GradContext* c) {
 absl::Status ReshapeLikeShape(InferenceContext* c) {
   const TensorShape& x = c->input_shapes[0];
   const TensorShape& like = c->input_shapes[1];
+  for (const TensorShape* s : {&x, &like}) {
+    // num_elements() is -1 past 64 bits, so the comparison below cannot be
+    // fooled by a wrapped count; say so rather than print -1.
+    if (s->IsFullyDefined() && s->num_elements() < 0) {
+      return c->Error(absl::StrCat(s == &x ? "x " : "like ", s->DebugString(), ": the number of elements overflows 64 bits"));
+    }
+  }
   if (x.IsFullyDefined() && like.IsFullyDefined() && x.num_elements() != like.num_elements()) {
     return c->Error(absl::StrCat("cannot reshape ", x.DebugString(), " (", x.num_elements(), " elements) like ",
                                  like.DebugString(), " (", like.num_elements(), " elements)"));

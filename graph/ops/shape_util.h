@@ -5,11 +5,14 @@
 #define WEFT_GRAPH_OPS_SHAPE_UTIL_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "common/checked_math.h"
 #include "graph/op_registry.h"
 
 namespace weft {
@@ -57,6 +60,33 @@ inline absl::StatusOr<TensorShape> MergeInputs(InferenceContext* c, int i, int j
                                  c->input_shapes[j].DebugString(), " must have the same shape"));
   }
   return merged;
+}
+
+// Reshape's attr `shape`: dims >= 0 and at most one -1 (the dim inferred from
+// the input's size). `known` is the product of the other dims, checked for
+// overflow; `unknown` the -1's index or -1. Shared by the shape function and
+// the kernel.
+struct ReshapeTarget {
+  std::vector<int64_t> dims;
+  int unknown = -1;
+  int64_t known = 1;
+};
+inline absl::StatusOr<ReshapeTarget> ParseReshapeTarget(std::vector<int64_t> dims) {
+  ReshapeTarget t;
+  t.dims = std::move(dims);
+  const std::string where = absl::StrCat("attribute 'shape' [", absl::StrJoin(t.dims, ","), "]");
+  for (int i = 0; i < static_cast<int>(t.dims.size()); ++i) {
+    if (t.dims[i] == -1) {
+      if (t.unknown >= 0) return absl::InvalidArgumentError(absl::StrCat(where, " has more than one -1"));
+      t.unknown = i;
+    } else if (t.dims[i] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " has a negative dimension at index ", i));
+    } else if (!CheckedMul(t.known, t.dims[i], &t.known)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": the number of elements overflows 64 bits at dimension ", i));
+    }
+  }
+  return t;
 }
 
 }  // namespace shape_util

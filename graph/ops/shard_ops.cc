@@ -7,6 +7,7 @@
 //                                      (attrs begin, size).
 // No gradients: the rewrite runs after autodiff.
 #include "absl/strings/str_cat.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "graph/attr.h"
 #include "graph/op_registry.h"
@@ -25,7 +26,11 @@ absl::Status ConcatRowsShape(InferenceContext* c) {
     for (int d = 1; d < s.rank(); ++d) {
       if (s.dim(d) != first.dim(d)) return c->Error(absl::StrCat("shard ", i, " differs in dim ", d));
     }
-    rows = (rows < 0 || s.dim(0) < 0) ? -1 : rows + s.dim(0);
+    if (rows < 0 || s.dim(0) < 0) {
+      rows = -1;
+    } else if (!CheckedAdd(rows, s.dim(0), &rows)) {
+      return c->Error(absl::StrCat("the shards' rows overflow 64 bits at shard ", i, " (", s.dim(0), " rows)"));
+    }
   }
   std::vector<int64_t> dims(first.dims().begin(), first.dims().end());
   dims[0] = rows;
@@ -39,8 +44,13 @@ absl::Status SliceRowsShape(InferenceContext* c) {
   ASSIGN_OR_RETURN(int64_t size, GetIntAttr(c->node, "size"));
   const TensorShape& x = c->input_shapes[0];
   if (x.rank() < 1) return c->Error("input must have rank >= 1");
-  if (begin < 0 || size < 0 || (x.dim(0) >= 0 && begin + size > x.dim(0))) {
-    return c->Error(absl::StrCat("rows [", begin, ", ", begin + size, ") are outside ", x.DebugString()));
+  int64_t end;
+  if (begin < 0 || size < 0 || !CheckedAdd(begin, size, &end)) {
+    return c->Error(absl::StrCat("attributes begin ", begin, " and size ", size,
+                                 " must be >= 0 with begin + size within 64 bits"));
+  }
+  if (x.dim(0) >= 0 && end > x.dim(0)) {
+    return c->Error(absl::StrCat("rows [", begin, ", ", end, ") (attributes begin, size) are outside ", x.DebugString()));
   }
   std::vector<int64_t> dims(x.dims().begin(), x.dims().end());
   dims[0] = size;

@@ -5,6 +5,7 @@
 #include "graph/attr.h"
 #include "graph/gradients.h"
 #include "graph/op_registry.h"
+#include "graph/ops/variable_shapes.h"
 
 namespace weft {
 namespace {
@@ -24,10 +25,8 @@ absl::Status ConstShape(InferenceContext* c) {
 
 absl::Status VariableShape(InferenceContext* c) {
   ASSIGN_OR_RETURN(c->output_types[0], GetTypeAttr(c->node, "dtype"));
-  ASSIGN_OR_RETURN(c->output_shapes[0], GetShapeAttr(c->node, "shape"));
-  if (!c->output_shapes[0].IsFullyDefined()) {
-    return c->Error(absl::StrCat("variable shape ", c->output_shapes[0].DebugString(), " must be fully defined"));
-  }
+  ASSIGN_OR_RETURN(VariableShapes shapes, GetVariableShapes(c->node));
+  c->output_shapes[0] = shapes.shape;
   ASSIGN_OR_RETURN(std::string init, GetStringAttrOr(c->node, "initializer", "zeros"));
   if (init != "zeros" && init != "ones" && init != "constant" && init != "glorot_uniform" && init != "he_normal") {
     return c->Error(absl::StrCat("unknown initializer '", init,
@@ -51,7 +50,8 @@ WEFT_REGISTER_OP(OpDef{.name = "Const", .num_inputs = 0, .num_outputs = 1, .shap
 // Outputs the variable's value, sharing its buffer; update ops write through it.
 // Attrs: dtype, shape, initializer, seed, init_value; optional shared_name
 // (the variable's name in its task, default the node's) and init_name (the
-// name its random initial values are drawn for, default shared_name).
+// name its random initial values are drawn for, default shared_name); for a
+// row shard, init_shape and row_offset (graph/ops/variable_shapes.h).
 WEFT_REGISTER_OP(
     OpDef{.name = "Variable", .num_inputs = 0, .num_outputs = 1, .stateful = true, .shape_fn = VariableShape});
 WEFT_REGISTER_OP(OpDef{

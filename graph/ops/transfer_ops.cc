@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "graph/attr.h"
 #include "graph/op_registry.h"
@@ -28,8 +29,15 @@ absl::Status PackShape(InferenceContext* c) {
       return c->Error(absl::StrCat("input ", i, " is ", DTypeName(c->input_types[i]), ", input 0 is ",
                                    DTypeName(c->input_types[0]), ": packed inputs share one dtype"));
     }
-    const int64_t n = c->input_shapes[i].num_elements();
-    total = (total < 0 || n < 0) ? -1 : total + n;
+    const TensorShape& shape = c->input_shapes[i];
+    if (!shape.IsFullyDefined() || total < 0) {
+      total = -1;
+      continue;
+    }
+    const int64_t n = shape.num_elements();  // -1 past 64 bits, never wrapped
+    if (n < 0 || !CheckedAdd(total, n, &total)) {
+      return c->Error(absl::StrCat("input ", i, " ", shape.DebugString(), ": the packed size overflows 64 bits"));
+    }
   }
   c->output_types[0] = c->input_types[0];
   c->output_shapes[0] = TensorShape{total};
@@ -49,7 +57,11 @@ absl::Status UnpackShape(InferenceContext* c) {
   const TensorShape& in = c->input_shapes[0];
   if (in.rank() != 1) return c->Error(absl::StrCat("input must be 1-D, got ", in.DebugString()));
   int64_t total = 0;
-  for (const TensorShape& s : shapes) total += s.num_elements();
+  for (const TensorShape& s : shapes) {
+    // Each is at most 2^40 elements (UnpackedShapes), but their count is a
+    // graph's to choose.
+    if (!CheckedAdd(total, s.num_elements(), &total)) return c->Error("the outputs' sizes overflow 64 bits");
+  }
   if (in.dim(0) >= 0 && in.dim(0) != total) {
     return c->Error(absl::StrCat("input has ", in.dim(0), " elements, the outputs ", total));
   }

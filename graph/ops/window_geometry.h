@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "graph/attr.h"
 
@@ -49,8 +50,15 @@ inline absl::StatusOr<WindowDim> ComputeWindow(int64_t in, int64_t k, int64_t st
     w.out = (in - k) / stride + 1;
     return w;
   }
-  w.out = (in + stride - 1) / stride;
-  const int64_t pad_total = std::max<int64_t>((w.out - 1) * stride + k - in, 0);
+  // ceil(in / stride) without in + stride - 1, which can overflow; then
+  // (out - 1) * stride < in, so only adding k can.
+  w.out = in / stride + (in % stride != 0 ? 1 : 0);
+  int64_t span;
+  if (!CheckedAdd(w.out > 0 ? (w.out - 1) * stride : int64_t{0}, k, &span)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dim_name, " ", in, ": the window size ", k, " overflows 64 bits with SAME padding"));
+  }
+  const int64_t pad_total = std::max<int64_t>(span - in, 0);
   w.pad_before = pad_total / 2;
   w.pad_after = pad_total - w.pad_before;
   return w;

@@ -123,6 +123,9 @@ class BatchIterator::Producer {
   }
 
   bool finished() const { return finished_; }
+  // Not OK once a batch could not be allocated; Produce then returned
+  // nullopt and finished() is true.
+  const absl::Status& status() const { return status_; }
 
   // The next batch, or nullopt at the end of an epoch.
   // REQUIRES: !finished().
@@ -138,8 +141,18 @@ class BatchIterator::Producer {
     const int64_t elems = ds_->example_elems();
     batch_shape_.set_dim(0, take);
     Batch batch;
-    batch.features = Tensor(DType::kFloat32, batch_shape_, allocator_);
-    batch.labels = Tensor(DType::kInt32, TensorShape{take}, allocator_);
+    // Through Allocate: a batch of a large dataset can exceed what the
+    // allocator has, and that must fail the iterator, not the process.
+    absl::StatusOr<Tensor> features_or = Tensor::Allocate(DType::kFloat32, batch_shape_, allocator_);
+    absl::StatusOr<Tensor> labels_or = Tensor::Allocate(DType::kInt32, TensorShape{take}, allocator_);
+    if (!features_or.ok() || !labels_or.ok()) {
+      status_ = Annotate(features_or.ok() ? labels_or.status() : features_or.status(),
+                         absl::StrCat("batch of ", take, " examples"));
+      finished_ = true;
+      return std::nullopt;
+    }
+    batch.features = *std::move(features_or);
+    batch.labels = *std::move(labels_or);
     batch.epoch = epoch_;
     float* features = batch.features.data<float>();
     int32_t* labels = batch.labels.data<int32_t>();
@@ -166,6 +179,7 @@ class BatchIterator::Producer {
     epoch_started_ = true;
   }
 
+  absl::Status status_;
   const InMemoryDataset* const ds_;
   const BatchOptions options_;
   Allocator* const allocator_;
@@ -257,6 +271,9 @@ absl::StatusOr<std::optional<Batch>> BatchIterator::Next() {
     item = std::move(queue_.front());
     queue_.pop_front();
   }
+  // The producer's error is written before its nullopt is queued (under mu_)
+  // or returned here, so reading it now sees it.
+  if (!item.has_value() && !producer_->status().ok()) return producer_->status();
   if (!item.has_value()) ++epoch_;
   return item;
 }

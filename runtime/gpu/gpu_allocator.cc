@@ -3,6 +3,7 @@
 #include <new>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
 
 namespace weft {
@@ -21,6 +22,16 @@ GpuAllocator::~GpuAllocator() {
 }
 
 Buffer* GpuAllocator::Allocate(size_t bytes) {
+  absl::StatusOr<Buffer*> b = TryAllocate(bytes);
+  if (!b.ok()) throw AllocationFailure(b.status());
+  return *b;
+}
+
+absl::StatusOr<Buffer*> GpuAllocator::TryAllocate(size_t bytes) {
+  if (bytes > kMaxRequestBytes) {
+    // SizeClass would overflow rounding it up; no device holds this much.
+    return absl::ResourceExhaustedError(absl::StrCat("GPU:", ordinal_, ": ", bytes, " bytes is more than any device has"));
+  }
   const size_t cls = CachingAllocator::SizeClass(bytes);
   absl::MutexLock lock(&mu_);
   if (!pending_.empty()) PollPendingLocked();
@@ -53,7 +64,9 @@ Buffer* GpuAllocator::Allocate(size_t bytes) {
   if (previous >= 0 && previous != ordinal_) cudaSetDevice(previous);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    throw std::bad_alloc();
+    return absl::ResourceExhaustedError(absl::StrCat("GPU:", ordinal_, ": cudaMalloc of ", cls, " bytes failed (",
+                                                     cudaGetErrorString(e), "); ", stats_.bytes_in_use,
+                                                     " bytes in use"));
   }
   ++stats_.system_allocs;
   stats_.bytes_in_use += static_cast<int64_t>(cls);
@@ -184,6 +197,15 @@ PinnedAllocator::~PinnedAllocator() {
 }
 
 Buffer* PinnedAllocator::Allocate(size_t bytes) {
+  absl::StatusOr<Buffer*> b = TryAllocate(bytes);
+  if (!b.ok()) throw AllocationFailure(b.status());
+  return *b;
+}
+
+absl::StatusOr<Buffer*> PinnedAllocator::TryAllocate(size_t bytes) {
+  if (bytes > kMaxRequestBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("pinned host memory: ", bytes, " bytes is more than any host has"));
+  }
   const size_t cls = CachingAllocator::SizeClass(bytes);
   {
     absl::MutexLock lock(&mu_);
@@ -201,9 +223,11 @@ Buffer* PinnedAllocator::Allocate(size_t bytes) {
   }
   void* ptr = nullptr;
   // Portable: usable by every GPU of the process, not only the current one.
-  if (cudaHostAlloc(&ptr, cls, cudaHostAllocPortable) != cudaSuccess) {
+  const cudaError_t e = cudaHostAlloc(&ptr, cls, cudaHostAllocPortable);
+  if (e != cudaSuccess) {
     cudaGetLastError();
-    throw std::bad_alloc();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("pinned host memory: cudaHostAlloc of ", cls, " bytes failed (", cudaGetErrorString(e), ")"));
   }
   absl::MutexLock lock(&mu_);
   ++stats_.system_allocs;

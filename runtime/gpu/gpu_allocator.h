@@ -15,8 +15,11 @@
 // completed (checked without blocking on each Allocate).
 //
 // Out of device memory: the cache is freed (after a device sync) and the
-// allocation retried once; then Allocate throws std::bad_alloc, which
-// Tensor::Allocate reports as RESOURCE_EXHAUSTED.
+// allocation retried once; then TryAllocate returns RESOURCE_EXHAUSTED
+// naming the GPU, the bytes and CUDA's error. Allocate, the Allocator
+// interface (whose contract is operator new's), throws that Status inside an
+// AllocationFailure, a std::bad_alloc whose what() is the message, so
+// Tensor::Allocate's RESOURCE_EXHAUSTED carries it.
 //
 // PinnedAllocator caches page-locked host blocks (cudaHostAlloc) the same
 // way, without stream tracking: host code using a pinned block waits for
@@ -29,16 +32,38 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <new>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/allocator.h"
 
 namespace weft {
 namespace gpu {
+
+// What Allocate throws when TryAllocate fails: a std::bad_alloc (so that
+// code catching operator new's failure catches it) carrying the Status.
+class AllocationFailure : public std::bad_alloc {
+ public:
+  explicit AllocationFailure(absl::Status status)
+      : status_(std::move(status)), message_(status_.ToString()) {}
+  const char* what() const noexcept override { return message_.c_str(); }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  absl::Status status_;
+  std::string message_;
+};
+
+// Larger requests fail at once: the size-class rounding could not hold them.
+inline constexpr size_t kMaxRequestBytes = size_t{1} << 52;
 
 class GpuAllocator final : public Allocator {
  public:
@@ -47,6 +72,10 @@ class GpuAllocator final : public Allocator {
   ~GpuAllocator() override;  // REQUIRES: no live buffers; frees the cache
 
   Buffer* Allocate(size_t bytes) override;
+  // Allocate without the exception: RESOURCE_EXHAUSTED naming the GPU, the
+  // bytes and CUDA's error when device memory runs out (after one retry with
+  // the cache freed).
+  absl::StatusOr<Buffer*> TryAllocate(size_t bytes);
   Stats GetStats() const override;
   bool on_host() const override { return false; }
 
@@ -90,6 +119,8 @@ class PinnedAllocator final : public Allocator {
   ~PinnedAllocator() override;  // REQUIRES: no live buffers; frees the cache
 
   Buffer* Allocate(size_t bytes) override;
+  // Allocate without the exception: RESOURCE_EXHAUSTED when cudaHostAlloc fails.
+  absl::StatusOr<Buffer*> TryAllocate(size_t bytes);
   Stats GetStats() const override;
 
  protected:

@@ -6,6 +6,14 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/tensor_proto_coding.h"
+#include "graph/graph.h"
+#include "runtime/executor.h"
 
 namespace weft {
 namespace testing {
@@ -60,6 +68,30 @@ double MaxAbsDiff(const Tensor& a, const Tensor& b) {
     if (!(d <= m)) m = std::isnan(d) ? std::numeric_limits<double>::infinity() : d;
   }
   return m;
+}
+
+absl::StatusOr<std::vector<Tensor>> RunKernelSkippingInference(NodeDef def, const std::vector<Tensor>& inputs,
+                                                               const std::vector<DType>& output_types,
+                                                               Device* device) {
+  Graph g;
+  std::vector<std::pair<std::string, Tensor>> feeds;
+  def.clear_input();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    NodeDef in;
+    in.set_name(absl::StrCat(def.name(), "_in", i));
+    in.set_op("Placeholder");
+    (*in.mutable_attr())["dtype"].set_type(DTypeToProto(inputs[i].dtype()));
+    ShapeToProto(inputs[i].shape(), (*in.mutable_attr())["shape"].mutable_shape());
+    def.add_input(in.name());
+    feeds.emplace_back(in.name(), inputs[i]);
+    RETURN_IF_ERROR(g.AddNode(std::move(in)).status());
+  }
+  ASSIGN_OR_RETURN(Node * node, g.AddNodeSkippingInference(std::move(def), output_types));
+  std::vector<std::string> fetches;
+  for (int k = 0; k < node->num_outputs(); ++k) fetches.push_back(absl::StrCat(node->name(), ":", k));
+  std::vector<std::string> targets;
+  if (fetches.empty()) targets.push_back(node->name());
+  return RunGraphOnce(g, device, feeds, fetches, targets);
 }
 
 }  // namespace testing

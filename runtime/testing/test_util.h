@@ -6,7 +6,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "common/tensor.h"
+#include "proto/graph.pb.h"
+#include "runtime/device.h"
 
 namespace weft {
 namespace testing {
@@ -23,6 +26,15 @@ Tensor FloatTensor(const TensorShape& shape, const std::vector<float>& values);
 Tensor IntTensor(const TensorShape& shape, const std::vector<int32_t>& values);
 // max |a - b| over float32 tensors; infinity when the shapes differ.
 double MaxAbsDiff(const Tensor& a, const Tensor& b);
+
+// Runs the kernel of `def` once on `device` with `inputs`, without its op's
+// shape function (Graph::AddNodeSkippingInference): what a kernel sees from
+// a graph whose inference never ran. Each input is fed through a Placeholder
+// named "<def.name>_in<i>"; def's own inputs are replaced. Returns the
+// outputs, whose dtypes are `output_types`, or the step's error.
+absl::StatusOr<std::vector<Tensor>> RunKernelSkippingInference(NodeDef def, const std::vector<Tensor>& inputs,
+                                                               const std::vector<DType>& output_types,
+                                                               Device* device);
 
 }  // namespace testing
 }  // namespace weft

@@ -21,21 +21,31 @@ const absl::Status* CollectiveMailbox::AbortedLocked(const ChunkKey& key) const 
   return nullptr;
 }
 
-void CollectiveMailbox::Deliver(const ChunkKey& key, ReceivedChunk chunk, const std::string& sender) {
+absl::Status CollectiveMailbox::Deliver(const ChunkKey& key, ReceivedChunk chunk, const std::string& sender) {
   RecvCallback waiter;
   {
     absl::MutexLock lock(&mu_);
-    if (AbortedLocked(key) != nullptr) return;  // `chunk` is released outside the lock
-    auto [it, inserted] = entries_.try_emplace(SlotOfLocked(key, sender));
-    if (inserted) {
-      it->second.chunk.emplace(std::move(chunk));
-      return;
+    if (AbortedLocked(key) != nullptr) return absl::OkStatus();  // `chunk` is released outside the lock
+    const Slot slot = SlotOfLocked(key, sender);
+    auto it = entries_.find(slot);
+    if (it == entries_.end()) {
+      const size_t bytes = chunk.size();
+      if (bytes > max_buffered_bytes_ || buffered_bytes_ > max_buffered_bytes_ - bytes) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "collective chunk of ", bytes, " bytes (group ", key.group_key, ", instance ", key.instance_key,
+            ", step ", key.step_id, ") arrived before its receive while ", buffered_bytes_,
+            " bytes already wait; the quota (--max_pending_collective_bytes) is ", max_buffered_bytes_));
+      }
+      buffered_bytes_ += bytes;
+      entries_.emplace(slot, Entry{std::move(chunk), nullptr});
+      return absl::OkStatus();
     }
-    if (!it->second.waiter) return;  // a duplicate
+    if (!it->second.waiter) return absl::OkStatus();  // a duplicate
     waiter = std::move(it->second.waiter);
     entries_.erase(it);
   }
   waiter(absl::OkStatus(), std::move(chunk));
+  return absl::OkStatus();
 }
 
 void CollectiveMailbox::RecvAsync(const ChunkKey& key, RecvCallback done, const std::string& expected_sender) {
@@ -52,6 +62,7 @@ void CollectiveMailbox::RecvAsync(const ChunkKey& key, RecvCallback done, const 
         return;
       }
       chunk = std::move(*it->second.chunk);
+      buffered_bytes_ -= chunk.size();
       entries_.erase(it);
     }
   }
@@ -66,6 +77,7 @@ void CollectiveMailbox::TakeEntriesLocked(Pred pred, std::vector<RecvCallback>* 
       continue;
     }
     if (it->second.waiter) waiters->push_back(std::move(it->second.waiter));
+    if (it->second.chunk.has_value()) buffered_bytes_ -= it->second.chunk->size();
     entries_.erase(it++);
   }
 }
@@ -126,6 +138,11 @@ void CollectiveMailbox::CleanupStep(int64_t step_id) {
     TakeEntriesLocked([&](const ChunkKey& k) { return k.step_id == step_id; }, &waiters);
   }
   FailAll(waiters, absl::AbortedError(absl::StrCat("step ", step_id, " was cleaned up while a collective waited")));
+}
+
+size_t CollectiveMailbox::BufferedBytes() const {
+  absl::MutexLock lock(&mu_);
+  return buffered_bytes_;
 }
 
 size_t CollectiveMailbox::NumEntries() const {

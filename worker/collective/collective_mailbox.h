@@ -21,6 +21,13 @@
 // take a real one's place nor be summed. Without, senders are ignored
 // (insecure clusters, in-process tests).
 //
+// Bound: chunks that arrive before their receive (unsolicited) are held in
+// memory, so at most `max_buffered_bytes` of them are; Deliver refuses one
+// beyond that with RESOURCE_EXHAUSTED (the transport ends the sender's
+// stream with it, failing that collective on the sender) and keeps nothing.
+// A chunk whose receive already waits is always accepted: it is handed over
+// at once, never buffered.
+//
 // Thread-safety: thread-safe. Callbacks run outside the lock, on the thread
 // that called Deliver, RecvAsync or an Abort*.
 #ifndef WEFT_WORKER_COLLECTIVE_COLLECTIVE_MAILBOX_H_
@@ -42,14 +49,20 @@ namespace collective {
 
 class CollectiveMailbox {
  public:
-  explicit CollectiveMailbox(bool check_senders = false) : check_senders_(check_senders) {}
+  static constexpr size_t kDefaultMaxBufferedBytes = size_t{512} << 20;
+
+  explicit CollectiveMailbox(bool check_senders = false, size_t max_buffered_bytes = kDefaultMaxBufferedBytes)
+      : check_senders_(check_senders), max_buffered_bytes_(max_buffered_bytes) {}
   CollectiveMailbox(const CollectiveMailbox&) = delete;
   CollectiveMailbox& operator=(const CollectiveMailbox&) = delete;
 
   // A chunk arrived. A second chunk under the same key replaces nothing: it
   // is dropped as a duplicate (it can only come from a misbehaving peer).
   // `sender`: the sending task as the transport authenticated it.
-  void Deliver(const ChunkKey& key, ReceivedChunk chunk, const std::string& sender = "");
+  // RESOURCE_EXHAUSTED, naming the quota and its flag, when it would have to
+  // be buffered beyond max_buffered_bytes; OK otherwise (also for a chunk
+  // dropped as a duplicate or for an aborted collective).
+  absl::Status Deliver(const ChunkKey& key, ReceivedChunk chunk, const std::string& sender = "");
   // Calls `done` with the chunk under `key` from `expected_sender` once it
   // is here. REQUIRES: at most one RecvAsync per key.
   void RecvAsync(const ChunkKey& key, RecvCallback done, const std::string& expected_sender = "");
@@ -67,6 +80,8 @@ class CollectiveMailbox {
   // Buffered chunks plus waiting receives plus remembered aborts (for tests:
   // zero once every step is finished and cleaned up).
   size_t NumEntries() const;
+  // Bytes of chunks buffered for receives not yet made.
+  size_t BufferedBytes() const;
 
  private:
   using CollectiveId = std::tuple<int64_t, int64_t, int64_t>;  // group, instance, step
@@ -106,8 +121,10 @@ class CollectiveMailbox {
   void TakeEntriesLocked(Pred pred, std::vector<RecvCallback>* waiters) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const bool check_senders_;
+  const size_t max_buffered_bytes_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Slot, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  size_t buffered_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // sum of entries_' chunk sizes
   // The cluster's tasks, a handful: never pruned.
   absl::flat_hash_map<std::string, int32_t> sender_ids_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<CollectiveId, absl::Status> aborted_collectives_ ABSL_GUARDED_BY(mu_);

@@ -24,7 +24,7 @@ TEST(CollectiveMailboxTest, AForgedChunkNeverTakesTheExpectedSendersPlace) {
   const std::string real = "/job:worker/task:1", forger = "/job:worker/task:2";
   // Forged first, under the very key the collective waits on: it is kept
   // apart and the receive still waits for the real sender.
-  mailbox.Deliver(Key(1, 0), Chunk("forged"), forger);
+  EXPECT_TRUE(mailbox.Deliver(Key(1, 0), Chunk("forged"), forger).ok());
   std::string got;
   mailbox.RecvAsync(
       Key(1, 0),
@@ -34,17 +34,17 @@ TEST(CollectiveMailboxTest, AForgedChunkNeverTakesTheExpectedSendersPlace) {
       },
       real);
   EXPECT_EQ(got, "");
-  mailbox.Deliver(Key(1, 0), Chunk("real"), real);
+  EXPECT_TRUE(mailbox.Deliver(Key(1, 0), Chunk("real"), real).ok());
   EXPECT_EQ(got, "real");
   // A forged chunk after the real one: dropped at the step's cleanup.
-  mailbox.Deliver(Key(1, 1), Chunk("forged again"), forger);
+  EXPECT_TRUE(mailbox.Deliver(Key(1, 1), Chunk("forged again"), forger).ok());
   mailbox.CleanupStep(1);
   EXPECT_EQ(mailbox.NumEntries(), 0u);
 }
 
 TEST(CollectiveMailboxTest, WithoutSenderChecksSendersAreIgnored) {
   CollectiveMailbox mailbox;  // insecure clusters: no identities to compare
-  mailbox.Deliver(Key(1, 0), Chunk("x"), "");
+  EXPECT_TRUE(mailbox.Deliver(Key(1, 0), Chunk("x"), "").ok());
   bool got = false;
   mailbox.RecvAsync(Key(1, 0), [&](const absl::Status& s, ReceivedChunk) { got = s.ok(); }, "/job:worker/task:1");
   EXPECT_TRUE(got);
@@ -52,7 +52,7 @@ TEST(CollectiveMailboxTest, WithoutSenderChecksSendersAreIgnored) {
 
 TEST(CollectiveMailboxTest, DeliverThenReceiveAndReceiveThenDeliver) {
   CollectiveMailbox mailbox;
-  mailbox.Deliver(Key(1, 0), Chunk("early"));
+  EXPECT_TRUE(mailbox.Deliver(Key(1, 0), Chunk("early")).ok());
   std::string got;
   mailbox.RecvAsync(Key(1, 0), [&](const absl::Status& s, ReceivedChunk c) {
     ASSERT_TRUE(s.ok()) << s;
@@ -64,7 +64,7 @@ TEST(CollectiveMailboxTest, DeliverThenReceiveAndReceiveThenDeliver) {
     got = std::string(c.pieces[0]);
   });
   EXPECT_EQ(mailbox.NumEntries(), 1u);
-  mailbox.Deliver(Key(1, 1), Chunk("late"));
+  EXPECT_TRUE(mailbox.Deliver(Key(1, 1), Chunk("late")).ok());
   EXPECT_EQ(got, "late");
   EXPECT_EQ(mailbox.NumEntries(), 0u);
 }
@@ -73,13 +73,13 @@ TEST(CollectiveMailboxTest, AbortStepWakesWaitersDropsChunksUntilCleanup) {
   CollectiveMailbox mailbox;
   absl::Status woken;
   mailbox.RecvAsync(Key(5, 0), [&](const absl::Status& s, ReceivedChunk) { woken = s; });
-  mailbox.Deliver(Key(5, 1), Chunk("x"));
-  mailbox.Deliver(Key(6, 0), Chunk("other step"));
+  EXPECT_TRUE(mailbox.Deliver(Key(5, 1), Chunk("x")).ok());
+  EXPECT_TRUE(mailbox.Deliver(Key(6, 0), Chunk("other step")).ok());
   mailbox.AbortStep(5, absl::AbortedError("step 5 failed on task 3"));
   EXPECT_EQ(woken.code(), absl::StatusCode::kAborted);
   EXPECT_EQ(woken.message(), "step 5 failed on task 3");
 
-  mailbox.Deliver(Key(5, 2), Chunk("late arrival"));  // dropped
+  EXPECT_TRUE(mailbox.Deliver(Key(5, 2), Chunk("late arrival")).ok());  // dropped
   absl::Status later;
   mailbox.RecvAsync(Key(5, 3), [&](const absl::Status& s, ReceivedChunk) { later = s; });
   EXPECT_EQ(later.code(), absl::StatusCode::kAborted);
@@ -106,7 +106,7 @@ TEST(CollectiveMailboxTest, AbortCollectiveLeavesOtherCollectivesAlone) {
   mailbox.AbortCollective(ChunkKey{1, 2, 9, 5, 5, 5}, absl::DeadlineExceededError("late"));
   EXPECT_EQ(a.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_FALSE(b_called);
-  mailbox.Deliver(ChunkKey{1, 3, 9, 0, 0, 0}, Chunk("y"));
+  EXPECT_TRUE(mailbox.Deliver(ChunkKey{1, 3, 9, 0, 0, 0}, Chunk("y")).ok());
   EXPECT_TRUE(b_called);
   EXPECT_TRUE(b.ok());
   mailbox.CleanupStep(9);
@@ -122,8 +122,41 @@ TEST(CollectiveMailboxTest, AbortCoversEverythingUntilReset) {
   mailbox.RecvAsync(Key(2, 0), [&](const absl::Status& s, ReceivedChunk) { s2 = s; });
   EXPECT_EQ(s2.code(), absl::StatusCode::kCancelled);
   mailbox.Reset();
-  mailbox.Deliver(Key(3, 0), Chunk("z"));
+  EXPECT_TRUE(mailbox.Deliver(Key(3, 0), Chunk("z")).ok());
   EXPECT_EQ(mailbox.NumEntries(), 1u);
+}
+
+
+TEST(CollectiveMailboxTest, UnsolicitedChunksBeyondTheQuotaAreRefused) {
+  CollectiveMailbox mailbox(/*check_senders=*/false, /*max_buffered_bytes=*/10);
+  EXPECT_TRUE(mailbox.Deliver(Key(1, 0, 0), Chunk("123456")).ok());
+  EXPECT_EQ(mailbox.BufferedBytes(), 6u);
+  absl::Status refused = mailbox.Deliver(Key(1, 0, 1), Chunk("12345"));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_NE(std::string(refused.message()).find("--max_pending_collective_bytes"), std::string::npos) << refused;
+  EXPECT_EQ(mailbox.BufferedBytes(), 6u);  // nothing of the refused chunk kept
+  EXPECT_EQ(mailbox.NumEntries(), 1u);
+  // A chunk larger than the whole quota is refused even into an empty mailbox.
+  CollectiveMailbox small(false, 4);
+  EXPECT_EQ(small.Deliver(Key(1, 0), Chunk("12345")).code(), absl::StatusCode::kResourceExhausted);
+
+  // A chunk whose receive waits is never buffered, so never refused.
+  std::string got;
+  mailbox.RecvAsync(Key(1, 0, 2), [&](const absl::Status& s, ReceivedChunk c) {
+    ASSERT_TRUE(s.ok()) << s;
+    for (absl::string_view p : c.pieces) got.append(p.data(), p.size());
+  });
+  EXPECT_TRUE(mailbox.Deliver(Key(1, 0, 2), Chunk("abcdefghijkl")).ok());
+  EXPECT_EQ(got, "abcdefghijkl");
+
+  // Taking the buffered chunk frees its bytes: the refused one now fits.
+  mailbox.RecvAsync(Key(1, 0, 0), [](const absl::Status& s, ReceivedChunk) { EXPECT_TRUE(s.ok()) << s; });
+  EXPECT_EQ(mailbox.BufferedBytes(), 0u);
+  EXPECT_TRUE(mailbox.Deliver(Key(1, 0, 1), Chunk("12345")).ok());
+  EXPECT_EQ(mailbox.BufferedBytes(), 5u);
+  // So does dropping a step.
+  mailbox.CleanupStep(1);
+  EXPECT_EQ(mailbox.BufferedBytes(), 0u);
 }
 
 }  // namespace

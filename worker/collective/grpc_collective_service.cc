@@ -23,7 +23,10 @@ class ExchangeReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
     if (!ok) return Finish(grpc::Status::OK);  // the sender closed the stream (or it broke)
     auto decoded = DecodeChunk(&message_);
     if (!decoded.ok()) return Finish(ToGrpcStatus(decoded.status()));
-    mailbox_->Deliver(decoded->first, std::move(decoded->second), sender_);
+    // A chunk over the mailbox's quota ends the stream: the sender's sends
+    // fail with the reason, and nothing of it is kept here.
+    absl::Status delivered = mailbox_->Deliver(decoded->first, std::move(decoded->second), sender_);
+    if (!delivered.ok()) return Finish(ToGrpcStatus(delivered));
     StartRead(&message_);
   }
   void OnDone() override { delete this; }

@@ -193,10 +193,9 @@ std::shared_ptr<GrpcCollectiveTransport::PeerStream> GrpcCollectiveTransport::St
     std::shared_ptr<grpc::Channel>& channel = channels_[address];
     if (channel == nullptr) {
       grpc::ChannelArguments args;  // weft's NewChannel settings plus the bulk ones
-      args.SetMaxReceiveMessageSize(kMaxMessageBytes);
-      args.SetMaxSendMessageSize(kMaxMessageBytes);
-      args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
-      args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+      args.SetMaxReceiveMessageSize(MaxMessageBytes());
+      args.SetMaxSendMessageSize(MaxMessageBytes());
+      AddKeepaliveArgs(&args);
       args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
       for (const auto& [name, value] : BulkTransferChannelArgs()) args.SetInt(name, value);
       channel = grpc::CreateCustomChannel(

@@ -19,11 +19,11 @@ GrpcCollectiveTransport::Options TransportOptions(const std::shared_ptr<const Tr
 }  // namespace
 
 WorkerCollectives::WorkerCollectives(std::string task, ClusterDef cluster, absl::Duration timeout,
-                                     std::shared_ptr<const TransportSecurity> security)
+                                     std::shared_ptr<const TransportSecurity> security, size_t max_pending_bytes)
     : task_(std::move(task)),
       timeout_(timeout),
       cluster_(std::move(cluster)),
-      mailbox_(/*check_senders=*/security != nullptr && !security->insecure()),
+      mailbox_(/*check_senders=*/security != nullptr && !security->insecure(), max_pending_bytes),
       service_(&mailbox_, security),
       transport_(std::make_unique<GrpcCollectiveTransport>(TransportOptions(security))) {
   // Each chunk is summed on the gRPC thread that received it (no compute

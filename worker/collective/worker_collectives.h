@@ -28,8 +28,11 @@ class WorkerCollectives final : public CollectiveRuntime {
  public:
   // `security`: the task's mTLS (null: insecure); chunks are then accepted
   // only from the task the group expects at each rank.
+  // `max_pending_bytes`: the mailbox's quota on chunks that arrive before
+  // their receive (CollectiveMailbox).
   WorkerCollectives(std::string task, ClusterDef cluster, absl::Duration timeout,
-                    std::shared_ptr<const TransportSecurity> security = nullptr);
+                    std::shared_ptr<const TransportSecurity> security = nullptr,
+                    size_t max_pending_bytes = CollectiveMailbox::kDefaultMaxBufferedBytes);
   ~WorkerCollectives() override;
 
   grpc::Service* service() { return &service_; }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "graph/ops/shape_util.h"
 #include "runtime/kernels/cpu/kernel_util.h"
 #include "runtime/op_kernel.h"
 
@@ -17,14 +18,18 @@ namespace {
 class ReshapeOp : public OpKernel {
  public:
   explicit ReshapeOp(OpKernelConstruction* c) : OpKernel(c) {
-    if (!GetAttr(c, GetIntListAttr(c->def(), "shape"), &dims_)) return;
-    for (int i = 0; i < static_cast<int>(dims_.size()); ++i) {
-      if (dims_[i] == -1) {
-        unknown_ = i;
-      } else {
-        known_ *= dims_[i];
-      }
+    std::vector<int64_t> dims;
+    if (!GetAttr(c, GetIntListAttr(c->def(), "shape"), &dims)) return;
+    // The shape function's checks again (overflow included): a graph whose
+    // inference was skipped reaches the kernel with the attr unchecked.
+    absl::StatusOr<shape_util::ReshapeTarget> target = shape_util::ParseReshapeTarget(std::move(dims));
+    if (!target.ok()) {
+      c->SetStatus(target.status());
+      return;
     }
+    dims_ = std::move(target->dims);
+    unknown_ = target->unknown;
+    known_ = target->known;
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -34,6 +39,9 @@ class ReshapeOp : public OpKernel {
     if (unknown_ >= 0) {
       OP_REQUIRES(ctx, known_ != 0 && n % known_ == 0, Mismatch(x));
       shape.set_dim(unknown_, n / known_);
+    } else {
+      // known_ is the target's exact element count (checked at construction).
+      OP_REQUIRES(ctx, known_ == n, Mismatch(x));
     }
     auto y = x.Reshaped(shape);
     OP_REQUIRES(ctx, y.ok(), Mismatch(x));
@@ -44,7 +52,7 @@ class ReshapeOp : public OpKernel {
   absl::Status Mismatch(const Tensor& x) const {
     return absl::InvalidArgumentError(absl::StrCat("cannot reshape ", x.shape().DebugString(), " (",
                                                    x.NumElements(), " elements) to [", absl::StrJoin(dims_, ","),
-                                                   "]"));
+                                                   "] (attribute 'shape')"));
   }
 
   std::vector<int64_t> dims_;

@@ -95,8 +95,10 @@ void Col2Im(const ConvGeometry& g, const float* cols, int64_t n0, int64_t n1, fl
   }
 }
 
-Tensor Scratch(OpKernelContext* ctx, int64_t floats) {
-  return Tensor(DType::kFloat32, TensorShape{floats}, ctx->device()->allocator());
+// Through allocate_temp, which never throws: the size follows the input's
+// geometry, so a request can make it large.
+absl::StatusOr<Tensor> Scratch(OpKernelContext* ctx, int64_t floats) {
+  return ctx->allocate_temp(DType::kFloat32, TensorShape{floats});
 }
 
 class ConvOpBase : public OpKernel {
@@ -135,8 +137,14 @@ class Conv2DOp : public ConvOpBase {
     }
     const int64_t per = ImagesPerChunk(g);
     const int64_t chunks = (g.n + per - 1) / per;
+    FirstError errors;
     ParallelFor(ctx, chunks, 2.0 * per * g.patches() * g.k() * g.cout, [&](int64_t begin, int64_t end) {
-      Tensor scratch = Scratch(ctx, per * g.patches() * g.k());
+      absl::StatusOr<Tensor> scratch_or = Scratch(ctx, per * g.patches() * g.k());
+      if (!scratch_or.ok()) {
+        errors.Update(scratch_or.status());
+        return;
+      }
+      Tensor& scratch = *scratch_or;
       for (int64_t ch = begin; ch < end; ++ch) {
         const int64_t n0 = ch * per, n1 = std::min(g.n, n0 + per);
         const int64_t rows = (n1 - n0) * g.patches();
@@ -145,6 +153,7 @@ class Conv2DOp : public ConvOpBase {
         ym.noalias() = ConstMatrixMap(scratch.data<float>(), rows, g.k()) * f;
       }
     });
+    OP_REQUIRES_OK(ctx, errors.status());
   }
 };
 
@@ -169,8 +178,14 @@ class Conv2DBackpropInputOp : public ConvOpBase {
     if (g.patches() == 0) return;
     const int64_t per = ImagesPerChunk(g);
     const int64_t chunks = (g.n + per - 1) / per;
+    FirstError errors;
     ParallelFor(ctx, chunks, 2.0 * per * g.patches() * g.k() * g.cout, [&](int64_t begin, int64_t end) {
-      Tensor scratch = Scratch(ctx, per * g.patches() * g.k());
+      absl::StatusOr<Tensor> scratch_or = Scratch(ctx, per * g.patches() * g.k());
+      if (!scratch_or.ok()) {
+        errors.Update(scratch_or.status());
+        return;
+      }
+      Tensor& scratch = *scratch_or;
       for (int64_t ch = begin; ch < end; ++ch) {
         const int64_t n0 = ch * per, n1 = std::min(g.n, n0 + per);
         const int64_t rows = (n1 - n0) * g.patches();
@@ -179,6 +194,7 @@ class Conv2DBackpropInputOp : public ConvOpBase {
         Col2Im(g, scratch.data<float>(), n0, n1, dx);
       }
     });
+    OP_REQUIRES_OK(ctx, errors.status());
   }
 };
 
@@ -202,7 +218,9 @@ class Conv2DBackpropFilterOp : public ConvOpBase {
     df.setZero();
     if (g.patches() == 0) return;
     const int64_t per = ImagesPerChunk(g);
-    Tensor scratch = Scratch(ctx, per * g.patches() * g.k());
+    absl::StatusOr<Tensor> scratch_or = Scratch(ctx, per * g.patches() * g.k());
+    OP_REQUIRES_OK(ctx, scratch_or.status());
+    Tensor& scratch = *scratch_or;
     for (int64_t n0 = 0; n0 < g.n; n0 += per) {
       const int64_t n1 = std::min(g.n, n0 + per);
       const int64_t rows = (n1 - n0) * g.patches();

@@ -164,8 +164,10 @@ class InputState {
     TensorShape shape({0});
     for (int64_t d : full_->example_shape()) shape.AddDim(d);
     data::Batch b;
-    b.features = Tensor(DType::kFloat32, shape);
-    b.labels = Tensor(DType::kInt32, TensorShape({0}));
+    // Zero rows: no payload, so these cannot fail; Allocate keeps the path
+    // free of the throwing constructor all the same.
+    b.features = Tensor::Allocate(DType::kFloat32, shape).value_or(Tensor());
+    b.labels = Tensor::Allocate(DType::kInt32, TensorShape({0})).value_or(Tensor());
     b.epoch = iterator_->epoch() - 1;  // the pass that just ended
     return b;
   }

@@ -106,9 +106,16 @@ class MaxPoolGradOp : public PoolOpBase {
     const float* xp = x.data<float>();
     const float* gp = grad.data<float>();
     const int64_t nc = g.c;
+    FirstError errors;
     ParallelFor(ctx, g.n, double(g.ho) * g.wo * g.c * g.k * g.k * 2, [&](int64_t begin, int64_t end) {
       // best: the window's maximum per channel; rest: gradient not yet routed.
-      Tensor scratch(DType::kFloat32, TensorShape{2 * nc}, ctx->device()->allocator());
+      // 2 * nc fits: x, with nc floats per pixel, was allocated.
+      absl::StatusOr<Tensor> scratch_or = ctx->allocate_temp(DType::kFloat32, TensorShape{2 * nc});
+      if (!scratch_or.ok()) {
+        errors.Update(scratch_or.status());
+        return;
+      }
+      Tensor& scratch = *scratch_or;
       float* best = scratch.data<float>();
       float* rest = best + nc;
       for (int64_t n = begin; n < end; ++n) {
@@ -134,6 +141,7 @@ class MaxPoolGradOp : public PoolOpBase {
         }
       }
     });
+    OP_REQUIRES_OK(ctx, errors.status());
   }
 };
 

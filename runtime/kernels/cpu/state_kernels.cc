@@ -1,9 +1,11 @@
 // CPU kernels for Placeholder, Const, Variable, Identity and NoOp.
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "graph/ops/variable_shapes.h"
 #include "runtime/device.h"
 #include "runtime/op_kernel.h"
 
@@ -40,22 +42,21 @@ class VariableOp : public OpKernel {
  public:
   explicit VariableOp(OpKernelConstruction* c) : OpKernel(c) {
     auto dtype = GetTypeAttr(c->def(), "dtype");
-    auto shape = GetShapeAttr(c->def(), "shape");
+    auto shapes = GetVariableShapes(c->def());
     auto init = GetStringAttrOr(c->def(), "initializer", "zeros");
     auto seed = GetIntAttrOr(c->def(), "seed", 0);
     auto value = GetFloatAttrOr(c->def(), "init_value", 0.0f);
     auto shared = GetStringAttrOr(c->def(), "shared_name", "");
     auto init_name = GetStringAttrOr(c->def(), "init_name", "");
-    auto row_offset = GetIntAttrOr(c->def(), "row_offset", 0);
-    for (const absl::Status& s : {dtype.status(), shape.status(), init.status(), seed.status(), value.status(),
-                                  shared.status(), init_name.status(), row_offset.status()}) {
+    for (const absl::Status& s : {dtype.status(), shapes.status(), init.status(), seed.status(), value.status(),
+                                  shared.status(), init_name.status()}) {
       if (!s.ok()) {
         c->SetStatus(s);
         return;
       }
     }
     dtype_ = *dtype;
-    shape_ = *shape;
+    shape_ = shapes->shape;
     initializer_ = *init;
     seed_ = *seed;
     init_value_ = *value;
@@ -66,23 +67,11 @@ class VariableOp : public OpKernel {
     // draw the same initial values when they share an init_name.
     init_name_ = init_name->empty() ? resource_name_ : *init_name;
     // A row shard of a larger variable draws the whole variable's initial
-    // values and keeps its rows [row_offset, row_offset + rows).
-    init_shape_ = shape_;
-    row_offset_ = *row_offset;
-    if (c->def().attr().count("init_shape") > 0) {
-      auto full = GetShapeAttr(c->def(), "init_shape");
-      if (!full.ok()) {
-        c->SetStatus(full.status());
-        return;
-      }
-      init_shape_ = *full;
-      if (init_shape_.rank() != shape_.rank() || shape_.rank() < 1 || row_offset_ < 0 ||
-          row_offset_ + shape_.dim(0) > init_shape_.dim(0)) {
-        c->SetStatus(absl::InvalidArgumentError(absl::StrCat("rows [", row_offset_, ", ", row_offset_ + shape_.dim(0),
-                                                             ") of init_shape ", init_shape_.DebugString(),
-                                                             " do not fit shape ", shape_.DebugString())));
-      }
-    }
+    // values and keeps its rows [row_offset, row_offset + rows). The
+    // attributes were checked as in the shape function (which a graph may
+    // have skipped): same trailing dims, rows inside init_shape.
+    init_shape_ = shapes->init_shape;
+    row_offset_ = shapes->row_offset;
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -95,11 +84,24 @@ class VariableOp : public OpKernel {
  private:
   absl::Status Initialize(Tensor* t) const {
     if (init_shape_ == shape_) return InitializeWhole(t, shape_);
-    Tensor whole(dtype_, init_shape_);
-    RETURN_IF_ERROR(InitializeWhole(&whole, init_shape_));
-    const size_t row_bytes = whole.TotalBytes() / static_cast<size_t>(init_shape_.dim(0));
+    // Through Allocate: init_shape comes from the graph and may be far
+    // larger than this daemon can hold.
+    absl::StatusOr<Tensor> whole = Tensor::Allocate(dtype_, init_shape_);
+    if (!whole.ok()) {
+      return Annotate(whole.status(), absl::StrCat("node ", node().DebugName(), ": the initial values of attribute "
+                                                   "'init_shape' (the whole variable)"));
+    }
+    RETURN_IF_ERROR(InitializeWhole(&*whole, init_shape_));
+    // Row size from the trailing dims, not whole bytes / rows: a variable
+    // with no rows has no row size to divide out. Both fit, since `whole`
+    // was allocated.
+    int64_t row_elements = 1;
+    for (int d = 1; d < init_shape_.rank(); ++d) row_elements *= init_shape_.dim(d);
+    const size_t row_bytes = static_cast<size_t>(row_elements) * DTypeSize(dtype_);
     if (t->TotalBytes() > 0) {
-      std::memcpy(t->raw_data(), static_cast<const char*>(whole.raw_data()) + row_bytes * row_offset_, t->TotalBytes());
+      std::memcpy(t->raw_data(),
+                  static_cast<const char*>(whole->raw_data()) + row_bytes * static_cast<size_t>(row_offset_),
+                  t->TotalBytes());
     }
     return absl::OkStatus();
   }

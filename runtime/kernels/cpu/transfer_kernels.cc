@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/checked_math.h"
 #include "graph/ops/transfer_shapes.h"
 #include "runtime/kernels/cpu/kernel_util.h"
 #include "runtime/op_kernel.h"
@@ -17,7 +18,10 @@ class PackTensorsOp : public OpKernel {
   using OpKernel::OpKernel;
   void Compute(OpKernelContext* ctx) override {
     int64_t total = 0;
-    for (int i = 0; i < ctx->num_inputs(); ++i) total += ctx->input(i).NumElements();
+    for (int i = 0; i < ctx->num_inputs(); ++i) {
+      OP_REQUIRES(ctx, CheckedAdd(total, ctx->input(i).NumElements(), &total),
+                  absl::InvalidArgumentError(absl::StrCat("input ", i, ": the packed size overflows 64 bits")));
+    }
     Tensor* out = ctx->allocate_output(0, ctx->input(0).dtype(), TensorShape{total});
     if (out == nullptr) return;
     char* dst = static_cast<char*>(out->raw_data());
@@ -36,12 +40,17 @@ class UnpackTensorsOp : public OpKernel {
  public:
   explicit UnpackTensorsOp(OpKernelConstruction* c) : OpKernel(c) {
     if (!GetAttr(c, GetTypeAttr(c->def(), "T"), &dtype_)) return;
-    GetAttr(c, UnpackedShapes(c->def()), &shapes_);
+    if (!GetAttr(c, UnpackedShapes(c->def()), &shapes_)) return;
+    for (const TensorShape& s : shapes_) {
+      if (!CheckedAdd(total_, s.num_elements(), &total_)) {
+        c->SetStatus(absl::InvalidArgumentError("attrs ranks, dims: the outputs' sizes overflow 64 bits"));
+        return;
+      }
+    }
   }
   void Compute(OpKernelContext* ctx) override {
     const Tensor& packed = ctx->input(0);
-    int64_t total = 0;
-    for (const TensorShape& s : shapes_) total += s.num_elements();
+    const int64_t total = total_;
     OP_REQUIRES(ctx, packed.dtype() == dtype_ && packed.shape().rank() == 1 && packed.NumElements() == total,
                 absl::InvalidArgumentError(absl::StrCat("packed tensor is ", DTypeName(packed.dtype()),
                                                         packed.shape().DebugString(), "; expected ", DTypeName(dtype_),
@@ -58,6 +67,7 @@ class UnpackTensorsOp : public OpKernel {
  private:
   DType dtype_ = DType::kInvalid;
   std::vector<TensorShape> shapes_;
+  int64_t total_ = 0;  // elements of all outputs
 };
 
 }  // namespace

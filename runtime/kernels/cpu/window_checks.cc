@@ -1,6 +1,7 @@
 #include "runtime/kernels/cpu/window_checks.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/checked_math.h"
 
 namespace weft {
 namespace cpu {
@@ -55,6 +56,14 @@ absl::StatusOr<ConvGeometry> ComputeConvGeometry(const Tensor& x, const Tensor& 
     return absl::InvalidArgumentError(absl::StrCat("filter ", fs.DebugString(), " has an empty window"));
   }
   if (absl::Status s = SetWindows(g.kh, g.kw, p.padding, &g); !s.ok()) return s;
+  // x and filter were allocated, so each of their products fits; the im2col
+  // sizes the kernels index with multiply one by the other.
+  int64_t patches, cols, rows, out;
+  if (!CheckedMul(g.ho, g.wo, &patches) || !CheckedMul(patches, g.k(), &cols) || !CheckedMul(g.n, cols, &rows) ||
+      !CheckedMul(g.n * patches, g.cout, &out)) {
+    return absl::InvalidArgumentError(absl::StrCat("x ", x.shape().DebugString(), " and filter ", fs.DebugString(),
+                                                   ": the convolution's sizes overflow 64 bits"));
+  }
   return g;
 }
 

@@ -220,7 +220,9 @@ ShapeCache<PlanKey, Plan>& Plans() {
 
 void* WorkspaceData(Tensor& t, size_t bytes) { return bytes == 0 ? nullptr : t.raw_data(); }
 
-Tensor Workspace(OpKernelContext* ctx, size_t bytes) {
+// bytes <= kMaxWorkspaceBytes (ChoosePlan drops larger plans), so the float
+// count fits.
+absl::StatusOr<Tensor> Workspace(OpKernelContext* ctx, size_t bytes) {
   return Scratch(ctx, static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float)));
 }
 
@@ -420,7 +422,7 @@ absl::StatusOr<Plan> ChoosePlan(OpKernelContext* ctx, Pass pass, const ConvDescs
   if (AutotuneFlag().load(std::memory_order_relaxed) && candidates.size() > 1) {
     std::vector<float> ms(candidates.size());
     for (size_t i = 0; i < candidates.size(); ++i) {
-      Tensor ws = Workspace(ctx, candidates[i].workspace_bytes);
+      ASSIGN_OR_RETURN(Tensor ws, Workspace(ctx, candidates[i].workspace_bytes));
       ASSIGN_OR_RETURN(ms[i], BestMilliseconds(ctx, [&] {
                          return Enqueue(handle, pass, d, candidates[i].algo, ws, candidates[i].workspace_bytes, ops);
                        }));
@@ -484,9 +486,9 @@ absl::StatusOr<Operands> CudnnOperands(OpKernelContext* ctx, Pass pass, const cp
 // Pass `pass` of g through cuDNN with `plan`. REQUIRES: plan.usable.
 absl::Status RunCudnn(OpKernelContext* ctx, Pass pass, const cpu::ConvGeometry& g, const Plan& plan, const float* a,
                       const float* b, float* out) {
-  Tensor ohwi = Scratch(ctx, g.k() * g.cout);
+  ASSIGN_OR_RETURN(Tensor ohwi, Scratch(ctx, g.k() * g.cout));
   ASSIGN_OR_RETURN(const Operands ops, CudnnOperands(ctx, pass, g, a, b, out, ohwi.data<float>()));
-  Tensor ws = Workspace(ctx, plan.workspace_bytes);
+  ASSIGN_OR_RETURN(Tensor ws, Workspace(ctx, plan.workspace_bytes));
   RETURN_IF_ERROR(Enqueue(Gpu(ctx)->cudnn(), pass, *plan.descs, plan.algo, ws, plan.workspace_bytes, ops));
   if (pass == Pass::kBackpropFilter) {
     // OHWI [cout, kh * kw * cin] back to HWIO [kh * kw * cin, cout].
@@ -526,7 +528,7 @@ absl::StatusOr<Plan> MakePlan(OpKernelContext* ctx, Pass pass, const cpu::ConvGe
   WEFT_CUDNN_RETURN_IF_ERROR(
       cudnnGetConvolution2dForwardOutputDim(d.conv.get(), d.x.get(), d.filter.get(), &n, &c, &h, &w));
   if (n == g.n && c == g.cout && h == g.ho && w == g.wo) {
-    Tensor ohwi = Scratch(ctx, g.k() * g.cout);
+    ASSIGN_OR_RETURN(Tensor ohwi, Scratch(ctx, g.k() * g.cout));
     ASSIGN_OR_RETURN(const Operands ops, CudnnOperands(ctx, pass, g, a, b, out, ohwi.data<float>()));
     ASSIGN_OR_RETURN(plan, ChoosePlan(ctx, pass, d, ops));
   }
@@ -633,7 +635,7 @@ absl::Status CudnnMaxPoolGrad(OpKernelContext* ctx, const cpu::PoolGeometry& g, 
   ASSIGN_OR_RETURN(std::shared_ptr<const PoolDescs> descs, GetPoolDescs(ctx, g));
   const PoolDescs& d = *descs;
   cudnnHandle_t handle = Gpu(ctx)->cudnn();
-  Tensor y = Scratch(ctx, g.n * g.ho * g.wo * g.c);
+  ASSIGN_OR_RETURN(Tensor y, Scratch(ctx, g.n * g.ho * g.wo * g.c));
   WEFT_CUDNN_RETURN_IF_ERROR(
       cudnnPoolingForward(handle, d.pool.get(), &kOne, d.x.get(), x, &kZero, d.y.get(), y.data<float>()));
   // dy has y's shape, so it shares y's descriptor, and dx x's.

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/tensor.h"
 #include "runtime/gpu/gpu_device.h"
 #include "runtime/op_kernel.h"
@@ -49,8 +50,11 @@ inline cudaStream_t Stream(OpKernelContext* ctx) { return Gpu(ctx)->stream(); }
 // Device memory for `floats` floats that returns to the device's caching
 // allocator when the tensor goes. The allocator is stream-ordered, so the
 // block may be released while work queued on the stream still uses it.
-inline Tensor Scratch(OpKernelContext* ctx, int64_t floats) {
-  return Tensor(DType::kFloat32, TensorShape{floats < 1 ? 1 : floats}, Gpu(ctx)->allocator());
+// Through allocate_temp, which never throws: the size follows a request's
+// shapes, and running out of device memory is RESOURCE_EXHAUSTED naming the
+// node.
+inline absl::StatusOr<Tensor> Scratch(OpKernelContext* ctx, int64_t floats) {
+  return ctx->allocate_temp(DType::kFloat32, TensorShape{floats < 1 ? 1 : floats});
 }
 
 // A writable pointer to input i, which an update kernel writes in place (a

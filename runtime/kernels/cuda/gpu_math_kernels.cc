@@ -57,7 +57,11 @@ class BiasAddGradOp : public OpKernel {
     const int64_t rows = g.NumElements() / c;
     const int64_t scratch_floats = BiasAddGradScratchFloats(rows, c);
     Tensor scratch;
-    if (scratch_floats > 0) scratch = Scratch(ctx, scratch_floats);
+    if (scratch_floats > 0) {
+      absl::StatusOr<Tensor> allocated = Scratch(ctx, scratch_floats);
+      OP_REQUIRES_OK(ctx, allocated.status());
+      scratch = *std::move(allocated);
+    }
     OP_REQUIRES_CUDA(ctx,
                      LaunchBiasAddGrad(F(g), rows, c, scratch_floats > 0 ? F(&scratch) : nullptr, F(out),
                                        Stream(ctx)),

@@ -152,7 +152,7 @@ template <typename Gemm>
 absl::Status ForEachPatchChunk(OpKernelContext* ctx, const ConvGeometry& g, const float* x, Gemm gemm) {
   const WindowGeometry w = Window(g);
   const int64_t per = std::min(g.n, ImagesPerChunk(g));
-  Tensor scratch = Scratch(ctx, per * g.patches() * g.k());
+  ASSIGN_OR_RETURN(Tensor scratch, Scratch(ctx, per * g.patches() * g.k()));
   for (int64_t n0 = 0; n0 < g.n; n0 += per) {
     const int64_t n1 = std::min(g.n, n0 + per);
     WEFT_CUDA_RETURN_IF_ERROR(LaunchIm2Col(w, x, n0, n1, scratch.data<float>(), Stream(ctx)));
@@ -238,7 +238,7 @@ class Conv2DBackpropInputOp : public ConvOpBase {
     auto col2im = [&]() -> absl::Status {
       const WindowGeometry w = Window(g);
       const int64_t per = std::min(g.n, ImagesPerChunk(g));
-      Tensor scratch = Scratch(ctx, per * g.patches() * g.k());
+      ASSIGN_OR_RETURN(Tensor scratch, Scratch(ctx, per * g.patches() * g.k()));
       for (int64_t n0 = 0; n0 < g.n; n0 += per) {
         const int64_t n1 = std::min(g.n, n0 + per);
         const int64_t rows = (n1 - n0) * g.patches();

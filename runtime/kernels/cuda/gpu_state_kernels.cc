@@ -159,12 +159,9 @@ class ConcatRowsOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
   void Compute(OpKernelContext* ctx) override {
-    const Tensor& first = ctx->input(0);
-    std::vector<int64_t> dims(first.shape().dims().begin(), first.shape().dims().end());
-    int64_t rows = 0;
-    for (int i = 0; i < ctx->num_inputs(); ++i) rows += ctx->input(i).shape().dim(0);
-    dims[0] = rows;
-    Tensor* out = ctx->allocate_output(0, first.dtype(), TensorShape(dims));
+    absl::StatusOr<TensorShape> shape = cpu::ConcatRowsOutputShape(ctx);
+    OP_REQUIRES_OK(ctx, shape.status());
+    Tensor* out = ctx->allocate_output(0, ctx->input(0).dtype(), *shape);
     if (out == nullptr) return;
     char* dst = static_cast<char*>(out->raw_data());
     for (int i = 0; i < ctx->num_inputs(); ++i) {
@@ -182,21 +179,18 @@ class ConcatRowsOp : public OpKernel {
 class SliceRowsOp : public OpKernel {
  public:
   explicit SliceRowsOp(OpKernelConstruction* c) : OpKernel(c) {
-    if (!GetAttr(c, GetIntAttr(c->def(), "begin"), &begin_)) return;
-    GetAttr(c, GetIntAttr(c->def(), "size"), &size_);
+    c->SetStatus(cpu::GetSliceRowsAttrs(c->def(), &begin_, &size_));
   }
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
-    OP_REQUIRES(ctx, x.shape().rank() >= 1 && begin_ + size_ <= x.shape().dim(0),
-                absl::InvalidArgumentError(absl::StrCat("rows [", begin_, ", ", begin_ + size_, ") are outside ",
-                                                        x.shape().DebugString())));
-    std::vector<int64_t> dims(x.shape().dims().begin(), x.shape().dims().end());
-    const size_t row_bytes = x.shape().dim(0) > 0 ? x.TotalBytes() / static_cast<size_t>(x.shape().dim(0)) : 0;
-    dims[0] = size_;
-    Tensor* out = ctx->allocate_output(0, x.dtype(), TensorShape(dims));
+    absl::StatusOr<size_t> offset = cpu::SliceRowsOffset(x, begin_, size_);
+    OP_REQUIRES_OK(ctx, offset.status());
+    TensorShape shape = x.shape();
+    shape.set_dim(0, size_);
+    Tensor* out = ctx->allocate_output(0, x.dtype(), shape);
     if (out == nullptr || out->TotalBytes() == 0) return;
     OP_REQUIRES_CUDA(ctx,
-                     cudaMemcpyAsync(out->raw_data(), static_cast<const char*>(x.raw_data()) + row_bytes * begin_,
+                     cudaMemcpyAsync(out->raw_data(), static_cast<const char*>(x.raw_data()) + *offset,
                                      out->TotalBytes(), cudaMemcpyDeviceToDevice, Stream(ctx)),
                      "cudaMemcpyAsync (SliceRows)");
   }
