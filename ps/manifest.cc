@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -30,7 +31,9 @@ absl::Status ValidateManifest(const CheckpointManifest& manifest) {
   absl::flat_hash_set<std::string> files;
   for (int i = 0; i < manifest.shard_size(); ++i) {
     const ManifestShard& s = manifest.shard(i);
-    const std::string where = absl::StrCat("manifest shard ", i, " ('", s.file(), "')");
+    // Escaped: the name may come from a file, and must not put raw bytes
+    // into a message.
+    const std::string where = absl::StrCat("manifest shard ", i, " ('", absl::CHexEscape(s.file()), "')");
     if (s.file().empty()) return absl::InvalidArgumentError(absl::StrCat(where, ": no file name"));
     if (s.file()[0] == '/') {
       return absl::InvalidArgumentError(absl::StrCat(where, ": file must be relative to the checkpoint directory"));
@@ -61,10 +64,19 @@ absl::Status WriteManifest(Env* env, const std::string& dir, const CheckpointMan
 
 absl::StatusOr<CheckpointManifest> ReadManifest(Env* env, const std::string& dir) {
   const std::string path = JoinPath(dir, kManifestFileName);
-  ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(env, path));
   auto corrupt = [&path](absl::string_view what) {
     return absl::DataLossError(absl::StrCat("manifest ", path, ": ", what));
   };
+  // The size is checked before the file is read into memory: a MANIFEST that
+  // is really some huge file must not be loaded whole.
+  ASSIGN_OR_RETURN(uint64_t file_size, env->GetFileSize(path));
+  if (file_size > kMaxManifestBytes) {
+    return corrupt(absl::StrCat(file_size, " bytes, over the limit of ", kMaxManifestBytes, " for a manifest"));
+  }
+  ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(env, path));
+  if (bytes.size() > kMaxManifestBytes) {  // it grew since
+    return corrupt(absl::StrCat(bytes.size(), " bytes, over the limit of ", kMaxManifestBytes, " for a manifest"));
+  }
   if (bytes.size() < kPrefixBytes) return corrupt(absl::StrCat("truncated: ", bytes.size(), " bytes"));
   if (std::memcmp(bytes.data(), kManifestMagic, 8) != 0) return corrupt("bad magic: not a weft manifest");
   const uint32_t version = GetU32(bytes.data() + 8);
@@ -74,7 +86,8 @@ absl::StatusOr<CheckpointManifest> ReadManifest(Env* env, const std::string& dir
   }
   const uint64_t n = GetU32(bytes.data() + 12);
   if (n != bytes.size() - kPrefixBytes) {
-    return corrupt(absl::StrCat("records ", n, " bytes of body, the file has ", bytes.size() - kPrefixBytes));
+    return corrupt(absl::StrCat("the length field records ", n, " bytes of body, the file has ",
+                                bytes.size() - kPrefixBytes));
   }
   const absl::string_view body(bytes.data() + kPrefixBytes, n);
   if (UnmaskCrc32c(GetU32(bytes.data() + 16)) != Crc32c(body.data(), body.size())) {

@@ -33,6 +33,9 @@ namespace ps {
 inline constexpr char kManifestFileName[] = "MANIFEST";
 inline constexpr char kManifestMagic[] = "WEFTMANI";  // 8 bytes
 inline constexpr uint32_t kManifestFormatVersion = 1;
+// A manifest is ~100 bytes per shard file; anything larger than this is not
+// one, and is rejected before it is read into memory.
+inline constexpr uint64_t kMaxManifestBytes = uint64_t{16} << 20;
 
 // INVALID_ARGUMENT naming the field: a negative step, a shard file name that
 // is empty, absolute, contains ".." or is listed twice, a shard without an
@@ -43,7 +46,8 @@ absl::Status ValidateManifest(const CheckpointManifest& manifest);
 absl::Status WriteManifest(Env* env, const std::string& dir, const CheckpointManifest& manifest);
 
 // Reads and validates <dir>/MANIFEST. NOT_FOUND when there is none (no
-// checkpoint), DATA_LOSS naming the path when it is corrupt or truncated.
+// checkpoint), DATA_LOSS naming the path when it is corrupt or truncated or
+// over kMaxManifestBytes. Messages never quote the file's bytes.
 absl::StatusOr<CheckpointManifest> ReadManifest(Env* env, const std::string& dir);
 
 // Size and CRC-32C of a whole file, read in chunks.

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <string>
@@ -138,6 +139,40 @@ TEST_F(ManifestTest, ValidationNamesTheField) {
   no_owner.add_shard()->set_file("x");
   EXPECT_TRUE(absl::StrContains(ValidateManifest(no_owner).message(), "owner"));
   EXPECT_FALSE(Env::Default()->FileExists(JoinPath(dir_, kManifestFileName)));
+}
+
+// Issue 17: ReadManifest read the whole file before looking at it. A
+// MANIFEST that is really some huge file is refused by its size alone.
+TEST_F(ManifestTest, OversizedManifestIsRefusedBeforeReading) {
+  const std::string path = JoinPath(dir_, kManifestFileName);
+  Overwrite(path, "WEFTMANI");
+  ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(kMaxManifestBytes + 1)), 0);  // sparse
+  auto got = ReadManifest(Env::Default(), dir_);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), path)) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), "over the limit")) << got.status();
+}
+
+TEST_F(ManifestTest, ErrorsDoNotQuoteTheFilesBytes) {
+  const std::string path = JoinPath(dir_, kManifestFileName);
+  Overwrite(path, "db_password=hunter2 and more secret text");
+  auto got = ReadManifest(Env::Default(), dir_);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_FALSE(absl::StrContains(got.status().message(), "hunter2")) << got.status();
+  EXPECT_FALSE(absl::StrContains(got.status().message(), "db_pass")) << got.status();
+
+  // A shard file name with control bytes is escaped in validation errors.
+  CheckpointManifest m;
+  m.set_step(1);
+  ManifestShard* s = m.add_shard();
+  s->set_file(std::string("a\n\x1b/../b"));
+  s->set_owner_task("/job:ps/task:0");
+  const absl::Status st = ValidateManifest(m);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(st.message(), "'a\\n\\x1b/../b'")) << st;
+  EXPECT_FALSE(absl::StrContains(st.message(), "\x1b")) << st;
 }
 
 TEST_F(ManifestTest, FailedWriteLeavesNoManifest) {

@@ -8,7 +8,9 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/checked_math.h"
 #include "common/crc32c.h"
 #include "common/status_macros.h"
 #include "common/tensor_proto_coding.h"
@@ -28,8 +30,12 @@ absl::Status Corrupt(const std::string& path, absl::string_view what) {
   return absl::DataLossError(absl::StrCat("shard file ", path, ": ", what));
 }
 
-absl::Status CorruptEntry(const std::string& path, const std::string& name, absl::string_view what) {
-  return absl::DataLossError(absl::StrCat("shard file ", path, ", variable '", name, "': ", what));
+// Names come from a header whose CRC matched, so they are the writer's; they
+// are escaped all the same, so a damaged one cannot put control bytes in a
+// log line.
+absl::Status CorruptEntry(const std::string& path, int index, const std::string& name, absl::string_view what) {
+  return absl::DataLossError(
+      absl::StrCat("shard file ", path, ", entry ", index, " (variable '", absl::CHexEscape(name), "'): ", what));
 }
 
 // The Env a shard is written through: `base` with every new file narrowed
@@ -156,8 +162,12 @@ absl::StatusOr<Shard> ReadShard(Env* env, const std::string& path) {
   }
   const uint64_t header_size = GetU32(prefix + 12);
   if (header_size > size - kShardPrefixBytes) {
-    return Corrupt(path, absl::StrCat("truncated: the header needs ", header_size, " bytes, the file has ",
-                                      size - kShardPrefixBytes, " after the prefix"));
+    return Corrupt(path, absl::StrCat("truncated: the header length field gives ", header_size,
+                                      " bytes, the file has ", size - kShardPrefixBytes, " after the prefix"));
+  }
+  if (header_size > kMaxShardHeaderBytes) {
+    return Corrupt(path, absl::StrCat("the header length field gives ", header_size, " bytes, over the limit of ",
+                                      kMaxShardHeaderBytes));
   }
   std::string header_bytes(header_size, '\0');
   RETURN_IF_ERROR(file->Read(kShardPrefixBytes, header_size, header_bytes.data()));
@@ -179,25 +189,32 @@ absl::StatusOr<Shard> ReadShard(Env* env, const std::string& path) {
   for (int i = 0; i < header.entry_size(); ++i) {
     const ShardEntry& e = header.entry(i);
     if (e.name().empty()) return Corrupt(path, absl::StrCat("entry ", i, " has no name"));
-    if (!names.insert(e.name()).second) return CorruptEntry(path, e.name(), "appears twice");
+    if (!names.insert(e.name()).second) return CorruptEntry(path, i, e.name(), "appears twice");
     auto dtype = DTypeFromProto(e.dtype());
     if (!dtype.ok() || *dtype == DType::kInvalid) {
-      return CorruptEntry(path, e.name(), absl::StrCat("invalid dtype ", e.dtype()));
+      return CorruptEntry(path, i, e.name(), absl::StrCat("field dtype: invalid dtype ", e.dtype()));
     }
     auto shape = ShapeFromProto(e.shape());
-    if (!shape.ok()) return CorruptEntry(path, e.name(), shape.status().message());
+    if (!shape.ok()) return CorruptEntry(path, i, e.name(), absl::StrCat("field shape: ", shape.status().message()));
     if (!shape->IsFullyDefined()) {
-      return CorruptEntry(path, e.name(), absl::StrCat("shape ", shape->DebugString(), " is not fully defined"));
+      return CorruptEntry(path, i, e.name(),
+                          absl::StrCat("field shape: ", shape->DebugString(), " is not fully defined"));
     }
-    const uint64_t bytes = static_cast<uint64_t>(shape->num_elements()) * DTypeSize(*dtype);
-    if (e.length() != bytes) {
-      return CorruptEntry(path, e.name(), absl::StrCat(DTypeName(*dtype), shape->DebugString(), " needs ", bytes,
-                                                       " bytes but the entry records ", e.length()));
+    // Checked: the element count is bounded, the byte count of a wide dtype
+    // need not be, and a wrapped product could match a small length.
+    auto bytes = CheckedByteSize(shape->num_elements(), DTypeSize(*dtype), "shape");
+    if (!bytes.ok()) return CorruptEntry(path, i, e.name(), absl::StrCat("field ", bytes.status().message()));
+    if (e.length() != *bytes) {
+      return CorruptEntry(path, i, e.name(), absl::StrCat("field length: ", DTypeName(*dtype), shape->DebugString(),
+                                                          " needs ", *bytes, " bytes but the entry records ",
+                                                          e.length()));
     }
+    // Written so that nothing can wrap: offset <= size first, then the
+    // length against what is left after it.
     if (e.offset() < data_start || e.offset() > size || e.length() > size - e.offset()) {
-      return CorruptEntry(path, e.name(), absl::StrCat("bytes [", e.offset(), ", +", e.length(),
-                                                       ") lie outside the payload area [", data_start, ", ", size,
-                                                       ")"));
+      return CorruptEntry(path, i, e.name(), absl::StrCat("fields offset and length: bytes [", e.offset(), ", +",
+                                                          e.length(), ") lie outside the payload area [",
+                                                          data_start, ", ", size, ")"));
     }
     by_offset.emplace_back(e.offset(), i);
     types.emplace_back(*dtype, *std::move(shape));
@@ -207,7 +224,9 @@ absl::StatusOr<Shard> ReadShard(Env* env, const std::string& path) {
     const ShardEntry& prev = header.entry(by_offset[k - 1].second);
     const ShardEntry& cur = header.entry(by_offset[k].second);
     if (cur.offset() < prev.offset() + prev.length()) {
-      return CorruptEntry(path, cur.name(), absl::StrCat("overlaps variable '", prev.name(), "'"));
+      return CorruptEntry(path, by_offset[k].second, cur.name(),
+                          absl::StrCat("overlaps entry ", by_offset[k - 1].second, " (variable '",
+                                       absl::CHexEscape(prev.name()), "')"));
     }
   }
 
@@ -220,10 +239,10 @@ absl::StatusOr<Shard> ReadShard(Env* env, const std::string& path) {
     Tensor t(types[i].first, types[i].second);
     if (e.length() > 0) {
       absl::Status s = file->Read(e.offset(), e.length(), static_cast<char*>(t.raw_data()));
-      if (!s.ok()) return Annotate(s, absl::StrCat("variable '", e.name(), "'"));
+      if (!s.ok()) return Annotate(s, absl::StrCat("variable '", absl::CHexEscape(e.name()), "'"));
     }
     if (Crc32c(t.raw_data(), e.length()) != e.crc32c()) {
-      return CorruptEntry(path, e.name(), "payload checksum mismatch");
+      return CorruptEntry(path, i, e.name(), "payload checksum mismatch");
     }
     shard.tensors.push_back(ShardTensor{e.name(), std::move(t), e.device()});
   }

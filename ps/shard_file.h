@@ -21,7 +21,11 @@
 // header's CRC and parse, the recorded file size against the real one, every
 // entry's dtype, shape, length and bounds (no overlaps), and every payload's
 // CRC-32C, and returns DATA_LOSS naming the path and, where one is at fault,
-// the variable. It reads payloads straight into fresh tensor buffers.
+// the entry, its variable and the field. Every length and offset is checked
+// with overflow-safe arithmetic against the real file size (and the header
+// length against kMaxShardHeaderBytes) before anything is allocated for it;
+// messages never quote the file's bytes. It reads payloads straight into
+// fresh tensor buffers.
 //
 // Thread-safety: the functions are thread-safe; concurrent writers of one
 // path each write their own temp file and the last rename wins.
@@ -43,6 +47,10 @@ inline constexpr char kShardMagic[] = "WEFTSHRD";  // 8 bytes, no terminator wri
 inline constexpr uint32_t kShardFormatVersion = 1;
 inline constexpr uint64_t kShardPrefixBytes = 20;  // magic, version, length, crc
 inline constexpr uint64_t kShardAlignment = 64;
+// A header longer than this is corrupt: it is ~100 bytes per variable, so
+// 64 MiB would describe over half a million of them. Checked before the
+// header is read into memory.
+inline constexpr uint64_t kMaxShardHeaderBytes = uint64_t{64} << 20;
 
 struct ShardTensor {
   std::string name;

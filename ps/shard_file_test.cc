@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -323,6 +324,59 @@ TEST_F(ShardFileTest, InconsistentEntriesNameTheVariable) {
     EXPECT_TRUE(absl::StrContains(got.status().message(), "variable '")) << got.status();
     EXPECT_TRUE(absl::StrContains(got.status().message(), c.expect)) << got.status();
   }
+}
+
+// Issue 17: the header length comes from the file. One that exceeds the file
+// or the cap is refused before the header is read into memory, and the
+// message names the field, not the bytes.
+TEST_F(ShardFileTest, HeaderLengthIsCheckedBeforeAllocating) {
+  const std::string path = Path("header-length");
+  ShardHeader h;
+  h.set_owner_task("/job:ps/task:0");
+  std::string bytes = Craft(h, 0);
+  uint32_t big = 0xFFFFFFF0u;
+  std::memcpy(&bytes[12], &big, 4);
+  Overwrite(path, bytes);
+  auto got = ReadShard(Env::Default(), path);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), "header length field gives 4294967280 bytes"))
+      << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), path)) << got.status();
+
+  // A sparse file that really is big enough: the cap stops it.
+  const uint32_t over = static_cast<uint32_t>(kMaxShardHeaderBytes + 1);
+  std::memcpy(&bytes[12], &over, 4);
+  Overwrite(path, bytes);
+  ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(kShardPrefixBytes + over + 64)), 0);
+  got = ReadShard(Env::Default(), path);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), "over the limit")) << got.status();
+}
+
+// A name with control bytes (a damaged or hostile writer) is escaped in the
+// message, and the entry's index and field are named.
+TEST_F(ShardFileTest, EntryErrorsNameIndexAndFieldAndEscapeTheName) {
+  const std::string path = Path("escaped");
+  ShardHeader h;
+  h.set_owner_task("/job:ps/task:0");
+  ShardEntry* e = h.add_entry();
+  e->set_name("bad\n\x1b[31mname");
+  e->set_dtype(DT_FLOAT);
+  e->mutable_shape()->add_dim(2);
+  e->set_offset(512);
+  e->set_length(4);
+  h.set_file_size(1024);
+  std::string bytes = Craft(h, 1024 - Craft(h, 0).size());
+  Overwrite(path, bytes);
+  auto got = ReadShard(Env::Default(), path);
+  ASSERT_FALSE(got.ok());
+  const std::string msg(got.status().message());
+  EXPECT_TRUE(absl::StrContains(msg, "entry 0 (variable 'bad\\n\\x1b[31mname')")) << msg;
+  EXPECT_TRUE(absl::StrContains(msg, "field length")) << msg;
+  EXPECT_FALSE(absl::StrContains(msg, "\n")) << msg;
+  EXPECT_FALSE(absl::StrContains(msg, "\x1b")) << msg;
 }
 
 // Every injected write failure leaves the previous file intact and names the

@@ -11,8 +11,8 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
 
 namespace weft {
@@ -174,11 +174,29 @@ std::string DimsString(const std::vector<int64_t>& dims) {
   return absl::StrCat("[", absl::StrJoin(dims, ","), "]");
 }
 
+// The IDX element types by their type byte. The error for an unsupported one
+// names the type, never the byte itself: a reader pointed at an arbitrary
+// file must not echo that file's contents.
+const char* IdxTypeName(uint8_t type) {
+  switch (type) {
+    case 0x09: return "signed byte (0x09)";
+    case 0x0b: return "int16 (0x0b)";
+    case 0x0c: return "int32 (0x0c)";
+    case 0x0d: return "float32 (0x0d)";
+    case 0x0e: return "float64 (0x0e)";
+    default: return "an unknown type code";
+  }
+}
+
 }  // namespace
 
 int64_t IdxArray::example_elems() const {
+  // ReadIdxFile bounds the product; a hand-built array that overflows gets
+  // -1, which every caller rejects, instead of a wrapped count.
   int64_t n = 1;
-  for (int64_t d : example_shape) n *= d;
+  for (int64_t d : example_shape) {
+    if (d < 0 || !CheckedMul(n, d, &n)) return -1;
+  }
   return n;
 }
 
@@ -193,15 +211,14 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_rank)
         path, ": not an IDX file: only ", got, " bytes, too short for the 4-byte magic number"));
   }
   if (magic[0] != 0 || magic[1] != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: not an IDX file: bad magic number %02x %02x %02x %02x (an IDX file starts "
-        "with 00 00, then the type byte and the rank)",
-        path, magic[0], magic[1], magic[2], magic[3]));
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": not an IDX file: the magic number does not start with two zero bytes (an IDX "
+        "file starts 00 00, then the type byte and the rank)"));
   }
   if (magic[2] != 0x08) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: unsupported IDX element type 0x%02x; only unsigned bytes (0x08) are supported", path,
-        magic[2]));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": unsupported IDX element type ",
+                                                   IdxTypeName(magic[2]),
+                                                   "; only unsigned bytes (0x08) are supported"));
   }
   const int rank = magic[3];
   if (rank == 0 || (expected_rank >= 0 && rank != expected_rank)) {
@@ -221,16 +238,23 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_rank)
     const uint8_t* p = &raw_dims[4 * i];
     dims[i] = (int64_t{p[0]} << 24) | (int64_t{p[1]} << 16) | (int64_t{p[2]} << 8) | p[3];
   }
-  uint64_t total = 1;
-  for (int64_t d : dims) {
-    // Each factor is < 2^32 and total stays <= 2^40 here, so no overflow.
-    total *= static_cast<uint64_t>(d);
-    if (total > kMaxPayloadBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": implausible IDX header: dimensions ",
-                                                     DimsString(dims),
-                                                     " describe over 2^40 bytes"));
+  // The product is checked factor by factor: a header such as [2^20, 2^20,
+  // 2^24] multiplies to exactly 2^64, which wraps to 0 in unchecked
+  // arithmetic and would pass every later size check. Zero dimensions are
+  // left out of the bound, so that [0, 2^32-1, 2^32-1, 2^32-1] (no data, but
+  // an example shape whose size overflows) is refused too: every partial
+  // product of the dims, and so example_elems(), stays under the cap.
+  uint64_t nonzero = 1;
+  for (int i = 0; i < rank; ++i) {
+    if (dims[i] == 0) continue;
+    if (!CheckedMul(nonzero, static_cast<uint64_t>(dims[i]), &nonzero) || nonzero > kMaxPayloadBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": implausible IDX header: dimension ", i, " (", dims[i], ") of ",
+          DimsString(dims), " makes the data more than 2^40 bytes"));
     }
   }
+  const bool empty = std::find(dims.begin(), dims.end(), 0) != dims.end();
+  const uint64_t total = empty ? 0 : nonzero;
 
   IdxArray out;
   out.count = dims[0];

@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "common/checked_math.h"
 #include "common/crc32c.h"
 #include "common/status_macros.h"
 
@@ -59,6 +59,11 @@ TFRecordWriter::~TFRecordWriter() {
 }
 
 absl::Status TFRecordWriter::Write(absl::string_view record) {
+  if (record.size() > kMaxTFRecordBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": a record of ", record.size(),
+                                                   " bytes is over the limit of ",
+                                                   kMaxTFRecordBytes, " that readers accept"));
+  }
   char header[kHeaderBytes];
   PutLE64(record.size(), header);
   PutLE32(MaskCrc32c(Crc32c(header, 8)), header + 8);
@@ -116,31 +121,36 @@ absl::StatusOr<bool> TFRecordReader::ReadRecord(std::string* record) {
     return Corrupt(absl::StrCat("truncated record: the file ends ", got,
                                 " bytes into the 12-byte record header"));
   }
-  const uint32_t stored_len_crc = UnmaskCrc32c(GetLE32(header + 8));
-  const uint32_t len_crc = Crc32c(header, 8);
-  if (stored_len_crc != len_crc) {
-    return Corrupt(absl::StrFormat("length CRC mismatch (stored %08x, computed %08x)",
-                                   stored_len_crc, len_crc));
+  // Neither CRC mismatch quotes the stored value: those are the file's own
+  // bytes, and the reader may have been pointed at any file.
+  if (UnmaskCrc32c(GetLE32(header + 8)) != Crc32c(header, 8)) {
+    return Corrupt("the length field's CRC does not match (not a TFRecord file, or a damaged one)");
   }
+  // The length is trusted only once it fits in the rest of the file and
+  // under the cap; only then is the buffer sized for it.
   const uint64_t length = GetLE64(header);
-  const uint64_t remaining = file_size_ - std::min(file_size_, offset_ + kHeaderBytes);
+  uint64_t header_end = 0;
+  if (!CheckedAdd<uint64_t>(offset_, kHeaderBytes, &header_end)) header_end = file_size_;
+  const uint64_t remaining = file_size_ - std::min(file_size_, header_end);
   if (length > remaining || remaining - length < kFooterBytes) {
-    return Corrupt(absl::StrCat("truncated record: header gives a length of ", length,
+    return Corrupt(absl::StrCat("truncated record: the length field gives ", length,
                                 " bytes plus a 4-byte CRC, but only ", remaining,
                                 " bytes remain in the file"));
   }
-  record->resize(length);
+  if (length > kMaxTFRecordBytes) {
+    return Corrupt(absl::StrCat("the length field gives ", length,
+                                " bytes, over the limit of ", kMaxTFRecordBytes,
+                                " bytes for one record"));
+  }
+  record->resize(static_cast<size_t>(length));
   char footer[kFooterBytes];
   if (std::fread(record->data(), 1, length, file_) != length ||
       std::fread(footer, 1, kFooterBytes, file_) != kFooterBytes) {
     return Corrupt(absl::StrCat("truncated record: the file ends inside a ", length,
                                 "-byte record (did it shrink while being read?)"));
   }
-  const uint32_t stored_crc = UnmaskCrc32c(GetLE32(footer));
-  const uint32_t crc = Crc32c(record->data(), length);
-  if (stored_crc != crc) {
-    return Corrupt(
-        absl::StrFormat("data CRC mismatch (stored %08x, computed %08x)", stored_crc, crc));
+  if (UnmaskCrc32c(GetLE32(footer)) != Crc32c(record->data(), length)) {
+    return Corrupt(absl::StrCat("the data CRC of the ", length, "-byte record does not match"));
   }
   offset_ += kHeaderBytes + length + kFooterBytes;
   return true;
@@ -179,6 +189,15 @@ absl::Status ReadImageExamples(const std::string& path, int64_t example_elems,
     const uint64_t offset = reader->offset();
     ASSIGN_OR_RETURN(bool more, reader->ReadRecord(&record));
     if (!more) break;
+    // Size check before growing: a record of the wrong size must not make
+    // the output grow by example_elems first.
+    if (record.size() != kLabelBytes + static_cast<uint64_t>(example_elems)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": record ", index, " at byte offset ", offset, ": image example record holds ",
+          record.size(), " bytes; an example of ", example_elems, " pixels needs ",
+          kLabelBytes + static_cast<uint64_t>(example_elems),
+          " (a 4-byte label, then the pixels)"));
+    }
     const size_t start = pixels->size();
     pixels->resize(start + static_cast<size_t>(example_elems));
     uint32_t label = 0;

@@ -37,6 +37,11 @@
 namespace weft {
 namespace data {
 
+// Records longer than this are rejected as corrupt before any buffer is
+// sized for them: weft's records are one example each (kilobytes), and a
+// damaged length field must not commit gigabytes.
+inline constexpr uint64_t kMaxTFRecordBytes = uint64_t{256} << 20;
+
 class TFRecordWriter {
  public:
   // Creates or truncates `path`.
@@ -66,8 +71,10 @@ class TFRecordReader {
   TFRecordReader& operator=(const TFRecordReader&) = delete;
 
   // Reads the next record into `*record`. Returns true when it did, false at
-  // a clean end of file, and DATA_LOSS for a corrupt or truncated record;
-  // after an error every later call returns the same error.
+  // a clean end of file, and DATA_LOSS for a corrupt or truncated record or
+  // one over kMaxTFRecordBytes (checked before `*record` is resized); after
+  // an error every later call returns the same error. Errors name the file
+  // and the byte offset, never the file's bytes.
   absl::StatusOr<bool> ReadRecord(std::string* record);
 
   // Byte offset of the next record.

@@ -1,5 +1,7 @@
 #include "runtime/data/tfrecord.h"
 
+#include <unistd.h>
+
 #include <cstring>
 #include <string>
 #include <vector>
@@ -99,7 +101,7 @@ TEST(TFRecordTest, CorruptLengthCrc) {
   bytes[OffsetOf(2) + 1] ^= 0x10;  // a length byte of the third record
   WriteFile(path, bytes);
   std::vector<std::string> got;
-  ExpectDataLoss(ReadAll(path, &got), path, "length CRC mismatch", OffsetOf(2));
+  ExpectDataLoss(ReadAll(path, &got), path, "length field's CRC does not match", OffsetOf(2));
   EXPECT_EQ(got.size(), 2u);  // the records before it are intact
 }
 
@@ -109,7 +111,8 @@ TEST(TFRecordTest, CorruptDataCrcAndStickyError) {
   bytes[OffsetOf(2) + 12 + 500] ^= 0x01;  // inside the third record's data
   WriteFile(path, bytes);
   std::vector<std::string> got;
-  ExpectDataLoss(ReadAll(path, &got), path, "data CRC mismatch", OffsetOf(2));
+  ExpectDataLoss(ReadAll(path, &got), path, "data CRC of the 1000-byte record does not match",
+                 OffsetOf(2));
   EXPECT_EQ(got.size(), 2u);
 
   auto reader = TFRecordReader::Open(path);
@@ -139,6 +142,75 @@ TEST(TFRecordTest, TruncatedInsideDataOrHeader) {
   WriteFile(no_footer, full.substr(0, OffsetOf(1) - 2));
   got.clear();
   ExpectDataLoss(ReadAll(no_footer, &got), no_footer, "truncated record", 0);
+}
+
+// A record header with a valid length CRC: what a damaged or hostile file
+// that still passes the first check looks like.
+std::string HeaderFor(uint64_t length) {
+  std::string h(12, '\0');
+  for (int i = 0; i < 8; ++i) h[i] = static_cast<char>(length >> (8 * i));
+  const uint32_t crc = MaskCrc32c(Crc32c(h.data(), 8));
+  for (int i = 0; i < 4; ++i) h[8 + i] = static_cast<char>(crc >> (8 * i));
+  return h;
+}
+
+TEST(TFRecordTest, HugeLengthIsRejectedBeforeTheBufferGrows) {
+  // Issue 17: the reader sized its buffer from the length field before
+  // checking it. A 2^40-byte length in a 20-byte file must fail cleanly,
+  // leaving the caller's buffer as it was.
+  const std::string path = TempPath("huge-length.tfrecord");
+  WriteFile(path, HeaderFor(uint64_t{1} << 40) + "tiny");
+  auto reader = TFRecordReader::Open(path);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  std::string record = "untouched";
+  absl::StatusOr<bool> more = (*reader)->ReadRecord(&record);
+  ExpectDataLoss(more.status(), path, "the length field gives 1099511627776 bytes", 0);
+  EXPECT_EQ(record, "untouched");
+
+  // A length that wraps offset + length: 2^64 - 1.
+  WriteFile(path, HeaderFor(~uint64_t{0}) + "tiny");
+  reader = TFRecordReader::Open(path);
+  ASSERT_TRUE(reader.ok());
+  ExpectDataLoss((*reader)->ReadRecord(&record).status(), path, "truncated record", 0);
+  EXPECT_EQ(record, "untouched");
+}
+
+TEST(TFRecordTest, LengthOverTheCapIsRejectedEvenWhenTheFileHoldsIt) {
+  // A sparse file big enough to hold the record the header claims: the cap,
+  // not the file size, stops it.
+  const std::string path = TempPath("over-cap.tfrecord");
+  const uint64_t length = kMaxTFRecordBytes + 1;
+  WriteFile(path, HeaderFor(length));
+  ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(12 + length + 4)), 0);
+  auto reader = TFRecordReader::Open(path);
+  ASSERT_TRUE(reader.ok());
+  std::string record;
+  ExpectDataLoss((*reader)->ReadRecord(&record).status(), path, "over the limit", 0);
+  EXPECT_TRUE(record.empty());
+}
+
+TEST(TFRecordTest, ErrorsDoNotEchoTheFilesBytes) {
+  // A text file read as a TFRecord: the message must not quote its bytes,
+  // neither as text nor as the "stored" CRC.
+  const std::string path = TempPath("secret.txt");
+  WriteFile(path, "password=hunter2\nmore text here\n");
+  std::vector<std::string> got;
+  const absl::Status s = ReadAll(path, &got);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message().find("hunter2"), std::string::npos) << s;
+  EXPECT_EQ(s.message().find("stored"), std::string::npos) << s;
+}
+
+TEST(TFRecordTest, WriterRefusesRecordsReadersWouldReject) {
+  auto writer = TFRecordWriter::Open(TempPath("too-big.tfrecord"));
+  ASSERT_TRUE(writer.ok());
+  // A view of the right size over a small buffer: Write must refuse before
+  // touching the bytes.
+  const char small[1] = {0};
+  const absl::Status s =
+      (*writer)->Write(absl::string_view(small, static_cast<size_t>(kMaxTFRecordBytes) + 1));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE((*writer)->Close().ok());
 }
 
 TEST(TFRecordTest, MissingFile) {
@@ -188,6 +260,9 @@ TEST(ImageExampleTest, FileRoundTripAndShapeMismatch) {
   absl::Status s = ReadImageExamples(path, 6, &got_pixels, &got_labels);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find(path + ": record 0 at byte offset 0"), std::string::npos) << s;
+  // Nothing is appended for a record of the wrong size.
+  EXPECT_TRUE(got_pixels.empty());
+  EXPECT_TRUE(got_labels.empty());
 
   EXPECT_FALSE(WriteImageExamples(path, pixels, {1, -1, 2}).ok());
   EXPECT_FALSE(WriteImageExamples(path, pixels, {1, 2, 3, 4, 5}).ok());
