@@ -1,7 +1,8 @@
 # weft's two everyday commands:
 #   make demo   train the bundled default job (installs what it needs)
 #   make test   build everything and run every test (installs what it needs)
-# and `make bench` for the side-by-side benchmarks (writes BENCHMARKS.md).
+# and `make bench` for the side-by-side benchmarks (writes BENCHMARKS.md),
+# `make sanitize` (CI runs it after `make test`) and `make fuzz`.
 
 SHELL := /bin/bash
 BAZEL ?= bazel
@@ -18,7 +19,19 @@ BENCH_PACKAGES := python3 python3-numpy python3-torch python3-matplotlib libopen
 # too: tools/configure.sh puts --config=cuda in .bazelrc.user on such machines.
 BAZEL_FLAGS ?=
 
-.PHONY: deps build test demo bench clean
+# Sanitizer and fuzz builds use clang (libFuzzer is clang's) in an output base
+# of their own, so that switching never throws away the gcc build's cache.
+SANITIZE_PACKAGES := clang-14 libclang-rt-14-dev
+# (the same output base as tools/fuzz.sh)
+SANITIZE_BAZEL = $(BAZEL) --output_base=$${HOME}/.cache/bazel/weft-sanitize
+# The unit tests CI runs under ASan and UBSan, and the fuzz targets' corpus
+# replays (tests/fuzz).
+SANITIZE_SCOPE := //common/... + //graph/... + //runtime/... + //ps/... + //tests/fuzz/...
+# Seconds each fuzz target runs: `make fuzz` and the smoke run of `make sanitize`.
+FUZZ_SECONDS ?= 180
+SMOKE_FUZZ_SECONDS ?= 15
+
+.PHONY: deps build test sanitize fuzz demo bench clean
 
 # The deploy checks render with real kustomize (`kubectl kustomize`): Debian's
 # kubernetes-client, unless the machine already has a kubectl where tests
@@ -43,6 +56,26 @@ test: deps
 	rm -f "$$events"; \
 	if [ "$${CI:-}" = "true" ]; then $(BAZEL) shutdown; fi; \
 	exit $$status
+
+# The unit tests of common/, graph/, runtime/ and ps/ built with clang, ASan
+# and UBSan (--config=fuzz: also coverage-instrumented, so one build serves
+# the fuzz targets), then every fuzz target for SMOKE_FUZZ_SECONDS.
+sanitize: deps
+	@tools/install_deps.sh $(SANITIZE_PACKAGES)
+	@status=0; events=$$(mktemp); \
+	targets=$$($(SANITIZE_BAZEL) query 'tests($(SANITIZE_SCOPE)) except attr(tags, manual, $(SANITIZE_SCOPE))' 2>/dev/null); \
+	$(SANITIZE_BAZEL) test --config=fuzz --symlink_prefix=/ --keep_going --build_event_json_file="$$events" $$targets || status=$$?; \
+	echo "Under ASan and UBSan:"; \
+	/usr/bin/python3 tools/test_summary.py --bep "$$events" $$targets || status=1; \
+	rm -f "$$events"; \
+	tools/fuzz.sh --seconds $(SMOKE_FUZZ_SECONDS) || status=1; \
+	if [ "$${CI:-}" = "true" ]; then $(SANITIZE_BAZEL) shutdown; fi; \
+	exit $$status
+
+# Every fuzz target for FUZZ_SECONDS each (docs/fuzzing.md).
+fuzz: deps
+	@tools/install_deps.sh $(SANITIZE_PACKAGES)
+	tools/fuzz.sh --seconds $(FUZZ_SECONDS)
 
 demo: deps
 	$(BAZEL) build $(BAZEL_FLAGS) //client:weft
