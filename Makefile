@@ -22,8 +22,10 @@ BAZEL_FLAGS ?=
 # Sanitizer and fuzz builds use clang (libFuzzer is clang's) in an output base
 # of their own, so that switching never throws away the gcc build's cache.
 SANITIZE_PACKAGES := clang-14 libclang-rt-14-dev
-# (the same output base as tools/fuzz.sh)
-SANITIZE_BAZEL = $(BAZEL) --output_base=$${HOME}/.cache/bazel/weft-sanitize
+# One per checkout, the same as tools/fuzz.sh's.
+WEFT_SANITIZE_OUTPUT_BASE ?= $(HOME)/.cache/bazel/weft-sanitize-$(shell printf %s "$(CURDIR)" | md5sum | cut -c1-12)
+export WEFT_SANITIZE_OUTPUT_BASE
+SANITIZE_BAZEL = $(BAZEL) --output_base=$(WEFT_SANITIZE_OUTPUT_BASE)
 # The unit tests CI runs under ASan and UBSan, and the fuzz targets' corpus
 # replays (tests/fuzz).
 SANITIZE_SCOPE := //common/... + //graph/... + //runtime/... + //ps/... + //tests/fuzz/...

@@ -20,7 +20,9 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-readonly OUTPUT_BASE="${HOME}/.cache/bazel/weft-sanitize"
+# One clang output base per checkout (as Bazel keys its own by workspace
+# path), shared with `make sanitize`.
+readonly OUTPUT_BASE="${WEFT_SANITIZE_OUTPUT_BASE:-${HOME}/.cache/bazel/weft-sanitize-$(printf %s "$PWD" | md5sum | cut -c1-12)}"
 readonly WORK="${WEFT_FUZZ_DIR:-${TMPDIR:-/tmp}/weft-fuzz}"
 
 seconds=180
