@@ -112,7 +112,7 @@ class BatchIterator::Producer {
     // Skipping whole epochs is arithmetic; the rest starts the first epoch
     // that many examples in (training drops the remainder, so batches align).
     const int64_t n = ds->size();
-    const int64_t per_epoch = o.drop_remainder ? n / o.batch_size : (n + o.batch_size - 1) / o.batch_size;
+    const int64_t per_epoch = o.drop_remainder ? n / o.batch_size : n / o.batch_size + (n % o.batch_size != 0);
     if (per_epoch > 0 && o.skip_batches > 0) {
       epoch_ += o.skip_batches / per_epoch;
       start_pos_ = (o.skip_batches % per_epoch) * o.batch_size;
@@ -207,7 +207,7 @@ absl::StatusOr<std::unique_ptr<BatchIterator>> BatchIterator::Create(const InMem
   const int64_t n = dataset->size();
   const int64_t batches = options.drop_remainder
                               ? n / options.batch_size
-                              : (n + options.batch_size - 1) / options.batch_size;
+                              : n / options.batch_size + (n % options.batch_size != 0);
   if (batches == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("dataset of ", n, " examples gives no batch of ", options.batch_size,

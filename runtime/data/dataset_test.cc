@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <limits>
 #include <cerrno>
 #include <optional>
 #include <string>
@@ -144,6 +145,20 @@ TEST(BatchIteratorTest, EvaluationCoversEpochExactlyOnceWithPartialBatch) {
   EXPECT_EQ(it->epoch(), 1);
   EXPECT_FALSE(it->Next().value().has_value());
   EXPECT_FALSE(it->Next().value().has_value());
+}
+
+// A batch_size from a hostile graph: n + batch_size - 1 would overflow.
+TEST(BatchIteratorTest, BatchSizeNearInt64MaxGivesOneBatchOfEverything) {
+  const InMemoryDataset ds = MakeDataset(10);
+  BatchOptions o;
+  o.batch_size = std::numeric_limits<int64_t>::max();
+  o.drop_remainder = false;
+  o.num_epochs = 1;
+  auto it = MakeIterator(&ds, o);
+  EXPECT_EQ(it->batches_per_epoch(), 1);
+  auto batches = EpochLabels(it.get());
+  ASSERT_EQ(batches.size(), 1u);
+  EXPECT_EQ(batches[0].size(), 10u);
 }
 
 TEST(BatchIteratorTest, TrainingDropsRemainderAndConvertsPixels) {
