@@ -167,20 +167,10 @@ class HostileInputTest : public ::testing::Test {
     return daemons_->back().get();
   }
 
-  static std::string Read(const std::string& path) {
-    std::ifstream in(path);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  }
-
   // A stub that presents the master's certificate: what a compromised
   // master (or one with a bug) could send.
   static std::unique_ptr<WorkerService::Stub> AsMaster() {
-    std::vector<std::string> flags = tls_->DaemonFlags("master");
-    grpc::SslCredentialsOptions o;
-    o.pem_root_certs = Read(tls_->ca());
-    o.pem_cert_chain = Read(flags[1].substr(strlen("--cert=")));
-    o.pem_private_key = Read(flags[2].substr(strlen("--key=")));
-    return WorkerService::NewStub(NewChannel(worker0_, grpc::SslCredentials(o)));
+    return WorkerService::NewStub(NewChannel(worker0_, tls_->DaemonCredentials("master")));
   }
 
   static testing::TestDaemon* Worker0() { return (*daemons_)[0].get(); }

@@ -115,21 +115,12 @@ class SecurityTest : public ::testing::Test {
     return daemons_->back().get();
   }
 
-  static std::string Read(const std::string& path) {
-    std::ifstream in(path);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  }
   // Channel credentials of a daemon identity (a task's or the master's)
   // issued by `ca`, verifying the real servers against the cluster CA.
   // Plain gRPC SSL credentials: weft's own client would refuse to present a
   // certificate of another CA.
   static std::shared_ptr<grpc::ChannelCredentials> AsDaemon(testing::TestTls* ca, const std::string& identity) {
-    std::vector<std::string> flags = ca->DaemonFlags(identity);
-    grpc::SslCredentialsOptions o;
-    o.pem_root_certs = Read(tls_->ca());
-    o.pem_cert_chain = Read(flags[1].substr(strlen("--cert=")));
-    o.pem_private_key = Read(flags[2].substr(strlen("--key=")));
-    return grpc::SslCredentials(o);
+    return ca->DaemonCredentials(identity, tls_->ca());
   }
   static std::shared_ptr<grpc::ChannelCredentials> AsUser(const std::string& user) {
     auto files = tls_->User(user);

@@ -7,8 +7,6 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include <cstring>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,10 +32,6 @@ constexpr char kCpu[] = "/job:worker/task:0/device:CPU:0";
 constexpr absl::Duration kExitDeadline = absl::Seconds(10);
 constexpr absl::Duration kRpcDeadline = absl::Seconds(30);
 
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 // One _Recv of a value no task ever sends.
 GraphDef BlockedRecvGraph() {
@@ -67,12 +61,7 @@ TEST(ShutdownTest, SigtermStopsAWorkerWithABlockedStepWithinTheDeadline) {
   ASSERT_TRUE(started.ok()) << started;
 
   // The master's certificate: only the master may register graphs and run steps.
-  std::vector<std::string> master = tls->DaemonFlags("master");
-  grpc::SslCredentialsOptions creds;
-  creds.pem_root_certs = Read(tls->ca());
-  creds.pem_cert_chain = Read(master[1].substr(std::strlen("--cert=")));
-  creds.pem_private_key = Read(master[2].substr(std::strlen("--key=")));
-  auto stub = WorkerService::NewStub(NewChannel(worker.address(), grpc::SslCredentials(creds)));
+  auto stub = WorkerService::NewStub(NewChannel(worker.address(), tls->DaemonCredentials("master")));
 
   RegisterGraphRequest reg;
   reg.set_session_handle("session-1");

@@ -4,6 +4,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "client/client_auth.h"
@@ -43,6 +45,27 @@ std::vector<std::string> TestTls::DaemonFlags(const std::string& identity) {
     std::abort();  // a broken test setup, not a result
   }
   return {"--ca=" + ca(), "--cert=" + files->first, "--key=" + files->second};
+}
+
+namespace {
+std::string ReadWhole(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+}  // namespace
+
+std::shared_ptr<grpc::ChannelCredentials> TestTls::DaemonCredentials(const std::string& identity,
+                                                                     const std::string& trusted_ca_file) {
+  absl::StatusOr<std::pair<std::string, std::string>> files = Issue(identity, Role::kCluster);
+  if (!files.ok()) {
+    std::fprintf(stderr, "TestTls: %s\n", files.status().ToString().c_str());
+    std::abort();  // a broken test setup, not a result
+  }
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = ReadWhole(trusted_ca_file.empty() ? ca() : trusted_ca_file);
+  o.pem_cert_chain = ReadWhole(files->first);
+  o.pem_private_key = ReadWhole(files->second);
+  return grpc::SslCredentials(o);
 }
 
 absl::StatusOr<std::pair<std::string, std::string>> TestTls::User(const std::string& name, Role role) {

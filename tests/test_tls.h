@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "client/master_client.h"
 #include "common/certs.h"
+#include "grpcpp/security/credentials.h"
 
 namespace weft {
 namespace testing {
@@ -28,6 +29,12 @@ class TestTls {
   // Issues (once) and returns the --ca/--cert/--key flags for a daemon:
   // "master", "/job:worker/task:0", ...
   std::vector<std::string> DaemonFlags(const std::string& identity);
+  // Plain gRPC SSL channel credentials that present `identity`'s certificate
+  // from this CA and trust the servers of the CA in `trusted_ca_file`
+  // (this one's when empty): how a test speaks as a daemon, a compromised
+  // one included, or as a daemon of another cluster.
+  std::shared_ptr<grpc::ChannelCredentials> DaemonCredentials(const std::string& identity,
+                                                              const std::string& trusted_ca_file = "");
   // The cert and key of a user (issued once), role kUser or kAdmin.
   absl::StatusOr<std::pair<std::string, std::string>> User(const std::string& name, Role role = Role::kUser);
   // MasterClient options that authenticate as `user` (an admin by default).
