@@ -264,6 +264,41 @@ TEST_F(HostileInputTest, CraftedGraphsAreRefusedByNameAndTheWorkerKeepsServing) 
   EXPECT_LT(after, baseline + kRssSlackBytes) << "resident memory went from " << baseline << " to " << after;
 }
 
+// The IDX reader's fuzzer finding (tests/fuzz/regressions/idx_reader_fuzzer/
+// zero_count_huge_example_shape: an ubyte header of 13 dimensions, the first
+// 0, the rest large enough that the example size overflowed) as a job's
+// training images. The master and the workers read it; the job fails naming
+// the file, and every daemon keeps serving.
+TEST_F(HostileInputTest, ADatasetFileFoundByTheFuzzerFailsTheJobNotTheDaemons) {
+  static constexpr unsigned char kFinding[] = {
+      0x00, 0x00, 0x08, 0x0d, 0x00, 0x00, 0x00, 0x00, 0x08, 0x01, 0x00, 0x25, 0x00, 0x00, 0xff, 0xff,
+      0xff, 0xff, 0xff, 0xff, 0xff, 0xe0, 0x01, 0x08, 0x00, 0x60, 0x9f, 0x00, 0xff, 0xff, 0xff, 0xff,
+      0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00, 0x00, 0x08, 0x01, 0x00, 0x25, 0x01,
+      0x08, 0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  const std::string data = testing::WriteThreeClassData(TempPath("fuzzed-data"), 30);
+  data::testing::WriteFile(
+      data + "/train-images-idx3-ubyte.gz",
+      data::testing::Gzip(std::string(reinterpret_cast<const char*>(kFinding), sizeof(kFinding))));
+  auto job = ParseJob(absl::StrCat(R"(name: "fuzzed-data"
+      model { input_shape: [12] num_classes: 3 layer { dense { units: 3 } } }
+      dataset { dir: ")", data, R"(" } optimizer { sgd { learning_rate: 0.1 } } batch_size: 8 seed: 3 epochs: 1
+      strategy { kind: MULTI_WORKER_MIRRORED })"),
+                      "test");
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto id = admin_->SubmitJob(*job);
+  if (id.ok()) {
+    JobStatus last = testing::WatchJobToEnd(admin_, *id, kJobDeadline);
+    EXPECT_EQ(last.state(), FAILED) << last.DebugString();
+    EXPECT_TRUE(absl::StrContains(last.error(), "train-images-idx3-ubyte.gz")) << last.error();
+  } else {
+    EXPECT_TRUE(absl::StrContains(id.status().message(), "train-images-idx3-ubyte.gz")) << id.status();
+  }
+  auto stub = AsMaster();
+  EXPECT_TRUE(Serving(stub.get())) << testing::LogTail(Worker0()->log());
+  for (auto& d : *daemons_) EXPECT_TRUE(d->CheckRunning().ok()) << d->name();
+  EXPECT_TRUE(admin_->ListJobs().ok());
+}
+
 TEST_F(HostileInputTest, RunGraphRefusesEndlessIterationsAndLyingFeeds) {
   auto stub = AsMaster();
   // A graph that is harmless in itself: y = Identity(x) over a feed.
@@ -330,7 +365,9 @@ TEST_F(HostileInputTest, AFloodOfUnknownStepsIsAnsweredAndTheWorkerKeepsServing)
     req.set_step_id(int64_t{1} << 40 | step);
     AbortStepResponse resp;
     grpc::Status s = stub->AbortStep(&ctx, req, &resp);
-    if (!s.ok()) ASSERT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+    if (!s.ok()) {
+      ASSERT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+    }
   }
   EXPECT_TRUE(Serving(stub.get()));
 }
