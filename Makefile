@@ -31,7 +31,10 @@ SANITIZE_BAZEL = $(BAZEL) --output_base=$(WEFT_SANITIZE_OUTPUT_BASE)
 SANITIZE_SCOPE := //common/... + //graph/... + //runtime/... + //ps/... + //tests/fuzz/...
 # Seconds each fuzz target runs: `make fuzz` and the smoke run of `make sanitize`.
 FUZZ_SECONDS ?= 180
-SMOKE_FUZZ_SECONDS ?= 15
+SMOKE_FUZZ_SECONDS ?= 5
+# Targets tagged "sanitize" (tests/fuzz) mean something only under the
+# sanitizers: `make sanitize` runs them, `make test` leaves them out.
+NOT_SANITIZE := --build_tag_filters=-sanitize --test_tag_filters=-sanitize
 
 .PHONY: deps build test sanitize fuzz demo bench clean
 
@@ -52,8 +55,8 @@ build: deps
 # does not hide the results of the others.
 test: deps
 	@status=0; events=$$(mktemp); \
-	$(BAZEL) test --keep_going --build_event_json_file="$$events" $(BAZEL_FLAGS) //... || status=$$?; \
-	targets=$$($(BAZEL) query 'tests(//...) except attr(tags, manual, //...)' 2>/dev/null); \
+	$(BAZEL) test --keep_going --build_event_json_file="$$events" $(NOT_SANITIZE) $(BAZEL_FLAGS) //... || status=$$?; \
+	targets=$$($(BAZEL) query 'tests(//...) except attr(tags, manual, //...) except attr(tags, sanitize, //...)' 2>/dev/null); \
 	/usr/bin/python3 tools/test_summary.py --bep "$$events" $$targets || status=1; \
 	rm -f "$$events"; \
 	if [ "$${CI:-}" = "true" ]; then $(BAZEL) shutdown; fi; \

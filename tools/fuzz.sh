@@ -5,7 +5,7 @@
 #   tools/fuzz.sh [--seconds N] [--jobs J] [TARGET...]
 #
 #   --seconds N  how long to fuzz each target (default 180); CI smoke runs
-#                use --seconds 15
+#                use --seconds 5
 #   --jobs J     parallel fuzzing processes per target (libFuzzer -jobs and
 #                -workers; default 1)
 #   TARGET       idx_reader_fuzzer or just idx_reader; default: every target

@@ -9,6 +9,9 @@ weft_fuzz_target(name = "X", srcs = [...], deps = [...]) gives
                 corpus/X/ and regressions/X/. Given files, libFuzzer's
                 driver also just runs each once, so the test means the same
                 in both builds: no input there may crash.
+
+All are tagged "sanitize": `make sanitize` runs them under ASan and UBSan,
+where a replay means something; `make test`'s gcc build leaves them out.
 """
 
 def weft_fuzz_target(name, srcs, deps = []):
@@ -23,6 +26,7 @@ def weft_fuzz_target(name, srcs, deps = []):
         deps = deps,
         # The only symbol is LLVMFuzzerTestOneInput, which the driver needs.
         alwayslink = 1,
+        tags = ["sanitize"],
     )
 
     driver = select({
@@ -44,6 +48,7 @@ def weft_fuzz_target(name, srcs, deps = []):
         features = features,
         deps = [":" + name + "_lib"] + driver,
         linkopts = linkopts,
+        tags = ["sanitize"],
     )
 
     native.filegroup(
@@ -61,4 +66,5 @@ def weft_fuzz_target(name, srcs, deps = []):
         # Files, not directories: libFuzzer's driver would fuzz a directory
         # instead of replaying it.
         args = ["$(locations :%s_inputs)" % name],
+        tags = ["sanitize"],
     )
