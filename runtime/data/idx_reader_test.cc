@@ -13,6 +13,7 @@ namespace {
 using ::weft::data::testing::Gzip;
 using ::weft::data::testing::IdxBytes;
 using ::weft::data::testing::TempPath;
+using ::weft::data::testing::WithoutPath;
 using ::weft::data::testing::WriteFile;
 
 std::vector<uint8_t> Iota(size_t n) {
@@ -100,8 +101,9 @@ TEST_P(IdxRoundTripTest, BadMagic) {
   ExpectError(ReadIdxFile(path), absl::StatusCode::kInvalidArgument, path, "not an IDX file");
   // The message names the defect, never the file's bytes ("this" = 74 68 69 73).
   const absl::Status s = ReadIdxFile(path).status();
-  EXPECT_EQ(s.message().find("74 68"), std::string::npos) << s;
-  EXPECT_EQ(s.message().find("this"), std::string::npos) << s;
+  const std::string rest = WithoutPath(std::string(s.message()), path);
+  EXPECT_EQ(rest.find("74 68"), std::string::npos) << s;
+  EXPECT_EQ(rest.find("this"), std::string::npos) << s;
 }
 
 TEST_P(IdxRoundTripTest, UnsupportedType) {
@@ -113,7 +115,8 @@ TEST_P(IdxRoundTripTest, UnsupportedType) {
                                 IdxBytes({1, 1}, {0, 0, 0, 0}, /*type=*/0x41), GetParam());
   ExpectError(ReadIdxFile(odd), absl::StatusCode::kInvalidArgument, odd,
               "unsupported IDX element type an unknown type code");
-  EXPECT_EQ(ReadIdxFile(odd).status().message().find("41"), std::string::npos);
+  const absl::Status s = ReadIdxFile(odd).status();
+  EXPECT_EQ(WithoutPath(std::string(s.message()), odd).find("41"), std::string::npos) << s;
 }
 
 INSTANTIATE_TEST_SUITE_P(PlainAndGzip, IdxRoundTripTest, ::testing::Bool(),

@@ -45,6 +45,12 @@ std::string IdxBytes(const std::vector<uint32_t>& dims, const std::vector<uint8_
   return out;
 }
 
+std::string WithoutPath(std::string message, const std::string& path) {
+  if (path.empty()) return message;
+  for (size_t at; (at = message.find(path)) != std::string::npos;) message.erase(at, path.size());
+  return message;
+}
+
 std::string Gzip(const std::string& bytes) {
   z_stream zs{};
   EXPECT_EQ(

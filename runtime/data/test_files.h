@@ -29,6 +29,11 @@ std::string IdxBytes(const std::vector<uint32_t>& dims, const std::vector<uint8_
 // `bytes` as one gzip member.
 std::string Gzip(const std::string& bytes);
 
+// `message` with every occurrence of `path` removed, so that a check that the
+// message does not echo some bytes is not fooled by the temp path holding them
+// (a temp dir name can hold any digits).
+std::string WithoutPath(std::string message, const std::string& path);
+
 }  // namespace testing
 }  // namespace data
 }  // namespace weft

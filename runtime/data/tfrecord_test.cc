@@ -197,8 +197,9 @@ TEST(TFRecordTest, ErrorsDoNotEchoTheFilesBytes) {
   std::vector<std::string> got;
   const absl::Status s = ReadAll(path, &got);
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.message().find("hunter2"), std::string::npos) << s;
-  EXPECT_EQ(s.message().find("stored"), std::string::npos) << s;
+  const std::string rest = testing::WithoutPath(std::string(s.message()), path);
+  EXPECT_EQ(rest.find("hunter2"), std::string::npos) << s;
+  EXPECT_EQ(rest.find("stored"), std::string::npos) << s;
 }
 
 TEST(TFRecordTest, WriterRefusesRecordsReadersWouldReject) {
