@@ -11,9 +11,9 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "client/client_auth.h"
+#include "client/grpc_client_auth.h"
 #include "client/flags.h"
-#include "client/job_file.h"
+#include "job/job_spec.h"
 #include "client/progress.h"
 #include "common/status_macros.h"
 
@@ -28,6 +28,7 @@ std::string StateName(JobState s) {
     case FAILED: return "FAILED";
     case CANCELLED: return "CANCELLED";
     case RECOVERING: return "RECOVERING";
+    case PREEMPTED: return "PREEMPTED";
     default: return "UNKNOWN";
   }
 }
@@ -155,7 +156,7 @@ absl::StatusOr<absl::Duration> MasterWait(const Flags& f) {
 
 TrainResult ResultFromStatus(const JobStatus& s) {
   TrainResult r;
-  r.state = StateName(s.state());
+  r.state = s.state();
   r.job = s.name();
   r.steps = s.step();
   r.epochs = s.epoch();
@@ -265,7 +266,7 @@ int FollowJob(MasterClient* client, const std::string& job_id, bool json, absl::
     std::printf("%s\n", r.ToJson().c_str());
   } else {
     std::printf("job %s (%s) %s: %lld steps, %lld epochs, train loss %.4f, test accuracy %.4f, %.0f samples/s, %.1f s\n",
-                job_id.c_str(), r.job.c_str(), r.state.c_str(), static_cast<long long>(r.steps),
+                job_id.c_str(), r.job.c_str(), StateName(r.state).c_str(), static_cast<long long>(r.steps),
                 static_cast<long long>(r.epochs), r.train_loss, r.test_accuracy, r.samples_per_second, r.wall_seconds);
   }
   return last.state() == SUCCEEDED ? 0 : 1;

@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "client/master_client.h"
+#include "client/grpc_master_client.h"
 #include "proto/master_service.pb.h"
 #include "runtime/trainer.h"
 

@@ -21,7 +21,7 @@
 #include "client/daemon_commands.h"
 #include "client/flags.h"
 #include "client/job_commands.h"
-#include "client/job_file.h"
+#include "job/job_spec.h"
 #include "client/local_command.h"
 #include "client/progress.h"
 #include "common/status_macros.h"
@@ -136,11 +136,11 @@ int Train(int argc, char** argv) {
     std::printf("%s\n", result->ToJson().c_str());
   } else {
     std::printf("job %s %s: %lld steps, %lld epochs, train loss %.4f, test accuracy %.4f, %.0f samples/s, %.1f s\n",
-                result->job.c_str(), result->state.c_str(), static_cast<long long>(result->steps),
+                result->job.c_str(), JobState_Name(result->state).c_str(), static_cast<long long>(result->steps),
                 static_cast<long long>(result->epochs), result->train_loss, result->test_accuracy,
                 result->samples_per_second, result->wall_seconds);
   }
-  return result->state == "SUCCEEDED" ? 0 : 1;
+  return result->state == SUCCEEDED ? 0 : 1;
 }
 
 

@@ -22,11 +22,10 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "common/size_class_cache.h"
 
 namespace weft {
 
@@ -63,13 +62,7 @@ static_assert(sizeof(Buffer) <= Buffer::kHeaderBytes, "buffer header must fit it
 
 class Allocator {
  public:
-  struct Stats {
-    int64_t system_allocs = 0;    // blocks obtained from the system
-    int64_t cache_hits = 0;       // allocations served from the cache
-    int64_t bytes_in_use = 0;     // capacity of live buffers
-    int64_t bytes_cached = 0;     // capacity kept for reuse
-    int64_t peak_bytes_in_use = 0;
-  };
+  using Stats = AllocatorStats;
 
   virtual ~Allocator() = default;
   // Returns a buffer with one reference and at least `bytes` usable bytes
@@ -94,8 +87,8 @@ class Allocator {
   static void DeleteExternalBlock(Buffer* buffer);
 };
 
-// Caches released blocks by size class (powers of two with four steps in
-// between, so at most ~19% of a block is slack). Holds at most
+// Caches released blocks by size class (SizeClassCache: four classes per
+// power of two, so at most ~19% of a block is slack). Holds at most
 // `max_cached_bytes` of free blocks; past that, released blocks are freed.
 class CachingAllocator final : public Allocator {
  public:
@@ -117,17 +110,15 @@ class CachingAllocator final : public Allocator {
   size_t limit() const { return limit_.load(std::memory_order_relaxed); }
 
   // The size a request of `bytes` is rounded up to.
-  static size_t SizeClass(size_t bytes);
+  static size_t SizeClass(size_t bytes) { return SizeClassCache::SizeClass(bytes); }
 
  protected:
   void Release(Buffer* buffer) override;
 
  private:
   mutable absl::Mutex mu_;
-  const size_t max_cached_bytes_;
   std::atomic<size_t> limit_{0};
-  absl::flat_hash_map<size_t, std::vector<Buffer*>> free_ ABSL_GUARDED_BY(mu_);
-  Stats stats_ ABSL_GUARDED_BY(mu_);
+  SizeClassCache cache_ ABSL_GUARDED_BY(mu_);
 };
 
 // The process-wide allocator for CPU tensors (a CachingAllocator).

@@ -1,6 +1,6 @@
 // Caller: who made a request, as the transport proved it, and the checks
 // every service makes with it. Free of gRPC: the adapters build a Caller
-// from the connection (common/grpc_peer_auth.h) and the core logic decides.
+// from the connection (common/grpc_security.h) and the core logic decides.
 //
 // Identities (docs/security.md):
 //   - cluster members: "master" and tasks ("/job:worker/task:1"), from a

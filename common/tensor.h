@@ -23,7 +23,7 @@
 namespace weft {
 
 // A list of dimension sizes. In a concrete tensor every dim is >= 0; graph
-// signatures may use -1 for "unknown" (see graph/shape_inference.h).
+// signatures may use -1 for "unknown" (see graph/op_registry.h).
 class TensorShape {
  public:
   TensorShape() = default;

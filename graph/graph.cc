@@ -75,6 +75,21 @@ absl::StatusOr<Node*> Graph::AddNodeImpl(NodeDef def, std::vector<DType>* skip_i
 
   auto node = std::make_unique<Node>();
   node->op_def_ = *op_def;
+  RETURN_IF_ERROR(ResolveInputs(def, where, node.get()));
+  RETURN_IF_ERROR(InferOutputs(def, where, skip_inference_types, node.get()));
+  node->def_ = std::move(def);
+  node->id_ = num_nodes();
+  Node* raw = node.get();
+  for (int i = 0; i < raw->num_inputs(); ++i) {
+    raw->inputs_[i].node->out_edges_.push_back(Node::OutEdge{raw, raw->inputs_[i].index, i});
+  }
+  for (Node* c : raw->control_inputs_) c->control_outputs_.push_back(raw);
+  by_name_.emplace(raw->name(), raw);
+  nodes_.push_back(std::move(node));
+  return raw;
+}
+
+absl::Status Graph::ResolveInputs(const NodeDef& def, const std::string& where, Node* node) const {
   bool seen_control = false;
   for (const std::string& in : def.input()) {
     std::string src_name;
@@ -99,14 +114,20 @@ absl::StatusOr<Node*> Graph::AddNodeImpl(NodeDef def, std::vector<DType>* skip_i
     }
     node->inputs_.push_back(Endpoint{src, index});
   }
-  const OpDef& od = **op_def;
+  const OpDef& od = node->op_def();
   const int n_in = node->num_inputs();
   if ((od.num_inputs >= 0 && n_in != od.num_inputs) || (od.num_inputs < 0 && n_in < 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": expects ", od.num_inputs < 0 ? std::string("at least 1") : std::to_string(od.num_inputs),
         " input(s), got ", n_in));
   }
+  return absl::OkStatus();
+}
 
+absl::Status Graph::InferOutputs(const NodeDef& def, const std::string& where,
+                                 std::vector<DType>* skip_inference_types, Node* node) {
+  const OpDef& od = node->op_def();
+  const int n_in = node->num_inputs();
   InferenceContext ctx{def, {}, {}, {}, {}};
   for (const Endpoint& e : node->inputs_) {
     ctx.input_types.push_back(e.node->output_type(e.index));
@@ -146,16 +167,7 @@ absl::StatusOr<Node*> Graph::AddNodeImpl(NodeDef def, std::vector<DType>* skip_i
   }
   node->output_types_ = std::move(ctx.output_types);
   node->output_shapes_ = std::move(ctx.output_shapes);
-  node->def_ = std::move(def);
-  node->id_ = num_nodes();
-  Node* raw = node.get();
-  for (int i = 0; i < raw->num_inputs(); ++i) {
-    raw->inputs_[i].node->out_edges_.push_back(Node::OutEdge{raw, raw->inputs_[i].index, i});
-  }
-  for (Node* c : raw->control_inputs_) c->control_outputs_.push_back(raw);
-  by_name_.emplace(raw->name(), raw);
-  nodes_.push_back(std::move(node));
-  return raw;
+  return absl::OkStatus();
 }
 
 absl::Status Graph::AddControlEdge(Node* src, Node* dst) {

@@ -124,6 +124,13 @@ class Graph {
  private:
   // With `skip_inference_types`, AddNodeSkippingInference.
   absl::StatusOr<Node*> AddNodeImpl(NodeDef def, std::vector<DType>* skip_inference_types);
+  // AddNodeImpl's steps; `where` names the node for messages. Resolves
+  // def's inputs into `node` (whose op_def is set) and checks their count.
+  absl::Status ResolveInputs(const NodeDef& def, const std::string& where, Node* node) const;
+  // Runs the shape function (or takes `skip_inference_types`) and sets
+  // node's output types and shapes. REQUIRES: ResolveInputs succeeded.
+  static absl::Status InferOutputs(const NodeDef& def, const std::string& where,
+                                   std::vector<DType>* skip_inference_types, Node* node);
 
   std::vector<std::unique_ptr<Node>> nodes_;
   absl::flat_hash_map<std::string, Node*> by_name_;

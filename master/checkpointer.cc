@@ -12,33 +12,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
-#include "absl/synchronization/blocking_counter.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "graph/device_name.h"
+#include "job/defaults.h"
+#include "master/cluster_probe.h"
 #include "ps/manifest.h"
 
 namespace weft {
 namespace master {
 namespace {
 
-constexpr int kDefaultKeep = 3;
-
-// Runs `call(i, done)` for i in [0, n) at once and waits for every `done`.
-template <typename CallFn>
-std::vector<absl::Status> InParallel(size_t n, CallFn call) {
-  std::vector<absl::Status> statuses(n);
-  absl::BlockingCounter pending(static_cast<int>(n));
-  for (size_t i = 0; i < n; ++i) {
-    call(i, [&statuses, &pending, i](const absl::Status& s) {
-      statuses[i] = s;
-      pending.DecrementCount();
-    });
-  }
-  pending.Wait();
-  return statuses;
-}
 
 // An OWNER file holds a user name and a newline; anything longer is not one.
 constexpr size_t kMaxOwnerFileBytes = 4096;
@@ -210,6 +195,35 @@ bool Checkpointer::Due(int64_t step) const {
          env_->NowMicros() - last_save_micros_ >= int64_t{policy_.every_seconds()} * 1000000;
 }
 
+absl::StatusOr<std::vector<std::string>> Checkpointer::ShardOwners(const std::string& session_handle,
+                                                                   const std::vector<std::string>& holders) const {
+  const std::vector<std::string> tasks = holders.empty() ? workers_->ListTasks() : holders;
+  std::vector<ListShardsRequest> list_requests(tasks.size());
+  std::vector<ListShardsResponse> lists(tasks.size());
+  for (ListShardsRequest& r : list_requests) r.add_session_handle(session_handle);
+  std::vector<absl::Status> listed = FanOut(tasks.size(), [&](size_t i, StatusCallback done) {
+    WorkerInterface* w = workers_->GetOrCreateWorker(tasks[i]);
+    if (w == nullptr) {
+      return done(absl::FailedPreconditionError(absl::StrCat("task ", tasks[i], " is not in the cluster")));
+    }
+    w->ListShardsAsync(&list_requests[i], &lists[i], std::move(done));
+  });
+  std::vector<std::string> owners;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    // NOT_FOUND: the session has no graph on that task, so no variables.
+    if (absl::IsNotFound(listed[i])) continue;
+    RETURN_IF_ERROR(WithTask(listed[i], tasks[i]));
+    for (const SessionVariables& sv : lists[i].session()) {
+      if (sv.session_handle() == session_handle && sv.variable_size() > 0) owners.push_back(tasks[i]);
+    }
+  }
+  if (owners.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("session ", session_handle, " holds no variables on any task: nothing to checkpoint"));
+  }
+  return owners;
+}
+
 absl::StatusOr<ps::CheckpointEntry> Checkpointer::Save(const std::string& session_handle, int64_t step,
                                                        const std::vector<std::string>& holders) {
   if (!enabled()) return absl::FailedPreconditionError(absl::StrCat("job '", job_name_, "' has no checkpoint dir"));
@@ -227,27 +241,7 @@ absl::StatusOr<ps::CheckpointEntry> Checkpointer::Save(const std::string& sessio
   // checkpoint before its shards are replaced.
   if (env_->FileExists(manifest_path)) RETURN_IF_ERROR(env_->DeleteFile(manifest_path));
 
-  // Which tasks hold the session's variables.
-  const std::vector<std::string> tasks = holders.empty() ? workers_->ListTasks() : holders;
-  std::vector<ListShardsRequest> list_requests(tasks.size());
-  std::vector<ListShardsResponse> lists(tasks.size());
-  for (ListShardsRequest& r : list_requests) r.add_session_handle(session_handle);
-  std::vector<absl::Status> listed = InParallel(tasks.size(), [&](size_t i, StatusCallback done) {
-    workers_->GetOrCreateWorker(tasks[i])->ListShardsAsync(&list_requests[i], &lists[i], std::move(done));
-  });
-  std::vector<std::string> owners;
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    // NOT_FOUND: the session has no graph on that task, so no variables.
-    if (absl::IsNotFound(listed[i])) continue;
-    RETURN_IF_ERROR(WithTask(listed[i], tasks[i]));
-    for (const SessionVariables& sv : lists[i].session()) {
-      if (sv.session_handle() == session_handle && sv.variable_size() > 0) owners.push_back(tasks[i]);
-    }
-  }
-  if (owners.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("session ", session_handle, " holds no variables on any task: nothing to checkpoint"));
-  }
+  ASSIGN_OR_RETURN(const std::vector<std::string> owners, ShardOwners(session_handle, holders));
 
   std::vector<SaveShardRequest> save_requests(owners.size());
   std::vector<SaveShardResponse> saved(owners.size());
@@ -256,8 +250,12 @@ absl::StatusOr<ps::CheckpointEntry> Checkpointer::Save(const std::string& sessio
     save_requests[i].set_path(JoinPath(task_dir, ShardFileName(owners[i])));
     save_requests[i].set_global_step(step);
   }
-  std::vector<absl::Status> statuses = InParallel(owners.size(), [&](size_t i, StatusCallback done) {
-    workers_->GetOrCreateWorker(owners[i])->SaveShardAsync(&save_requests[i], &saved[i], std::move(done));
+  std::vector<absl::Status> statuses = FanOut(owners.size(), [&](size_t i, StatusCallback done) {
+    WorkerInterface* w = workers_->GetOrCreateWorker(owners[i]);
+    if (w == nullptr) {
+      return done(absl::FailedPreconditionError(absl::StrCat("task ", owners[i], " is not in the cluster")));
+    }
+    w->SaveShardAsync(&save_requests[i], &saved[i], std::move(done));
   });
   CheckpointManifest manifest;
   manifest.set_job_name(job_name_);
@@ -280,7 +278,7 @@ absl::StatusOr<ps::CheckpointEntry> Checkpointer::Save(const std::string& sessio
   last_save_micros_ = env_->NowMicros();
   Logger("master")->info("job '{}': checkpoint of step {} in {} ({} shard(s), {} bytes, {:.0f} ms)", job_name_, step,
                          dir, owners.size(), bytes, absl::ToDoubleMilliseconds(absl::Now() - started));
-  const int keep = policy_.keep() > 0 ? policy_.keep() : kDefaultKeep;
+  const int keep = EffectiveCheckpointKeep(policy_);
   absl::StatusOr<std::string> all = LocalPath(dir_, /*create_dirs=*/false);
   absl::Status pruned = all.ok() ? ps::PruneCheckpoints(env_, *all, keep) : all.status();
   if (!pruned.ok()) Logger("master")->warn("job '{}': deleting old checkpoints: {}", job_name_, pruned.ToString());
@@ -310,7 +308,7 @@ absl::Status Checkpointer::Restore(const std::string& session_handle, const ps::
     requests[i].set_path(JoinPath(task_dir, m.shard(i).file()));
     requests[i].set_expect_global_step(m.step());
   }
-  std::vector<absl::Status> statuses = InParallel(requests.size(), [&](size_t i, StatusCallback done) {
+  std::vector<absl::Status> statuses = FanOut(requests.size(), [&](size_t i, StatusCallback done) {
     owners[i]->RestoreShardAsync(&requests[i], &responses[i], std::move(done));
   });
   int variables = 0;

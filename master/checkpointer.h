@@ -151,6 +151,10 @@ class Checkpointer {
   absl::StatusOr<std::string> LocalPath(const std::string& name, bool create_dirs) const;
   // The tasks' name of a path LocalPath returned (or of a CheckpointEntry's).
   absl::StatusOr<std::string> TaskPath(const std::string& local) const;
+  // The tasks that hold variables of the session (asking `holders`, or every
+  // task when empty, in parallel); FAILED_PRECONDITION when none does.
+  absl::StatusOr<std::vector<std::string>> ShardOwners(const std::string& session_handle,
+                                                       const std::vector<std::string>& holders) const;
 
   Env* const env_;
   WorkerCacheInterface* const workers_;

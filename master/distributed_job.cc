@@ -13,6 +13,8 @@
 #include "graph/builder.h"
 #include "graph/device_name.h"
 #include "graph/input_ops.h"
+#include "job/defaults.h"
+#include "job/strategy_spec.h"
 
 namespace weft {
 namespace master {
@@ -106,24 +108,24 @@ static std::string TaskOfDevice(const std::string& device) {
   return d.ok() ? TaskName(d->job, d->task) : "";
 }
 
-absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const TrainingGraph& training,
-                                                   const std::vector<std::string>& devices,
-                                                   const NcclIdGenerator& new_nccl_id, int64_t start_step) {
-  ASSIGN_OR_RETURN(Cluster cluster, ReadCluster(devices));
+namespace {
+
+// The strategy's options for `cluster`: what the job's strategy asks for,
+// and the devices of its replicas and variables.
+absl::StatusOr<StrategyOptions> OptionsFor(const JobSpec& job, Cluster& cluster, const NcclIdGenerator& new_nccl_id) {
   const StrategySpec& spec = job.strategy();
   StrategyOptions o;
   o.kind = spec.kind();
-  o.sync = spec.kind() != StrategySpec::PARAMETER_SERVER || spec.sync();
-  if (spec.fusion_bytes() > 0) o.fusion_bytes = spec.fusion_bytes();
+  o.sync = EffectiveSync(spec);
+  o.fusion_bytes = EffectiveFusionBytes(spec);
   o.max_shard_bytes = spec.max_shard_bytes();
   o.replicas_to_aggregate = spec.replicas_to_aggregate();
   o.group_key = 1;
   o.new_nccl_id = new_nccl_id;
   o.cross_device_ops = spec.cross_device_ops();
-  if (spec.replicas_to_aggregate() != 0 && (spec.kind() != StrategySpec::PARAMETER_SERVER || !spec.sync())) {
-    return Missing(job, absl::StrCat("does not take replicas_to_aggregate (", spec.replicas_to_aggregate(),
-                                     "): it applies to kind PARAMETER_SERVER with sync: true only"));
-  }
+  const std::string in_job = absl::StrCat("job '", job.name(), "'");
+  RETURN_IF_ERROR(
+      Annotate(CheckStrategyKinds(spec.kind(), spec.sync(), spec.replicas_to_aggregate(), StrategySpec::AUTO), in_job));
   switch (spec.kind()) {
     case StrategySpec::PARAMETER_SERVER:
       if (cluster.ps.empty()) return Missing(job, "needs ps tasks (weft local --ps=M, or ps= in the cluster)");
@@ -142,7 +144,7 @@ absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const Tra
       // GPUs come first; by default every GPU, or every device when none is a GPU.
       const int gpus = static_cast<int>(
           std::count_if(local.begin(), local.end(), [](const std::string& d) { return OnGpuDevice(d); }));
-      const int n = spec.num_devices() > 0 ? spec.num_devices() : gpus > 0 ? gpus : static_cast<int>(local.size());
+      const int n = EffectiveNumDevices(spec, static_cast<int>(local.size()), gpus);
       if (n > static_cast<int>(local.size())) {
         return Missing(job, absl::StrCat("asks for ", n, " devices but ", cluster.workers[0], " has ",
                                          local.size(), " (start it with --cpu_devices=", n, ")"));
@@ -155,29 +157,18 @@ absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const Tra
       return Missing(job, "is not a distribution strategy");
   }
   const int n = static_cast<int>(o.replica_devices.size());
-  if (o.replicas_to_aggregate < 0 || o.replicas_to_aggregate > n) {
-    return Missing(job, absl::StrCat("has replicas_to_aggregate ", o.replicas_to_aggregate, " but ", n,
-                                     " replicas; use 1 to ", n, " (the first k of them per step), or 0 for all ",
-                                     "in lockstep"));
-  }
-  if (job.batch_size() % n != 0) {
-    return Missing(job, absl::StrCat("splits batch_size ", job.batch_size(), " over ", n,
-                                     " replicas; make it a multiple of ", n));
-  }
-  DistributedPlan plan;
-  plan.num_replicas = n;
-  plan.replica_batch = job.batch_size() / n;
-  plan.sync = o.sync;
-  plan.replicas_to_aggregate = o.replicas_to_aggregate;
-  absl::StatusOr<ReplicatedGraph> replicated = ApplyStrategy(training, o);
-  if (!replicated.ok()) {
-    return absl::Status(replicated.status().code(),
-                        absl::StrCat("job '", job.name(), "': ", replicated.status().message()));
-  }
-  plan.replicated = *std::move(replicated);
-  plan.graph = plan.replicated.graph->ToGraphDef();
-  const int64_t num_classes = job.has_model() ? job.model().num_classes() : 0;
+  RETURN_IF_ERROR(Annotate(CheckReplicasToAggregate(o.kind, o.replicas_to_aggregate, n), in_job));
+  RETURN_IF_ERROR(Annotate(ReplicaBatch(job, n).status(), in_job));
+  return o;
+}
 
+// Each replica's InputBatch, reading its shard on its own device, in place
+// of its `features` and `labels` placeholders.
+absl::Status AddReplicaInputs(const JobSpec& job, const TrainingGraph& training, const StrategyOptions& o,
+                              int64_t start_step, DistributedPlan* p) {
+  DistributedPlan& plan = *p;
+  const int n = plan.num_replicas;
+  const int64_t num_classes = job.has_model() ? job.model().num_classes() : 0;
   for (int r = 0; r < n; ++r) {
     ops::InputBatchOptions in;
     in.train = true;
@@ -200,9 +191,15 @@ absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const Tra
     RETURN_IF_ERROR(Rewire(&plan.graph, plan.replicated.replicas[r].features, name));
     RETURN_IF_ERROR(Rewire(&plan.graph, plan.replicated.replicas[r].labels, name + ":1"));
   }
+  return absl::OkStatus();
+}
 
-  // Evaluation: replica 0's forward pass to `correct` and `eval_loss`,
-  // copied under "eval/" and fed by the test split on replica 0's task.
+// Evaluation: replica 0's forward pass to `correct` and `eval_loss`,
+// copied under "eval/" and fed by the test split on `device` (replica 0's).
+absl::Status AddEvaluation(const JobSpec& job, const TrainingGraph& training, const std::string& device,
+                           DistributedPlan* p) {
+  DistributedPlan& plan = *p;
+  const int64_t num_classes = job.has_model() ? job.model().num_classes() : 0;
   if (!plan.replicated.correct.empty() && !job.eval().skip()) {
     absl::flat_hash_map<std::string, const NodeDef*> by_name;
     for (const NodeDef& nd : plan.graph.node()) by_name[nd.name()] = &nd;
@@ -242,7 +239,7 @@ absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const Tra
       NodeDef* n = plan.graph.add_node();
       n->set_name(name);
       n->set_op("Identity");
-      n->set_device(o.replica_devices[0]);
+      n->set_device(device);
       n->add_input(source);
     }
     ops::InputBatchOptions in;
@@ -251,12 +248,66 @@ absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const Tra
     in.seed = job.seed();
     in.example_shape = training.example_shape;
     in.num_classes = num_classes;
-    ASSIGN_OR_RETURN(NodeDef node, InputNode(job, training, "eval/input", o.replica_devices[0], in));
+    ASSIGN_OR_RETURN(NodeDef node, InputNode(job, training, "eval/input", device, in));
     *plan.graph.add_node() = std::move(node);
     plan.eval_correct = absl::StrCat("eval/", plan.replicated.correct);
     if (!plan.replicated.eval_loss.empty()) plan.eval_loss = absl::StrCat("eval/", plan.replicated.eval_loss);
     plan.eval_labels = "eval/labels";
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const TrainingGraph& training,
+                                                   const std::vector<std::string>& devices,
+                                                   const NcclIdGenerator& new_nccl_id, int64_t start_step) {
+  ASSIGN_OR_RETURN(Cluster cluster, ReadCluster(devices));
+  ASSIGN_OR_RETURN(const StrategyOptions o, OptionsFor(job, cluster, new_nccl_id));
+  const int n = static_cast<int>(o.replica_devices.size());
+  DistributedPlan plan;
+  plan.num_replicas = n;
+  plan.replica_batch = job.batch_size() / n;
+  plan.sync = o.sync;
+  plan.replicas_to_aggregate = o.replicas_to_aggregate;
+  absl::StatusOr<ReplicatedGraph> replicated = ApplyStrategy(training, o);
+  if (!replicated.ok()) {
+    return absl::Status(replicated.status().code(),
+                        absl::StrCat("job '", job.name(), "': ", replicated.status().message()));
+  }
+  plan.replicated = *std::move(replicated);
+  plan.graph = plan.replicated.graph->ToGraphDef();
+
+  RETURN_IF_ERROR(AddReplicaInputs(job, training, o, start_step, &plan));
+  RETURN_IF_ERROR(AddEvaluation(job, training, o.replica_devices[0], &plan));
+  return plan;
+}
+
+absl::StatusOr<DistributedPlan> PlanUndistributedJob(const JobSpec& job, const TrainingGraph& training) {
+  if (job.batch_size() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("job '", job.name(), "': batch_size ", job.batch_size(),
+                                                   " must be positive"));
+  }
+  DistributedPlan plan;
+  plan.num_replicas = 1;
+  plan.replica_batch = job.batch_size();
+  plan.sync = true;
+  ReplicaNames r;
+  r.features = training.features;
+  r.labels = training.labels;
+  r.loss = training.loss;
+  r.train_op = training.train_op;
+  plan.replicated.replicas.push_back(std::move(r));
+  plan.replicated.train_targets = {training.train_op};
+  plan.replicated.correct = training.correct;
+  plan.replicated.eval_loss = training.eval_loss;
+  plan.graph = training.graph->ToGraphDef();
+  // No device: the input goes where the placeholders' feeds went, the
+  // session's default device.
+  StrategyOptions o;
+  o.replica_devices = {""};
+  RETURN_IF_ERROR(AddReplicaInputs(job, training, o, /*start_step=*/0, &plan));
+  RETURN_IF_ERROR(AddEvaluation(job, training, "", &plan));
   return plan;
 }
 

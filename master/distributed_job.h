@@ -64,6 +64,15 @@ absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const Tra
                                                    const NcclIdGenerator& new_nccl_id = nullptr,
                                                    int64_t start_step = 0);
 
+// A job without a strategy, planned the same way as one replica: the
+// training graph as it is (nodes keep their requested devices, the others go
+// to the session's default device), its `features` and `labels` placeholders
+// replaced by an InputBatch without a device (so on the session's default
+// device, where the feeds went) that reads the whole training split on that
+// task in the order LocalTrainer's iterator gives, and the evaluation copy
+// of a distributed job. `replicated.graph` stays null.
+absl::StatusOr<DistributedPlan> PlanUndistributedJob(const JobSpec& job, const TrainingGraph& training);
+
 // Why NCCL cannot join the cluster's GPUs, or "" when it can: NCCL refuses
 // two ranks on one GPU, so every GPU must report a physical_device_desc (its
 // UUID) that no other GPU device shares, as when two tasks on one machine

@@ -72,6 +72,44 @@ TEST(DistributedJobTest, EachReplicaReadsItsShardOnItsTaskAndEvaluationReadsTheT
   }
 }
 
+TEST(DistributedJobTest, AJobWithoutAStrategyReadsItsWholeSplitWhereItsFeedsWent) {
+  const JobSpec job = Job(StrategySpec::NONE);
+  auto tg = LowerJob(job);
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  auto plan = PlanUndistributedJob(job, *tg);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->num_replicas, 1);
+  EXPECT_EQ(plan->replica_batch, 8);
+  auto g = Graph::FromGraphDef(plan->graph);
+  ASSERT_TRUE(g.ok()) << g.status();
+  const Node* in = (*g)->FindNode(ReplicaName(0, "input"));
+  ASSERT_NE(in, nullptr);
+  EXPECT_EQ(in->op(), "InputBatch");
+  EXPECT_TRUE(*GetBoolAttr(in->def(), "train"));
+  EXPECT_EQ(*GetIntAttr(in->def(), "num_shards"), 1);
+  EXPECT_EQ(*GetIntAttr(in->def(), "batch_size"), 8);
+  EXPECT_EQ(in->def().device(), "");  // the session's default device
+  for (const std::string& placeholder : {tg->features, tg->labels}) {
+    const Node* n = (*g)->FindNode(placeholder);
+    ASSERT_NE(n, nullptr) << placeholder;
+    EXPECT_EQ(n->op(), "Identity") << placeholder;  // nothing left to feed
+    EXPECT_EQ(n->input(0).node, in) << placeholder;
+  }
+  const Node* eval_in = (*g)->FindNode("eval/input");
+  ASSERT_NE(eval_in, nullptr);
+  EXPECT_FALSE(*GetBoolAttr(eval_in->def(), "train"));
+  EXPECT_EQ(*GetIntAttr(eval_in->def(), "batch_size"), 500);  // as LocalTrainer evaluates
+  ASSERT_NE((*g)->FindNode(plan->eval_correct), nullptr) << plan->eval_correct;
+
+  JobSpec skip = job;
+  skip.mutable_eval()->set_skip(true);
+  plan = PlanUndistributedJob(skip, *tg);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->eval_correct.empty());
+  skip.set_batch_size(0);
+  EXPECT_EQ(PlanUndistributedJob(skip, *tg).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(DistributedJobTest, AClusterWithoutWhatTheStrategyNeedsIsInvalidArgument) {
   JobSpec job = Job(StrategySpec::PARAMETER_SERVER);
   auto tg = LowerJob(job);

@@ -10,10 +10,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "client/job_file.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "graph/lowering.h"
+#include "job/job_spec.h"
+#include "master/job_manager_internal.h"
 #include "master/job_runner.h"
 
 namespace weft {
@@ -21,48 +22,7 @@ namespace master {
 
 bool IsTerminal(JobState state) { return state == SUCCEEDED || state == FAILED || state == CANCELLED; }
 
-// One subscriber. `mu` is held while its callback runs, so unsubscribing
-// waits for a delivery in progress and no delivery starts afterwards.
-class JobManager::Watcher {
- public:
-  explicit Watcher(std::function<void(const JobStatus&)> fn) : fn_(std::move(fn)) {}
-  void Deliver(const JobStatus& s) {
-    absl::MutexLock lock(&mu_);
-    if (active_) fn_(s);
-  }
-  void Stop() {
-    absl::MutexLock lock(&mu_);
-    active_ = false;
-  }
-  absl::Mutex* mu() { return &mu_; }
-  // REQUIRES: mu() held.
-  void DeliverLocked(const JobStatus& s) { fn_(s); }
-
- private:
-  absl::Mutex mu_;
-  bool active_ = true;
-  const std::function<void(const JobStatus&)> fn_;
-};
-
-struct JobManager::Job {
-  Job(std::string id, JobSpec spec) : id(std::move(id)), spec(std::move(spec)) {}
-
-  const std::string id;
-  const JobSpec spec;
-  std::unique_ptr<JobRunner> runner;  // null for jobs that will not run
-
-  mutable absl::Mutex mu;
-  JobStatus status ABSL_GUARDED_BY(mu);
-  absl::Time last_publish ABSL_GUARDED_BY(mu) = absl::InfinitePast();
-  absl::Time last_persist ABSL_GUARDED_BY(mu) = absl::InfinitePast();
-  // The terminal status has been delivered to the watchers and stored.
-  bool finished ABSL_GUARDED_BY(mu) = false;
-  std::vector<std::shared_ptr<Watcher>> watchers ABSL_GUARDED_BY(mu);
-};
-
 namespace {
-
-constexpr absl::Duration kPersistProgressEvery = absl::Seconds(2);
 
 class JobWatchImpl final : public JobWatch {
  public:
@@ -73,6 +33,38 @@ class JobWatchImpl final : public JobWatch {
  private:
   RemoveFn remove_;
 };
+
+// The status of a job whose runner returned `result`.
+void RecordResult(const absl::StatusOr<TrainResult>& result, bool cancelled, JobStatus* s) {
+  if (!result.ok()) {
+    s->set_state(cancelled ? CANCELLED : FAILED);
+    if (!cancelled) {
+      // "UNAVAILABLE: training step 12: task /job:worker/task:0: ...": the
+      // code tells a client whether retrying can help.
+      s->set_error(result.status().ToString());
+      s->set_error_code(static_cast<int>(result.status().code()));
+    }
+    return;
+  }
+  if (result->state == PREEMPTED) {
+    // Not an end: a restarted master resumes it from its checkpoint.
+    s->set_state(RECOVERING);
+    s->set_failed_task("master");
+    s->set_failure(absl::StrCat("the master stopped (SIGTERM) at step ", result->steps,
+                                "; the job resumes when it restarts"));
+    s->set_failure_time_unix_ms(absl::ToUnixMillis(absl::Now()));
+    return;
+  }
+  s->set_state(result->state == CANCELLED ? CANCELLED : SUCCEEDED);
+  s->set_step(result->steps);
+  s->set_epoch(result->epochs);
+  s->set_train_loss(result->train_loss);
+  s->set_test_accuracy(result->test_accuracy);
+  s->set_test_loss(result->test_loss);
+  s->set_test_examples(result->test_examples);
+  s->set_samples_per_second(result->samples_per_second);
+  s->set_wall_seconds(result->wall_seconds);
+}
 
 }  // namespace
 
@@ -168,20 +160,6 @@ absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec, const std::s
   } else {
     RETURN_IF_ERROR(ValidateJob(spec));
   }
-  if (spec.strategy().steps_per_execution() > 1) {
-    // Several steps per dispatch need replicas that read their own input.
-    if (spec.strategy().kind() == StrategySpec::NONE) {
-      return absl::UnimplementedError(
-          "job: strategy.steps_per_execution > 1 needs a distribution strategy (replicas that read their own data)");
-    }
-    if (spec.strategy().replicas_to_aggregate() > 0) {
-      // A job step is a global step there, seen in each step's push outcomes.
-      return absl::UnimplementedError(absl::StrCat(
-          "job: strategy.steps_per_execution ", spec.strategy().steps_per_execution(),
-          " is not supported with strategy.replicas_to_aggregate ", spec.strategy().replicas_to_aggregate(),
-          " (k-of-N replicas run one step per dispatch)"));
-    }
-  }
   absl::StatusOr<TrainingGraph> training = LowerJob(spec);
   if (!training.ok()) {
     // Whatever lowering rejects is wrong in the job, whichever code it used.
@@ -190,19 +168,7 @@ absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec, const std::s
 
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the master is shutting down");
-  // Jobs that an idle runner is about to take do not wait: the new job is
-  // refused only when it would itself have to wait past the bound.
-  const int64_t runners = std::max(options_.max_running_jobs, 1);
-  const int64_t idle = runners - busy_runners_;
-  const int64_t queued = static_cast<int64_t>(queue_.size());
-  const int64_t waiting = std::max<int64_t>(0, queued - idle);
-  const int64_t max_queued = std::max(options_.max_queued_jobs, 0);
-  if (queued + 1 - idle > max_queued) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the master's job queue is full: ", waiting, " job(s) wait while ", busy_runners_,
-        " run (--max_queued_jobs=", max_queued, ", --max_running_jobs=", runners,
-        "); submit again once a job has ended"));
-  }
+  RETURN_IF_ERROR(CheckQueueRoomLocked());
   // A sequence number for people, and 64 random bits so that an id cannot
   // be guessed from another.
   const std::string id = absl::StrFormat("job-%d-%016x", next_id_++, absl::Uniform<uint64_t>(absl::BitGen()));
@@ -228,6 +194,23 @@ absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec, const std::s
   queue_.push_back(std::move(job));
   Logger("master")->info("job {} ('{}') submitted by {}", id, spec.name(), owner.empty() ? "(no user)" : owner);
   return id;
+}
+
+absl::Status JobManager::CheckQueueRoomLocked() const {
+  // Jobs that an idle runner is about to take do not wait: the new job is
+  // refused only when it would itself have to wait past the bound.
+  const int64_t runners = std::max(options_.max_running_jobs, 1);
+  const int64_t idle = runners - busy_runners_;
+  const int64_t queued = static_cast<int64_t>(queue_.size());
+  const int64_t waiting = std::max<int64_t>(0, queued - idle);
+  const int64_t max_queued = std::max(options_.max_queued_jobs, 0);
+  if (queued + 1 - idle > max_queued) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the master's job queue is full: ", waiting, " job(s) wait while ", busy_runners_,
+        " run (--max_queued_jobs=", max_queued, ", --max_running_jobs=", runners,
+        "); submit again once a job has ended"));
+  }
+  return absl::OkStatus();
 }
 
 std::shared_ptr<JobManager::Job> JobManager::Find(const std::string& job_id) const {
@@ -326,104 +309,6 @@ absl::StatusOr<JobStatus> JobManager::Wait(const std::string& job_id, absl::Dura
   return job->status;
 }
 
-void JobManager::RunnerLoop() {
-  auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutting_down_ || !queue_.empty(); };
-  for (;;) {
-    std::shared_ptr<Job> job;
-    {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(&has_work));
-      // Shutdown empties the queue as it sets shutting_down_.
-      if (shutting_down_) return;
-      job = std::move(queue_.front());
-      queue_.pop_front();
-      ++busy_runners_;
-    }
-    RunJob(job.get());  // frees this runner's slot before it publishes the end
-  }
-}
-
-void JobManager::EndQueued(Job* job, bool at_shutdown) {
-  if (at_shutdown && options_.preempt_on_shutdown && job->spec.strategy().kind() != StrategySpec::NONE) {
-    // Like a preempted running job: it stays unfinished (PENDING or
-    // RECOVERING) in the store, and the next master runs it.
-    Update(job, [](JobStatus*) {}, /*force=*/true);
-    absl::MutexLock lock(&job->mu);
-    job->finished = true;
-    return;
-  }
-  Update(job, [](JobStatus* s) { s->set_state(CANCELLED); }, /*force=*/true);
-}
-
-void JobManager::Shutdown() {
-  absl::MutexLock serial(&shutdown_mu_);
-  std::vector<std::shared_ptr<Job>> jobs;
-  std::deque<std::shared_ptr<Job>> queued;
-  {
-    absl::MutexLock lock(&mu_);
-    shutting_down_ = true;
-    queued.swap(queue_);
-    for (auto& [id, job] : jobs_) jobs.push_back(job);
-  }
-  // The running ones first: they take a step to stop, the queued ones none.
-  for (auto& job : jobs) {
-    if (job->runner == nullptr) continue;
-    if (std::find(queued.begin(), queued.end(), job) != queued.end()) continue;
-    if (options_.preempt_on_shutdown) {
-      job->runner->Preempt();
-    } else {
-      job->runner->Cancel();
-    }
-  }
-  for (auto& job : queued) EndQueued(job.get(), /*at_shutdown=*/true);
-  for (std::thread& t : runners_) {
-    if (t.joinable()) t.join();
-  }
-  runners_.clear();
-}
-
-void JobManager::Update(Job* job, const std::function<void(JobStatus*)>& update, bool force) {
-  JobStatus snapshot;
-  std::vector<std::shared_ptr<Watcher>> watchers;
-  {
-    absl::MutexLock lock(&job->mu);
-    update(&job->status);
-    const absl::Time now = absl::Now();
-    if (!force && now - job->last_publish < options_.progress_interval) return;
-    job->last_publish = now;
-    snapshot = job->status;
-    watchers = job->watchers;
-  }
-  // Only the job's owner publishes (its runner, or whoever took it out of
-  // the queue), so watchers see statuses in order.
-  for (const auto& w : watchers) w->Deliver(snapshot);
-  // Progress reaches the store every few seconds too, so that a restarted
-  // master knows about how far the job had come.
-  bool persist = force;
-  {
-    absl::MutexLock lock(&job->mu);
-    const absl::Time now = absl::Now();
-    if (now - job->last_persist >= kPersistProgressEvery) persist = true;
-    if (persist) job->last_persist = now;
-  }
-  if (persist) Persist(job);
-  if (IsTerminal(snapshot.state())) {
-    absl::MutexLock lock(&job->mu);
-    job->finished = true;
-  }
-}
-
-void JobManager::Persist(Job* job) {
-  JobRecord r;
-  r.spec = job->spec;
-  {
-    absl::MutexLock lock(&job->mu);
-    r.status = job->status;
-  }
-  absl::Status s = store_->Put(r);
-  if (!s.ok()) Logger("master")->error("job {}: saving its record: {}", job->id, s.ToString());
-}
-
 // REQUIRES: called by a runner that counted itself in busy_runners_; gives
 // that count back before the job's end is published.
 void JobManager::RunJob(Job* job) {
@@ -454,46 +339,14 @@ void JobManager::RunJob(Job* job) {
     absl::MutexLock lock(&mu_);
     --busy_runners_;
   }
-  Update(
-      job,
-      [&](JobStatus* s) {
-        if (!result.ok()) {
-          s->set_state(cancelled ? CANCELLED : FAILED);
-          if (!cancelled) {
-            // "UNAVAILABLE: training step 12: task /job:worker/task:0: ...": the
-            // code tells a client whether retrying can help.
-            s->set_error(result.status().ToString());
-            s->set_error_code(static_cast<int>(result.status().code()));
-          }
-          return;
-        }
-        if (result->state == "PREEMPTED") {
-          // Not an end: a restarted master resumes it from its checkpoint.
-          s->set_state(RECOVERING);
-          s->set_failed_task("master");
-          s->set_failure(absl::StrCat("the master stopped (SIGTERM) at step ", result->steps,
-                                      "; the job resumes when it restarts"));
-          s->set_failure_time_unix_ms(absl::ToUnixMillis(absl::Now()));
-          return;
-        }
-        s->set_state(result->state == "CANCELLED" ? CANCELLED : SUCCEEDED);
-        s->set_step(result->steps);
-        s->set_epoch(result->epochs);
-        s->set_train_loss(result->train_loss);
-        s->set_test_accuracy(result->test_accuracy);
-        s->set_test_loss(result->test_loss);
-        s->set_test_examples(result->test_examples);
-        s->set_samples_per_second(result->samples_per_second);
-        s->set_wall_seconds(result->wall_seconds);
-      },
-      /*force=*/true);
-  if (result.ok() && result->state == "PREEMPTED") {
+  Update(job, [&](JobStatus* s) { RecordResult(result, cancelled, s); }, /*force=*/true);
+  if (result.ok() && result->state == PREEMPTED) {
     // Its watchers and Wait see the stop; the store keeps it RECOVERING.
     absl::MutexLock lock(&job->mu);
     job->finished = true;
     log->info("job {} stopped with the master; it resumes when the master restarts", job->id);
   } else if (result.ok()) {
-    log->info("job {} ended {}", job->id, result->state);
+    log->info("job {} ended {}", job->id, JobState_Name(result->state));
   } else if (cancelled) {
     log->info("job {} cancelled", job->id);
   } else {

@@ -1,6 +1,6 @@
 // JobManager: the master's jobs, from submission to their end.
 //
-// Submit validates a JobSpec (client/job_file.h's ValidateJob, then lowering,
+// Submit validates a JobSpec (job/job_spec.h's ValidateJob, then lowering,
 // so a bad model names its layer or node) and returns a job id at once; the
 // job then waits, PENDING, in a FIFO queue until one of a fixed number of
 // runner threads (JobManagerOptions::max_running_jobs) takes it and runs it
@@ -135,6 +135,9 @@ class JobManager {
   class Watcher;
 
   std::shared_ptr<Job> Find(const std::string& job_id) const;
+  // RESOURCE_EXHAUSTED, naming the limits, when a job submitted now would
+  // wait for a runner past max_queued_jobs.
+  absl::Status CheckQueueRoomLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   JobRunnerOptions RunnerOptions(Job* job, const std::string& owner);
   // A runner thread: runs queued jobs, oldest first, until Shutdown.
   void RunnerLoop();

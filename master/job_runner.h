@@ -1,13 +1,13 @@
 // JobRunner: the master's step driver for one job.
 //
-// It creates a MasterSession over the job's training graph (nodes without a
-// requested device run on the session's default device, worker 0; a raw
-// graph model may put variables on "/job:ps" tasks), loads the dataset on
-// the master and feeds each batch through the step's feeds, loops over
-// epochs or steps exactly as runtime/trainer.cc does, evaluates as the job
-// asks and at the end, and reports the same figures as LocalTrainer
-// (TrainResult). The data pipeline moves to the workers with the
-// distribution strategies.
+// Without a strategy it creates a MasterSession over the job's training
+// graph (nodes without a requested device run on the session's default
+// device, worker 0; a raw graph model may put variables on "/job:ps" tasks)
+// whose input is an InputBatch that reads the dataset on that task, loops
+// over epochs or steps exactly as runtime/trainer.cc does, evaluates as the
+// job asks and at the end, and reports the same figures as LocalTrainer
+// (TrainResult). No example passes through the master, which only counts
+// the training split from its files' headers.
 //
 // Thread-safety: Run is called once, from one thread; Cancel and cancelled
 // may be called from any thread.
@@ -15,6 +15,7 @@
 #define WEFT_MASTER_JOB_RUNNER_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -30,8 +31,13 @@
 #include "absl/time/time.h"
 #include "common/env.h"
 #include "graph/lowering.h"
+#include "master/attempt_state.h"
 #include "master/checkpointer.h"
+#include "master/cluster_probe.h"
+#include "master/distributed_job.h"
 #include "master/master_session.h"
+#include "master/recovery_policy.h"
+#include "master/step_drivers.h"
 #include "master/strategy.h"
 #include "master/task_monitor.h"
 #include "master/worker_cache.h"
@@ -61,70 +67,9 @@ struct JobRunnerOptions {
   int64_t reached_step = 0;
 };
 
-// The arithmetic and the decisions of a distributed job's runner, apart
-// from the runner so that each can be checked on its own.
-
-// How the steps of a distributed job count. A step of a sync job runs every
-// replica on its share of the global batch; an async replica's step is one
-// step of the job; with replicas_to_aggregate k > 0 a step is a global step,
-// k replicas' batches applied together.
-struct StepCounts {
-  int64_t step_examples = 0;      // examples one step trains on
-  int64_t batches_per_epoch = 0;  // steps that see the training split once
-  int64_t total_steps = 0;        // the job's steps (job.steps, else epochs' worth)
-};
-// `train_examples`: the training split's size; each of `num_replicas`
-// replicas reads its strided shard in batches of `replica_batch`.
-// REQUIRES: num_replicas > 0, replica_batch > 0, replicas_to_aggregate >= 0.
-StepCounts CountSteps(const JobSpec& job, int64_t train_examples, int num_replicas, int64_t replica_batch, bool sync,
-                      int replicas_to_aggregate);
-
-// The job's recovery.* settings with their defaults filled in.
-struct RecoverySettings {
-  absl::Duration heartbeat_interval;
-  absl::Duration heartbeat_timeout;
-  absl::Duration task_wait;
-  int max_restarts = 0;  // 0: the first task failure ends the job
-};
-RecoverySettings RecoverySettingsOf(const RecoveryPolicy& policy);
-
-// Where a job starts, given what Checkpointer::FindResumePoint found: that
-// checkpoint; nullopt (step 0) when there is none, except that a job that
-// names checkpoint.resume_from must find one there at its start
-// (FAILED_PRECONDITION); any other error as it is. A recovery
-// (`at_start` false) may start over from step 0.
-absl::StatusOr<std::optional<ps::CheckpointEntry>> ChooseResumePoint(const JobSpec& job,
-                                                                     absl::StatusOr<ps::CheckpointEntry> found,
-                                                                     bool at_start);
-
-// The task to blame for a failed attempt, or nullopt when no task failed
-// and the error is the job's own: the task that drained after SIGTERM
-// (`drained`, checkpointed first); else the first task of `probe` that
-// failed against the attempt's `incarnations`, or, for an attempt that never
-// got as far as a session (no incarnations), the first that did not answer;
-// else what the heartbeat saw during the attempt.
-std::optional<TaskFailure> BlameTask(const std::string& drained, const std::map<std::string, uint64_t>& incarnations,
-                                     const std::vector<TaskHealth>& probe,
-                                     const std::optional<TaskFailure>& heartbeat_failure);
-
-// OK while `failure` may be recovered from: fewer than `max_restarts`
-// recoveries so far. Else the error that ends the job: UNAVAILABLE naming
-// the task, why, the recoveries made and the attempt's `error`.
-absl::Status CheckRestartBudget(const TaskFailure& failure, int restarts, int max_restarts,
-                                const absl::Status& error);
-
-// What an async PARAMETER_SERVER replica does after its step on `task`
-// failed with `error`, given the tasks a probe found failed (`failed`), the
-// tasks that hold the variables (`ps_tasks`) and the heartbeat's failure of
-// this attempt.
-enum class ReplicaFailure {
-  kEndJob,         // the job's own error, or a ps lost: the attempt ends
-  kGoOn,           // another replica's worker failed: this one trains on
-  kAwaitOwnWorker  // its own worker failed: wait for it to come back
-};
-ReplicaFailure ClassifyReplicaFailure(const absl::Status& error, const std::string& task,
-                                      const std::vector<TaskFailure>& failed, const std::set<std::string>& ps_tasks,
-                                      const std::optional<TaskFailure>& heartbeat_failure);
+// The step arithmetic (CountSteps) is in master/step_drivers.h, the
+// recovery decisions (EffectiveRecovery, ChooseResumePoint, BlameTask,
+// CheckRestartBudget, ClassifyReplicaFailure) in master/recovery_policy.h.
 
 // Fault tolerance (jobs with a strategy; docs/fault_tolerance.md): while a
 // job runs, a Heartbeat watches its tasks. A step that fails because a task
@@ -155,29 +100,64 @@ class JobRunner {
   bool cancelled() const { return cancelled_.load(); }
   // The master is stopping (SIGTERM): after the current step the job is
   // checkpointed (when it has a checkpoint dir) and Run returns state
-  // "PREEMPTED", for a restarted master to resume. Jobs without a strategy
+  // PREEMPTED, for a restarted master to resume. Jobs without a strategy
   // stop as if cancelled.
   void Preempt();
 
  private:
-  struct Data;
-  struct Attempt;
-  absl::StatusOr<TrainResult> RunAttempt(int attempt, const std::optional<ps::CheckpointEntry>& resume,
-                                         Checkpointer* checkpointer, int64_t train_examples,
-                                         const std::function<void(const TrainProgress&)>& on_progress, Attempt* a);
+  // A job without a strategy: one session over the training graph, its
+  // input read on the task that trains (PlanUndistributedJob).
+  absl::StatusOr<TrainResult> RunUndistributed(const std::function<void(const TrainProgress&)>& on_progress);
+  absl::StatusOr<TrainResult> Train(MasterSession* session, const DistributedPlan& plan, int64_t train_examples,
+                                    std::chrono::steady_clock::time_point created,
+                                    const std::function<void(const TrainProgress&)>& on_progress);
+
+  // A job with a strategy: attempts until one ends the job, recovering
+  // between them.
+  absl::StatusOr<TrainResult> RunDistributed(const std::function<void(const TrainProgress&)>& on_progress);
+  // Where the first attempt starts, published; a resumed job first waits
+  // for its tasks.
+  absl::StatusOr<std::optional<ps::CheckpointEntry>> StartingPoint(Checkpointer* checkpointer);
+  // After attempt `a` failed with `error`: an error ends the job FAILED, a
+  // result ends it so (preempted while waiting), nullopt runs the next
+  // attempt from `*resume`, which is set anew.
+  absl::StatusOr<std::optional<TrainResult>> Recover(const absl::Status& error, AttemptState* a, int* restarts,
+                                                     Checkpointer* checkpointer,
+                                                     std::optional<ps::CheckpointEntry>* resume);
+  TrainResult Cancelled(std::chrono::steady_clock::time_point created) const;
   // What Run returns for a preempted job that reached `step`.
   TrainResult Preempted(int64_t step) const;
-  void UpdateStatus(const std::function<void(JobStatus*)>& update) const {
-    if (options_.update_status) options_.update_status(update);
-  }
+
+  // One attempt: plan, session, heartbeat, restore, the training loop and
+  // teardown.
+  absl::StatusOr<TrainResult> RunAttempt(int attempt, const std::optional<ps::CheckpointEntry>& resume,
+                                         Checkpointer* checkpointer, int64_t train_examples,
+                                         const std::function<void(const TrainProgress&)>& on_progress,
+                                         AttemptState* a);
+  absl::StatusOr<DistributedPlan> PlanAttempt(int64_t start_step, const ClusterProbe& probe);
+  // The session's tasks, incarnations and ps tasks into `a`, and the
+  // heartbeat that aborts its steps when a task fails.
+  std::unique_ptr<Heartbeat> WatchTasks(const DistributedPlan& plan, MasterSession* session, AttemptState* a);
+  // Registers the training signatures and restores `resume` when there is
+  // one, then publishes that the job runs again.
+  absl::Status PrepareAttempt(int attempt, const std::string& handle, const DistributedPlan& plan,
+                              MasterSession* session, const std::optional<ps::CheckpointEntry>& resume,
+                              Checkpointer* checkpointer);
   // Async PS: a replica's step failed. True when the replica may go on: the
   // failure was another task's (a worker that the heartbeat or the step
   // found dead), or its own worker died and came back in time (the session
   // then registers its graphs anew). False ends the job with the error.
-  bool RecoverReplica(const absl::Status& error, const std::string& task, Attempt* a);
-  absl::StatusOr<TrainResult> Train(MasterSession* session, const Data& data,
-                                    const std::function<void(const TrainProgress&)>& on_progress);
-  absl::StatusOr<TrainResult> RunDistributed(const std::function<void(const TrainProgress&)>& on_progress);
+  bool RecoverReplica(const absl::Status& error, const std::string& task, AttemptState* a);
+
+  // The job's session, kept in session_ while it runs so that Cancel can
+  // abort its steps; CloseSession takes it back and closes it. `probe`
+  // (may be null: the session asks the tasks itself) is the attempt's.
+  absl::StatusOr<MasterSession*> OpenSession(const std::string& handle, const GraphDef& graph,
+                                             const ClusterProbe* probe = nullptr);
+  void CloseSession();
+  void UpdateStatus(const std::function<void(JobStatus*)>& update) const {
+    if (options_.update_status) options_.update_status(update);
+  }
 
   const JobSpec job_;
   const TrainingGraph training_;

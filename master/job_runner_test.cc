@@ -1,5 +1,5 @@
-// The job runner: its step arithmetic and recovery decisions on their own,
-// then whole distributed jobs on in-process tasks that restart, vanish or
+// The job runner (its step arithmetic and recovery decisions are tested in
+// step_drivers_test.cc and recovery_policy_test.cc): whole distributed jobs on in-process tasks that restart, vanish or
 // fail under them (FlakyWorkers).
 #include "master/job_runner.h"
 
@@ -35,220 +35,6 @@ JobSpec Job(const std::string& text) {
   JobSpec job;
   EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &job)) << text;
   return job;
-}
-
-// ---- Step arithmetic ----
-
-TEST(CountStepsTest, SyncStepsRunEveryReplicaOnTheGlobalBatch) {
-  // 2 replicas of batch 8 (global 16) over 100 examples: shards of 50 hold
-  // 6 batches each, so an epoch is 6 sync steps of 16 examples.
-  const StepCounts c = CountSteps(Job("batch_size: 16 epochs: 3"), 100, 2, 8, /*sync=*/true, 0);
-  EXPECT_EQ(c.step_examples, 16);
-  EXPECT_EQ(c.batches_per_epoch, 6);
-  EXPECT_EQ(c.total_steps, 18);
-}
-
-TEST(CountStepsTest, AsyncReplicasTakeTurnsInTheCount) {
-  // Each async step is one replica's batch: the epoch is both replicas' 6.
-  const StepCounts c = CountSteps(Job("batch_size: 16 epochs: 3"), 100, 2, 8, /*sync=*/false, 0);
-  EXPECT_EQ(c.step_examples, 8);
-  EXPECT_EQ(c.batches_per_epoch, 12);
-  EXPECT_EQ(c.total_steps, 36);
-}
-
-TEST(CountStepsTest, AGlobalStepOfKOfNAppliesKBatches) {
-  // 3 replicas of batch 4 over 120 examples: 10 batches each, 30 replica
-  // steps an epoch; 2 of them make a global step of 8 examples.
-  const StepCounts c = CountSteps(Job("batch_size: 12 epochs: 2"), 120, 3, 4, /*sync=*/true, 2);
-  EXPECT_EQ(c.step_examples, 8);
-  EXPECT_EQ(c.batches_per_epoch, 15);
-  EXPECT_EQ(c.total_steps, 30);
-}
-
-TEST(CountStepsTest, StepsWinOverEpochsAndUnevenShardsCountTheSmallest) {
-  // 31 examples over 2 replicas: shards of 16 and 15, so one batch of 8
-  // each (not 31 / 8 = 3 batches between them).
-  StepCounts c = CountSteps(Job("batch_size: 16 epochs: 3"), 31, 2, 8, /*sync=*/true, 0);
-  EXPECT_EQ(c.batches_per_epoch, 1);
-  EXPECT_EQ(c.total_steps, 3);
-  c = CountSteps(Job("batch_size: 16 epochs: 3"), 31, 2, 8, /*sync=*/false, 0);
-  EXPECT_EQ(c.batches_per_epoch, 2);
-  c = CountSteps(Job("batch_size: 16 epochs: 3 steps: 7"), 101, 2, 8, /*sync=*/true, 0);
-  EXPECT_EQ(c.batches_per_epoch, 6);
-  EXPECT_EQ(c.total_steps, 7);
-  // Fewer examples than a batch: no step at all (the training loop refuses
-  // such a job, naming the examples).
-  c = CountSteps(Job("batch_size: 16 epochs: 3"), 15, 1, 16, /*sync=*/true, 0);
-  EXPECT_EQ(c.batches_per_epoch, 0);
-  EXPECT_EQ(c.total_steps, 0);
-}
-
-// ---- Recovery settings and decisions ----
-
-TEST(RecoverySettingsTest, DefaultsAndTheMeaningOfMaxRestarts) {
-  RecoverySettings r = RecoverySettingsOf(RecoveryPolicy());
-  EXPECT_EQ(r.heartbeat_interval, absl::Seconds(1));
-  EXPECT_EQ(r.heartbeat_timeout, absl::Seconds(5));
-  EXPECT_EQ(r.task_wait, absl::Seconds(120));
-  EXPECT_EQ(r.max_restarts, 20);
-
-  RecoveryPolicy p;
-  p.set_heartbeat_ms(50);
-  p.set_heartbeat_timeout_ms(300);
-  p.set_task_wait_seconds(7);
-  p.set_max_restarts(3);
-  r = RecoverySettingsOf(p);
-  EXPECT_EQ(r.heartbeat_interval, absl::Milliseconds(50));
-  EXPECT_EQ(r.heartbeat_timeout, absl::Milliseconds(300));
-  EXPECT_EQ(r.task_wait, absl::Seconds(7));
-  EXPECT_EQ(r.max_restarts, 3);
-  // -1 (or less): no recovery; negative durations fall back to defaults.
-  p.set_max_restarts(-1);
-  p.set_heartbeat_ms(-5);
-  p.set_task_wait_seconds(-1);
-  r = RecoverySettingsOf(p);
-  EXPECT_EQ(r.max_restarts, 0);
-  EXPECT_EQ(r.heartbeat_interval, absl::Seconds(1));
-  EXPECT_EQ(r.task_wait, absl::Seconds(120));
-  p.set_max_restarts(-9);
-  EXPECT_EQ(RecoverySettingsOf(p).max_restarts, 0);
-}
-
-ps::CheckpointEntry Entry(int64_t step) {
-  ps::CheckpointEntry e;
-  e.path = absl::StrCat("/ck/step-", step);
-  e.step = step;
-  e.valid = true;
-  return e;
-}
-
-TEST(ChooseResumePointTest, TheCheckpointFoundOrStepZero) {
-  const JobSpec job = Job("name: 'j' checkpoint { dir: '/ck' }");
-  auto r = ChooseResumePoint(job, Entry(40), /*at_start=*/true);
-  ASSERT_TRUE(r.ok()) << r.status();
-  ASSERT_TRUE(r->has_value());
-  EXPECT_EQ((*r)->step, 40);
-
-  r = ChooseResumePoint(job, absl::NotFoundError("no valid checkpoint under /ck"), /*at_start=*/true);
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_FALSE(r->has_value());
-
-  // A directory the job may not read, or cannot, is not "no checkpoint".
-  r = ChooseResumePoint(job, absl::PermissionDeniedError("checkpoint directory /ck belongs to user alice"), true);
-  EXPECT_EQ(r.status(), absl::PermissionDeniedError("checkpoint directory /ck belongs to user alice"));
-  r = ChooseResumePoint(job, absl::DataLossError("manifest"), false);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
-}
-
-TEST(ChooseResumePointTest, AResumeFromWithoutACheckpointFailsOnlyAtTheStart) {
-  const JobSpec job = Job("name: 'j' checkpoint { dir: '/ck' resume_from: '/old' }");
-  auto r = ChooseResumePoint(job, absl::NotFoundError("no valid checkpoint under /old"), /*at_start=*/true);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
-  EXPECT_EQ(r.status().message(),
-            "job 'j': resume_from /old holds no valid checkpoint: no valid checkpoint under /old");
-  // A recovery before the first checkpoint starts over.
-  r = ChooseResumePoint(job, absl::NotFoundError("no valid checkpoint under /ck"), /*at_start=*/false);
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_FALSE(r->has_value());
-}
-
-TaskHealth Answered(const std::string& task, uint64_t incarnation) {
-  TaskHealth h;
-  h.task = task;
-  h.answered = true;
-  h.incarnation = incarnation;
-  return h;
-}
-
-TaskHealth Unanswered(const std::string& task, const std::string& why) {
-  TaskHealth h;
-  h.task = task;
-  h.error = absl::UnavailableError(why);
-  return h;
-}
-
-TEST(BlameTaskTest, ADrainedTaskComesFirst) {
-  const std::vector<TaskHealth> probe = {Answered(kPs, 9), Answered(kW0, 2)};
-  std::optional<TaskFailure> f = BlameTask(kW0, {{kPs, 1}, {kW0, 2}}, probe, TaskFailure{kPs, "unreachable: x"});
-  ASSERT_TRUE(f.has_value());
-  EXPECT_EQ(f->task, kW0);
-  EXPECT_EQ(f->reason, "is stopping after SIGTERM (checkpointed first)");
-}
-
-TEST(BlameTaskTest, TheFirstFailedTaskOfTheProbe) {
-  const std::map<std::string, uint64_t> known = {{kPs, 1}, {kW0, 2}, {kW1, 3}};
-  const std::vector<TaskHealth> probe = {Answered(kPs, 1), Unanswered(kW0, "connection refused"), Answered(kW1, 4)};
-  std::optional<TaskFailure> f = BlameTask("", known, probe, std::nullopt);
-  ASSERT_TRUE(f.has_value());
-  EXPECT_EQ(f->task, kW0);
-  EXPECT_EQ(f->reason, "unreachable: connection refused");
-
-  // Back by now under a new incarnation: a restart.
-  f = BlameTask("", known, {Answered(kPs, 1), Answered(kW0, 2), Answered(kW1, 4)}, std::nullopt);
-  ASSERT_TRUE(f.has_value());
-  EXPECT_EQ(f->task, kW1);
-  EXPECT_EQ(f->reason, "restarted (incarnation 3 -> 4), losing its state");
-}
-
-TEST(BlameTaskTest, WithoutASessionAnyUnansweredTaskIsToBlame) {
-  // The attempt failed before it knew any incarnation.
-  std::optional<TaskFailure> f =
-      BlameTask("", {}, {Answered(kPs, 1), Unanswered(kW0, "connection refused")}, std::nullopt);
-  ASSERT_TRUE(f.has_value());
-  EXPECT_EQ(f->task, kW0);
-  EXPECT_EQ(f->reason, "unreachable: connection refused");
-  EXPECT_FALSE(BlameTask("", {}, {Answered(kPs, 1), Answered(kW0, 2)}, std::nullopt).has_value());
-}
-
-TEST(BlameTaskTest, TheHeartbeatsFailureWhenEveryTaskLooksWellNow) {
-  const std::map<std::string, uint64_t> known = {{kPs, 1}, {kW0, 2}};
-  const std::vector<TaskHealth> probe = {Answered(kPs, 1), Answered(kW0, 2)};
-  // A task that stopped answering for a while and came back.
-  std::optional<TaskFailure> f =
-      BlameTask("", known, probe, TaskFailure{kW0, "unreachable: no answer to GetStatus within 5s"});
-  ASSERT_TRUE(f.has_value());
-  EXPECT_EQ(f->task, kW0);
-  // Nobody failed: the error is the job's own.
-  EXPECT_FALSE(BlameTask("", known, probe, std::nullopt).has_value());
-}
-
-TEST(CheckRestartBudgetTest, TheBudgetEndsTheJobNamingTaskAndError) {
-  const TaskFailure f{kW0, "unreachable: connection refused"};
-  const absl::Status error = absl::UnavailableError("task /job:worker/task:0: connection refused");
-  EXPECT_TRUE(CheckRestartBudget(f, 0, 2, error).ok());
-  EXPECT_TRUE(CheckRestartBudget(f, 1, 2, error).ok());
-  absl::Status s = CheckRestartBudget(f, 2, 2, error);
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(s.message(),
-            "task /job:worker/task:0 unreachable: connection refused; the job gave up after 2 recoveries "
-            "(recovery.max_restarts): task /job:worker/task:0: connection refused");
-  // max_restarts -1: the first failure ends the job.
-  EXPECT_EQ(CheckRestartBudget(f, 0, RecoverySettingsOf(Job("recovery { max_restarts: -1 }").recovery()).max_restarts,
-                               error)
-                .code(),
-            absl::StatusCode::kUnavailable);
-}
-
-TEST(ClassifyReplicaFailureTest, WhoseFailureDecidesWhatTheReplicaDoes) {
-  const std::set<std::string> ps = {kPs};
-  const absl::Status unavailable = absl::UnavailableError("task /job:worker/task:1 restarted");
-  const TaskFailure w0_lost{kW0, "unreachable: connection refused"};
-  const TaskFailure w1_lost{kW1, "restarted (incarnation 1 -> 2), losing its state"};
-  const TaskFailure ps_lost{kPs, "unreachable: connection refused"};
-
-  EXPECT_EQ(ClassifyReplicaFailure(unavailable, kW0, {w0_lost}, ps, std::nullopt), ReplicaFailure::kAwaitOwnWorker);
-  EXPECT_EQ(ClassifyReplicaFailure(unavailable, kW0, {w1_lost}, ps, std::nullopt), ReplicaFailure::kGoOn);
-  EXPECT_EQ(ClassifyReplicaFailure(unavailable, kW0, {w1_lost, w0_lost}, ps, std::nullopt),
-            ReplicaFailure::kAwaitOwnWorker);
-  // A lost ps ends the attempt whoever else failed.
-  EXPECT_EQ(ClassifyReplicaFailure(unavailable, kW0, {w0_lost, ps_lost}, ps, std::nullopt), ReplicaFailure::kEndJob);
-  // Nothing failed now: the heartbeat's abort for a worker that is back is
-  // no reason to stop; the job's own error, or a ps's, is.
-  EXPECT_EQ(ClassifyReplicaFailure(unavailable, kW0, {}, ps, w1_lost), ReplicaFailure::kGoOn);
-  EXPECT_EQ(ClassifyReplicaFailure(unavailable, kW0, {}, ps, ps_lost), ReplicaFailure::kEndJob);
-  EXPECT_EQ(ClassifyReplicaFailure(unavailable, kW0, {}, ps, std::nullopt), ReplicaFailure::kEndJob);
-  EXPECT_EQ(ClassifyReplicaFailure(absl::InvalidArgumentError("node 'x' (MatMul): shapes"), kW0, {}, ps, w1_lost),
-            ReplicaFailure::kEndJob);
 }
 
 // ---- Whole jobs on tasks that fail under them ----
@@ -484,7 +270,7 @@ TEST_F(JobRunnerRecoveryTest, ARestartedWorkerIsRecoveredAndTheJobFinishes) {
   auto runner = Runner(PsJob(12));
   absl::StatusOr<TrainResult> r = runner->Run();
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->state, "SUCCEEDED");
+  EXPECT_EQ(r->state, SUCCEEDED);
   EXPECT_EQ(r->steps, 12);
 
   const JobStatus s = log_.status();
@@ -560,7 +346,7 @@ TEST_F(JobRunnerRecoveryTest, ACancelWhileWaitingForTheTasksEndsTheJobCancelled)
   // Waiting out task_wait_seconds would take an hour.
   absl::StatusOr<TrainResult> r = runner->Run();
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->state, "CANCELLED");
+  EXPECT_EQ(r->state, CANCELLED);
   EXPECT_EQ(log_.states(), std::vector<JobState>{RECOVERING});
 }
 
@@ -575,6 +361,37 @@ TEST_F(JobRunnerRecoveryTest, AResumeFromWithoutACheckpointFailsBeforeAnyTaskWor
       << r.status();
   EXPECT_EQ(flaky_->registrations(kW0), 0);
   EXPECT_EQ(flaky_->run_graphs(kW0), 0);
+}
+
+// ---- A job without a strategy ----
+
+TEST_F(JobRunnerRecoveryTest, AJobWithoutAStrategyReadsItsInputOnTheWorkerWithLocalTrainersFigures) {
+  JobSpec job = PsJob(0);
+  job.clear_strategy();
+  job.clear_recovery();
+  job.clear_steps();
+  job.set_epochs(2);
+  job.mutable_eval()->set_skip(false);
+  int progress_calls = 0;
+  absl::StatusOr<TrainResult> r = Runner(job)->Run([&](const TrainProgress&) { ++progress_calls; });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->state, SUCCEEDED);
+  EXPECT_EQ(r->steps, 2 * (64 / 8));
+  EXPECT_EQ(r->epochs, 2);
+  EXPECT_EQ(r->test_examples, 64);
+  EXPECT_GT(progress_calls, 0);
+  // The steps ran on the worker, which read the batches.
+  EXPECT_GT(flaky_->run_graphs(kW0), 0);
+
+  auto local = LocalTrainer::Create(job);
+  ASSERT_TRUE(local.ok()) << local.status();
+  auto want = (*local)->Train();
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_EQ(r->steps, want->steps);
+  EXPECT_EQ(r->epochs, want->epochs);
+  EXPECT_NEAR(r->train_loss, want->train_loss, 1e-5);
+  EXPECT_NEAR(r->test_accuracy, want->test_accuracy, 1e-9);
+  EXPECT_NEAR(r->test_loss, want->test_loss, 1e-5);
 }
 
 }  // namespace

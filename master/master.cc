@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/tensor_proto_coding.h"
+#include "master/cluster_probe.h"
 
 namespace weft {
 namespace master {

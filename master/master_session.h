@@ -43,6 +43,7 @@
 #include "absl/time/time.h"
 #include "common/tensor.h"
 #include "graph/graph.h"
+#include "master/cluster_probe.h"
 #include "master/worker_cache.h"
 #include "proto/graph.pb.h"
 
@@ -64,6 +65,15 @@ struct MasterSessionOptions {
   uint64_t master_incarnation = MasterIncarnation();
 };
 
+// The parts of a session's plans and steps, defined in
+// master/master_session_internal.h for the files that implement the session.
+namespace session_internal {
+struct Partition;
+struct Plan;
+struct PlanEntry;
+class Step;
+}  // namespace session_internal
+
 class MasterSession {
  public:
   // Asks every task for its devices (GetStatus) and checks `graph_def`.
@@ -71,6 +81,14 @@ class MasterSession {
   // session. INVALID_ARGUMENT for a bad graph; a task's error names the task.
   static absl::StatusOr<std::unique_ptr<MasterSession>> Create(std::string handle, const GraphDef& graph_def,
                                                                WorkerCacheInterface* workers,
+                                                               MasterSessionOptions options = {});
+  // As above, but the devices and incarnations come from `probe`, which the
+  // caller made with ProbeCluster(workers) (to plan a job, say), so no task
+  // is asked twice. A task that failed in `probe` fails Create as it would
+  // have failed the probe above.
+  static absl::StatusOr<std::unique_ptr<MasterSession>> Create(std::string handle, const GraphDef& graph_def,
+                                                               WorkerCacheInterface* workers,
+                                                               const ClusterProbe& probe,
                                                                MasterSessionOptions options = {});
   // Closes the session if Close has not been called.
   ~MasterSession();
@@ -124,15 +142,23 @@ class MasterSession {
   int num_signatures() const;
 
  private:
-  struct Partition;
-  struct Plan;
-  struct PlanEntry;
-  class Step;
+  using Partition = session_internal::Partition;
+  using Plan = session_internal::Plan;
+  using PlanEntry = session_internal::PlanEntry;
+  using Step = session_internal::Step;
 
   MasterSession(std::string handle, std::unique_ptr<Graph> graph, WorkerCacheInterface* workers,
                 MasterSessionOptions options, std::vector<std::string> devices,
                 std::map<std::string, std::string> device_task, std::string default_device,
                 std::map<std::string, uint64_t> task_incarnations);
+
+  // Both Creates, once the graph is checked: devices, tasks and
+  // incarnations from `probe`, and the default device.
+  static absl::StatusOr<std::unique_ptr<MasterSession>> CreateFromProbe(std::string handle,
+                                                                        std::unique_ptr<Graph> graph,
+                                                                        WorkerCacheInterface* workers,
+                                                                        const ClusterProbe& probe,
+                                                                        MasterSessionOptions options);
 
   // The plan of a signature, building and registering it on first use.
   absl::StatusOr<std::shared_ptr<const Plan>> GetPlan(const std::vector<std::string>& feeds,

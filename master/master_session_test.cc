@@ -10,6 +10,7 @@
 #include "common/test_util.h"
 #include "graph/builder.h"
 #include "gtest/gtest.h"
+#include "master/cluster_probe.h"
 #include "master/fake_worker.h"
 #include "master/worker_cache.h"
 
@@ -29,7 +30,12 @@ class RecordingWorker : public FakeWorker {
   bool block_run = false;
 
   void GetStatusAsync(const GetStatusRequest*, GetStatusResponse* response, StatusCallback done) override {
+    {
+      absl::MutexLock lock(&mu_);
+      ++status_calls_;
+    }
     response->set_task(task());
+    response->set_incarnation(task().size());
     DeviceAttributes* d = response->add_device();
     d->set_name(task() + "/device:CPU:0");
     d->set_device_type("CPU");
@@ -121,6 +127,10 @@ class RecordingWorker : public FakeWorker {
     absl::MutexLock lock(&mu_);
     return static_cast<int>(blocked_.size());
   }
+  int status_calls() {
+    absl::MutexLock lock(&mu_);
+    return status_calls_;
+  }
 
  private:
   absl::Mutex mu_;
@@ -130,6 +140,7 @@ class RecordingWorker : public FakeWorker {
   std::vector<AbortStepRequest> aborts_;
   std::vector<int64_t> cleanups_;
   std::map<int64_t, StatusCallback> blocked_;
+  int status_calls_ = 0;
 };
 
 // A fake cluster of RecordingWorkers.
@@ -374,6 +385,37 @@ TEST(MasterSessionTest, TaskErrorsAtCreateNameTheTask) {
   });
   Graph g;
   auto s = MasterSession::Create("s", g.ToGraphDef(), cache.get());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(absl::StartsWith(s.status().message(), "task /job:worker/task:0: ")) << s.status();
+}
+
+TEST(MasterSessionTest, CreateFromAProbeAsksNoTaskAgain) {
+  FakeCluster c({kPs, kW0, kW1});
+  const ClusterProbe probe = ProbeCluster(c.cache.get());
+  for (const char* t : {kPs, kW0, kW1}) ASSERT_EQ(c[t]->status_calls(), 1) << t;
+  auto s = MasterSession::Create("s", ThreeTaskGraph(), c.cache.get(), probe);
+  ASSERT_TRUE(s.ok()) << s.status();
+  for (const char* t : {kPs, kW0, kW1}) EXPECT_EQ(c[t]->status_calls(), 1) << t;
+  EXPECT_EQ((*s)->devices(), (std::vector<std::string>{"/job:ps/task:0/device:CPU:0", "/job:worker/task:0/device:CPU:0",
+                                                       "/job:worker/task:1/device:CPU:0"}));
+  EXPECT_EQ((*s)->default_device(), "/job:worker/task:0/device:CPU:0");
+  EXPECT_EQ((*s)->task_incarnations(),
+            (std::map<std::string, uint64_t>{{kPs, std::string(kPs).size()},
+                                             {kW0, std::string(kW0).size()},
+                                             {kW1, std::string(kW1).size()}}));
+  std::vector<Tensor> out;
+  ASSERT_TRUE((*s)->Run({{"x", Ones({2, 3})}}, {"out"}, {}, &out).ok());
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].data<float>()[0], 7.0f);
+}
+
+TEST(MasterSessionTest, CreateFromAFailedProbeNamesTheTask) {
+  auto cache = *WorkerCache::CreateLocal({kW0}, [](const std::string& task, const std::string&) {
+    return std::make_unique<FakeWorker>(task);  // GetStatus: UNIMPLEMENTED
+  });
+  const ClusterProbe probe = ProbeCluster(cache.get());
+  Graph g;
+  auto s = MasterSession::Create("s", g.ToGraphDef(), cache.get(), probe);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_TRUE(absl::StartsWith(s.status().message(), "task /job:worker/task:0: ")) << s.status();
 }

@@ -3,7 +3,10 @@
 // ApplyStrategy takes one replica's training graph (graph/lowering.h) and
 // returns the replicated graph with every node on a device, ready for the
 // master's prune, place and partition. It needs no RPC, so it is tested on
-// its own (strategy_test.cc).
+// its own (strategy_test.cc). This header is the entry point; each
+// strategy's rewrite is a file of master/strategies/ on the shared kit of
+// master/strategies/rewrite.h, and the settings a job states are checked
+// by job/strategy_spec.h (ValidateJob) before any cluster is known.
 //
 // Each replica r is a copy of the one-replica graph under the prefix
 // "replica_r/" on replica_devices[r]. What is shared, and how gradients meet,
@@ -41,7 +44,7 @@
 //     ps ordered after it), and an AccumulateApply<Op> pushes the replica's
 //     gradient with that step. The ps applies the mean of the first k
 //     current gradients once per global step and refuses stale ones
-//     (ps/accumulator.h); each replica has its own train op and its pushes'
+//     (runtime/kernels/accumulator.h); each replica has its own train op and its pushes'
 //     outcomes (push_outcomes), and there is no one-step train op or loss.
 //   PARAMETER_SERVER, async  as above, but each replica has its own update
 //     ops with its own gradient and its own train op: replicas step at their
@@ -69,6 +72,7 @@
 #include "absl/status/statusor.h"
 #include "graph/graph.h"
 #include "graph/lowering.h"
+#include "job/defaults.h"
 #include "proto/job.pb.h"
 
 namespace weft {
@@ -88,7 +92,7 @@ struct StrategyOptions {
   // CENTRAL_STORAGE: one device). Unused by the mirrored strategies.
   std::vector<std::string> variable_devices;
   // Target bucket size for fused all-reduce (MULTI_WORKER_MIRRORED).
-  int64_t fusion_bytes = 4 << 20;
+  int64_t fusion_bytes = kDefaultFusionBytes;
   // Identifies the job's collective group on the workers.
   int64_t group_key = 1;
   // PARAMETER_SERVER / CENTRAL_STORAGE: a variable larger than this is split

@@ -9,52 +9,24 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "master/cluster_probe.h"
 
 namespace weft {
 namespace master {
 
 std::vector<TaskHealth> ProbeTasks(WorkerCacheInterface* workers, absl::Duration timeout) {
-  // The calls may outlive this function (a task that does not answer in
-  // time): their state is shared with the callbacks.
-  struct Probe {
-    absl::Mutex mu;
-    int pending = 0;
-    std::vector<GetStatusRequest> requests;
-    std::vector<GetStatusResponse> responses;
-    std::vector<absl::Status> statuses;
-    std::vector<bool> done;
-  };
-  const std::vector<std::string> tasks = workers->ListTasks();
-  auto probe = std::make_shared<Probe>();
-  probe->requests.resize(tasks.size());
-  probe->responses.resize(tasks.size());
-  probe->statuses.resize(tasks.size());
-  probe->done.assign(tasks.size(), false);
-  probe->pending = static_cast<int>(tasks.size());
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    WorkerInterface* w = workers->GetOrCreateWorker(tasks[i]);
-    w->GetStatusAsync(&probe->requests[i], &probe->responses[i], [probe, i](const absl::Status& s) {
-      absl::MutexLock lock(&probe->mu);
-      probe->statuses[i] = s;
-      probe->done[i] = true;
-      --probe->pending;
-    });
-  }
-  std::vector<TaskHealth> out(tasks.size());
-  absl::MutexLock lock(&probe->mu);
-  probe->mu.AwaitWithTimeout(absl::Condition(+[](int* n) { return *n == 0; }, &probe->pending), timeout);
-  for (size_t i = 0; i < tasks.size(); ++i) {
+  ClusterProbe probe = ProbeCluster(workers, timeout);
+  std::vector<TaskHealth> out(probe.tasks.size());
+  for (size_t i = 0; i < probe.tasks.size(); ++i) {
+    TaskProbe& t = probe.tasks[i];
     TaskHealth& h = out[i];
-    h.task = tasks[i];
-    if (!probe->done[i]) {
-      h.error = absl::DeadlineExceededError(
-          absl::StrCat("task ", tasks[i], ": no answer to GetStatus within ", absl::FormatDuration(timeout)));
-    } else if (!probe->statuses[i].ok()) {
-      h.error = probe->statuses[i];
+    h.task = std::move(t.task);
+    if (!t.status.ok()) {
+      h.error = std::move(t.status);
     } else {
       h.answered = true;
-      h.incarnation = probe->responses[i].incarnation();
-      h.draining = probe->responses[i].draining();
+      h.incarnation = t.response.incarnation();
+      h.draining = t.response.draining();
     }
   }
   return out;

@@ -5,7 +5,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/blocking_counter.h"
 #include "common/status_macros.h"
 #include "graph/device_name.h"
 
@@ -79,33 +78,6 @@ absl::Status WithTask(const absl::Status& s, const std::string& task) {
   const std::string prefix = absl::StrCat("task ", task, ":");
   if (absl::StartsWith(s.message(), prefix)) return s;
   return Annotate(s, absl::StrCat("task ", task));
-}
-
-absl::StatusOr<std::vector<DeviceAttributes>> ListClusterDevices(WorkerCacheInterface* workers) {
-  const std::vector<std::string> tasks = workers->ListTasks();
-  std::vector<GetStatusRequest> requests(tasks.size());
-  std::vector<GetStatusResponse> responses(tasks.size());
-  std::vector<absl::Status> statuses(tasks.size());
-  absl::BlockingCounter pending(static_cast<int>(tasks.size()));
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    WorkerInterface* w = workers->GetOrCreateWorker(tasks[i]);
-    if (w == nullptr) {
-      statuses[i] = absl::NotFoundError(absl::StrCat("task ", tasks[i], " is not in the cluster"));
-      pending.DecrementCount();
-      continue;
-    }
-    w->GetStatusAsync(&requests[i], &responses[i], [&, i](const absl::Status& s) {
-      statuses[i] = s;
-      pending.DecrementCount();
-    });
-  }
-  pending.Wait();
-  std::vector<DeviceAttributes> devices;
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    RETURN_IF_ERROR(WithTask(statuses[i], tasks[i]));
-    for (const DeviceAttributes& d : responses[i].device()) devices.push_back(d);
-  }
-  return devices;
 }
 
 }  // namespace master

@@ -80,10 +80,7 @@ class WorkerCache final : public WorkerCacheInterface {
 // already named the task that way.
 absl::Status WithTask(const absl::Status& s, const std::string& task);
 
-// The devices of every task, asking all tasks in parallel (GetStatus); in
-// ListTasks order, each task's devices as it reports them. Fails with the
-// first task's error, naming the task.
-absl::StatusOr<std::vector<DeviceAttributes>> ListClusterDevices(WorkerCacheInterface* workers);
+// Asking every task for its status and devices: master/cluster_probe.h.
 
 }  // namespace master
 }  // namespace weft

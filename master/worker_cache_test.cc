@@ -55,15 +55,6 @@ TEST(WorkerCacheTest, RejectsBadClusters) {
   EXPECT_FALSE(WorkerCache::CreateLocal({"/job:worker/task:0/device:CPU:0"}, factory).ok());
 }
 
-TEST(WorkerCacheTest, ListClusterDevicesNamesAFailingTask) {
-  auto cache = *WorkerCache::CreateLocal({"/job:worker/task:0"}, [](const std::string& task, const std::string&) {
-    return std::make_unique<FakeWorker>(task);
-  });
-  auto devices = ListClusterDevices(cache.get());
-  EXPECT_EQ(devices.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_TRUE(absl::StartsWith(devices.status().message(), "task /job:worker/task:0: ")) << devices.status();
-}
-
 TEST(WithTaskTest, PrefixesOnce) {
   EXPECT_EQ(WithTask(absl::InternalError("x"), "/job:ps/task:0").message(), "task /job:ps/task:0: x");
   EXPECT_EQ(WithTask(absl::InternalError("task /job:ps/task:0: x"), "/job:ps/task:0").message(),

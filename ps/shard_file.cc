@@ -60,6 +60,35 @@ class PrivateFileEnv final : public EnvWrapper {
   }
 };
 
+// Places every entry's payload after the prefix and header, aligned, sets
+// the file size and serialises the header into `bytes`.
+absl::Status LayOut(const std::string& path, ShardHeader* header, uint64_t* header_size, uint64_t* end,
+                    std::string* bytes) {
+  header->set_file_size(1);
+  // fixed64 fields serialise to the same size whatever their nonzero value,
+  // so the header's size is known before the offsets are.
+  *header_size = header->ByteSizeLong();
+  uint64_t at = AlignUp(kShardPrefixBytes + *header_size);
+  for (ShardEntry& e : *header->mutable_entry()) {
+    e.set_offset(at);
+    at = AlignUp(at + e.length());
+  }
+  // The file ends right after the last payload, without trailing padding.
+  *end = AlignUp(kShardPrefixBytes + *header_size);
+  if (header->entry_size() > 0) {
+    const ShardEntry& last = header->entry(header->entry_size() - 1);
+    *end = last.offset() + last.length();
+  }
+  header->set_file_size(*end);
+  if (*header_size > UINT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("shard ", path, ": header of ", *header_size, " bytes is too big"));
+  }
+  if (!header->SerializeToString(bytes) || bytes->size() != *header_size) {
+    return absl::InternalError(absl::StrCat("shard ", path, ": header layout changed while serialising"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ShardFileInfo> WriteShard(Env* env, const std::string& path, const Shard& shard) {
@@ -91,30 +120,9 @@ absl::StatusOr<ShardFileInfo> WriteShard(Env* env, const std::string& path, cons
     e->set_device(t.device);
     e->set_offset(1);  // placeholder: nonzero, so that it takes its final size
   }
-  header.set_file_size(1);
-
-  // fixed64 fields serialise to the same size whatever their nonzero value,
-  // so the header's size is known before the offsets are.
-  const uint64_t header_size = header.ByteSizeLong();
-  uint64_t at = AlignUp(kShardPrefixBytes + header_size);
-  for (ShardEntry& e : *header.mutable_entry()) {
-    e.set_offset(at);
-    at = AlignUp(at + e.length());
-  }
-  // The file ends right after the last payload, without trailing padding.
-  uint64_t end = AlignUp(kShardPrefixBytes + header_size);
-  if (header.entry_size() > 0) {
-    const ShardEntry& last = header.entry(header.entry_size() - 1);
-    end = last.offset() + last.length();
-  }
-  header.set_file_size(end);
-  if (header_size > UINT32_MAX) {
-    return absl::InvalidArgumentError(absl::StrCat("shard ", path, ": header of ", header_size, " bytes is too big"));
-  }
+  uint64_t header_size = 0, end = 0;
   std::string header_bytes;
-  if (!header.SerializeToString(&header_bytes) || header_bytes.size() != header_size) {
-    return absl::InternalError(absl::StrCat("shard ", path, ": header layout changed while serialising"));
-  }
+  RETURN_IF_ERROR(LayOut(path, &header, &header_size, &end, &header_bytes));
 
   char prefix[kShardPrefixBytes];
   std::memcpy(prefix, kShardMagic, 8);
@@ -145,13 +153,12 @@ absl::StatusOr<ShardFileInfo> WriteShard(Env* env, const std::string& path, cons
   return info;
 }
 
-absl::StatusOr<Shard> ReadShard(Env* env, const std::string& path) {
-  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, env->NewRandomAccessFile(path));
-  const uint64_t size = file->Size();
-  if (size < kShardPrefixBytes) {
-    return Corrupt(path, absl::StrCat("truncated: ", size, " bytes, shorter than the ", kShardPrefixBytes,
-                                      "-byte prefix"));
-  }
+namespace {
+
+// The prefix and header of the shard file at `path` (`size` bytes), each
+// checked; *data_start is where the payload area begins.
+absl::StatusOr<ShardHeader> ReadShardHeader(RandomAccessFile* file, const std::string& path, uint64_t size,
+                                            uint64_t* data_start) {
   char prefix[kShardPrefixBytes];
   RETURN_IF_ERROR(file->Read(0, sizeof prefix, prefix));
   if (std::memcmp(prefix, kShardMagic, 8) != 0) return Corrupt(path, "bad magic: not a weft shard file");
@@ -180,9 +187,17 @@ absl::StatusOr<Shard> ReadShard(Env* env, const std::string& path) {
     return Corrupt(path, absl::StrCat("the header records ", header.file_size(), " bytes but the file has ", size,
                                       size < header.file_size() ? " (truncated)" : " (trailing data)"));
   }
+  *data_start = kShardPrefixBytes + header_size;
+  return header;
+}
 
-  // Validate every entry before reading any payload.
-  const uint64_t data_start = kShardPrefixBytes + header_size;
+// Every entry of the header checked against the file before any payload is
+// read: names unique, dtype, shape and length agreeing, each payload inside
+// [data_start, size) and none overlapping another. Returns each entry's
+// dtype and shape.
+absl::StatusOr<std::vector<std::pair<DType, TensorShape>>> CheckShardEntries(const ShardHeader& header,
+                                                                             const std::string& path,
+                                                                             uint64_t data_start, uint64_t size) {
   absl::flat_hash_set<absl::string_view> names;
   std::vector<std::pair<uint64_t, int>> by_offset;
   std::vector<std::pair<DType, TensorShape>> types;
@@ -229,6 +244,23 @@ absl::StatusOr<Shard> ReadShard(Env* env, const std::string& path) {
                                        absl::CHexEscape(prev.name()), "')"));
     }
   }
+
+  return types;
+}
+
+}  // namespace
+
+absl::StatusOr<Shard> ReadShard(Env* env, const std::string& path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, env->NewRandomAccessFile(path));
+  const uint64_t size = file->Size();
+  if (size < kShardPrefixBytes) {
+    return Corrupt(path, absl::StrCat("truncated: ", size, " bytes, shorter than the ", kShardPrefixBytes,
+                                      "-byte prefix"));
+  }
+  uint64_t data_start = 0;
+  ASSIGN_OR_RETURN(const ShardHeader header, ReadShardHeader(file.get(), path, size, &data_start));
+  using Types = std::vector<std::pair<DType, TensorShape>>;
+  ASSIGN_OR_RETURN(const Types types, CheckShardEntries(header, path, data_start, size));
 
   Shard shard;
   shard.owner_task = header.owner_task();

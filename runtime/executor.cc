@@ -13,31 +13,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
+#include "runtime/executor_plan.h"
 #include "runtime/op_kernel.h"
 #include "runtime/rendezvous.h"
 
 namespace weft {
-namespace {
-
-// Where a node input comes from: a fed tensor or another node's output slot.
-struct InputSource {
-  bool fed;
-  int index;  // feed index or output slot
-};
-
-struct NodeItem {
-  const Node* node = nullptr;
-  std::unique_ptr<OpKernel> kernel;
-  std::vector<InputSource> inputs;
-  int first_slot = 0;  // output k lives in slot first_slot + k
-  int num_outputs = 0;
-  std::vector<int> successors;  // one entry per data or control edge
-  int initial_pending = 0;
-  int async_index = -1;  // index into RunState::async_calls for async kernels
-};
-
-}  // namespace
-
 namespace {
 
 // `status` prefixed with "node 'name' (Op): " unless it already starts so
@@ -101,17 +81,11 @@ struct RunState {
   absl::Notification* done = nullptr;
 };
 
-struct Executor::Impl {
+// The plan (executor_plan.h) and the step machinery that runs it.
+struct Executor::Impl : ExecutorPlan {
   const Graph* graph;
   Device* device;
   ExecutorOptions options;
-  std::vector<NodeItem> items;
-  std::vector<int> roots;
-  int num_slots = 0;
-  std::vector<int> initial_slot_refs;
-  std::vector<Endpoint> feed_endpoints;
-  std::vector<InputSource> fetch_sources;
-  int num_async = 0;  // kernels that may finish after their Compute call returns
 
   absl::Mutex pool_mu;
   std::vector<std::unique_ptr<RunState>> free_states ABSL_GUARDED_BY(pool_mu);
@@ -128,6 +102,13 @@ struct Executor::Impl {
   void ProcessAsync(RunState* s, int i);
   void RunInlineWithAsync(RunState* s);
   void Abort(RunState* s, const absl::Status& status);
+
+  // Run's parts: the feeds against the plan's endpoints; the step's nodes
+  // run to the end (or the abort) in whichever mode the options call for;
+  // the fetches copied out, the device synchronised and the step's status.
+  absl::Status CheckFeeds(absl::Span<const Tensor> feeds) const;
+  void Drive(RunState* s);
+  absl::Status EndStep(RunState* s, std::vector<Tensor>* fetches);
 };
 
 std::unique_ptr<RunState> Executor::Impl::AcquireState() {
@@ -323,96 +304,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph* graph, D
   auto impl = std::make_unique<Impl>();
   impl->graph = graph;
   impl->device = device;
-
-  // Feeds.
-  absl::flat_hash_map<std::pair<int, int>, int> fed;  // (node id, output) -> feed index
-  for (size_t f = 0; f < options.feeds.size(); ++f) {
-    auto e = graph->FindEndpoint(options.feeds[f]);
-    if (!e.ok()) return Annotate(e.status(), absl::StrCat("feed '", options.feeds[f], "'"));
-    if (!fed.emplace(std::make_pair(e->node->id(), e->index), static_cast<int>(f)).second) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", options.feeds[f], "' is fed twice"));
-    }
-    impl->feed_endpoints.push_back(*e);
-  }
-
-  // Prune: the nodes that fetches and targets need, cut at fed tensors.
-  const int n = graph->num_nodes();
-  std::vector<bool> needed(n, false);
-  std::vector<Node*> work;
-  auto need = [&](Node* node) {
-    if (!needed[node->id()]) {
-      needed[node->id()] = true;
-      work.push_back(node);
-    }
-  };
-  std::vector<Endpoint> fetch_eps;
-  for (const std::string& name : options.fetches) {
-    auto e = graph->FindEndpoint(name);
-    if (!e.ok()) return Annotate(e.status(), absl::StrCat("fetch '", name, "'"));
-    fetch_eps.push_back(*e);
-    if (!fed.contains(std::make_pair(e->node->id(), e->index))) need(e->node);
-  }
-  for (const std::string& name : options.targets) {
-    Node* node = graph->FindNode(name);
-    if (node == nullptr) return absl::NotFoundError(absl::StrCat("target '", name, "' names no node in the graph"));
-    need(node);
-  }
-  while (!work.empty()) {
-    Node* node = work.back();
-    work.pop_back();
-    for (const Endpoint& e : node->inputs()) {
-      if (!fed.contains(std::make_pair(e.node->id(), e.index))) need(e.node);
-    }
-    for (Node* c : node->control_inputs()) need(c);
-  }
-
-  // Items in id (topological) order.
-  std::vector<int> item_of(n, -1);
-  for (int id = 0; id < n; ++id) {
-    if (!needed[id]) continue;
-    item_of[id] = static_cast<int>(impl->items.size());
-    NodeItem item;
-    item.node = graph->node(id);
-    item.first_slot = impl->num_slots;
-    item.num_outputs = item.node->num_outputs();
-    impl->num_slots += item.num_outputs;
-    ASSIGN_OR_RETURN(item.kernel, KernelRegistry::Global()->Create(item.node, device));
-    if (item.kernel->AsAsync() != nullptr) item.async_index = impl->num_async++;
-    impl->items.push_back(std::move(item));
-  }
-  impl->initial_slot_refs.assign(impl->num_slots, 0);
-  for (NodeItem& item : impl->items) {
-    for (const Endpoint& e : item.node->inputs()) {
-      auto f = fed.find(std::make_pair(e.node->id(), e.index));
-      if (f != fed.end()) {
-        item.inputs.push_back(InputSource{true, f->second});
-        continue;
-      }
-      NodeItem& producer = impl->items[item_of[e.node->id()]];
-      const int slot = producer.first_slot + e.index;
-      item.inputs.push_back(InputSource{false, slot});
-      ++impl->initial_slot_refs[slot];
-      producer.successors.push_back(item_of[item.node->id()]);
-      ++item.initial_pending;
-    }
-    for (Node* c : item.node->control_inputs()) {
-      impl->items[item_of[c->id()]].successors.push_back(item_of[item.node->id()]);
-      ++item.initial_pending;
-    }
-  }
-  for (size_t i = 0; i < impl->items.size(); ++i) {
-    if (impl->items[i].initial_pending == 0) impl->roots.push_back(static_cast<int>(i));
-  }
-  for (const Endpoint& e : fetch_eps) {
-    auto f = fed.find(std::make_pair(e.node->id(), e.index));
-    if (f != fed.end()) {
-      impl->fetch_sources.push_back(InputSource{true, f->second});
-    } else {
-      const int slot = impl->items[item_of[e.node->id()]].first_slot + e.index;
-      impl->fetch_sources.push_back(InputSource{false, slot});
-      ++impl->initial_slot_refs[slot];  // a fetched tensor outlives its consumers
-    }
-  }
+  RETURN_IF_ERROR(BuildExecutorPlan(*graph, device, options, impl.get()));
   if (options.inter_op_pool != nullptr && options.inter_op_pool->num_threads() == 0) {
     options.inter_op_pool = nullptr;
   }
@@ -424,29 +316,94 @@ absl::Status Executor::Run(absl::Span<const Tensor> feeds, std::vector<Tensor>* 
   return Run(feeds, fetches, step_id, nullptr);
 }
 
-absl::Status Executor::Run(absl::Span<const Tensor> feeds, std::vector<Tensor>* fetches, int64_t step_id,
-                           Rendezvous* rendezvous) {
-  Impl& m = *impl_;
-  if (feeds.size() != m.feed_endpoints.size()) {
+absl::Status Executor::Impl::CheckFeeds(absl::Span<const Tensor> feeds) const {
+  if (feeds.size() != feed_endpoints.size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("expected ", m.feed_endpoints.size(), " feed(s), got ", feeds.size()));
+        absl::StrCat("expected ", feed_endpoints.size(), " feed(s), got ", feeds.size()));
   }
   for (size_t f = 0; f < feeds.size(); ++f) {
-    const Endpoint& e = m.feed_endpoints[f];
+    const Endpoint& e = feed_endpoints[f];
     const DType want = e.node->output_type(e.index);
     const TensorShape& shape = e.node->output_shape(e.index);
     if (!feeds[f].IsInitialized() || feeds[f].dtype() != want || !shape.IsCompatibleWith(feeds[f].shape())) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "feed '", m.options.feeds[f], "' must be ", DTypeName(want), shape.DebugString(), ", got ",
+          "feed '", options.feeds[f], "' must be ", DTypeName(want), shape.DebugString(), ", got ",
           feeds[f].IsInitialized() ? absl::StrCat(DTypeName(feeds[f].dtype()), feeds[f].shape().DebugString())
                                    : std::string("an uninitialized tensor")));
     }
   }
+  return absl::OkStatus();
+}
 
+void Executor::Impl::Drive(RunState* s) {
+  if (options.inter_op_pool == nullptr && num_async > 0) {
+    RunInlineWithAsync(s);
+  } else if (options.inter_op_pool == nullptr) {
+    // The fast path: no kernel finishes later, so a plain stack suffices.
+    s->stack.assign(roots.rbegin(), roots.rend());
+    absl::InlinedVector<int, 8> ready;
+    while (!s->stack.empty()) {
+      const int i = s->stack.back();
+      s->stack.pop_back();
+      ready.clear();
+      Process(s, i, &ready);
+      for (auto it = ready.rbegin(); it != ready.rend(); ++it) s->stack.push_back(*it);
+    }
+  } else if (!roots.empty()) {
+    absl::Notification done;
+    s->done = &done;
+    s->outstanding.store(static_cast<int>(roots.size()), std::memory_order_relaxed);
+    for (size_t r = 1; r < roots.size(); ++r) {
+      const int root = roots[r];
+      options.inter_op_pool->Schedule([this, s, root] { ProcessAsync(s, root); });
+    }
+    ProcessAsync(s, roots[0]);
+    done.WaitForNotification();
+  }
+}
+
+absl::Status Executor::Impl::EndStep(RunState* s, std::vector<Tensor>* fetches) {
+  absl::Status status;
+  {
+    absl::MutexLock lock(&s->mu);
+    status = s->status;
+  }
+  bool synced = device->host_memory();
+  if (status.ok() && fetches != nullptr) {
+    fetches->resize(fetch_sources.size());
+    for (size_t f = 0; f < fetch_sources.size() && status.ok(); ++f) {
+      const InputSource& src = fetch_sources[f];
+      const Tensor& value = src.fed ? s->feeds[src.index] : s->slots[src.index];
+      if (value.on_host()) {
+        (*fetches)[f] = value;
+        continue;
+      }
+      // Waits for every kernel of the step, enqueued before the copy.
+      absl::StatusOr<Tensor> host = device->CopyToHost(value);
+      if (!host.ok()) {
+        status = Annotate(host.status(), absl::StrCat("fetch '", options.fetches[f], "'"));
+        break;
+      }
+      (*fetches)[f] = *std::move(host);
+      synced = true;
+    }
+  }
+  // A step is done when its device work is: a kernel's asynchronous failure
+  // is this step's error, and the caller may read what the step wrote.
+  if (!synced) {
+    absl::Status sync = device->Synchronize();
+    if (status.ok() && !sync.ok()) status = Annotate(sync, absl::StrCat("step on ", device->name()));
+  }
+  return status;
+}
+
+absl::Status Executor::Run(absl::Span<const Tensor> feeds, std::vector<Tensor>* fetches, int64_t step_id,
+                           Rendezvous* rendezvous) {
+  Impl& m = *impl_;
+  RETURN_IF_ERROR(m.CheckFeeds(feeds));
   // A device with its own memory (a GPU) gets its feeds copied in.
-  const bool host_memory = m.device->host_memory();
   std::vector<Tensor> device_feeds;
-  if (!host_memory) {
+  if (!m.device->host_memory()) {
     device_feeds.reserve(feeds.size());
     for (size_t f = 0; f < feeds.size(); ++f) {
       absl::StatusOr<Tensor> t = m.device->CopyFromHost(feeds[f]);
@@ -463,63 +420,8 @@ absl::Status Executor::Run(absl::Span<const Tensor> feeds, std::vector<Tensor>* 
   s->rendezvous = rendezvous;
   for (size_t i = 0; i < m.items.size(); ++i) s->pending[i].store(m.items[i].initial_pending, std::memory_order_relaxed);
   for (int k = 0; k < m.num_slots; ++k) s->slot_refs[k].store(m.initial_slot_refs[k], std::memory_order_relaxed);
-
-  if (m.options.inter_op_pool == nullptr && m.num_async > 0) {
-    m.RunInlineWithAsync(s);
-  } else if (m.options.inter_op_pool == nullptr) {
-    // The fast path: no kernel finishes later, so a plain stack suffices.
-    s->stack.assign(m.roots.rbegin(), m.roots.rend());
-    absl::InlinedVector<int, 8> ready;
-    while (!s->stack.empty()) {
-      const int i = s->stack.back();
-      s->stack.pop_back();
-      ready.clear();
-      m.Process(s, i, &ready);
-      for (auto it = ready.rbegin(); it != ready.rend(); ++it) s->stack.push_back(*it);
-    }
-  } else if (!m.roots.empty()) {
-    absl::Notification done;
-    s->done = &done;
-    s->outstanding.store(static_cast<int>(m.roots.size()), std::memory_order_relaxed);
-    for (size_t r = 1; r < m.roots.size(); ++r) {
-      const int root = m.roots[r];
-      m.options.inter_op_pool->Schedule([&m, s, root] { m.ProcessAsync(s, root); });
-    }
-    m.ProcessAsync(s, m.roots[0]);
-    done.WaitForNotification();
-  }
-
-  absl::Status status;
-  {
-    absl::MutexLock lock(&s->mu);
-    status = s->status;
-  }
-  bool synced = host_memory;
-  if (status.ok() && fetches != nullptr) {
-    fetches->resize(m.fetch_sources.size());
-    for (size_t f = 0; f < m.fetch_sources.size() && status.ok(); ++f) {
-      const InputSource& src = m.fetch_sources[f];
-      const Tensor& value = src.fed ? feeds[src.index] : s->slots[src.index];
-      if (value.on_host()) {
-        (*fetches)[f] = value;
-        continue;
-      }
-      // Waits for every kernel of the step, enqueued before the copy.
-      absl::StatusOr<Tensor> host = m.device->CopyToHost(value);
-      if (!host.ok()) {
-        status = Annotate(host.status(), absl::StrCat("fetch '", m.options.fetches[f], "'"));
-        break;
-      }
-      (*fetches)[f] = *std::move(host);
-      synced = true;
-    }
-  }
-  // A step is done when its device work is: a kernel's asynchronous failure
-  // is this step's error, and the caller may read what the step wrote.
-  if (!synced) {
-    absl::Status sync = m.device->Synchronize();
-    if (status.ok() && !sync.ok()) status = Annotate(sync, absl::StrCat("step on ", m.device->name()));
-  }
+  m.Drive(s);
+  absl::Status status = m.EndStep(s, fetches);
   m.ReleaseState(std::move(state));
   return status;
 }

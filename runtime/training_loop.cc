@@ -40,8 +40,8 @@ std::string TrainResult::ToJson() const {
   return absl::StrFormat(
       "{\"state\": %s, \"job\": %s, \"steps\": %d, \"epochs\": %d, \"train_loss\": %.6f, \"test_accuracy\": %.4f, "
       "\"test_loss\": %.6f, \"test_examples\": %d, \"samples_per_second\": %.1f, \"wall_seconds\": %.3f}",
-      JsonString(state), JsonString(job), steps, epochs, train_loss, test_accuracy, test_loss, test_examples,
-      samples_per_second, wall_seconds);
+      JsonString(JobState_Name(state)), JsonString(job), steps, epochs, train_loss, test_accuracy, test_loss,
+      test_examples, samples_per_second, wall_seconds);
 }
 
 absl::StatusOr<EvalResult> EvaluateDataset(const JobSpec& job, const data::InMemoryDataset& test,
@@ -88,125 +88,178 @@ absl::StatusOr<TrainResult> RunTrainingLoop(const JobSpec& job, const data::InMe
   return RunTrainingLoop(job, source, hooks.on_progress, hooks.cancelled, started);
 }
 
-absl::StatusOr<TrainResult> RunTrainingLoop(const JobSpec& job, const StepSource& source,
-                                            const std::function<void(const TrainProgress&)>& on_progress,
-                                            const std::atomic<bool>* cancelled_flag, Clock::time_point started) {
-  auto log = Logger("train");
-  TrainResult result;
-  result.job = job.name();
-  const int64_t per_epoch = source.batches_per_epoch;
-  if (per_epoch < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("job '", job.name(), "': ", source.examples,
-                                                   " training examples do not make one batch"));
-  }
-  TrainProgress p;
-  p.total_steps = job.steps() > 0 ? job.steps() : per_epoch * job.epochs();
-  p.epochs = job.steps() > 0 ? (job.steps() + per_epoch - 1) / per_epoch : job.epochs();
-  p.epoch = 1;
-  if (source.start_step < 0 || source.start_step > p.total_steps) {
-    return absl::InvalidArgumentError(absl::StrCat("job '", job.name(), "': cannot start at step ", source.start_step,
-                                                   " of ", p.total_steps));
-  }
-  p.step = source.start_step;
-  p.epoch = source.start_step / per_epoch + 1;
-  result.epochs = source.start_step / per_epoch;
-  if (source.start_step > 0) {
-    log->info("training '{}': resuming at step {} of {} (epoch {})", job.name(), p.step, p.total_steps, p.epoch);
-  } else {
-    log->info("training '{}': {} steps, {} examples per epoch, batch {}", job.name(), p.total_steps,
-              source.examples, job.batch_size());
+namespace {
+
+// One run of the loop over a StepSource: its progress, the current epoch's
+// loss and the time spent training, kept apart from the loop so that each
+// part (start, a call of steps, an epoch's end, the finish) stays small.
+class Loop {
+ public:
+  Loop(const JobSpec& job, const StepSource& source, const std::function<void(const TrainProgress&)>& on_progress,
+       const std::atomic<bool>* cancelled, Clock::time_point started)
+      : job_(job),
+        source_(source),
+        on_progress_(on_progress),
+        cancelled_(cancelled),
+        started_(started),
+        per_epoch_(source.batches_per_epoch),
+        evaluate_(source.evaluate != nullptr && !job.eval().skip()),
+        every_(job.eval().every_epochs()) {
+    result_.job = job.name();
   }
 
-  const bool evaluate = source.evaluate != nullptr && !job.eval().skip();
-  auto cancelled = [&] { return cancelled_flag != nullptr && cancelled_flag->load(); };
-  double epoch_loss = 0, last_epoch_loss = 0;
-  // Steps of the current epoch, and those of them whose loss this run saw
-  // (a resumed run enters an epoch part-way).
-  int64_t epoch_steps = source.start_step % per_epoch, loss_steps = 0;
-  int64_t samples = 0;
-  double train_seconds = 0;
-  const int every = job.eval().every_epochs();
-  bool evaluated_last = false;
-  auto record_eval = [&](const EvalResult& e) {
-    result.test_accuracy = e.accuracy;
-    result.test_loss = e.loss;
-    result.test_examples = e.examples;
-  };
-  Clock::time_point t0 = Clock::now();
-  auto end_epoch = [&]() -> absl::Status {
-    train_seconds += Seconds(t0);
-    last_epoch_loss = loss_steps > 0 ? epoch_loss / loss_steps : 0;
-    p.epoch_end = true;
-    p.test_accuracy = -1;
-    evaluated_last = false;
-    if (every > 0 && p.epoch % every == 0 && evaluate) {
-      ASSIGN_OR_RETURN(EvalResult e, source.evaluate());
-      p.test_accuracy = e.accuracy;
-      record_eval(e);
-      evaluated_last = true;
-    }
-    if (on_progress) on_progress(p);
-    p.epoch_end = false;
-    ++result.epochs;
-    ++p.epoch;
-    epoch_loss = 0;
-    epoch_steps = 0;
-    loss_steps = 0;
-    t0 = Clock::now();
-    return absl::OkStatus();
-  };
-  while (p.step < p.total_steps) {
-    if (cancelled()) {
-      result.state = "CANCELLED";
-      break;
-    }
-    const int64_t max_steps = std::min(per_epoch - epoch_steps, p.total_steps - p.step);
-    absl::StatusOr<StepResult> step = source.step(max_steps);
-    if (!step.ok()) {
-      if (cancelled()) {  // the step was aborted by a cancel
-        result.state = "CANCELLED";
+  absl::StatusOr<TrainResult> Run() {
+    RETURN_IF_ERROR(Start());
+    while (p_.step < p_.total_steps) {
+      ASSIGN_OR_RETURN(const bool go_on, Steps());
+      if (!go_on) {
+        result_.state = CANCELLED;
         break;
       }
-      return Annotate(step.status(), absl::StrCat("training step ", p.step + 1));
+    }
+    return Finish();
+  }
+
+ private:
+  bool cancelled() const { return cancelled_ != nullptr && cancelled_->load(); }
+
+  absl::Status Start() {
+    if (per_epoch_ < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("job '", job_.name(), "': ", source_.examples,
+                                                     " training examples do not make one batch"));
+    }
+    p_.total_steps = job_.steps() > 0 ? job_.steps() : per_epoch_ * job_.epochs();
+    p_.epochs = job_.steps() > 0 ? (job_.steps() + per_epoch_ - 1) / per_epoch_ : job_.epochs();
+    const int64_t start = source_.start_step;
+    if (start < 0 || start > p_.total_steps) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job '", job_.name(), "': cannot start at step ", start, " of ", p_.total_steps));
+    }
+    p_.step = start;
+    p_.epoch = start / per_epoch_ + 1;
+    result_.epochs = start / per_epoch_;
+    // Steps of the current epoch: a resumed run enters an epoch part-way.
+    epoch_steps_ = start % per_epoch_;
+    auto log = Logger("train");
+    if (start > 0) {
+      log->info("training '{}': resuming at step {} of {} (epoch {})", job_.name(), p_.step, p_.total_steps,
+                p_.epoch);
+    } else {
+      log->info("training '{}': {} steps, {} examples per epoch, batch {}", job_.name(), p_.total_steps,
+                source_.examples, job_.batch_size());
+    }
+    t0_ = Clock::now();
+    return absl::OkStatus();
+  }
+
+  // One call of source.step and what follows it: progress, the epoch's
+  // end, after_steps. False when a cancel ends the loop.
+  absl::StatusOr<bool> Steps() {
+    if (cancelled()) return false;
+    const int64_t max_steps = std::min(per_epoch_ - epoch_steps_, p_.total_steps - p_.step);
+    absl::StatusOr<StepResult> step = source_.step(max_steps);
+    if (!step.ok()) {
+      if (cancelled()) return false;  // the step was aborted by a cancel
+      return Annotate(step.status(), absl::StrCat("training step ", p_.step + 1));
     }
     if (!std::isfinite(step->loss)) {
-      return absl::FailedPreconditionError(absl::StrCat("the loss became ", step->loss, " at step ", p.step + 1,
+      return absl::FailedPreconditionError(absl::StrCat("the loss became ", step->loss, " at step ", p_.step + 1,
                                                         "; lower the learning rate"));
     }
     if (step->steps < 1 || step->steps > max_steps) {
       return absl::InternalError(absl::StrCat("a training call ran ", step->steps, " steps; at most ", max_steps,
                                               " were left"));
     }
-    p.step += step->steps;
-    epoch_steps += step->steps;
-    loss_steps += step->steps;
-    epoch_loss += static_cast<double>(step->loss) * step->steps;  // the last step's loss stands for the run
-    samples += step->examples;
-    p.loss = epoch_loss / static_cast<double>(loss_steps);
-    p.elapsed_seconds = Seconds(started);
-    const double t = train_seconds + Seconds(t0);
-    p.samples_per_second = t > 0 ? samples / t : 0;
-    if (on_progress) on_progress(p);
-    if (epoch_steps == per_epoch) RETURN_IF_ERROR(end_epoch());
-    if (source.after_steps) RETURN_IF_ERROR(source.after_steps(p.step));
+    p_.step += step->steps;
+    epoch_steps_ += step->steps;
+    loss_steps_ += step->steps;
+    epoch_loss_ += static_cast<double>(step->loss) * step->steps;  // the last step's loss stands for the run
+    samples_ += step->examples;
+    p_.loss = epoch_loss_ / static_cast<double>(loss_steps_);
+    p_.elapsed_seconds = Seconds(started_);
+    const double t = train_seconds_ + Seconds(t0_);
+    p_.samples_per_second = t > 0 ? samples_ / t : 0;
+    if (on_progress_) on_progress_(p_);
+    if (epoch_steps_ == per_epoch_) RETURN_IF_ERROR(EndEpoch());
+    if (source_.after_steps) RETURN_IF_ERROR(source_.after_steps(p_.step));
+    return true;
   }
-  if (loss_steps > 0) {  // a run counted in steps (or cancelled) can stop mid-epoch
-    train_seconds += Seconds(t0);
-    last_epoch_loss = epoch_loss / loss_steps;
+
+  absl::Status EndEpoch() {
+    train_seconds_ += Seconds(t0_);
+    last_epoch_loss_ = loss_steps_ > 0 ? epoch_loss_ / loss_steps_ : 0;
+    p_.epoch_end = true;
+    p_.test_accuracy = -1;
+    evaluated_last_ = false;
+    if (every_ > 0 && p_.epoch % every_ == 0 && evaluate_) {
+      ASSIGN_OR_RETURN(EvalResult e, source_.evaluate());
+      p_.test_accuracy = e.accuracy;
+      RecordEval(e);
+      evaluated_last_ = true;
+    }
+    if (on_progress_) on_progress_(p_);
+    p_.epoch_end = false;
+    ++result_.epochs;
+    ++p_.epoch;
+    epoch_loss_ = 0;
+    epoch_steps_ = 0;
+    loss_steps_ = 0;
+    t0_ = Clock::now();
+    return absl::OkStatus();
   }
-  if (result.state.empty()) result.state = "SUCCEEDED";
-  result.steps = p.step;
-  result.train_loss = last_epoch_loss;
-  result.samples_per_second = train_seconds > 0 ? samples / train_seconds : 0;
-  if (!evaluated_last && evaluate && result.state == "SUCCEEDED") {
-    ASSIGN_OR_RETURN(EvalResult e, source.evaluate());
-    record_eval(e);
+
+  void RecordEval(const EvalResult& e) {
+    result_.test_accuracy = e.accuracy;
+    result_.test_loss = e.loss;
+    result_.test_examples = e.examples;
   }
-  result.wall_seconds = Seconds(started);
-  // Debug: callers print their own summary, and a progress bar may still own the line.
-  log->debug("'{}' {}: {} steps, loss {:.4f}, test accuracy {:.4f}, {:.0f} samples/s", job.name(), result.state,
-             result.steps, result.train_loss, result.test_accuracy, result.samples_per_second);
-  return result;
+
+  absl::StatusOr<TrainResult> Finish() {
+    if (loss_steps_ > 0) {  // a run counted in steps (or cancelled) can stop mid-epoch
+      train_seconds_ += Seconds(t0_);
+      last_epoch_loss_ = epoch_loss_ / loss_steps_;
+    }
+    if (result_.state == JOB_STATE_UNSPECIFIED) result_.state = SUCCEEDED;
+    result_.steps = p_.step;
+    result_.train_loss = last_epoch_loss_;
+    result_.samples_per_second = train_seconds_ > 0 ? samples_ / train_seconds_ : 0;
+    if (!evaluated_last_ && evaluate_ && result_.state == SUCCEEDED) {
+      ASSIGN_OR_RETURN(EvalResult e, source_.evaluate());
+      RecordEval(e);
+    }
+    result_.wall_seconds = Seconds(started_);
+    // Debug: callers print their own summary, and a progress bar may still own the line.
+    Logger("train")->debug("'{}' {}: {} steps, loss {:.4f}, test accuracy {:.4f}, {:.0f} samples/s", job_.name(),
+                           JobState_Name(result_.state), result_.steps, result_.train_loss, result_.test_accuracy,
+                           result_.samples_per_second);
+    return result_;
+  }
+
+  const JobSpec& job_;
+  const StepSource& source_;
+  const std::function<void(const TrainProgress&)>& on_progress_;
+  const std::atomic<bool>* const cancelled_;
+  const Clock::time_point started_;
+  const int64_t per_epoch_;
+  const bool evaluate_;
+  const int every_;
+  TrainResult result_;
+  TrainProgress p_;
+  double epoch_loss_ = 0, last_epoch_loss_ = 0;
+  int64_t epoch_steps_ = 0;
+  int64_t loss_steps_ = 0;  // steps of the epoch whose loss this run saw
+  int64_t samples_ = 0;
+  double train_seconds_ = 0;
+  bool evaluated_last_ = false;
+  Clock::time_point t0_;  // when the current epoch's training resumed
+};
+
+}  // namespace
+
+absl::StatusOr<TrainResult> RunTrainingLoop(const JobSpec& job, const StepSource& source,
+                                            const std::function<void(const TrainProgress&)>& on_progress,
+                                            const std::atomic<bool>* cancelled, Clock::time_point started) {
+  return Loop(job, source, on_progress, cancelled, started).Run();
 }
 
 }  // namespace weft

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "proto/job.pb.h"
+#include "proto/job.pb.h"
 #include "runtime/data/dataset.h"
 
 namespace weft {
@@ -44,7 +45,9 @@ struct EvalResult {
 };
 
 struct TrainResult {
-  std::string state;  // SUCCEEDED or CANCELLED
+  // SUCCEEDED or CANCELLED (the master's jobs also PREEMPTED); UNSPECIFIED
+  // only while the loop runs.
+  JobState state = JOB_STATE_UNSPECIFIED;
   std::string job;
   int64_t steps = 0;
   int64_t epochs = 0;              // epochs completed (fractional runs round down)

@@ -22,7 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "client/master_client.h"
+#include "client/grpc_master_client.h"
 #include "client/subprocess.h"
 #include "gtest/gtest.h"
 

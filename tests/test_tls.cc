@@ -8,7 +8,7 @@
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
-#include "client/client_auth.h"
+#include "client/grpc_client_auth.h"
 
 namespace weft {
 namespace testing {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/master_client.h"
+#include "client/grpc_master_client.h"
 #include "common/certs.h"
 #include "grpcpp/security/credentials.h"
 

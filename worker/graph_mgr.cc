@@ -8,27 +8,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "common/tensor_proto_coding.h"
 #include "graph/device_name.h"
 #include "graph/graph.h"
 #include "runtime/executor.h"
 
 namespace weft {
 namespace worker {
-
-struct GraphMgr::Item {
-  std::string handle;
-  std::string session_handle;  // the only session that may run or drop it
-  std::unique_ptr<Graph> graph;
-  std::vector<std::string> feeds;
-  std::vector<std::string> fetches;
-  // The session's variables on this device; declared before the executor,
-  // whose kernels use them.
-  std::shared_ptr<ResourceMgr> resources;
-  std::string resources_key;
-  uint64_t master_incarnation = 0;  // of the master that registered it (0: unknown)
-  std::unique_ptr<Executor> executor;  // declared after the graph it runs
-};
 
 GraphMgr::GraphMgr(std::string task, std::vector<Device*> devices, ThreadPool* inter_op_pool,
                    CollectiveRuntime* collectives, GraphMgrLimits limits)
@@ -105,13 +90,12 @@ absl::Status GraphMgr::CheckMemory(const Graph& graph) const {
 
 GraphMgr::~GraphMgr() = default;
 
-absl::StatusOr<std::string> GraphMgr::Register(const RegisterGraphRequest& request) {
+absl::StatusOr<Device*> GraphMgr::PartitionDevice(const GraphDef& graph_def, std::vector<std::string>* sends) const {
   // The device: the one every node names (a partition holds one device).
   Device* device = nullptr;
   const NodeDef* first = nullptr;
-  std::vector<std::string> sends;
-  for (const NodeDef& node : request.graph_def().node()) {
-    if (node.op() == "_Send") sends.push_back(node.name());
+  for (const NodeDef& node : graph_def.node()) {
+    if (node.op() == "_Send") sends->push_back(node.name());
     Device* d = devices_.front();
     if (!node.device().empty()) {
       auto want = DeviceName::Parse(node.device());
@@ -139,7 +123,26 @@ absl::StatusOr<std::string> GraphMgr::Register(const RegisterGraphRequest& reque
     device = d;
     if (first == nullptr) first = &node;
   }
-  if (device == nullptr) device = devices_.front();
+  return device != nullptr ? device : devices_.front();
+}
+
+std::shared_ptr<ResourceMgr> GraphMgr::SessionResourcesFor(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  auto& slot = session_resources_[key];
+  if (slot == nullptr) slot = std::make_shared<ResourceMgr>();
+  return slot;
+}
+
+void GraphMgr::DropResourcesOfFailedGraph(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  // Two owners, the map and the failed graph: no other graph uses the store.
+  auto res = session_resources_.find(key);
+  if (res != session_resources_.end() && res->second.use_count() == 2) session_resources_.erase(res);
+}
+
+absl::StatusOr<std::string> GraphMgr::Register(const RegisterGraphRequest& request) {
+  std::vector<std::string> sends;
+  ASSIGN_OR_RETURN(Device * device, PartitionDevice(request.graph_def(), &sends));
   {
     // Early, before the graph is built; checked again when it is added.
     absl::MutexLock lock(&mu_);
@@ -165,30 +168,24 @@ absl::StatusOr<std::string> GraphMgr::Register(const RegisterGraphRequest& reque
   // Each session keeps its own variables, so a second job on the same task
   // starts from its own initial values, not from the first job's weights.
   item->resources_key = absl::StrCat(request.session_handle(), "@", device->name());
-  {
-    absl::MutexLock lock(&mu_);
-    auto& slot = session_resources_[item->resources_key];
-    if (slot == nullptr) slot = std::make_shared<ResourceMgr>();
-    item->resources = slot;
-  }
+  item->resources = SessionResourcesFor(item->resources_key);
   opts.resources = item->resources.get();
   item->feeds = opts.feeds;
   item->fetches = opts.fetches;
   // On failure from here on, a variable store made for this graph alone
   // must not outlive it.
-  auto drop_resources = [&] {
-    absl::MutexLock lock(&mu_);
-    auto res = session_resources_.find(item->resources_key);
-    if (res != session_resources_.end() && res->second.use_count() == 2) session_resources_.erase(res);
-  };
   auto executor = Executor::Create(item->graph.get(), device, std::move(opts));
   if (!executor.ok()) {
-    drop_resources();
+    DropResourcesOfFailedGraph(item->resources_key);
     return executor.status();
   }
   item->executor = *std::move(executor);
   item->master_incarnation = request.master_incarnation();
   item->session_handle = request.session_handle();
+  return AddGraph(std::move(item));
+}
+
+absl::StatusOr<std::string> GraphMgr::AddGraph(std::shared_ptr<Item> item) {
   // 128 random bits after the per-process prefix: a handle cannot be
   // guessed from another one.
   absl::BitGen gen;
@@ -201,7 +198,7 @@ absl::StatusOr<std::string> GraphMgr::Register(const RegisterGraphRequest& reque
     absl::MutexLock lock(&mu_);
     // Checked again in the lock that adds it: the early check raced other
     // registrations.
-    quota = CheckQuotasLocked(request.session_handle());
+    quota = CheckQuotasLocked(item->session_handle);
     if (quota.ok()) {
       item->handle = absl::StrCat(handle_prefix_, next_handle_++, "_", secret);
       handle = item->handle;
@@ -210,7 +207,7 @@ absl::StatusOr<std::string> GraphMgr::Register(const RegisterGraphRequest& reque
   }
   if (!quota.ok()) {
     item->executor.reset();
-    drop_resources();
+    DropResourcesOfFailedGraph(item->resources_key);
     return quota;
   }
   return handle;
@@ -312,113 +309,6 @@ absl::StatusOr<std::shared_ptr<GraphMgr::Item>> GraphMgr::Find(const std::string
   auto it = graphs_.find(handle);
   if (it == graphs_.end() || it->second->session_handle != session_handle) return NotRegistered(session_handle, handle);
   return it->second;
-}
-
-absl::Status GraphMgr::Run(const RunGraphRequest& request, Rendezvous* rendezvous, RunGraphResponse* response) {
-  ASSIGN_OR_RETURN(std::shared_ptr<Item> item, Find(request.session_handle(), request.graph_handle()));
-  const int iterations = request.iterations() == 0 ? 1 : request.iterations();
-  if (iterations < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("iterations must be positive, got ", request.iterations()));
-  }
-  if (iterations > limits_.max_iterations) {
-    return absl::ResourceExhaustedError(absl::StrCat("RunGraph asks for ", iterations, " iterations, more than task ",
-                                                     task_, "'s quota (--max_iterations=", limits_.max_iterations,
-                                                     ")"));
-  }
-  int64_t last_step = 0;
-  if (__builtin_add_overflow(request.step_id(), static_cast<int64_t>(iterations - 1), &last_step)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("step ids ", request.step_id(), " + ", iterations, " iterations overflow"));
-  }
-
-  // Feeds, in registered order; each exactly once.
-  std::vector<Tensor> feeds(item->feeds.size());
-  std::vector<bool> given(item->feeds.size(), false);
-  for (const NamedTensorProto& send : request.send()) {
-    auto it = std::find(item->feeds.begin(), item->feeds.end(), send.name());
-    if (it == item->feeds.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("'", send.name(), "' is not a feed of graph ",
-                                                     request.graph_handle(), " (feeds: ",
-                                                     absl::StrJoin(item->feeds, ", "), ")"));
-    }
-    const size_t f = it - item->feeds.begin();
-    if (given[f]) return absl::InvalidArgumentError(absl::StrCat("feed '", send.name(), "' is given twice"));
-    given[f] = true;
-    auto t = TensorFromProto(send.tensor());
-    if (!t.ok()) return Annotate(t.status(), absl::StrCat("feed '", send.name(), "'"));
-    feeds[f] = *std::move(t);
-  }
-  for (size_t f = 0; f < given.size(); ++f) {
-    if (!given[f]) return absl::InvalidArgumentError(absl::StrCat("feed '", item->feeds[f], "' has no value"));
-  }
-
-  // Which registered fetches to return.
-  std::vector<int> wanted;
-  if (request.recv_key().empty()) {
-    for (size_t i = 0; i < item->fetches.size(); ++i) wanted.push_back(static_cast<int>(i));
-  } else {
-    for (const std::string& key : request.recv_key()) {
-      auto it = std::find(item->fetches.begin(), item->fetches.end(), key);
-      if (it == item->fetches.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("'", key, "' is not a fetch of graph ",
-                                                       request.graph_handle(), " (fetches: ",
-                                                       absl::StrJoin(item->fetches, ", "), ")"));
-      }
-      wanted.push_back(static_cast<int>(it - item->fetches.begin()));
-    }
-  }
-
-  // Known as running, so that a new master can abort it (AdoptMaster).
-  {
-    absl::MutexLock lock(&mu_);
-    running_.emplace(request.step_id(), item->handle);
-  }
-  struct Unmark {
-    GraphMgr* self;
-    int64_t step;
-    const std::string* handle;
-    ~Unmark() {
-      absl::MutexLock lock(&self->mu_);
-      auto range = self->running_.equal_range(step);
-      for (auto it = range.first; it != range.second; ++it) {
-        if (it->second == *handle) {
-          self->running_.erase(it);
-          break;
-        }
-      }
-    }
-  } unmark{this, request.step_id(), &item->handle};
-  std::vector<Tensor> fetched;
-  absl::Status status;
-  for (int i = 0; i < iterations && status.ok(); ++i) {
-    // Shutdown stops a long RunGraph between iterations, not after all of
-    // them (one atomic load per iteration).
-    if (cancelled_.load(std::memory_order_acquire)) {
-      absl::MutexLock lock(&mu_);
-      status = cancel_status_;
-      break;
-    }
-    status = item->executor->Run(feeds, &fetched, request.step_id() + i, rendezvous);
-    if (!status.ok() && iterations > 1) {
-      status = Annotate(status, absl::StrCat("iteration ", i, " (step ", request.step_id() + i, ")"));
-    }
-  }
-  RETURN_IF_ERROR(status);
-  for (int i : wanted) {
-    NamedTensorProto* out = response->add_recv();
-    out->set_name(item->fetches[i]);
-    TensorToProto(fetched[i], out->mutable_tensor());
-  }
-  return absl::OkStatus();
-}
-
-std::vector<int64_t> GraphMgr::RunningSteps() const {
-  std::vector<int64_t> steps;
-  absl::MutexLock lock(&mu_);
-  for (const auto& [step, handle] : running_) {
-    if (steps.empty() || steps.back() != step) steps.push_back(step);
-  }
-  return steps;
 }
 
 int GraphMgr::NumGraphs() const {

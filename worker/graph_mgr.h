@@ -47,6 +47,7 @@
 #include "proto/worker_service.pb.h"
 #include "runtime/collective_runtime.h"
 #include "runtime/device.h"
+#include "runtime/executor.h"
 #include "runtime/rendezvous.h"
 
 namespace weft {
@@ -116,7 +117,20 @@ class GraphMgr {
   std::vector<int64_t> AdoptMaster(uint64_t master_incarnation);
 
  private:
-  struct Item;
+  // A registered graph. Defined here for graph_mgr.cc and graph_mgr_run.cc.
+  struct Item {
+    std::string handle;
+    std::string session_handle;  // the only session that may run or drop it
+    std::unique_ptr<Graph> graph;
+    std::vector<std::string> feeds;
+    std::vector<std::string> fetches;
+    // The session's variables on this device; declared before the executor,
+    // whose kernels use them.
+    std::shared_ptr<ResourceMgr> resources;
+    std::string resources_key;
+    uint64_t master_incarnation = 0;  // of the master that registered it (0: unknown)
+    std::unique_ptr<Executor> executor;  // declared after the graph it runs
+  };
 
   absl::StatusOr<std::shared_ptr<Item>> Find(const std::string& session_handle, const std::string& handle) const;
   absl::Status NotRegistered(const std::string& session_handle, const std::string& handle) const;
@@ -126,6 +140,28 @@ class GraphMgr {
   // RESOURCE_EXHAUSTED naming the node when the graph's declared shapes
   // alone exceed the memory budget.
   absl::Status CheckMemory(const Graph& graph) const;
+
+  // Register's steps. The one device of this task that every node of the
+  // partition names (the first device when none names one); the _Send
+  // nodes' names are appended to `sends`.
+  absl::StatusOr<Device*> PartitionDevice(const GraphDef& graph_def, std::vector<std::string>* sends) const;
+  // The variable store under `key` ("session@device"), made if new.
+  std::shared_ptr<ResourceMgr> SessionResourcesFor(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops the store under `key` when only a graph that failed to register
+  // holds it besides the map.
+  void DropResourcesOfFailedGraph(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
+  // Gives `item` (built, with its session) a new handle and adds it, unless
+  // a quota was filled meanwhile.
+  absl::StatusOr<std::string> AddGraph(std::shared_ptr<Item> item) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Run's steps. The request's iteration count (0 means 1), within quota
+  // and with step ids that do not overflow.
+  absl::StatusOr<int> CheckIterations(const RunGraphRequest& request) const;
+  // Runs `item`'s executor `iterations` times from step `first_step`,
+  // stopping at the first error or at CancelAll; `fetched` holds the last
+  // iteration's fetches.
+  absl::Status RunIterations(Item& item, const std::vector<Tensor>& feeds, int64_t first_step, int iterations,
+                             Rendezvous* rendezvous, std::vector<Tensor>* fetched) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string task_;
   const std::vector<Device*> devices_;

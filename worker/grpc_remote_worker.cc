@@ -6,7 +6,7 @@
 #include "common/grpc_util.h"
 #include "common/status_macros.h"
 #include "grpcpp/generic/generic_stub.h"
-#include "worker/tensor_coding.h"
+#include "worker/grpc_tensor_coding.h"
 
 namespace weft {
 namespace worker {

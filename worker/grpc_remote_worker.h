@@ -8,7 +8,7 @@
 //
 // GrpcTensorPuller is the remote rendezvous's way to fetch a tensor from a
 // peer: a RecvTensor call through a generic stub whose raw reply is decoded by
-// worker/tensor_coding.h straight into a new tensor.
+// worker/grpc_tensor_coding.h straight into a new tensor.
 //
 // Thread-safety: both are thread-safe. A call's request and response must
 // outlive it (until `done`); the objects themselves need not.

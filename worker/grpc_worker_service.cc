@@ -4,7 +4,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_util.h"
-#include "worker/tensor_coding.h"
+#include "worker/grpc_tensor_coding.h"
 
 namespace weft {
 namespace worker {

@@ -4,7 +4,7 @@
 // Each method hands its request to the Worker and returns the reactor at
 // once; the Worker's callback finishes it, from whatever thread completes the
 // work, so no reaction ever blocks. RecvTensor is a raw method: its reply is
-// the ByteBuffer of worker/tensor_coding.h whose payload slice points into the
+// the ByteBuffer of worker/grpc_tensor_coding.h whose payload slice points into the
 // sender's tensor buffer. A RecvTensor whose client goes away is finished
 // with CANCELLED at once; the value, when it comes, is dropped.
 //

@@ -1,6 +1,6 @@
 // Ops of synchronous replicas that aggregate the first k of N gradients on
 // the parameter server (StrategySpec.replicas_to_aggregate; the accumulator
-// itself is ps/accumulator.h). Attrs of every op here: accumulator (string,
+// itself is runtime/kernels/accumulator.h). Attrs of every op here: accumulator (string,
 // the accumulator's name in the device's resources, one per variable) and
 // num_required (int, k >= 1).
 //

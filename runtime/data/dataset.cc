@@ -13,17 +13,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "runtime/data/dataset_files.h"
 #include "runtime/data/idx_reader.h"
 #include "runtime/data/tfrecord.h"
 
 namespace weft {
 namespace data {
 namespace {
-
-constexpr char kDefaultTrainImages[] = "train-images-idx3-ubyte.gz";
-constexpr char kDefaultTrainLabels[] = "train-labels-idx1-ubyte.gz";
-constexpr char kDefaultTestImages[] = "t10k-images-idx3-ubyte.gz";
-constexpr char kDefaultTestLabels[] = "t10k-labels-idx1-ubyte.gz";
 
 uint64_t SplitMix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -299,45 +295,6 @@ std::string ShapeString(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
 }
 
-// `name` resolved against `dir`; an empty name means `default_name` in `dir`.
-absl::Mutex g_root_mu;
-// Unset: no confinement. An error: every dataset load fails with it.
-std::optional<absl::StatusOr<ConfinedRoot>>* g_root ABSL_GUARDED_BY(g_root_mu) = nullptr;
-
-// A dataset file's path, confined to the data root when one is set: under
-// it, and reached without a symbolic link.
-absl::StatusOr<std::string> Confine(const std::string& path, const char* field) {
-  std::optional<ConfinedRoot> root;
-  {
-    absl::MutexLock lock(&g_root_mu);
-    if (g_root == nullptr || !g_root->has_value()) return path;
-    if (!(*g_root)->ok()) {
-      return absl::PermissionDeniedError(absl::StrCat("dataset ", field, " ", path, ": this daemon reads no datasets (",
-                                                      (*g_root)->status().message(), ")"));
-    }
-    root = ***g_root;
-  }
-  absl::StatusOr<std::string> rel = root->Relativize(path);
-  if (!rel.ok()) {
-    return absl::PermissionDeniedError(absl::StrCat("dataset ", field, " ", path, " is outside the data root ",
-                                                    root->path(), " (--data_root)"));
-  }
-  return root->Resolve(*rel, /*create_dirs=*/false);
-}
-
-absl::StatusOr<std::string> ResolvePath(const std::string& dir, const std::string& name,
-                                        const char* default_name, const char* field) {
-  if (name.empty()) {
-    if (dir.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("dataset spec sets neither ", field, " nor dir"));
-    }
-    return Confine(absl::StrCat(dir, "/", default_name), field);
-  }
-  if (name[0] == '/' || dir.empty()) return Confine(name, field);
-  return Confine(absl::StrCat(dir, "/", name), field);
-}
-
 absl::Status CheckLabels(absl::Span<const int32_t> labels, int64_t num_classes,
                          const std::string& where) {
   if (num_classes <= 0) return absl::OkStatus();
@@ -354,15 +311,9 @@ absl::Status CheckLabels(absl::Span<const int32_t> labels, int64_t num_classes,
 absl::StatusOr<InMemoryDataset> LoadIdx(const DatasetSpec& spec, bool train,
                                         absl::Span<const int64_t> example_shape,
                                         int64_t num_classes, int64_t limit) {
-  ASSIGN_OR_RETURN(std::string images,
-                   ResolvePath(spec.dir(), train ? spec.train_images() : spec.test_images(),
-                               train ? kDefaultTrainImages : kDefaultTestImages,
-                               train ? "train_images" : "test_images"));
-  ASSIGN_OR_RETURN(std::string labels,
-                   ResolvePath(spec.dir(), train ? spec.train_labels() : spec.test_labels(),
-                               train ? kDefaultTrainLabels : kDefaultTestLabels,
-                               train ? "train_labels" : "test_labels"));
-  ASSIGN_OR_RETURN(IdxExamples ex, ReadIdxExamples(images, labels, num_classes));
+  ASSIGN_OR_RETURN(IdxFiles files, IdxFilesOf(spec, train));
+  const std::string& images = files.images;
+  ASSIGN_OR_RETURN(IdxExamples ex, ReadIdxExamples(files.images, files.labels, num_classes));
   std::vector<int64_t> shape = ex.images.example_shape;
   if (!example_shape.empty()) {
     int64_t elems = 1;
@@ -405,7 +356,7 @@ absl::StatusOr<InMemoryDataset> LoadTFRecord(const DatasetSpec& spec, bool train
   std::vector<int32_t> labels;
   for (const std::string& file : files) {
     if (limit > 0 && static_cast<int64_t>(labels.size()) >= limit) break;
-    ASSIGN_OR_RETURN(std::string path, ResolvePath(spec.dir(), file, "", "files"));
+    ASSIGN_OR_RETURN(std::string path, ResolveDataPath(spec.dir(), file, "", "files"));
     const size_t start = labels.size();
     RETURN_IF_ERROR(ReadImageExamples(path, elems, &pixels, &labels));
     RETURN_IF_ERROR(CheckLabels(absl::MakeConstSpan(labels).subspan(start), num_classes, path));
@@ -420,20 +371,10 @@ absl::StatusOr<InMemoryDataset> LoadTFRecord(const DatasetSpec& spec, bool train
 
 }  // namespace
 
-void SetDataRoot(std::optional<absl::StatusOr<ConfinedRoot>> root) {
-  absl::MutexLock lock(&g_root_mu);
-  if (g_root == nullptr) g_root = new std::optional<absl::StatusOr<ConfinedRoot>>();
-  *g_root = std::move(root);
-}
-
 absl::StatusOr<InMemoryDataset> LoadDataset(const DatasetSpec& spec, bool train,
                                             absl::Span<const int64_t> example_shape,
                                             int64_t num_classes) {
-  const int64_t limit = train ? spec.train_limit() : spec.test_limit();
-  if (limit < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(train ? "train_limit" : "test_limit", " must not be negative, got ", limit));
-  }
+  ASSIGN_OR_RETURN(const int64_t limit, SplitLimit(spec, train));
   switch (spec.format()) {
     case DatasetSpec::FORMAT_DEFAULT:
     case DatasetSpec::IDX:

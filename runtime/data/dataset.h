@@ -35,6 +35,7 @@
 #include "absl/types/span.h"
 #include "common/allocator.h"
 #include "common/confined_root.h"
+#include "common/env.h"
 #include "common/tensor.h"
 #include "proto/job.pb.h"
 
@@ -98,6 +99,16 @@ void SetDataRoot(std::optional<absl::StatusOr<ConfinedRoot>> root);
 absl::StatusOr<InMemoryDataset> LoadDataset(const DatasetSpec& spec, bool train,
                                             absl::Span<const int64_t> example_shape = {},
                                             int64_t num_classes = 0);
+
+// The number of examples LoadDataset would give for the split (its limit
+// applied), from the files' headers alone: an IDX split's count is its
+// images header's first dimension (checked against the labels header); a
+// TFRecord split's is its records, counted from their length fields without
+// reading the payloads. Whoever reads the examples checks them; this
+// checks every header and length it reads as LoadDataset does (checked
+// arithmetic, a truncated file refused) and is confined to the data root
+// the same way. Errors name the file and the field or offset.
+absl::StatusOr<int64_t> CountExamples(const DatasetSpec& spec, bool train, Env* env = Env::Default());
 
 struct Batch {
   Tensor features;    // float32 [n, example_shape...], pixel * (1 / scale)

@@ -478,6 +478,98 @@ TEST(LoadDatasetTest, TFRecordFilesInOrderWithLimit) {
   EXPECT_FALSE(LoadDataset(spec, /*train=*/false, {2, 2}).ok());  // no test_files
 }
 
+// ---- Counting a split from its headers ----
+
+TEST(CountExamplesTest, IdxFromTheHeadersWithTheLimitApplied) {
+  const std::string dir = TempPath("count-mnist");
+  ASSERT_EQ(mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST, true);
+  WriteIdxSplit(dir, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", 20, true);
+  WriteIdxSplit(dir, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", 7, true);
+  DatasetSpec spec;
+  spec.set_dir(dir);
+  for (bool train : {true, false}) {
+    auto n = CountExamples(spec, train);
+    ASSERT_TRUE(n.ok()) << n.status();
+    auto loaded = LoadDataset(spec, train);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(*n, loaded->size());
+  }
+  spec.set_train_limit(8);
+  EXPECT_EQ(CountExamples(spec, true).value_or(-1), 8);
+  spec.set_train_limit(800);
+  EXPECT_EQ(CountExamples(spec, true).value_or(-1), 20);
+  spec.set_train_limit(-1);
+  EXPECT_EQ(CountExamples(spec, true).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CountExamples(DatasetSpec(), true).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CountExamplesTest, MalformedIdxHeadersAreRefusedNamingTheFile) {
+  const std::string dir = TempPath("count-bad");
+  ASSERT_EQ(mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST, true);
+  WriteIdxSplit(dir, "images", "labels", 5, false);
+  DatasetSpec spec;
+  spec.set_dir(dir);
+  spec.set_train_images("images");
+  spec.set_train_labels("labels");
+  ASSERT_EQ(CountExamples(spec, true).value_or(-1), 5);
+
+  // Labels for another number of examples.
+  WriteFile(dir + "/labels6", IdxBytes({6}, {0, 1, 2, 0, 1, 2}));
+  spec.set_train_labels("labels6");
+  auto n = CountExamples(spec, true);
+  EXPECT_EQ(n.status().code(), absl::StatusCode::kInvalidArgument) << n.status();
+  EXPECT_NE(n.status().message().find("holds 5 images"), std::string::npos) << n.status();
+
+  // Not an IDX file; an IDX header whose dims overflow; the files swapped.
+  WriteFile(dir + "/text", "images, honestly");
+  spec.set_train_images("text");
+  n = CountExamples(spec, true);
+  EXPECT_EQ(n.status().code(), absl::StatusCode::kInvalidArgument) << n.status();
+  EXPECT_NE(n.status().message().find(dir + "/text: not an IDX file"), std::string::npos) << n.status();
+  WriteFile(dir + "/huge", IdxBytes({1u << 20, 1u << 20, 1u << 24}, {}));
+  spec.set_train_images("huge");
+  n = CountExamples(spec, true);
+  EXPECT_NE(n.status().message().find("implausible IDX header"), std::string::npos) << n.status();
+  spec.set_train_images("labels");
+  spec.set_train_labels("images");
+  n = CountExamples(spec, true);
+  EXPECT_NE(n.status().message().find("expected an images file"), std::string::npos) << n.status();
+  spec.set_train_images(dir + "/none");
+  EXPECT_EQ(CountExamples(spec, true).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(CountExamplesTest, TFRecordFilesInOrderWithLimitAndTruncatedFilesRefused) {
+  const std::vector<uint8_t> pixels = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+  ASSERT_TRUE(WriteImageExamples(TempPath("count-0.tfrecord"), pixels, {1, 2, 3}).ok());
+  ASSERT_TRUE(WriteImageExamples(TempPath("count-1.tfrecord"), pixels, {4, 5, 6}).ok());
+  DatasetSpec spec;
+  spec.set_format(DatasetSpec::TFRECORD);
+  spec.set_dir(::testing::TempDir());
+  spec.add_train_files("count-0.tfrecord");
+  spec.add_train_files("count-1.tfrecord");
+  EXPECT_EQ(CountExamples(spec, true).value_or(-1), 6);
+  spec.set_train_limit(4);
+  EXPECT_EQ(CountExamples(spec, true).value_or(-1), 4);
+  spec.set_train_limit(3);  // the first file is enough: the second is not opened
+  spec.add_train_files("count-none.tfrecord");
+  EXPECT_EQ(CountExamples(spec, true).value_or(-1), 3);
+  spec.set_train_limit(0);
+  EXPECT_EQ(CountExamples(spec, true).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(CountExamples(spec, false).status().code(), absl::StatusCode::kInvalidArgument);  // no test_files
+
+  std::string cut = testing::ReadFile(TempPath("count-1.tfrecord"));
+  cut.resize(cut.size() - 1);
+  WriteFile(TempPath("count-cut.tfrecord"), cut);
+  DatasetSpec truncated = spec;
+  truncated.clear_train_files();
+  truncated.add_train_files("count-0.tfrecord");
+  truncated.add_train_files("count-cut.tfrecord");
+  auto n = CountExamples(truncated, true);
+  EXPECT_EQ(n.status().code(), absl::StatusCode::kDataLoss) << n.status();
+  EXPECT_NE(n.status().message().find("count-cut.tfrecord: corrupt TFRecord at byte offset 48"), std::string::npos)
+      << n.status();
+}
+
 }  // namespace
 }  // namespace data
 }  // namespace weft
@@ -507,6 +599,8 @@ TEST(DataRootTest, ConfinesEveryFileToTheRoot) {
   auto out = LoadDataset(spec, true);
   EXPECT_EQ(out.status().code(), absl::StatusCode::kPermissionDenied) << out.status();
   EXPECT_NE(out.status().message().find("outside the data root"), std::string::npos) << out.status();
+  auto counted = CountExamples(spec, true);
+  EXPECT_EQ(counted.status().code(), absl::StatusCode::kPermissionDenied) << counted.status();
   spec.set_dir(root + "/link");
   auto linked = LoadDataset(spec, true);
   EXPECT_EQ(linked.status().code(), absl::StatusCode::kPermissionDenied) << linked.status();

@@ -1,18 +1,16 @@
 #include "runtime/data/idx_reader.h"
 
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/checked_math.h"
+#include "common/env.h"
 #include "common/status_macros.h"
 
 namespace weft {
@@ -29,28 +27,22 @@ constexpr uint64_t kMaxPayloadBytes = uint64_t{1} << 40;
 // runs out. Beyond this ratio the buffer grows as bytes arrive instead.
 constexpr uint64_t kMaxInflateRatio = 64;
 
-absl::Status OpenError(const std::string& path, int err) {
-  const std::string msg = absl::StrCat(path, ": cannot open: ", std::strerror(err));
-  if (err == ENOENT) return absl::NotFoundError(msg);
-  if (err == EACCES) return absl::PermissionDeniedError(msg);
-  return absl::UnavailableError(msg);
-}
-
-// The bytes of a file, inflated on the fly when it is gzip-compressed.
-// Errors name the file; the caller adds nothing but context.
+// The bytes of a file read through an Env, inflated on the fly when it is
+// gzip-compressed: the compressed bytes are read a chunk at a time and only
+// the data asked for is inflated, so memory stays bounded by what the
+// caller asks for. Errors name the file; the caller adds nothing but context.
 class ByteSource {
  public:
   ~ByteSource() {
     if (gzip_) inflateEnd(&zs_);
-    if (file_ != nullptr) std::fclose(file_);
   }
 
-  static absl::StatusOr<std::unique_ptr<ByteSource>> Open(const std::string& path) {
-    std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (f == nullptr) return OpenError(path, errno);
-    std::unique_ptr<ByteSource> src(new ByteSource(path, f));
-    struct stat st;
-    if (::fstat(::fileno(f), &st) == 0 && S_ISREG(st.st_mode)) src->file_size_ = static_cast<uint64_t>(st.st_size);
+  static absl::StatusOr<std::unique_ptr<ByteSource>> Open(const std::string& path, Env* env) {
+    absl::StatusOr<std::unique_ptr<RandomAccessFile>> file = env->NewRandomAccessFile(path);
+    if (!file.ok()) {
+      return absl::Status(file.status().code(), absl::StrCat(path, ": cannot open: ", file.status().message()));
+    }
+    std::unique_ptr<ByteSource> src(new ByteSource(path, *std::move(file)));
     RETURN_IF_ERROR(src->Fill());
     const bool gz = src->in_.size() >= 2 && src->in_[0] == 0x1f && src->in_[1] == 0x8b;
     if (gz) {
@@ -80,19 +72,25 @@ class ByteSource {
   }
 
  private:
-  ByteSource(std::string path, std::FILE* f) : path_(std::move(path)), file_(f) {
+  ByteSource(std::string path, std::unique_ptr<RandomAccessFile> file)
+      : path_(std::move(path)), file_(std::move(file)), file_size_(file_->Size()) {
     std::memset(&zs_, 0, sizeof(zs_));
   }
 
-  // Replaces the input buffer with the next chunk of the file (empty at EOF).
+  // Replaces the input buffer with the next chunk of the file (empty at its
+  // end, as of Open). A read that fails, or finds the file shorter than it
+  // was, is an error naming the file and the offset, never a short read.
   absl::Status Fill() {
-    in_.resize(kInputChunk);
-    const size_t got = std::fread(in_.data(), 1, in_.size(), file_);
-    if (got == 0 && std::ferror(file_)) {
-      return absl::DataLossError(
-          absl::StrCat(path_, ": read error at byte ", file_pos_, ": ", std::strerror(errno)));
-    }
+    const size_t got = static_cast<size_t>(std::min<uint64_t>(kInputChunk, file_size_ - file_pos_));
     in_.resize(got);
+    if (got > 0) {
+      const absl::Status read = file_->Read(file_pos_, got, reinterpret_cast<char*>(in_.data()));
+      if (!read.ok()) {
+        in_.clear();
+        return absl::Status(read.code(),
+                            absl::StrCat(path_, ": read error at byte ", file_pos_, ": ", read.message()));
+      }
+    }
     in_pos_ = 0;
     file_pos_ += got;
     zs_.next_in = in_.data();
@@ -150,11 +148,11 @@ class ByteSource {
   }
 
   const std::string path_;
-  std::FILE* file_;
+  const std::unique_ptr<RandomAccessFile> file_;
+  const uint64_t file_size_;  // as of Open
   std::vector<uint8_t> in_;
   size_t in_pos_ = 0;      // plain files: next unread byte of in_
   uint64_t file_pos_ = 0;  // bytes taken from the file so far
-  uint64_t file_size_ = 0;  // 0 when unknown (not a regular file)
   bool gzip_ = false;
   z_stream zs_;
   bool stream_end_ = false;
@@ -188,22 +186,16 @@ const char* IdxTypeName(uint8_t type) {
   }
 }
 
-}  // namespace
+// The header of the IDX file `src` reads, checked: `kind` names the file's
+// form in errors. Leaves `src` at the first data byte.
+struct ParsedHeader {
+  std::vector<int64_t> dims;
+  size_t header_bytes = 0;
+  uint64_t total = 0;  // data bytes the dims describe, under kMaxPayloadBytes
+};
 
-int64_t IdxArray::example_elems() const {
-  // ReadIdxFile bounds the product; a hand-built array that overflows gets
-  // -1, which every caller rejects, instead of a wrapped count.
-  int64_t n = 1;
-  for (int64_t d : example_shape) {
-    if (d < 0 || !CheckedMul(n, d, &n)) return -1;
-  }
-  return n;
-}
-
-absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_rank) {
-  ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> src, ByteSource::Open(path));
-  const char* kind = src->gzip() ? "gzipped IDX file" : "IDX file";
-
+absl::StatusOr<ParsedHeader> ReadHeader(ByteSource* src, const std::string& path, const char* kind,
+                                        int expected_rank) {
   uint8_t magic[4];
   ASSIGN_OR_RETURN(size_t got, src->Read(magic, 4));
   if (got < 4) {
@@ -254,7 +246,33 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_rank)
     }
   }
   const bool empty = std::find(dims.begin(), dims.end(), 0) != dims.end();
-  const uint64_t total = empty ? 0 : nonzero;
+  ParsedHeader h;
+  h.total = empty ? 0 : nonzero;
+  h.header_bytes = 4 + raw_dims.size();
+  h.dims = std::move(dims);
+  return h;
+}
+
+
+}  // namespace
+
+int64_t IdxArray::example_elems() const {
+  // ReadIdxFile bounds the product; a hand-built array that overflows gets
+  // -1, which every caller rejects, instead of a wrapped count.
+  int64_t n = 1;
+  for (int64_t d : example_shape) {
+    if (d < 0 || !CheckedMul(n, d, &n)) return -1;
+  }
+  return n;
+}
+
+absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_rank, Env* env) {
+  ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> src, ByteSource::Open(path, env));
+  const char* kind = src->gzip() ? "gzipped IDX file" : "IDX file";
+  ASSIGN_OR_RETURN(ParsedHeader header, ReadHeader(src.get(), path, kind, expected_rank));
+  const std::vector<int64_t>& dims = header.dims;
+  const uint64_t total = header.total;
+  size_t got = 0;
 
   IdxArray out;
   out.count = dims[0];
@@ -281,7 +299,7 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_rank)
   if (have < total) {
     return absl::DataLossError(absl::StrCat(path, ": truncated ", kind, ": header dimensions ",
                                             DimsString(dims), " need ", total,
-                                            " bytes of data after the ", 4 + raw_dims.size(),
+                                            " bytes of data after the ", header.header_bytes,
                                             "-byte header, but the file holds only ", have));
   }
 
@@ -301,15 +319,25 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_rank)
   return out;
 }
 
-absl::StatusOr<IdxExamples> ReadIdxExamples(const std::string& images_path,
-                                            const std::string& labels_path, int64_t num_classes) {
+absl::StatusOr<IdxHeader> ReadIdxHeader(const std::string& path, int expected_rank, Env* env) {
+  ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> src, ByteSource::Open(path, env));
+  const char* kind = src->gzip() ? "gzipped IDX file" : "IDX file";
+  ASSIGN_OR_RETURN(ParsedHeader header, ReadHeader(src.get(), path, kind, expected_rank));
+  IdxHeader out;
+  out.count = header.dims[0];
+  out.example_shape.assign(header.dims.begin() + 1, header.dims.end());
+  return out;
+}
+
+absl::StatusOr<IdxExamples> ReadIdxExamples(const std::string& images_path, const std::string& labels_path,
+                                            int64_t num_classes, Env* env) {
   IdxExamples ex;
-  ASSIGN_OR_RETURN(ex.images, ReadIdxFile(images_path));
+  ASSIGN_OR_RETURN(ex.images, ReadIdxFile(images_path, /*expected_rank=*/-1, env));
   if (ex.images.example_shape.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         images_path, ": expected an images file (rank >= 2), found a rank-1 IDX file"));
   }
-  ASSIGN_OR_RETURN(ex.labels, ReadIdxFile(labels_path, /*expected_rank=*/1));
+  ASSIGN_OR_RETURN(ex.labels, ReadIdxFile(labels_path, /*expected_rank=*/1, env));
   if (ex.images.count != ex.labels.count) {
     return absl::InvalidArgumentError(absl::StrCat(images_path, " holds ", ex.images.count,
                                                    " images but ", labels_path, " holds ",

@@ -15,6 +15,10 @@
 // input makes these functions crash or allocate wildly more than the file
 // can hold.
 //
+// Files are read through an Env (common/env.h), Env::Default() unless given,
+// so that tests can make a read fail part-way; such a failure is an error
+// naming the file and the offset, never a short read.
+//
 // Thread-safety: the functions are thread-safe (they share no state).
 #ifndef WEFT_RUNTIME_DATA_IDX_READER_H_
 #define WEFT_RUNTIME_DATA_IDX_READER_H_
@@ -24,6 +28,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/env.h"
 
 namespace weft {
 namespace data {
@@ -45,7 +50,18 @@ struct IdxArray {
 //   DATA_LOSS:        corrupt gzip, or fewer bytes than the header describes.
 //   INVALID_ARGUMENT: not an IDX file, unsupported type, wrong rank, or bytes
 //                     after the data the header describes.
-absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_rank = -1);
+absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_rank = -1, Env* env = Env::Default());
+
+// The count and example shape of an IDX file, from its header alone (a
+// gzipped file is inflated only as far as the header): the checks of
+// ReadIdxFile that the header allows, and the same errors. The data is not
+// read, so a file truncated after its header is not noticed here.
+struct IdxHeader {
+  int64_t count = 0;
+  std::vector<int64_t> example_shape;
+};
+absl::StatusOr<IdxHeader> ReadIdxHeader(const std::string& path, int expected_rank = -1,
+                                        Env* env = Env::Default());
 
 // An images file (rank >= 2: N, rows, cols[, ...]) and the labels file
 // (rank 1: N) for the same examples.
@@ -56,9 +72,8 @@ struct IdxExamples {
 
 // Reads both files and checks that they hold the same number of examples and,
 // when `num_classes` > 0, that every label is below it.
-absl::StatusOr<IdxExamples> ReadIdxExamples(const std::string& images_path,
-                                            const std::string& labels_path,
-                                            int64_t num_classes = 0);
+absl::StatusOr<IdxExamples> ReadIdxExamples(const std::string& images_path, const std::string& labels_path,
+                                            int64_t num_classes = 0, Env* env = Env::Default());
 
 }  // namespace data
 }  // namespace weft

@@ -1,15 +1,20 @@
 #include "runtime/data/idx_reader.h"
 
+#include <cerrno>
 #include <string>
 #include <vector>
 
+#include "common/env.h"
+#include "common/fault_injecting_env.h"
 #include "gtest/gtest.h"
+#include "runtime/data/failing_read_env.h"
 #include "runtime/data/test_files.h"
 
 namespace weft {
 namespace data {
 namespace {
 
+using ::weft::data::testing::FailingReadEnv;
 using ::weft::data::testing::Gzip;
 using ::weft::data::testing::IdxBytes;
 using ::weft::data::testing::TempPath;
@@ -236,6 +241,94 @@ TEST(IdxReaderTest, ExamplesRejectSwappedFiles) {
   const std::string labels = Write("sw-labels", IdxBytes({3}, {0, 1, 2}));
   ExpectError(ReadIdxExamples(labels, images), absl::StatusCode::kInvalidArgument, labels,
               "expected an images file");
+}
+
+// ---- Reads through an Env ----
+
+// Bytes that deflate cannot shrink much, so a gzipped file of them spans
+// several of the reader's 64 KiB input chunks.
+std::vector<uint8_t> Noise(size_t n) {
+  std::vector<uint8_t> v(n);
+  uint64_t x = 0x9e3779b97f4a7c15u;
+  for (size_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    v[i] = static_cast<uint8_t>(x);
+  }
+  return v;
+}
+
+TEST(IdxReaderEnvTest, AnIoErrorPartWayIsAnErrorNamingTheFileNeverAShortRead) {
+  for (bool gzip : {false, true}) {
+    SCOPED_TRACE(gzip ? "gzip" : "plain");
+    const std::vector<uint8_t> pixels = Noise(200 * 28 * 28);
+    const std::string path = Write(gzip ? "eio.gz" : "eio", IdxBytes({200, 28, 28}, pixels), gzip);
+    FailingReadEnv env(Env::Default());
+    auto whole = ReadIdxFile(path, 3, &env);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    EXPECT_EQ(whole->data, pixels);
+
+    // The first 64 KiB chunk reads; the next fails.
+    env.FailReadsFrom(uint64_t{1} << 16);
+    auto r = ReadIdxFile(path, 3, &env);
+    ExpectError(r, absl::StatusCode::kDataLoss, path, "read error at byte 65536");
+    EXPECT_NE(r.status().message().find("[injected]"), std::string::npos) << r.status();
+  }
+}
+
+TEST(IdxReaderEnvTest, TheFaultInjectingEnvReachesTheReader) {
+  const std::string images = Write("fi-images", IdxBytes({3, 2, 2}, Iota(12)));
+  const std::string labels = Write("fi-labels", IdxBytes({3}, {0, 1, 2}));
+  FaultInjectingEnv env(Env::Default());
+  ASSERT_TRUE(ReadIdxExamples(images, labels, 0, &env).ok());
+  FaultInjectingEnv::Faults f;
+  f.open_for_read_errno = EACCES;
+  env.SetFaults(f);
+  ExpectError(ReadIdxExamples(images, labels, 0, &env), absl::StatusCode::kPermissionDenied, images,
+              "cannot open");
+  ExpectError(ReadIdxHeader(labels, 1, &env), absl::StatusCode::kPermissionDenied, labels, "[injected]");
+}
+
+// ---- Headers alone ----
+
+TEST(IdxHeaderTest, CountAndShapeFromTheHeaderWithoutTheData) {
+  const std::vector<uint8_t> pixels = Noise(500 * 28 * 28);
+  for (bool gzip : {false, true}) {
+    SCOPED_TRACE(gzip ? "gzip" : "plain");
+    const std::string path = Write(gzip ? "hdr.gz" : "hdr", IdxBytes({500, 28, 28}, pixels), gzip);
+    FailingReadEnv env(Env::Default());
+    auto h = ReadIdxHeader(path, 3, &env);
+    ASSERT_TRUE(h.ok()) << h.status();
+    EXPECT_EQ(h->count, 500);
+    EXPECT_EQ(h->example_shape, (std::vector<int64_t>{28, 28}));
+    // One input chunk at most, of a file of 392 KB.
+    EXPECT_LE(env.bytes_read(), int64_t{1} << 16);
+  }
+  // A file cut after its header still has a count; reading it fails.
+  const std::string cut = Write("hdr-cut", IdxBytes({500, 28, 28}, {}));
+  auto h = ReadIdxHeader(cut);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->count, 500);
+  EXPECT_EQ(ReadIdxFile(cut).status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(IdxHeaderTest, MalformedHeadersAreRefusedNamingTheFile) {
+  ExpectError(ReadIdxHeader(Write("hdr-short", std::string(2, '\0'))), absl::StatusCode::kInvalidArgument,
+              TempPath("hdr-short"), "too short for the 4-byte magic number");
+  ExpectError(ReadIdxHeader(Write("hdr-magic", IdxBytes({3}, {1, 2, 3}, 0x0d))), absl::StatusCode::kInvalidArgument,
+              TempPath("hdr-magic"), "unsupported IDX element type float32");
+  ExpectError(ReadIdxHeader(Write("hdr-rank", IdxBytes({3, 1}, {1, 2, 3})), 1), absl::StatusCode::kInvalidArgument,
+              TempPath("hdr-rank"), "has rank 2, expected rank 1");
+  // The dims multiply past the cap (and past 2^64 unchecked).
+  ExpectError(ReadIdxHeader(Write("hdr-huge", IdxBytes({1u << 20, 1u << 20, 1u << 24}, {}))),
+              absl::StatusCode::kInvalidArgument, TempPath("hdr-huge"), "implausible IDX header");
+  // The dims cut short.
+  std::string cut = IdxBytes({3, 2, 2}, {});
+  cut.resize(9);
+  ExpectError(ReadIdxHeader(Write("hdr-dims", cut)), absl::StatusCode::kDataLoss, TempPath("hdr-dims"),
+              "header needs 16 bytes, file has 9");
+  ExpectError(ReadIdxHeader(TempPath("hdr-none")), absl::StatusCode::kNotFound, TempPath("hdr-none"), "No such file");
 }
 
 }  // namespace

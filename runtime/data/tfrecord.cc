@@ -1,9 +1,6 @@
 #include "runtime/data/tfrecord.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <limits>
 
@@ -37,25 +34,52 @@ uint64_t GetLE64(const char* p) {
   return v;
 }
 
-absl::Status OpenError(const std::string& path, int err) {
-  const std::string msg = absl::StrCat(path, ": cannot open: ", std::strerror(err));
-  if (err == ENOENT) return absl::NotFoundError(msg);
-  if (err == EACCES) return absl::PermissionDeniedError(msg);
-  return absl::UnavailableError(msg);
+constexpr size_t kReadChunk = size_t{1} << 16;
+constexpr size_t kWriteChunk = size_t{1} << 16;
+
+// Checks a record's 12-byte header against the `left` bytes of the file
+// that follow it: empty and `*length` set when the record fits, else what
+// is wrong. Neither message quotes the stored CRC or length bytes' meaning
+// beyond the length: those are the file's own bytes, and the reader may
+// have been pointed at any file.
+std::string CheckRecordHeader(const char* header, uint64_t left, uint64_t* length) {
+  if (UnmaskCrc32c(GetLE32(header + 8)) != Crc32c(header, 8)) {
+    return "the length field's CRC does not match (not a TFRecord file, or a damaged one)";
+  }
+  // The length is trusted only once it fits in the rest of the file and
+  // under the cap; only then may a buffer be sized for it.
+  *length = GetLE64(header);
+  if (*length > left || left - *length < kFooterBytes) {
+    return absl::StrCat("truncated record: the length field gives ", *length,
+                        " bytes plus a 4-byte CRC, but only ", left, " bytes remain in the file");
+  }
+  if (*length > kMaxTFRecordBytes) {
+    return absl::StrCat("the length field gives ", *length, " bytes, over the limit of ", kMaxTFRecordBytes,
+                        " bytes for one record");
+  }
+  return "";
+}
+
+std::string TruncatedHeader(uint64_t left) {
+  return absl::StrCat("truncated record: the file ends ", left, " bytes into the 12-byte record header");
+}
+
+absl::Status OpenError(const std::string& path, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(path, ": cannot open: ", s.message()));
 }
 
 }  // namespace
 
 // ---- Writer ----------------------------------------------------------------
 
-absl::StatusOr<std::unique_ptr<TFRecordWriter>> TFRecordWriter::Open(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) return OpenError(path, errno);
-  return std::unique_ptr<TFRecordWriter>(new TFRecordWriter(path, f));
+absl::StatusOr<std::unique_ptr<TFRecordWriter>> TFRecordWriter::Open(const std::string& path, Env* env) {
+  absl::StatusOr<std::unique_ptr<WritableFile>> file = env->NewWritableFile(path);
+  if (!file.ok()) return OpenError(path, file.status());
+  return std::unique_ptr<TFRecordWriter>(new TFRecordWriter(path, *std::move(file)));
 }
 
 TFRecordWriter::~TFRecordWriter() {
-  if (file_ != nullptr) std::fclose(file_);
+  if (file_ != nullptr && !pending_.empty()) (void)file_->Append(pending_);  // errors are lost, as documented
 }
 
 absl::Status TFRecordWriter::Write(absl::string_view record) {
@@ -64,46 +88,47 @@ absl::Status TFRecordWriter::Write(absl::string_view record) {
                                                    " bytes is over the limit of ",
                                                    kMaxTFRecordBytes, " that readers accept"));
   }
+  if (file_ == nullptr) return absl::FailedPreconditionError(absl::StrCat(path_, ": write after Close"));
   char header[kHeaderBytes];
   PutLE64(record.size(), header);
   PutLE32(MaskCrc32c(Crc32c(header, 8)), header + 8);
   char footer[kFooterBytes];
   PutLE32(MaskCrc32c(Crc32c(record.data(), record.size())), footer);
-  if (std::fwrite(header, 1, kHeaderBytes, file_) != kHeaderBytes ||
-      std::fwrite(record.data(), 1, record.size(), file_) != record.size() ||
-      std::fwrite(footer, 1, kFooterBytes, file_) != kFooterBytes) {
-    return absl::DataLossError(absl::StrCat(path_, ": write failed: ", std::strerror(errno)));
-  }
+  pending_.append(header, kHeaderBytes);
+  pending_.append(record.data(), record.size());
+  pending_.append(footer, kFooterBytes);
+  if (pending_.size() < kWriteChunk) return absl::OkStatus();
+  return Flush();
+}
+
+absl::Status TFRecordWriter::Flush() {
+  absl::Status s = file_->Append(pending_);
+  pending_.clear();
+  if (!s.ok()) return absl::DataLossError(absl::StrCat(path_, ": write failed: ", s.message()));
   return absl::OkStatus();
 }
 
 absl::Status TFRecordWriter::Close() {
-  std::FILE* f = file_;
-  file_ = nullptr;
-  const bool flush_failed = std::fflush(f) != 0 || std::ferror(f);
-  const int flush_errno = errno;
-  if (std::fclose(f) != 0 || flush_failed) {
-    return absl::DataLossError(
-        absl::StrCat(path_, ": write failed: ", std::strerror(flush_failed ? flush_errno : errno)));
-  }
-  return absl::OkStatus();
+  if (file_ == nullptr) return absl::FailedPreconditionError(absl::StrCat(path_, ": closed twice"));
+  absl::Status s = pending_.empty() ? absl::OkStatus() : Flush();
+  const absl::Status closed = file_->Close();
+  file_.reset();
+  if (s.ok() && !closed.ok()) s = absl::DataLossError(absl::StrCat(path_, ": write failed: ", closed.message()));
+  return s;
 }
 
 // ---- Reader ----------------------------------------------------------------
 
-absl::StatusOr<std::unique_ptr<TFRecordReader>> TFRecordReader::Open(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return OpenError(path, errno);
-  struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    std::fclose(f);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
-  }
-  return std::unique_ptr<TFRecordReader>(
-      new TFRecordReader(path, f, static_cast<uint64_t>(st.st_size)));
+absl::StatusOr<std::unique_ptr<TFRecordReader>> TFRecordReader::Open(const std::string& path, Env* env) {
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> file = env->NewRandomAccessFile(path);
+  if (!file.ok()) return OpenError(path, file.status());
+  return std::unique_ptr<TFRecordReader>(new TFRecordReader(path, *std::move(file)));
 }
 
-TFRecordReader::~TFRecordReader() { std::fclose(file_); }
+TFRecordReader::TFRecordReader(std::string path, std::unique_ptr<RandomAccessFile> file)
+    : path_(std::move(path)), file_(std::move(file)), file_size_(file_->Size()) {}
+
+TFRecordReader::~TFRecordReader() = default;
 
 absl::Status TFRecordReader::Corrupt(absl::string_view what) {
   error_ = absl::DataLossError(
@@ -111,49 +136,85 @@ absl::Status TFRecordReader::Corrupt(absl::string_view what) {
   return error_;
 }
 
+absl::Status TFRecordReader::ReadBytes(size_t n, char* dst) {
+  while (n > 0) {
+    if (buf_pos_ == buf_.size()) {
+      if (n >= kReadChunk) {  // a large record goes straight to its buffer
+        RETURN_IF_ERROR(file_->Read(file_pos_, n, dst));
+        file_pos_ += n;
+        return absl::OkStatus();
+      }
+      const size_t k = static_cast<size_t>(std::min<uint64_t>(kReadChunk, file_size_ - file_pos_));
+      buf_.resize(k);
+      buf_pos_ = 0;
+      if (k == 0) return absl::OutOfRangeError(absl::StrCat(path_, ": the file ends early"));
+      absl::Status s = file_->Read(file_pos_, k, buf_.data());
+      if (!s.ok()) {
+        buf_.clear();
+        return s;
+      }
+      file_pos_ += k;
+    }
+    const size_t k = std::min(n, buf_.size() - buf_pos_);
+    std::memcpy(dst, buf_.data() + buf_pos_, k);
+    buf_pos_ += k;
+    dst += k;
+    n -= k;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<bool> TFRecordReader::ReadRecord(std::string* record) {
   if (!error_.ok()) return error_;
+  const uint64_t left = file_size_ - std::min(file_size_, offset_);
+  if (left == 0) return false;  // clean end of file
+  if (left < kHeaderBytes) return Corrupt(TruncatedHeader(left));
   char header[kHeaderBytes];
-  const size_t got = std::fread(header, 1, kHeaderBytes, file_);
-  if (got == 0 && !std::ferror(file_)) return false;  // clean end of file
-  if (std::ferror(file_)) return Corrupt(absl::StrCat("read error: ", std::strerror(errno)));
-  if (got < kHeaderBytes) {
-    return Corrupt(absl::StrCat("truncated record: the file ends ", got,
-                                " bytes into the 12-byte record header"));
+  if (absl::Status s = ReadBytes(kHeaderBytes, header); !s.ok()) {
+    return Corrupt(absl::StrCat("read error: ", s.message()));
   }
-  // Neither CRC mismatch quotes the stored value: those are the file's own
-  // bytes, and the reader may have been pointed at any file.
-  if (UnmaskCrc32c(GetLE32(header + 8)) != Crc32c(header, 8)) {
-    return Corrupt("the length field's CRC does not match (not a TFRecord file, or a damaged one)");
-  }
-  // The length is trusted only once it fits in the rest of the file and
-  // under the cap; only then is the buffer sized for it.
-  const uint64_t length = GetLE64(header);
-  uint64_t header_end = 0;
-  if (!CheckedAdd<uint64_t>(offset_, kHeaderBytes, &header_end)) header_end = file_size_;
-  const uint64_t remaining = file_size_ - std::min(file_size_, header_end);
-  if (length > remaining || remaining - length < kFooterBytes) {
-    return Corrupt(absl::StrCat("truncated record: the length field gives ", length,
-                                " bytes plus a 4-byte CRC, but only ", remaining,
-                                " bytes remain in the file"));
-  }
-  if (length > kMaxTFRecordBytes) {
-    return Corrupt(absl::StrCat("the length field gives ", length,
-                                " bytes, over the limit of ", kMaxTFRecordBytes,
-                                " bytes for one record"));
-  }
+  uint64_t length = 0;
+  if (std::string bad = CheckRecordHeader(header, left - kHeaderBytes, &length); !bad.empty()) return Corrupt(bad);
   record->resize(static_cast<size_t>(length));
   char footer[kFooterBytes];
-  if (std::fread(record->data(), 1, length, file_) != length ||
-      std::fread(footer, 1, kFooterBytes, file_) != kFooterBytes) {
+  absl::Status s = ReadBytes(static_cast<size_t>(length), record->data());
+  if (s.ok()) s = ReadBytes(kFooterBytes, footer);
+  if (absl::IsOutOfRange(s)) {
     return Corrupt(absl::StrCat("truncated record: the file ends inside a ", length,
                                 "-byte record (did it shrink while being read?)"));
   }
+  if (!s.ok()) return Corrupt(absl::StrCat("read error: ", s.message()));
   if (UnmaskCrc32c(GetLE32(footer)) != Crc32c(record->data(), length)) {
     return Corrupt(absl::StrCat("the data CRC of the ", length, "-byte record does not match"));
   }
   offset_ += kHeaderBytes + length + kFooterBytes;
   return true;
+}
+
+absl::StatusOr<int64_t> CountRecords(const std::string& path, Env* env) {
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> opened = env->NewRandomAccessFile(path);
+  if (!opened.ok()) return OpenError(path, opened.status());
+  const std::unique_ptr<RandomAccessFile> file = *std::move(opened);
+  const uint64_t size = file->Size();
+  int64_t count = 0;
+  // offset <= size throughout: each step moves it by a record that was
+  // checked to fit in what was left.
+  for (uint64_t offset = 0; offset < size;) {
+    auto corrupt = [&](absl::string_view what) {
+      return absl::DataLossError(absl::StrCat(path, ": corrupt TFRecord at byte offset ", offset, ": ", what));
+    };
+    const uint64_t left = size - offset;
+    if (left < kHeaderBytes) return corrupt(TruncatedHeader(left));
+    char header[kHeaderBytes];
+    if (absl::Status s = file->Read(offset, kHeaderBytes, header); !s.ok()) {
+      return corrupt(absl::StrCat("read error: ", s.message()));
+    }
+    uint64_t length = 0;
+    if (std::string bad = CheckRecordHeader(header, left - kHeaderBytes, &length); !bad.empty()) return corrupt(bad);
+    offset += kHeaderBytes + length + kFooterBytes;
+    ++count;
+  }
+  return count;
 }
 
 // ---- Image examples --------------------------------------------------------
@@ -177,13 +238,13 @@ absl::Status DecodeImageExample(absl::string_view record, uint32_t* label,
   return absl::OkStatus();
 }
 
-absl::Status ReadImageExamples(const std::string& path, int64_t example_elems,
-                               std::vector<uint8_t>* pixels, std::vector<int32_t>* labels) {
+absl::Status ReadImageExamples(const std::string& path, int64_t example_elems, std::vector<uint8_t>* pixels,
+                               std::vector<int32_t>* labels, Env* env) {
   if (example_elems <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": example size must be positive, got ", example_elems));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<TFRecordReader> reader, TFRecordReader::Open(path));
+  ASSIGN_OR_RETURN(std::unique_ptr<TFRecordReader> reader, TFRecordReader::Open(path, env));
   std::string record;
   for (int64_t index = 0;; ++index) {
     const uint64_t offset = reader->offset();
@@ -218,7 +279,7 @@ absl::Status ReadImageExamples(const std::string& path, int64_t example_elems,
 }
 
 absl::Status WriteImageExamples(const std::string& path, absl::Span<const uint8_t> pixels,
-                                absl::Span<const int32_t> labels) {
+                                absl::Span<const int32_t> labels, Env* env) {
   if (labels.empty() ? !pixels.empty() : pixels.size() % labels.size() != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": ", pixels.size(), " pixels do not split into ", labels.size(), " equal examples"));
@@ -230,7 +291,7 @@ absl::Status WriteImageExamples(const std::string& path, absl::Span<const uint8_
     }
   }
   const size_t elems = labels.empty() ? 0 : pixels.size() / labels.size();
-  ASSIGN_OR_RETURN(std::unique_ptr<TFRecordWriter> writer, TFRecordWriter::Open(path));
+  ASSIGN_OR_RETURN(std::unique_ptr<TFRecordWriter> writer, TFRecordWriter::Open(path, env));
   std::string record;
   for (size_t i = 0; i < labels.size(); ++i) {
     record.clear();

@@ -2,18 +2,23 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "common/crc32c.h"
+#include "common/env.h"
+#include "common/fault_injecting_env.h"
 #include "gtest/gtest.h"
+#include "runtime/data/failing_read_env.h"
 #include "runtime/data/test_files.h"
 
 namespace weft {
 namespace data {
 namespace {
 
+using ::weft::data::testing::FailingReadEnv;
 using ::weft::data::testing::ReadFile;
 using ::weft::data::testing::TempPath;
 using ::weft::data::testing::WriteFile;
@@ -267,6 +272,110 @@ TEST(ImageExampleTest, FileRoundTripAndShapeMismatch) {
 
   EXPECT_FALSE(WriteImageExamples(path, pixels, {1, -1, 2}).ok());
   EXPECT_FALSE(WriteImageExamples(path, pixels, {1, 2, 3, 4, 5}).ok());
+}
+
+// ---- Reads and writes through an Env ----
+
+// `n` image examples of `elems` pixels in one file; returns its path.
+std::string WriteExamples(const std::string& name, int n, int elems) {
+  std::vector<uint8_t> pixels(static_cast<size_t>(n) * elems);
+  std::vector<int32_t> labels(static_cast<size_t>(n));
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 31 + 7);
+  for (int i = 0; i < n; ++i) labels[i] = i % 10;
+  const std::string path = TempPath(name);
+  EXPECT_TRUE(WriteImageExamples(path, pixels, labels).ok());
+  return path;
+}
+
+TEST(TFRecordEnvTest, AnIoErrorPartWayIsAnErrorNamingTheFileNeverAShortRead) {
+  // 200 records of 4 + 784 + 16 bytes: 160,800 bytes, three 64 KiB chunks.
+  const std::string path = WriteExamples("eio.tfrecord", 200, 784);
+  FailingReadEnv env(Env::Default());
+  std::vector<uint8_t> pixels;
+  std::vector<int32_t> labels;
+  ASSERT_TRUE(ReadImageExamples(path, 784, &pixels, &labels, &env).ok());
+  ASSERT_EQ(labels.size(), 200u);
+
+  env.FailReadsFrom(100000);
+  pixels.clear();
+  labels.clear();
+  const absl::Status s = ReadImageExamples(path, 784, &pixels, &labels, &env);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find(path), std::string::npos) << s;
+  EXPECT_NE(s.message().find("read error"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("[injected]"), std::string::npos) << s;
+  // The records before the failed chunk were read, none after it.
+  EXPECT_LT(labels.size(), 200u);
+  EXPECT_EQ(labels.size(), 65536u / 804u);
+}
+
+TEST(TFRecordEnvTest, TheFaultInjectingEnvReachesReaderAndWriter) {
+  const std::string path = WriteExamples("fi.tfrecord", 3, 4);
+  FaultInjectingEnv env(Env::Default());
+  FaultInjectingEnv::Faults f;
+  f.open_for_read_errno = EIO;
+  env.SetFaults(f);
+  auto reader = TFRecordReader::Open(path, &env);
+  ASSERT_FALSE(reader.ok());
+  EXPECT_NE(reader.status().message().find(path), std::string::npos) << reader.status();
+  EXPECT_NE(reader.status().message().find("[injected]"), std::string::npos) << reader.status();
+
+  // The disk fills part-way through the file: Close, which writes what is
+  // buffered, reports it naming the file.
+  f = FaultInjectingEnv::Faults();
+  f.space_left = 30;
+  env.SetFaults(f);
+  const std::string out = TempPath("full.tfrecord");
+  const absl::Status w = WriteImageExamples(out, std::vector<uint8_t>(12, 1), {1, 2, 3}, &env);
+  EXPECT_EQ(w.code(), absl::StatusCode::kDataLoss) << w;
+  EXPECT_NE(w.message().find(out), std::string::npos) << w;
+}
+
+// ---- Counting records from their headers ----
+
+TEST(CountRecordsTest, CountsFromTheLengthFieldsWithoutReadingPayloads) {
+  const std::string path = WriteExamples("count.tfrecord", 200, 784);
+  FailingReadEnv env(Env::Default());
+  auto n = CountRecords(path, &env);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 200);
+  EXPECT_EQ(env.bytes_read(), 200 * 12);  // the headers alone
+
+  const std::string empty = TempPath("count-empty.tfrecord");
+  WriteFile(empty, "");
+  n = CountRecords(empty);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 0);
+}
+
+TEST(CountRecordsTest, DamagedOrTruncatedFilesAreRefusedNamingFileAndOffset) {
+  const std::string full = ReadFile(WriteRecords("count-src.tfrecord"));
+  const std::string in_data = TempPath("count-trunc.tfrecord");
+  WriteFile(in_data, full.substr(0, OffsetOf(2) + 12 + 100));
+  ExpectDataLoss(CountRecords(in_data).status(), in_data, "truncated record", OffsetOf(2));
+
+  const std::string in_header = TempPath("count-header.tfrecord");
+  WriteFile(in_header, full.substr(0, OffsetOf(3) + 5));
+  ExpectDataLoss(CountRecords(in_header).status(), in_header, "5 bytes into the 12-byte record header", OffsetOf(3));
+
+  std::string bad_crc = full;
+  bad_crc[OffsetOf(1) + 8] ^= 1;
+  const std::string crc = TempPath("count-crc.tfrecord");
+  WriteFile(crc, bad_crc);
+  ExpectDataLoss(CountRecords(crc).status(), crc, "length field's CRC does not match", OffsetOf(1));
+
+  // Lengths that would wrap the offset or pass the cap.
+  const std::string huge = TempPath("count-huge.tfrecord");
+  WriteFile(huge, full + HeaderFor(~uint64_t{0}) + "tiny");
+  ExpectDataLoss(CountRecords(huge).status(), huge, "truncated record", full.size());
+  const std::string over = TempPath("count-over.tfrecord");
+  const uint64_t length = kMaxTFRecordBytes + 1;
+  WriteFile(over, HeaderFor(length));
+  ASSERT_EQ(::truncate(over.c_str(), static_cast<off_t>(12 + length + 4)), 0);
+  ExpectDataLoss(CountRecords(over).status(), over, "over the limit", 0);
+
+  EXPECT_EQ(CountRecords(TempPath("count-none.tfrecord")).status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <new>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -10,7 +11,7 @@ namespace weft {
 namespace gpu {
 
 GpuAllocator::GpuAllocator(int ordinal, cudaStream_t compute_stream, size_t max_cached_bytes)
-    : ordinal_(ordinal), compute_(compute_stream), max_cached_bytes_(max_cached_bytes) {}
+    : ordinal_(ordinal), compute_(compute_stream), cache_(max_cached_bytes) {}
 
 GpuAllocator::~GpuAllocator() {
   absl::MutexLock lock(&mu_);
@@ -32,20 +33,10 @@ absl::StatusOr<Buffer*> GpuAllocator::TryAllocate(size_t bytes) {
     // SizeClass would overflow rounding it up; no device holds this much.
     return absl::ResourceExhaustedError(absl::StrCat("GPU:", ordinal_, ": ", bytes, " bytes is more than any device has"));
   }
-  const size_t cls = CachingAllocator::SizeClass(bytes);
+  const size_t cls = SizeClassCache::SizeClass(bytes);
   absl::MutexLock lock(&mu_);
   if (!pending_.empty()) PollPendingLocked();
-  auto it = free_.find(cls);
-  if (it != free_.end() && !it->second.empty()) {
-    Buffer* b = it->second.back();
-    it->second.pop_back();
-    stats_.bytes_cached -= static_cast<int64_t>(cls);
-    stats_.bytes_in_use += static_cast<int64_t>(cls);
-    if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
-    ++stats_.cache_hits;
-    b->Ref();  // refs_ was left at 0 when it was released
-    return b;
-  }
+  if (Buffer* b = cache_.Take(cls)) return b;
   // On the allocator's GPU, leaving the thread's current device as it was.
   int previous = -1;
   cudaGetDevice(&previous);
@@ -65,12 +56,10 @@ absl::StatusOr<Buffer*> GpuAllocator::TryAllocate(size_t bytes) {
   if (e != cudaSuccess) {
     cudaGetLastError();
     return absl::ResourceExhaustedError(absl::StrCat("GPU:", ordinal_, ": cudaMalloc of ", cls, " bytes failed (",
-                                                     cudaGetErrorString(e), "); ", stats_.bytes_in_use,
+                                                     cudaGetErrorString(e), "); ", cache_.stats().bytes_in_use,
                                                      " bytes in use"));
   }
-  ++stats_.system_allocs;
-  stats_.bytes_in_use += static_cast<int64_t>(cls);
-  if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  cache_.CountSystemAlloc(cls);
   return NewExternalBlock(this, ptr, cls);
 }
 
@@ -86,7 +75,7 @@ void GpuAllocator::RecordStream(const void* data, cudaStream_t stream) {
 
 void GpuAllocator::Release(Buffer* buffer) {
   absl::MutexLock lock(&mu_);
-  stats_.bytes_in_use -= static_cast<int64_t>(buffer->capacity());
+  cache_.CountRelease(buffer->capacity());
   auto it = streams_.find(buffer->data());
   if (it == streams_.end()) {
     CacheLocked(buffer);
@@ -135,12 +124,7 @@ void GpuAllocator::PollPendingLocked() {
 }
 
 void GpuAllocator::CacheLocked(Buffer* buffer) {
-  const size_t cls = buffer->capacity();
-  if (static_cast<size_t>(stats_.bytes_cached) + cls <= max_cached_bytes_) {
-    free_[cls].push_back(buffer);
-    stats_.bytes_cached += static_cast<int64_t>(cls);
-    return;
-  }
+  if (cache_.Put(buffer)) return;
   // cudaFree waits for the device, so no queued kernel still uses the block.
   cudaFree(buffer->data());
   DeleteExternalBlock(buffer);
@@ -158,16 +142,12 @@ cudaEvent_t GpuAllocator::GetEventLocked() {
 }
 
 size_t GpuAllocator::FreeCachedLocked() {
-  size_t freed = 0;
-  for (auto& [cls, blocks] : free_) {
-    for (Buffer* b : blocks) {
-      cudaFree(b->data());
-      DeleteExternalBlock(b);
-      freed += cls;
-    }
+  std::vector<Buffer*> blocks;
+  const size_t freed = cache_.TakeAll(&blocks);
+  for (Buffer* b : blocks) {
+    cudaFree(b->data());
+    DeleteExternalBlock(b);
   }
-  free_.clear();
-  stats_.bytes_cached = 0;
   return freed;
 }
 
@@ -181,18 +161,20 @@ void GpuAllocator::Trim() {
 
 Allocator::Stats GpuAllocator::GetStats() const {
   absl::MutexLock lock(&mu_);
-  return stats_;
+  return cache_.stats();
 }
 
-PinnedAllocator::PinnedAllocator(size_t max_cached_bytes) : max_cached_bytes_(max_cached_bytes) {}
+PinnedAllocator::PinnedAllocator(size_t max_cached_bytes) : cache_(max_cached_bytes) {}
 
 PinnedAllocator::~PinnedAllocator() {
-  absl::MutexLock lock(&mu_);
-  for (auto& [cls, blocks] : free_) {
-    for (Buffer* b : blocks) {
-      cudaFreeHost(b->data());
-      DeleteExternalBlock(b);
-    }
+  std::vector<Buffer*> blocks;
+  {
+    absl::MutexLock lock(&mu_);
+    cache_.TakeAll(&blocks);
+  }
+  for (Buffer* b : blocks) {
+    cudaFreeHost(b->data());
+    DeleteExternalBlock(b);
   }
 }
 
@@ -206,20 +188,10 @@ absl::StatusOr<Buffer*> PinnedAllocator::TryAllocate(size_t bytes) {
   if (bytes > kMaxRequestBytes) {
     return absl::ResourceExhaustedError(absl::StrCat("pinned host memory: ", bytes, " bytes is more than any host has"));
   }
-  const size_t cls = CachingAllocator::SizeClass(bytes);
+  const size_t cls = SizeClassCache::SizeClass(bytes);
   {
     absl::MutexLock lock(&mu_);
-    auto it = free_.find(cls);
-    if (it != free_.end() && !it->second.empty()) {
-      Buffer* b = it->second.back();
-      it->second.pop_back();
-      stats_.bytes_cached -= static_cast<int64_t>(cls);
-      stats_.bytes_in_use += static_cast<int64_t>(cls);
-      if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
-      ++stats_.cache_hits;
-      b->Ref();
-      return b;
-    }
+    if (Buffer* b = cache_.Take(cls)) return b;
   }
   void* ptr = nullptr;
   // Portable: usable by every GPU of the process, not only the current one.
@@ -230,22 +202,15 @@ absl::StatusOr<Buffer*> PinnedAllocator::TryAllocate(size_t bytes) {
         absl::StrCat("pinned host memory: cudaHostAlloc of ", cls, " bytes failed (", cudaGetErrorString(e), ")"));
   }
   absl::MutexLock lock(&mu_);
-  ++stats_.system_allocs;
-  stats_.bytes_in_use += static_cast<int64_t>(cls);
-  if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  cache_.CountSystemAlloc(cls);
   return NewExternalBlock(this, ptr, cls);
 }
 
 void PinnedAllocator::Release(Buffer* buffer) {
-  const size_t cls = buffer->capacity();
   {
     absl::MutexLock lock(&mu_);
-    stats_.bytes_in_use -= static_cast<int64_t>(cls);
-    if (static_cast<size_t>(stats_.bytes_cached) + cls <= max_cached_bytes_) {
-      free_[cls].push_back(buffer);
-      stats_.bytes_cached += static_cast<int64_t>(cls);
-      return;
-    }
+    cache_.CountRelease(buffer->capacity());
+    if (cache_.Put(buffer)) return;
   }
   cudaFreeHost(buffer->data());
   DeleteExternalBlock(buffer);
@@ -253,7 +218,7 @@ void PinnedAllocator::Release(Buffer* buffer) {
 
 Allocator::Stats PinnedAllocator::GetStats() const {
   absl::MutexLock lock(&mu_);
-  return stats_;
+  return cache_.stats();
 }
 
 }  // namespace gpu

@@ -1,7 +1,8 @@
 // Caching allocators for one GPU: device memory and pinned host memory.
 //
-// GpuAllocator keeps released device blocks in the size classes of
-// common/allocator's CachingAllocator and hands them out again, so a step
+// GpuAllocator keeps released device blocks in a SizeClassCache
+// (common/size_class_cache.h, the bookkeeping CachingAllocator uses too)
+// and hands them out again, so a step
 // that allocates the same shapes calls cudaMalloc only while warming up
 // (Stats::system_allocs counts cudaMalloc calls).
 //
@@ -44,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/allocator.h"
+#include "common/size_class_cache.h"
 
 namespace weft {
 namespace gpu {
@@ -103,14 +105,12 @@ class GpuAllocator final : public Allocator {
 
   const int ordinal_;
   cudaStream_t const compute_;
-  const size_t max_cached_bytes_;
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<size_t, std::vector<Buffer*>> free_ ABSL_GUARDED_BY(mu_);
+  SizeClassCache cache_ ABSL_GUARDED_BY(mu_);
   // Live buffers used on other streams, by data pointer.
   absl::flat_hash_map<const void*, absl::InlinedVector<cudaStream_t, 2>> streams_ ABSL_GUARDED_BY(mu_);
   std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<cudaEvent_t> spare_events_ ABSL_GUARDED_BY(mu_);
-  Stats stats_ ABSL_GUARDED_BY(mu_);
 };
 
 class PinnedAllocator final : public Allocator {
@@ -127,10 +127,8 @@ class PinnedAllocator final : public Allocator {
   void Release(Buffer* buffer) override;
 
  private:
-  const size_t max_cached_bytes_;
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<size_t, std::vector<Buffer*>> free_ ABSL_GUARDED_BY(mu_);
-  Stats stats_ ABSL_GUARDED_BY(mu_);
+  SizeClassCache cache_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gpu

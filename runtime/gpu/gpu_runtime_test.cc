@@ -223,7 +223,7 @@ TEST(GpuTrainerTest, TrainsLikeTheCpu) {
     auto gpu_result = (*on_gpu)->Train();
     ASSERT_TRUE(cpu_result.ok()) << cpu_result.status();
     ASSERT_TRUE(gpu_result.ok()) << gpu_result.status();
-    EXPECT_EQ(gpu_result->state, "SUCCEEDED");
+    EXPECT_EQ(gpu_result->state, SUCCEEDED);
     EXPECT_EQ(gpu_result->steps, cpu_result->steps);
     EXPECT_NEAR(gpu_result->train_loss, cpu_result->train_loss, 0.02 * std::abs(cpu_result->train_loss) + 1e-3)
         << optimizer;

@@ -24,6 +24,45 @@ double WeightedSum(const Tensor& y, const Tensor& w) {
   return total;
 }
 
+// Input i's analytic gradient against central differences of
+// sum(y * w), element by element, folded into *result. *feeds holds the
+// inputs and gets input i back unchanged.
+absl::Status CompareInput(Executor* y_exec, const std::vector<Tensor>& inputs, int i, const Tensor& analytic,
+                          const Tensor& w, double eps, std::vector<Tensor>* feeds, GradientCheckResult* result) {
+  if (analytic.shape() != inputs[i].shape()) {
+    return absl::InternalError(absl::StrCat("gradient of input ", i, " has shape ", analytic.shape().DebugString(),
+                                            ", the input ", inputs[i].shape().DebugString()));
+  }
+  (*feeds)[i] = inputs[i].DeepCopy();
+  float* p = (*feeds)[i].data<float>();
+  std::vector<Tensor> fetched;
+  for (int64_t j = 0; j < (*feeds)[i].NumElements(); ++j) {
+    const float orig = p[j];
+    const float hi = static_cast<float>(orig + eps);
+    const float lo = static_cast<float>(orig - eps);
+    p[j] = hi;
+    RETURN_IF_ERROR(y_exec->Run(*feeds, &fetched));
+    const double l_hi = WeightedSum(fetched[0], w);
+    p[j] = lo;
+    RETURN_IF_ERROR(y_exec->Run(*feeds, &fetched));
+    const double l_lo = WeightedSum(fetched[0], w);
+    p[j] = orig;
+    // The actual float step, not 2 * eps: hi and lo are rounded.
+    const double numeric = (l_hi - l_lo) / (static_cast<double>(hi) - static_cast<double>(lo));
+    const double a = analytic.data<float>()[j];
+    const double err = std::abs(a - numeric) / std::max(1.0, std::abs(numeric));
+    // `!(err <= max)` also catches NaN.
+    if (result->elements_checked == 0 || !(err <= result->max_error)) {
+      result->max_error = std::isnan(err) ? INFINITY : err;
+      result->worst = absl::StrCat("input ", i, " ", inputs[i].shape().DebugString(), " element ", j,
+                                   ": analytic ", a, ", numeric ", numeric);
+    }
+    ++result->elements_checked;
+  }
+  (*feeds)[i] = inputs[i];
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<GradientCheckResult> ComputeGradientError(const OpBuildFn& build, const std::vector<Tensor>& inputs,
@@ -83,38 +122,7 @@ absl::StatusOr<GradientCheckResult> ComputeGradientError(const OpBuildFn& build,
   GradientCheckResult result;
   std::vector<Tensor> feeds = inputs;
   for (size_t c = 0; c < check.size(); ++c) {
-    const int i = check[c];
-    if (analytic[c].shape() != inputs[i].shape()) {
-      return absl::InternalError(absl::StrCat("gradient of input ", i, " has shape ",
-                                              analytic[c].shape().DebugString(), ", the input ",
-                                              inputs[i].shape().DebugString()));
-    }
-    feeds[i] = inputs[i].DeepCopy();
-    float* p = feeds[i].data<float>();
-    for (int64_t j = 0; j < feeds[i].NumElements(); ++j) {
-      const float orig = p[j];
-      const float hi = static_cast<float>(orig + options.eps);
-      const float lo = static_cast<float>(orig - options.eps);
-      p[j] = hi;
-      RETURN_IF_ERROR(y_exec->Run(feeds, &fetched));
-      const double l_hi = WeightedSum(fetched[0], w);
-      p[j] = lo;
-      RETURN_IF_ERROR(y_exec->Run(feeds, &fetched));
-      const double l_lo = WeightedSum(fetched[0], w);
-      p[j] = orig;
-      // The actual float step, not 2 * eps: hi and lo are rounded.
-      const double numeric = (l_hi - l_lo) / (static_cast<double>(hi) - static_cast<double>(lo));
-      const double a = analytic[c].data<float>()[j];
-      const double err = std::abs(a - numeric) / std::max(1.0, std::abs(numeric));
-      // `!(err <= max)` also catches NaN.
-      if (result.elements_checked == 0 || !(err <= result.max_error)) {
-        result.max_error = std::isnan(err) ? INFINITY : err;
-        result.worst = absl::StrCat("input ", i, " ", inputs[i].shape().DebugString(), " element ", j,
-                                    ": analytic ", a, ", numeric ", numeric);
-      }
-      ++result.elements_checked;
-    }
-    feeds[i] = inputs[i];
+    RETURN_IF_ERROR(CompareInput(y_exec.get(), inputs, check[c], analytic[c], w, options.eps, &feeds, &result));
   }
   return result;
 }

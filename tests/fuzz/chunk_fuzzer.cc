@@ -10,7 +10,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
 #include "tests/fuzz/fuzz_util.h"
-#include "worker/collective/chunk_coding.h"
+#include "worker/collective/grpc_chunk_coding.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<grpc::Slice> slices;

@@ -24,8 +24,8 @@
 #include "ps/manifest.h"
 #include "ps/shard_file.h"
 #include "runtime/data/tfrecord.h"
-#include "worker/collective/chunk_coding.h"
-#include "worker/tensor_coding.h"
+#include "worker/collective/grpc_chunk_coding.h"
+#include "worker/grpc_tensor_coding.h"
 
 namespace weft {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "absl/strings/string_view.h"
 #include "tests/fuzz/fuzz_util.h"
-#include "worker/tensor_coding.h"
+#include "worker/grpc_tensor_coding.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto pieces = weft::fuzz::SplitPieces(data, size);

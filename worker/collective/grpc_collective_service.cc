@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "common/grpc_util.h"
-#include "worker/collective/chunk_coding.h"
+#include "worker/collective/grpc_chunk_coding.h"
 #include "worker/collective/grpc_collective_transport.h"
 
 namespace weft {

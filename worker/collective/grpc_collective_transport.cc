@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
 #include "grpcpp/generic/generic_stub.h"
-#include "worker/collective/chunk_coding.h"
+#include "worker/collective/grpc_chunk_coding.h"
 
 namespace weft {
 namespace collective {

@@ -15,9 +15,15 @@
 #include "absl/synchronization/mutex.h"
 #include "common/tensor.h"
 #include "runtime/kernels/cpu/kernel_util.h"
+#include "runtime/kernels/optimizer_params.h"
 
 namespace weft {
 namespace cpu {
+
+// The optimizers' attributes (optimizer_params.h).
+using kernels::AdamParams;
+using kernels::GradientDescentParams;
+using kernels::MomentumParams;
 
 // Held while an update writes its variable and slots. One set of stripes per
 // process (an inline function's static), chosen by the variable's buffer.
@@ -37,10 +43,6 @@ class UpdateLock {
   absl::Mutex* mu_;
 };
 
-struct GradientDescentParams {
-  float learning_rate = 0;
-};
-
 // var -= lr * grad
 inline void GradientDescentUpdate(OpKernelContext* ctx, const GradientDescentParams& p, int64_t n, float* var,
                                   const float* grad) {
@@ -49,12 +51,6 @@ inline void GradientDescentUpdate(OpKernelContext* ctx, const GradientDescentPar
     for (int64_t i = begin; i < end; ++i) var[i] -= lr * grad[i];
   });
 }
-
-struct MomentumParams {
-  float learning_rate = 0;
-  float momentum = 0;
-  bool use_nesterov = false;
-};
 
 // accum = accum * momentum + grad; var -= lr * accum (or, Nesterov,
 // var -= lr * (grad + momentum * accum)).
@@ -76,10 +72,6 @@ inline void MomentumUpdate(OpKernelContext* ctx, const MomentumParams& p, int64_
     }
   });
 }
-
-struct AdamParams {
-  float learning_rate = 0, beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-7f;
-};
 
 // t += 1 (one per call: the update count of the bias correction), then
 // m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2,

@@ -5,7 +5,8 @@
 // is built in a scratch tensor from the device allocator, so a warm step
 // reuses cached blocks; chunks keep it around a megabyte so it stays in
 // cache while the GEMM packs it. A 1x1, stride-1 convolution is a plain
-// GEMM on the input and needs no patches.
+// GEMM on the input and needs no patches. Attributes, geometry checks and
+// the output are the shared skeleton's (runtime/kernels/window_kernels.h).
 //
 //   forward:        Y[rows, Cout]  = patches * F[K, Cout]
 //   input grad:     dpatches       = G * F^T, scattered back (col2im)
@@ -17,12 +18,15 @@
 #include "graph/ops/window_geometry.h"
 #include "runtime/device.h"
 #include "runtime/kernels/cpu/kernel_util.h"
-#include "runtime/kernels/cpu/window_checks.h"
+#include "runtime/kernels/window_checks.h"
+#include "runtime/kernels/window_kernels.h"
 #include "runtime/op_kernel.h"
 
 namespace weft {
 namespace cpu {
 namespace {
+
+using kernels::ConvGeometry;
 
 // Target size of a chunk's patch matrix, in floats.
 constexpr int64_t kScratchFloats = int64_t{1} << 18;
@@ -101,32 +105,9 @@ absl::StatusOr<Tensor> Scratch(OpKernelContext* ctx, int64_t floats) {
   return ctx->allocate_temp(DType::kFloat32, TensorShape{floats});
 }
 
-class ConvOpBase : public OpKernel {
- public:
-  explicit ConvOpBase(OpKernelConstruction* c) : OpKernel(c) { GetAttr(c, GetConvParams(c->def()), &params_); }
 
- protected:
-  // The geometry of (x, filter), and for the backprops a check that g has the
-  // forward output's shape.
-  absl::StatusOr<ConvGeometry> Geometry(OpKernelContext* ctx, bool with_grad) const {
-    auto g = ComputeConvGeometry(ctx->input(0), ctx->input(1), params_);
-    if (!g.ok() || !with_grad) return g;
-    if (absl::Status s = CheckConvGradient(*g, ctx->input(2)); !s.ok()) return s;
-    return g;
-  }
-
-  ConvParams params_;
-};
-
-class Conv2DOp : public ConvOpBase {
- public:
-  using ConvOpBase::ConvOpBase;
-  void Compute(OpKernelContext* ctx) override {
-    auto geo = Geometry(ctx, false);
-    OP_REQUIRES_OK(ctx, geo.status());
-    const ConvGeometry& g = *geo;
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, g.OutputShape());
-    if (out == nullptr || out->NumElements() == 0) return;
+struct Conv2D {
+  static void Run(OpKernelContext* ctx, const ConvGeometry& g, Tensor* out) {
     const float* x = ctx->input(0).data<float>();
     ConstMatrixMap f(ctx->input(1).data<float>(), g.k(), g.cout);
     float* y = out->data<float>();
@@ -157,15 +138,8 @@ class Conv2DOp : public ConvOpBase {
   }
 };
 
-class Conv2DBackpropInputOp : public ConvOpBase {
- public:
-  using ConvOpBase::ConvOpBase;
-  void Compute(OpKernelContext* ctx) override {
-    auto geo = Geometry(ctx, true);
-    OP_REQUIRES_OK(ctx, geo.status());
-    const ConvGeometry& g = *geo;
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, ctx->input(0).shape());
-    if (out == nullptr || out->NumElements() == 0) return;
+struct Conv2DBackpropInput {
+  static void Run(OpKernelContext* ctx, const ConvGeometry& g, Tensor* out) {
     float* dx = out->data<float>();
     ConstMatrixMap f(ctx->input(1).data<float>(), g.k(), g.cout);
     const float* grad = ctx->input(2).data<float>();
@@ -198,15 +172,8 @@ class Conv2DBackpropInputOp : public ConvOpBase {
   }
 };
 
-class Conv2DBackpropFilterOp : public ConvOpBase {
- public:
-  using ConvOpBase::ConvOpBase;
-  void Compute(OpKernelContext* ctx) override {
-    auto geo = Geometry(ctx, true);
-    OP_REQUIRES_OK(ctx, geo.status());
-    const ConvGeometry& g = *geo;
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, ctx->input(1).shape());
-    if (out == nullptr || out->NumElements() == 0) return;
+struct Conv2DBackpropFilter {
+  static void Run(OpKernelContext* ctx, const ConvGeometry& g, Tensor* out) {
     MatrixMap df(out->data<float>(), g.k(), g.cout);
     const float* x = ctx->input(0).data<float>();
     const float* grad = ctx->input(2).data<float>();
@@ -231,9 +198,14 @@ class Conv2DBackpropFilterOp : public ConvOpBase {
   }
 };
 
-WEFT_REGISTER_KERNEL("Conv2D", "CPU", Conv2DOp);
-WEFT_REGISTER_KERNEL("Conv2DBackpropInput", "CPU", Conv2DBackpropInputOp);
-WEFT_REGISTER_KERNEL("Conv2DBackpropFilter", "CPU", Conv2DBackpropFilterOp);
+// Aliases: the macro cannot take a template argument list with a comma.
+using Conv2DKernel = kernels::ConvKernel<kernels::ConvOp::kForward, Conv2D>;
+using Conv2DBackpropInputKernel = kernels::ConvKernel<kernels::ConvOp::kBackpropInput, Conv2DBackpropInput>;
+using Conv2DBackpropFilterKernel = kernels::ConvKernel<kernels::ConvOp::kBackpropFilter, Conv2DBackpropFilter>;
+
+WEFT_REGISTER_KERNEL("Conv2D", "CPU", Conv2DKernel);
+WEFT_REGISTER_KERNEL("Conv2DBackpropInput", "CPU", Conv2DBackpropInputKernel);
+WEFT_REGISTER_KERNEL("Conv2DBackpropFilter", "CPU", Conv2DBackpropFilterKernel);
 
 }  // namespace
 }  // namespace cpu

@@ -1,5 +1,7 @@
 // CPU kernels for the math ops (graph/ops/math_ops.cc): BiasAdd(+Grad),
 // Add/Sub/Mul/Neg, AddN, Sum/Mean (+Grad), ScaleRows, RowDot, ArgMax, Equal.
+// Checks and output allocation are the shared skeletons' (math_kernels.h);
+// this file holds the CPU's computation of each.
 //
 // Elementwise loops are plain loops over float pointers, which gcc vectorises
 // at -O3; reductions use Eigen's vectorised redux.
@@ -9,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/cpu/kernel_util.h"
-#include "runtime/kernels/cpu/math_checks.h"
+#include "runtime/kernels/math_kernels.h"
 #include "runtime/op_kernel.h"
 
 namespace weft {
@@ -21,15 +23,8 @@ constexpr double kElementwiseCost = 1.0;
 
 // ---- BiasAdd -------------------------------------------------------------------
 
-class BiasAddOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x = ctx->input(0);
-    const Tensor& bias = ctx->input(1);
-    OP_REQUIRES_OK(ctx, CheckBiasAdd(x, bias));
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, x.shape());
-    if (out == nullptr) return;
+struct BiasAdd {
+  static void Run(OpKernelContext* ctx, const Tensor& x, const Tensor& bias, Tensor* out) {
     const int64_t c = bias.NumElements();
     if (c == 0) return;
     const int64_t rows = x.NumElements() / c;
@@ -46,15 +41,8 @@ class BiasAddOp : public OpKernel {
   }
 };
 
-class BiasAddGradOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& g = ctx->input(0);
-    OP_REQUIRES_OK(ctx, CheckBiasAddGrad(g));
-    const int64_t c = g.shape().dim(g.shape().rank() - 1);
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, TensorShape{c});
-    if (out == nullptr) return;
+struct BiasAddGrad {
+  static void Run(OpKernelContext*, const Tensor& g, int64_t c, Tensor* out) {
     float* op = out->data<float>();
     std::fill(op, op + c, 0.0f);
     if (c == 0) return;
@@ -79,18 +67,9 @@ struct MulFn {
   static float Apply(float a, float b) { return a * b; }
 };
 
-// x (op) y for same shapes, or x (op) scalar y.
 template <typename Fn>
-class BinaryOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x = ctx->input(0);
-    const Tensor& y = ctx->input(1);
-    const bool scalar_y = y.shape().rank() == 0;
-    OP_REQUIRES_OK(ctx, CheckBinaryOperands(x, y));
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, x.shape());
-    if (out == nullptr) return;
+struct Binary {
+  static void Run(OpKernelContext* ctx, const Tensor& x, const Tensor& y, bool scalar_y, Tensor* out) {
     const float* xp = x.data<float>();
     const float* yp = y.data<float>();
     float* op = out->data<float>();
@@ -105,30 +84,19 @@ class BinaryOp : public OpKernel {
   }
 };
 
-class NegOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x = ctx->input(0);
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, x.shape());
-    if (out == nullptr) return;
+struct Neg {
+  static void Run(OpKernelContext*, const Tensor& x, Tensor* out) {
     const float* xp = x.data<float>();
     float* op = out->data<float>();
     for (int64_t i = 0, n = x.NumElements(); i < n; ++i) op[i] = -xp[i];
   }
 };
 
-class AddNOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x0 = ctx->input(0);
-    OP_REQUIRES_OK(ctx, CheckAddNInputs(ctx));
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, x0.shape());
-    if (out == nullptr) return;
+struct AddN {
+  static void Run(OpKernelContext* ctx, Tensor* out) {
     float* op = out->data<float>();
     const int n_in = ctx->num_inputs();
-    ParallelFor(ctx, x0.NumElements(), n_in * kElementwiseCost, [&](int64_t begin, int64_t end) {
+    ParallelFor(ctx, ctx->input(0).NumElements(), n_in * kElementwiseCost, [&](int64_t begin, int64_t end) {
       const float* p0 = ctx->input(0).data<float>();
       if (n_in == 1) {
         std::memcpy(op + begin, p0 + begin, (end - begin) * sizeof(float));
@@ -148,13 +116,8 @@ class AddNOp : public OpKernel {
 // ---- Reductions -------------------------------------------------------------------
 
 template <bool kMean>
-class ReduceAllOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x = ctx->input(0);
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, TensorShape{});
-    if (out == nullptr) return;
+struct ReduceAll {
+  static void Run(OpKernelContext*, const Tensor& x, Tensor* out) {
     const int64_t n = x.NumElements();
     // Sum in float32 blocks (vectorised), accumulate the blocks in double.
     constexpr int64_t kBlock = 4096;
@@ -168,15 +131,8 @@ class ReduceAllOp : public OpKernel {
 };
 
 template <bool kMean>
-class ReduceAllGradOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& g = ctx->input(0);
-    const Tensor& x = ctx->input(1);
-    OP_REQUIRES_OK(ctx, CheckScalarGradient(g));
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, x.shape());
-    if (out == nullptr) return;
+struct ReduceAllGrad {
+  static void Run(OpKernelContext*, const Tensor& g, const Tensor& x, Tensor* out) {
     const int64_t n = x.NumElements();
     float v = *g.data<float>();
     if (kMean && n > 0) v /= static_cast<float>(n);
@@ -186,16 +142,8 @@ class ReduceAllGradOp : public OpKernel {
 
 // ---- Row-wise -----------------------------------------------------------------------
 
-class ScaleRowsOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& m = ctx->input(0);
-    const Tensor& s = ctx->input(1);
-    OP_REQUIRES_OK(ctx, CheckScaleRows(m, s));
-    const int64_t rows = m.shape().dim(0), cols = m.shape().dim(1);
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, m.shape());
-    if (out == nullptr) return;
+struct ScaleRows {
+  static void Run(OpKernelContext*, const Tensor& m, const Tensor& s, int64_t rows, int64_t cols, Tensor* out) {
     const float* mp = m.data<float>();
     const float* sp = s.data<float>();
     float* op = out->data<float>();
@@ -206,16 +154,8 @@ class ScaleRowsOp : public OpKernel {
   }
 };
 
-class RowDotOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x = ctx->input(0);
-    const Tensor& y = ctx->input(1);
-    OP_REQUIRES_OK(ctx, CheckRowDot(x, y));
-    const int64_t rows = x.shape().dim(0), cols = x.shape().dim(1);
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, TensorShape{rows});
-    if (out == nullptr) return;
+struct RowDot {
+  static void Run(OpKernelContext*, const Tensor& x, const Tensor& y, int64_t rows, int64_t cols, Tensor* out) {
     float* op = out->data<float>();
     for (int64_t i = 0; i < rows; ++i) {
       op[i] = (ConstArrayMap(x.data<float>() + i * cols, cols) * ConstArrayMap(y.data<float>() + i * cols, cols)).sum();
@@ -225,19 +165,8 @@ class RowDotOp : public OpKernel {
 
 // ---- Comparison ---------------------------------------------------------------------
 
-class ArgMaxOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x = ctx->input(0);
-    OP_REQUIRES_OK(ctx, CheckArgMax(x));
-    const int r = x.shape().rank();
-    TensorShape out_shape = x.shape();
-    out_shape.RemoveDim(r - 1);
-    Tensor* out = ctx->allocate_output(0, DType::kInt32, out_shape);
-    if (out == nullptr) return;
-    const int64_t c = x.shape().dim(r - 1);
-    const int64_t rows = x.NumElements() / c;
+struct ArgMax {
+  static void Run(OpKernelContext*, const Tensor& x, int64_t rows, int64_t c, Tensor* out) {
     const float* xp = x.data<float>();
     int32_t* op = out->data<int32_t>();
     for (int64_t i = 0; i < rows; ++i) {
@@ -259,41 +188,34 @@ void EqualLoop(const Tensor& x, const Tensor& y, Tensor* out) {
   for (int64_t i = 0, n = x.NumElements(); i < n; ++i) op[i] = xp[i] == yp[i];
 }
 
-class EqualOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x = ctx->input(0);
-    const Tensor& y = ctx->input(1);
-    OP_REQUIRES_OK(ctx, CheckEqualOperands(x, y));
-    Tensor* out = ctx->allocate_output(0, DType::kBool, x.shape());
-    if (out == nullptr) return;
+struct Equal {
+  static void Run(OpKernelContext* ctx, const Tensor& x, const Tensor& y, Tensor* out) {
     switch (x.dtype()) {
       case DType::kFloat32: EqualLoop<float>(x, y, out); break;
       case DType::kInt32: EqualLoop<int32_t>(x, y, out); break;
       case DType::kInt64: EqualLoop<int64_t>(x, y, out); break;
       case DType::kBool: EqualLoop<bool>(x, y, out); break;
-      default:
+      default:  // EqualKernel admits only the four above
         ctx->SetStatus(absl::InvalidArgumentError(absl::StrCat("Equal does not support ", DTypeName(x.dtype()))));
     }
   }
 };
 
-WEFT_REGISTER_KERNEL("BiasAdd", "CPU", BiasAddOp);
-WEFT_REGISTER_KERNEL("BiasAddGrad", "CPU", BiasAddGradOp);
-WEFT_REGISTER_KERNEL("Add", "CPU", BinaryOp<AddFn>);
-WEFT_REGISTER_KERNEL("Sub", "CPU", BinaryOp<SubFn>);
-WEFT_REGISTER_KERNEL("Mul", "CPU", BinaryOp<MulFn>);
-WEFT_REGISTER_KERNEL("Neg", "CPU", NegOp);
-WEFT_REGISTER_KERNEL("AddN", "CPU", AddNOp);
-WEFT_REGISTER_KERNEL("Sum", "CPU", ReduceAllOp<false>);
-WEFT_REGISTER_KERNEL("Mean", "CPU", ReduceAllOp<true>);
-WEFT_REGISTER_KERNEL("SumGrad", "CPU", ReduceAllGradOp<false>);
-WEFT_REGISTER_KERNEL("MeanGrad", "CPU", ReduceAllGradOp<true>);
-WEFT_REGISTER_KERNEL("ScaleRows", "CPU", ScaleRowsOp);
-WEFT_REGISTER_KERNEL("RowDot", "CPU", RowDotOp);
-WEFT_REGISTER_KERNEL("ArgMax", "CPU", ArgMaxOp);
-WEFT_REGISTER_KERNEL("Equal", "CPU", EqualOp);
+WEFT_REGISTER_KERNEL("BiasAdd", "CPU", kernels::BiasAddKernel<BiasAdd>);
+WEFT_REGISTER_KERNEL("BiasAddGrad", "CPU", kernels::BiasAddGradKernel<BiasAddGrad>);
+WEFT_REGISTER_KERNEL("Add", "CPU", kernels::BinaryKernel<Binary<AddFn>>);
+WEFT_REGISTER_KERNEL("Sub", "CPU", kernels::BinaryKernel<Binary<SubFn>>);
+WEFT_REGISTER_KERNEL("Mul", "CPU", kernels::BinaryKernel<Binary<MulFn>>);
+WEFT_REGISTER_KERNEL("Neg", "CPU", kernels::NegKernel<Neg>);
+WEFT_REGISTER_KERNEL("AddN", "CPU", kernels::AddNKernel<AddN>);
+WEFT_REGISTER_KERNEL("Sum", "CPU", kernels::ReduceAllKernel<ReduceAll<false>>);
+WEFT_REGISTER_KERNEL("Mean", "CPU", kernels::ReduceAllKernel<ReduceAll<true>>);
+WEFT_REGISTER_KERNEL("SumGrad", "CPU", kernels::ReduceAllGradKernel<ReduceAllGrad<false>>);
+WEFT_REGISTER_KERNEL("MeanGrad", "CPU", kernels::ReduceAllGradKernel<ReduceAllGrad<true>>);
+WEFT_REGISTER_KERNEL("ScaleRows", "CPU", kernels::ScaleRowsKernel<ScaleRows>);
+WEFT_REGISTER_KERNEL("RowDot", "CPU", kernels::RowDotKernel<RowDot>);
+WEFT_REGISTER_KERNEL("ArgMax", "CPU", kernels::ArgMaxKernel<ArgMax>);
+WEFT_REGISTER_KERNEL("Equal", "CPU", kernels::EqualKernel<Equal>);
 
 }  // namespace
 }  // namespace cpu

@@ -1,30 +1,30 @@
 // CPU kernels for activations, Softmax, the sparse softmax cross-entropy loss
 // and Dropout (graph/ops/nn_ops.cc). exp, tanh and the logistic function use
-// Eigen's vectorised implementations.
+// Eigen's vectorised implementations. Checks and output allocation are the
+// shared skeletons' (runtime/kernels/nn_kernels.h).
 #include <cmath>
 #include <cstdint>
 #include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/cpu/kernel_util.h"
-#include "runtime/kernels/cpu/nn_checks.h"
+#include "runtime/kernels/nn_checks.h"
+#include "runtime/kernels/nn_kernels.h"
 #include "runtime/op_kernel.h"
 
 namespace weft {
 namespace cpu {
 namespace {
 
+using kernels::DropoutMix;
+using kernels::DropoutParams;
+
 // ---- Activations ---------------------------------------------------------------
 
 // y = F(x), elementwise. F::Apply(in, out) works on Eigen array segments.
 template <typename F>
-class UnaryOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x = ctx->input(0);
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, x.shape());
-    if (out == nullptr) return;
+struct Activation {
+  static void Run(OpKernelContext* ctx, const Tensor& x, Tensor* out) {
     const float* xp = x.data<float>();
     float* op = out->data<float>();
     ParallelFor(ctx, x.NumElements(), F::kCost, [&](int64_t begin, int64_t end) {
@@ -50,15 +50,8 @@ struct TanhFn {
 
 // out = F(a, b) for two same-shaped inputs.
 template <typename F>
-class BinaryGradOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& a = ctx->input(0);
-    const Tensor& b = ctx->input(1);
-    OP_REQUIRES_OK(ctx, ExpectSameShape(a, b, F::kRoleA, F::kRoleB));
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, a.shape());
-    if (out == nullptr) return;
+struct ActivationGrad {
+  static void Run(OpKernelContext* ctx, const Tensor& a, const Tensor& b, Tensor* out) {
     const float* ap = a.data<float>();
     const float* bp = b.data<float>();
     float* op = out->data<float>();
@@ -69,40 +62,19 @@ class BinaryGradOp : public OpKernel {
 };
 
 struct ReluGradFn {  // (g, x)
-  static constexpr const char* kRoleA = "gradient";
-  static constexpr const char* kRoleB = "x";
   static float Apply(float g, float x) { return x > 0.0f ? g : 0.0f; }
 };
 struct SigmoidGradFn {  // (y, g)
-  static constexpr const char* kRoleA = "y";
-  static constexpr const char* kRoleB = "gradient";
   static float Apply(float y, float g) { return g * y * (1.0f - y); }
 };
 struct TanhGradFn {  // (y, g)
-  static constexpr const char* kRoleA = "y";
-  static constexpr const char* kRoleB = "gradient";
   static float Apply(float y, float g) { return g * (1.0f - y * y); }
 };
 
 // ---- Softmax -------------------------------------------------------------------------
 
-// Rows of the last axis: [rows, cols].
-void RowsAndCols(const Tensor& t, int64_t* rows, int64_t* cols) {
-  const int r = t.shape().rank();
-  *cols = r == 0 ? 1 : t.shape().dim(r - 1);
-  *rows = *cols == 0 ? 0 : t.NumElements() / *cols;
-}
-
-class SoftmaxOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x = ctx->input(0);
-    OP_REQUIRES_OK(ctx, CheckLogits(x));
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, x.shape());
-    if (out == nullptr) return;
-    int64_t rows, cols;
-    RowsAndCols(x, &rows, &cols);
+struct Softmax {
+  static void Run(OpKernelContext* ctx, const Tensor& x, int64_t rows, int64_t cols, Tensor* out) {
     ParallelFor(ctx, rows, 20.0 * cols, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         ConstArrayMap xr(x.data<float>() + i * cols, cols);
@@ -114,17 +86,8 @@ class SoftmaxOp : public OpKernel {
   }
 };
 
-class SoftmaxGradOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& y = ctx->input(0);
-    const Tensor& g = ctx->input(1);
-    OP_REQUIRES_OK(ctx, ExpectSameShape(y, g, "y", "gradient"));
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, y.shape());
-    if (out == nullptr) return;
-    int64_t rows, cols;
-    RowsAndCols(y, &rows, &cols);
+struct SoftmaxGrad {
+  static void Run(OpKernelContext*, const Tensor& y, const Tensor& g, int64_t rows, int64_t cols, Tensor* out) {
     for (int64_t i = 0; i < rows; ++i) {
       ConstArrayMap yr(y.data<float>() + i * cols, cols);
       ConstArrayMap gr(g.data<float>() + i * cols, cols);
@@ -137,23 +100,24 @@ class SoftmaxGradOp : public OpKernel {
 
 // ---- Loss ------------------------------------------------------------------------------
 
-class SparseXentOp : public OpKernel {
+class SparseXent {
  public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& logits = ctx->input(0);
-    const Tensor& labels = ctx->input(1);
-    OP_REQUIRES_OK(ctx, CheckSparseXentOperands(logits, labels));
-    const int64_t n = logits.shape().dim(0), c = logits.shape().dim(1);
+  explicit SparseXent(OpKernelConstruction*) {}
+
+  absl::Status CheckLabels(OpKernelContext*, const Tensor& labels, int64_t c) const {
     const int32_t* lp = labels.data<int32_t>();
-    for (int64_t i = 0; i < n; ++i) {
-      OP_REQUIRES(ctx, lp[i] >= 0 && lp[i] < c,
-                  absl::InvalidArgumentError(absl::StrCat("label ", lp[i], " in row ", i,
-                                                          " is outside the valid range [0, ", c, ")")));
+    for (int64_t i = 0, n = labels.NumElements(); i < n; ++i) {
+      if (lp[i] < 0 || lp[i] >= c) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("label ", lp[i], " in row ", i, " is outside the valid range [0, ", c, ")"));
+      }
     }
-    Tensor* loss = ctx->allocate_output(0, DType::kFloat32, TensorShape{n});
-    Tensor* backprop = ctx->allocate_output(1, DType::kFloat32, TensorShape{n, c});
-    if (loss == nullptr || backprop == nullptr) return;
+    return absl::OkStatus();
+  }
+
+  void Run(OpKernelContext* ctx, const Tensor& logits, const Tensor& labels, int64_t n, int64_t c, Tensor* loss,
+           Tensor* backprop) const {
+    const int32_t* lp = labels.data<int32_t>();
     const float* zp = logits.data<float>();
     float* bp = backprop->data<float>();
     float* lossp = loss->data<float>();
@@ -174,24 +138,15 @@ class SparseXentOp : public OpKernel {
 
 // ---- Dropout ----------------------------------------------------------------------------
 
-class DropoutOp : public OpKernel {
- public:
-  explicit DropoutOp(OpKernelConstruction* c) : OpKernel(c) {
-    GetAttr(c, DropoutParams::FromNode(c->def()), &p_);
-  }
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x = ctx->input(0);
-    Tensor* y = ctx->allocate_output(0, DType::kFloat32, x.shape());
-    Tensor* mask = ctx->allocate_output(1, DType::kFloat32, x.shape());
-    if (y == nullptr || mask == nullptr) return;
-    const uint64_t key = p_.StepKey(ctx->step_id());
+struct Dropout {
+  static void Run(OpKernelContext* ctx, const DropoutParams& p, const Tensor& x, Tensor* y, Tensor* mask) {
+    const uint64_t key = p.StepKey(ctx->step_id());
     const int64_t n = x.NumElements();
     const float* xp = x.data<float>();
     float* yp = y->data<float>();
     float* mp = mask->data<float>();
-    const uint32_t threshold = p_.threshold;
-    const float scale = p_.scale;
+    const uint32_t threshold = p.threshold;
+    const float scale = p.scale;
     // One 64-bit draw covers two elements.
     ParallelFor(ctx, (n + 1) / 2, 12, [&](int64_t begin, int64_t end) {
       for (int64_t j = begin; j < end; ++j) {
@@ -206,21 +161,22 @@ class DropoutOp : public OpKernel {
       }
     });
   }
-
- private:
-  DropoutParams p_;
 };
 
-WEFT_REGISTER_KERNEL("Relu", "CPU", UnaryOp<ReluFn>);
-WEFT_REGISTER_KERNEL("Sigmoid", "CPU", UnaryOp<SigmoidFn>);
-WEFT_REGISTER_KERNEL("Tanh", "CPU", UnaryOp<TanhFn>);
-WEFT_REGISTER_KERNEL("ReluGrad", "CPU", BinaryGradOp<ReluGradFn>);
-WEFT_REGISTER_KERNEL("SigmoidGrad", "CPU", BinaryGradOp<SigmoidGradFn>);
-WEFT_REGISTER_KERNEL("TanhGrad", "CPU", BinaryGradOp<TanhGradFn>);
-WEFT_REGISTER_KERNEL("Softmax", "CPU", SoftmaxOp);
-WEFT_REGISTER_KERNEL("SoftmaxGrad", "CPU", SoftmaxGradOp);
-WEFT_REGISTER_KERNEL("SparseSoftmaxCrossEntropyWithLogits", "CPU", SparseXentOp);
-WEFT_REGISTER_KERNEL("Dropout", "CPU", DropoutOp);
+WEFT_REGISTER_KERNEL("Relu", "CPU", kernels::ActivationKernel<Activation<ReluFn>>);
+WEFT_REGISTER_KERNEL("Sigmoid", "CPU", kernels::ActivationKernel<Activation<SigmoidFn>>);
+WEFT_REGISTER_KERNEL("Tanh", "CPU", kernels::ActivationKernel<Activation<TanhFn>>);
+// Aliases: the macro cannot take a template argument list with a comma.
+using ReluGradKernel = kernels::ActivationGradKernel<kernels::ReluGradRoles, ActivationGrad<ReluGradFn>>;
+using SigmoidGradKernel = kernels::ActivationGradKernel<kernels::SigmoidGradRoles, ActivationGrad<SigmoidGradFn>>;
+using TanhGradKernel = kernels::ActivationGradKernel<kernels::TanhGradRoles, ActivationGrad<TanhGradFn>>;
+WEFT_REGISTER_KERNEL("ReluGrad", "CPU", ReluGradKernel);
+WEFT_REGISTER_KERNEL("SigmoidGrad", "CPU", SigmoidGradKernel);
+WEFT_REGISTER_KERNEL("TanhGrad", "CPU", TanhGradKernel);
+WEFT_REGISTER_KERNEL("Softmax", "CPU", kernels::SoftmaxKernel<Softmax>);
+WEFT_REGISTER_KERNEL("SoftmaxGrad", "CPU", kernels::SoftmaxGradKernel<SoftmaxGrad>);
+WEFT_REGISTER_KERNEL("SparseSoftmaxCrossEntropyWithLogits", "CPU", kernels::SparseXentKernel<SparseXent>);
+WEFT_REGISTER_KERNEL("Dropout", "CPU", kernels::DropoutKernel<Dropout>);
 
 }  // namespace
 }  // namespace cpu

@@ -1,6 +1,8 @@
 // CPU MaxPool and MaxPoolGrad on NHWC tensors. The inner loops run over the
 // channels, which are contiguous, so they vectorise. Padding (SAME) never
 // wins a maximum: padded positions are skipped, not read as zeros.
+// Attributes, geometry checks and the output are the shared skeleton's
+// (runtime/kernels/window_kernels.h).
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -9,12 +11,15 @@
 #include "graph/ops/window_geometry.h"
 #include "runtime/device.h"
 #include "runtime/kernels/cpu/kernel_util.h"
-#include "runtime/kernels/cpu/window_checks.h"
+#include "runtime/kernels/window_checks.h"
+#include "runtime/kernels/window_kernels.h"
 #include "runtime/op_kernel.h"
 
 namespace weft {
 namespace cpu {
 namespace {
+
+using kernels::PoolGeometry;
 
 // best[c] = max(best[c], s[c]). Separate functions with restrict-qualified
 // parameters so gcc vectorises the channel loops without alias checks.
@@ -45,24 +50,9 @@ void RouteGradient(const float* __restrict s, const float* __restrict best, floa
   }
 }
 
-class PoolOpBase : public OpKernel {
- public:
-  explicit PoolOpBase(OpKernelConstruction* c) : OpKernel(c) { GetAttr(c, GetPoolParams(c->def()), &params_); }
 
- protected:
-  PoolParams params_;
-};
-
-class MaxPoolOp : public PoolOpBase {
- public:
-  using PoolOpBase::PoolOpBase;
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x = ctx->input(0);
-    auto geo = ComputePoolGeometry(x, params_);
-    OP_REQUIRES_OK(ctx, geo.status());
-    const PoolGeometry& g = *geo;
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, g.OutputShape());
-    if (out == nullptr || out->NumElements() == 0) return;
+struct MaxPool {
+  static void Run(OpKernelContext* ctx, const PoolGeometry& g, const Tensor& x, Tensor* out) {
     const float* xp = x.data<float>();
     float* yp = out->data<float>();
     ParallelFor(ctx, g.n, double(g.ho) * g.wo * g.c * g.k * g.k, [&](int64_t begin, int64_t end) {
@@ -88,19 +78,8 @@ class MaxPoolOp : public PoolOpBase {
 // its shape), and each window's gradient goes to the first position, in
 // row-major window order, that holds it. Both passes over a window read and
 // write whole channel vectors, so there is no per-channel argmax to scatter.
-class MaxPoolGradOp : public PoolOpBase {
- public:
-  using PoolOpBase::PoolOpBase;
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x = ctx->input(0);
-    const Tensor& y = ctx->input(1);
-    const Tensor& grad = ctx->input(2);
-    auto geo = ComputePoolGeometry(x, params_);
-    OP_REQUIRES_OK(ctx, geo.status());
-    const PoolGeometry& g = *geo;
-    OP_REQUIRES_OK(ctx, CheckPoolGradInputs(g, y, grad));
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, x.shape());
-    if (out == nullptr || out->NumElements() == 0) return;
+struct MaxPoolGrad {
+  static void Run(OpKernelContext* ctx, const PoolGeometry& g, const Tensor& x, const Tensor& grad, Tensor* out) {
     float* dx = out->data<float>();
     std::fill(dx, dx + out->NumElements(), 0.0f);
     const float* xp = x.data<float>();
@@ -145,8 +124,8 @@ class MaxPoolGradOp : public PoolOpBase {
   }
 };
 
-WEFT_REGISTER_KERNEL("MaxPool", "CPU", MaxPoolOp);
-WEFT_REGISTER_KERNEL("MaxPoolGrad", "CPU", MaxPoolGradOp);
+WEFT_REGISTER_KERNEL("MaxPool", "CPU", kernels::MaxPoolKernel<MaxPool>);
+WEFT_REGISTER_KERNEL("MaxPoolGrad", "CPU", kernels::MaxPoolGradKernel<MaxPoolGrad>);
 
 }  // namespace
 }  // namespace cpu

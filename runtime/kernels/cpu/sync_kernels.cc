@@ -1,5 +1,5 @@
 // CPU kernels of the k-of-N synchronous replicas' ops (graph/ops/sync_ops.cc)
-// over the accumulators of ps/accumulator.h, one per variable in the
+// over the accumulators of runtime/kernels/accumulator.h, one per variable in the
 // device's resources ("accumulator/<name>").
 //
 // A push that is added but not the k-th is an AsyncOpKernel that parks its
@@ -18,8 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "graph/partition.h"
-#include "ps/accumulator.h"
 #include "runtime/device.h"
+#include "runtime/kernels/accumulator.h"
 #include "runtime/kernels/cpu/apply_updates.h"
 #include "runtime/kernels/cpu/kernel_util.h"
 #include "runtime/op_kernel.h"
@@ -29,7 +29,6 @@ namespace weft {
 namespace cpu {
 namespace {
 
-using ps::Accumulator;
 
 absl::StatusOr<std::shared_ptr<Accumulator>> FindAccumulator(OpKernelContext* ctx, const std::string& name, int k) {
   auto acc = ctx->resources()->LookupOrCreate<Accumulator>(
@@ -78,7 +77,7 @@ float* Mutable(OpKernelContext* ctx, int i) {
 struct GradientDescentRule {
   static constexpr int kSlots = 0;
   GradientDescentParams p;
-  bool Init(OpKernelConstruction* c) { return GetAttr(c, GetFloatAttr(c->def(), "learning_rate"), &p.learning_rate); }
+  bool Init(OpKernelConstruction* c) { return p.Init(c); }
   void Apply(OpKernelContext* ctx, const float* grad) const {
     GradientDescentUpdate(ctx, p, ctx->input(0).NumElements(), Mutable(ctx, 0), grad);
   }
@@ -87,11 +86,7 @@ struct GradientDescentRule {
 struct MomentumRule {
   static constexpr int kSlots = 1;
   MomentumParams p;
-  bool Init(OpKernelConstruction* c) {
-    return GetAttr(c, GetFloatAttr(c->def(), "learning_rate"), &p.learning_rate) &&
-           GetAttr(c, GetFloatAttr(c->def(), "momentum"), &p.momentum) &&
-           GetAttr(c, GetBoolAttrOr(c->def(), "use_nesterov", false), &p.use_nesterov);
-  }
+  bool Init(OpKernelConstruction* c) { return p.Init(c); }
   void Apply(OpKernelContext* ctx, const float* grad) const {
     MomentumUpdate(ctx, p, ctx->input(0).NumElements(), Mutable(ctx, 0), Mutable(ctx, 1), grad);
   }
@@ -101,12 +96,7 @@ struct MomentumRule {
 struct AdamRule {
   static constexpr int kSlots = 3;
   AdamParams p;
-  bool Init(OpKernelConstruction* c) {
-    return GetAttr(c, GetFloatAttr(c->def(), "learning_rate"), &p.learning_rate) &&
-           GetAttr(c, GetFloatAttr(c->def(), "beta1"), &p.beta1) &&
-           GetAttr(c, GetFloatAttr(c->def(), "beta2"), &p.beta2) &&
-           GetAttr(c, GetFloatAttr(c->def(), "epsilon"), &p.epsilon);
-  }
+  bool Init(OpKernelConstruction* c) { return p.Init(c); }
   void Apply(OpKernelContext* ctx, const float* grad) const {
     AdamUpdate(ctx, p, ctx->input(0).NumElements(), Mutable(ctx, 0), Mutable(ctx, 1), Mutable(ctx, 2),
                Mutable(ctx, 3), grad);

@@ -10,9 +10,9 @@
 #include "graph/builder.h"
 #include "graph/ops/ops.h"
 #include "gtest/gtest.h"
-#include "ps/accumulator.h"
 #include "runtime/device.h"
 #include "runtime/executor.h"
+#include "runtime/kernels/accumulator.h"
 #include "runtime/rendezvous.h"
 #include "runtime/testing/test_util.h"
 
@@ -81,11 +81,11 @@ class SyncKernelsTest : public ::testing::Test {
     return out.empty() ? -1 : out[0].data<int64_t>()[0];
   }
 
-  std::shared_ptr<ps::Accumulator> Acc() {
+  std::shared_ptr<Accumulator> Acc() {
     // Created here when the pushing thread has not got there yet.
-    auto acc = device_.resources()->LookupOrCreate<ps::Accumulator>(
-        "accumulator/w", [this]() -> absl::StatusOr<std::shared_ptr<ps::Accumulator>> {
-          return std::make_shared<ps::Accumulator>("w", k_);
+    auto acc = device_.resources()->LookupOrCreate<Accumulator>(
+        "accumulator/w", [this]() -> absl::StatusOr<std::shared_ptr<Accumulator>> {
+          return std::make_shared<Accumulator>("w", k_);
         });
     EXPECT_TRUE(acc.ok()) << acc.status();
     return acc.ok() ? *acc : nullptr;

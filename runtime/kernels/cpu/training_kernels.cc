@@ -6,11 +6,12 @@
 // parameter server) are serialised by a lock chosen by the variable's buffer,
 // so no update is lost; reads by other steps are not blocked (a replica may
 // read a variable halfway through another's update, as in Hogwild). The
-// update rules themselves are in apply_updates.h.
+// update rules themselves are in apply_updates.h; attributes, checks and
+// the output are the shared skeleton's (runtime/kernels/training_kernels.h).
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/cpu/apply_updates.h"
 #include "runtime/kernels/cpu/kernel_util.h"
-#include "runtime/kernels/cpu/nn_checks.h"
+#include "runtime/kernels/training_kernels.h"
 #include "runtime/op_kernel.h"
 
 namespace weft {
@@ -24,68 +25,43 @@ float* Mutable(OpKernelContext* ctx, int i) {
   return alias.data<float>();
 }
 
-class ApplyGradientDescentOp : public OpKernel {
- public:
-  explicit ApplyGradientDescentOp(OpKernelConstruction* c) : OpKernel(c) {
-    GetAttr(c, GetFloatAttr(c->def(), "learning_rate"), &p_.learning_rate);
-  }
-  void Compute(OpKernelContext* ctx) override {
-    OP_REQUIRES_OK(ctx, CheckLikeVar(ctx, {{1, "grad"}}));
+// The updates hold the variable's UpdateLock, as the k-of-N applies
+// (sync_kernels.cc) do, so concurrent updates of one variable never
+// interleave.
+struct GradientDescent {
+  explicit GradientDescent(OpKernelConstruction*) {}
+  void Run(OpKernelContext* ctx, const GradientDescentParams& p) const {
     UpdateLock lock(ctx->input(0));
-    GradientDescentUpdate(ctx, p_, ctx->input(0).NumElements(), Mutable(ctx, 0), ctx->input(1).data<float>());
-    ctx->set_output(0, ctx->input(0));
+    GradientDescentUpdate(ctx, p, ctx->input(0).NumElements(), Mutable(ctx, 0), ctx->input(1).data<float>());
   }
-
- private:
-  GradientDescentParams p_;
 };
 
-class ApplyMomentumOp : public OpKernel {
- public:
-  explicit ApplyMomentumOp(OpKernelConstruction* c) : OpKernel(c) {
-    if (!GetAttr(c, GetFloatAttr(c->def(), "learning_rate"), &p_.learning_rate)) return;
-    if (!GetAttr(c, GetFloatAttr(c->def(), "momentum"), &p_.momentum)) return;
-    GetAttr(c, GetBoolAttrOr(c->def(), "use_nesterov", false), &p_.use_nesterov);
-  }
-  void Compute(OpKernelContext* ctx) override {
-    OP_REQUIRES_OK(ctx, CheckLikeVar(ctx, {{1, "accum"}, {2, "grad"}}));
+struct Momentum {
+  explicit Momentum(OpKernelConstruction*) {}
+  void Run(OpKernelContext* ctx, const MomentumParams& p) const {
     UpdateLock lock(ctx->input(0));
-    MomentumUpdate(ctx, p_, ctx->input(0).NumElements(), Mutable(ctx, 0), Mutable(ctx, 1),
+    MomentumUpdate(ctx, p, ctx->input(0).NumElements(), Mutable(ctx, 0), Mutable(ctx, 1),
                    ctx->input(2).data<float>());
-    ctx->set_output(0, ctx->input(0));
   }
-
- private:
-  MomentumParams p_;
 };
 
-class ApplyAdamOp : public OpKernel {
- public:
-  explicit ApplyAdamOp(OpKernelConstruction* c) : OpKernel(c) {
-    if (!GetAttr(c, GetFloatAttr(c->def(), "learning_rate"), &p_.learning_rate)) return;
-    if (!GetAttr(c, GetFloatAttr(c->def(), "beta1"), &p_.beta1)) return;
-    if (!GetAttr(c, GetFloatAttr(c->def(), "beta2"), &p_.beta2)) return;
-    GetAttr(c, GetFloatAttr(c->def(), "epsilon"), &p_.epsilon);
-  }
-  void Compute(OpKernelContext* ctx) override {
-    OP_REQUIRES_OK(ctx, CheckLikeVar(ctx, {{1, "m"}, {2, "v"}, {4, "grad"}}));
-    const Tensor& t_in = ctx->input(3);
-    OP_REQUIRES(ctx, t_in.dtype() == DType::kFloat32 && t_in.NumElements() == 1,
-                absl::InvalidArgumentError(absl::StrCat("t must be a float32 scalar, got ", DTypeName(t_in.dtype()),
-                                                        t_in.shape().DebugString())));
+struct Adam {
+  explicit Adam(OpKernelConstruction*) {}
+  void Run(OpKernelContext* ctx, const AdamParams& p) const {
     UpdateLock lock(ctx->input(0));
-    AdamUpdate(ctx, p_, ctx->input(0).NumElements(), Mutable(ctx, 0), Mutable(ctx, 1), Mutable(ctx, 2),
+    AdamUpdate(ctx, p, ctx->input(0).NumElements(), Mutable(ctx, 0), Mutable(ctx, 1), Mutable(ctx, 2),
                Mutable(ctx, 3), ctx->input(4).data<float>());
-    ctx->set_output(0, ctx->input(0));
   }
-
- private:
-  AdamParams p_;
 };
 
-WEFT_REGISTER_KERNEL("ApplyGradientDescent", "CPU", ApplyGradientDescentOp);
-WEFT_REGISTER_KERNEL("ApplyMomentum", "CPU", ApplyMomentumOp);
-WEFT_REGISTER_KERNEL("ApplyAdam", "CPU", ApplyAdamOp);
+// Aliases: the macro cannot take a template argument list with a comma.
+using ApplyGradientDescentKernel = kernels::ApplyKernel<kernels::GradientDescentOp, GradientDescent>;
+using ApplyMomentumKernel = kernels::ApplyKernel<kernels::MomentumOp, Momentum>;
+using ApplyAdamKernel = kernels::ApplyKernel<kernels::AdamOp, Adam>;
+
+WEFT_REGISTER_KERNEL("ApplyGradientDescent", "CPU", ApplyGradientDescentKernel);
+WEFT_REGISTER_KERNEL("ApplyMomentum", "CPU", ApplyMomentumKernel);
+WEFT_REGISTER_KERNEL("ApplyAdam", "CPU", ApplyAdamKernel);
 
 }  // namespace
 }  // namespace cpu

@@ -20,12 +20,20 @@
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "runtime/kernels/cuda/cudnn_util.h"
 #include "runtime/kernels/cuda/gpu_kernel_util.h"
 #include "runtime/kernels/cuda/gpu_launch.h"
 
 namespace weft {
 namespace gpu_kernels {
 namespace {
+
+using cudnn_util::BestMilliseconds;
+using cudnn_util::ConvDescs;
+using cudnn_util::FitsInt;
+using cudnn_util::kOne;
+using cudnn_util::kZero;
+using cudnn_util::ShapeCache;
 
 std::atomic<bool>& UseCudnnFlag() {
   static std::atomic<bool> flag([] {
@@ -36,129 +44,7 @@ std::atomic<bool>& UseCudnnFlag() {
 }
 
 std::atomic<int64_t> convolutions{0};
-std::atomic<int64_t> poolings{0};
 std::atomic<int64_t> timings{0};
-
-// cuDNN's legacy API indexes tensors with 32-bit integers.
-bool FitsInt(std::initializer_list<int64_t> dims) {
-  int64_t elements = 1;
-  for (int64_t d : dims) {
-    if (d < 1 || d > INT_MAX) return false;
-    elements *= d;
-    if (elements > INT_MAX) return false;
-  }
-  return true;
-}
-
-// ---- RAII descriptors ----------------------------------------------------------------
-
-class TensorDesc {
- public:
-  TensorDesc() = default;
-  TensorDesc(const TensorDesc&) = delete;
-  TensorDesc& operator=(const TensorDesc&) = delete;
-  ~TensorDesc() {
-    if (d_ != nullptr) cudnnDestroyTensorDescriptor(d_);
-  }
-  // A float tensor [n, h, w, c] in NHWC. cuDNN takes the dims as n, c, h, w
-  // whatever the format.
-  absl::Status Init(int64_t n, int64_t h, int64_t w, int64_t c) {
-    WEFT_CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&d_));
-    WEFT_CUDNN_RETURN_IF_ERROR(cudnnSetTensor4dDescriptor(d_, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, static_cast<int>(n),
-                                                          static_cast<int>(c), static_cast<int>(h),
-                                                          static_cast<int>(w)));
-    return absl::OkStatus();
-  }
-  cudnnTensorDescriptor_t get() const { return d_; }
-
- private:
-  cudnnTensorDescriptor_t d_ = nullptr;
-};
-
-class FilterDesc {
- public:
-  FilterDesc() = default;
-  FilterDesc(const FilterDesc&) = delete;
-  FilterDesc& operator=(const FilterDesc&) = delete;
-  ~FilterDesc() {
-    if (d_ != nullptr) cudnnDestroyFilterDescriptor(d_);
-  }
-  // A float filter [cout, kh, kw, cin] (KRSC, cuDNN's NHWC filter layout).
-  // Note the argument order: data type before format, unlike tensors.
-  absl::Status Init(int64_t cout, int64_t kh, int64_t kw, int64_t cin) {
-    WEFT_CUDNN_RETURN_IF_ERROR(cudnnCreateFilterDescriptor(&d_));
-    WEFT_CUDNN_RETURN_IF_ERROR(cudnnSetFilter4dDescriptor(d_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC,
-                                                          static_cast<int>(cout), static_cast<int>(cin),
-                                                          static_cast<int>(kh), static_cast<int>(kw)));
-    return absl::OkStatus();
-  }
-  cudnnFilterDescriptor_t get() const { return d_; }
-
- private:
-  cudnnFilterDescriptor_t d_ = nullptr;
-};
-
-class ConvolutionDesc {
- public:
-  ConvolutionDesc() = default;
-  ConvolutionDesc(const ConvolutionDesc&) = delete;
-  ConvolutionDesc& operator=(const ConvolutionDesc&) = delete;
-  ~ConvolutionDesc() {
-    if (d_ != nullptr) cudnnDestroyConvolutionDescriptor(d_);
-  }
-  // Cross-correlation (the CPU kernel does not flip the filter), FP32
-  // accumulation, FMA math only: no TF32.
-  absl::Status Init(int64_t pad_h, int64_t pad_w, int64_t stride) {
-    WEFT_CUDNN_RETURN_IF_ERROR(cudnnCreateConvolutionDescriptor(&d_));
-    WEFT_CUDNN_RETURN_IF_ERROR(cudnnSetConvolution2dDescriptor(d_, static_cast<int>(pad_h), static_cast<int>(pad_w),
-                                                               static_cast<int>(stride), static_cast<int>(stride),
-                                                               /*dilation_h=*/1, /*dilation_w=*/1,
-                                                               CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    WEFT_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(d_, CUDNN_FMA_MATH));
-    return absl::OkStatus();
-  }
-  cudnnConvolutionDescriptor_t get() const { return d_; }
-
- private:
-  cudnnConvolutionDescriptor_t d_ = nullptr;
-};
-
-class PoolingDesc {
- public:
-  PoolingDesc() = default;
-  PoolingDesc(const PoolingDesc&) = delete;
-  PoolingDesc& operator=(const PoolingDesc&) = delete;
-  ~PoolingDesc() {
-    if (d_ != nullptr) cudnnDestroyPoolingDescriptor(d_);
-  }
-  absl::Status Init(const cpu::PoolGeometry& g) {
-    WEFT_CUDNN_RETURN_IF_ERROR(cudnnCreatePoolingDescriptor(&d_));
-    WEFT_CUDNN_RETURN_IF_ERROR(cudnnSetPooling2dDescriptor(
-        d_, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_NOT_PROPAGATE_NAN, static_cast<int>(g.k), static_cast<int>(g.k),
-        static_cast<int>(g.pad_top), static_cast<int>(g.pad_left), static_cast<int>(g.stride),
-        static_cast<int>(g.stride)));
-    return absl::OkStatus();
-  }
-  cudnnPoolingDescriptor_t get() const { return d_; }
-
- private:
-  cudnnPoolingDescriptor_t d_ = nullptr;
-};
-
-// The four descriptors of a convolution.
-struct ConvDescs {
-  TensorDesc x;  // [n, h, w, cin]
-  FilterDesc filter;
-  ConvolutionDesc conv;
-  TensorDesc y;  // [n, ho, wo, cout]
-
-  absl::Status Init(const cpu::ConvGeometry& g) {
-    RETURN_IF_ERROR(x.Init(g.n, g.h, g.w, g.cin));
-    RETURN_IF_ERROR(filter.Init(g.cout, g.kh, g.kw, g.cin));
-    RETURN_IF_ERROR(conv.Init(g.pad_top, g.pad_left, g.stride));
-    return y.Init(g.n, g.ho, g.wo, g.cout);
-  }
-};
 
 // ---- Algorithm choice ----------------------------------------------------------------
 
@@ -190,29 +76,6 @@ struct Plan {
 // (ordinal, pass, n, h, w, cin, kh, kw, cout, stride, pad_top, pad_left).
 using PlanKey = std::array<int64_t, 12>;
 
-// What was chosen or made for each shape, kept for the process's life (a
-// job has a handful of shapes).
-template <typename Key, typename Value>
-class ShapeCache {
- public:
-  bool Lookup(const Key& key, Value* value) {
-    absl::MutexLock l(&mu_);
-    auto it = values_.find(key);
-    if (it == values_.end()) return false;
-    *value = it->second;
-    return true;
-  }
-  // Keeps `value` unless another thread cached one first; returns the kept one.
-  Value Insert(const Key& key, Value value) {
-    absl::MutexLock l(&mu_);
-    return values_.emplace(key, std::move(value)).first->second;
-  }
-
- private:
-  absl::Mutex mu_;
-  absl::flat_hash_map<Key, Value> values_ ABSL_GUARDED_BY(mu_);
-};
-
 ShapeCache<PlanKey, Plan>& Plans() {
   static auto* cache = new ShapeCache<PlanKey, Plan>;
   return *cache;
@@ -226,65 +89,12 @@ absl::StatusOr<Tensor> Workspace(OpKernelContext* ctx, size_t bytes) {
   return Scratch(ctx, static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float)));
 }
 
-const float kOne = 1.0f;
-const float kZero = 0.0f;
-
 std::atomic<bool>& AutotuneFlag() {
   static std::atomic<bool> flag([] {
     const char* env = std::getenv("WEFT_CUDNN_AUTOTUNE");
     return env == nullptr || std::strcmp(env, "0") != 0;
   }());
   return flag;
-}
-
-// ---- Timing on the device's stream ----------------------------------------------------
-
-// A pair of CUDA events.
-class Timer {
- public:
-  Timer() = default;
-  Timer(const Timer&) = delete;
-  Timer& operator=(const Timer&) = delete;
-  ~Timer() {
-    for (cudaEvent_t e : events_) {
-      if (e != nullptr) cudaEventDestroy(e);
-    }
-  }
-  absl::Status Init() {
-    for (cudaEvent_t& e : events_) WEFT_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
-    return absl::OkStatus();
-  }
-  cudaEvent_t start() const { return events_[0]; }
-  cudaEvent_t stop() const { return events_[1]; }
-  // REQUIRES: both events recorded.
-  absl::StatusOr<float> Milliseconds() const {
-    WEFT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(events_[1]));
-    float ms = 0;
-    WEFT_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, events_[0], events_[1]));
-    return ms;
-  }
-
- private:
-  std::array<cudaEvent_t, 2> events_{};
-};
-
-// The fastest of a few timed runs of `run` on the device's stream, after
-// one untimed run (which loads its kernels and fills the allocator's cache).
-template <typename Run>
-absl::StatusOr<float> BestMilliseconds(OpKernelContext* ctx, Run run) {
-  constexpr int kRepeats = 3;
-  RETURN_IF_ERROR(run());
-  Timer t;
-  RETURN_IF_ERROR(t.Init());
-  float best = -1;
-  for (int i = 0; i < kRepeats; ++i) {
-    WEFT_CUDA_RETURN_IF_ERROR(cudaEventRecord(t.start(), Stream(ctx)));
-    RETURN_IF_ERROR(run());
-    WEFT_CUDA_RETURN_IF_ERROR(cudaEventRecord(t.stop(), Stream(ctx)));
-    ASSIGN_OR_RETURN(const float ms, t.Milliseconds());
-    if (best < 0 || ms < best) best = ms;
-  }
-  return best;
 }
 
 // A timed alternative replaces the default choice only when it is at least
@@ -449,26 +259,21 @@ bool CudnnAutotune() { return AutotuneFlag().load(std::memory_order_relaxed); }
 void SetCudnnAutotune(bool autotune) { AutotuneFlag().store(autotune, std::memory_order_relaxed); }
 void SetUseCudnn(bool use) { UseCudnnFlag().store(use, std::memory_order_relaxed); }
 int64_t CudnnConvolutionCount() { return convolutions.load(std::memory_order_relaxed); }
-int64_t CudnnPoolingCount() { return poolings.load(std::memory_order_relaxed); }
 int64_t ConvolutionPathTimings() { return timings.load(std::memory_order_relaxed); }
 
-bool CudnnCanConvolve(const cpu::ConvGeometry& g) {
+bool CudnnCanConvolve(const kernels::ConvGeometry& g) {
   return g.HasSymmetricPadding() && FitsInt({g.n, g.h, g.w, g.cin}) && FitsInt({g.n, g.ho, g.wo, g.cout}) &&
          FitsInt({g.kh, g.kw, g.cin, g.cout}) && g.stride <= INT_MAX && g.pad_top <= INT_MAX &&
          g.pad_left <= INT_MAX;
 }
 
-bool CudnnCanPool(const cpu::PoolGeometry& g) {
-  return g.HasSymmetricPadding() && FitsInt({g.n, g.h, g.w, g.c}) && FitsInt({g.n, g.ho, g.wo, g.c}) &&
-         g.k <= INT_MAX && g.stride <= INT_MAX;
-}
 
 namespace {
 
 // cuDNN's operands for pass `pass` of g: the filter (forward: b; input
 // gradient: a) transposed to OHWI into `ohwi`, or (filter gradient) `ohwi`
 // standing for the output, which the caller transposes back.
-absl::StatusOr<Operands> CudnnOperands(OpKernelContext* ctx, Pass pass, const cpu::ConvGeometry& g, const float* a,
+absl::StatusOr<Operands> CudnnOperands(OpKernelContext* ctx, Pass pass, const kernels::ConvGeometry& g, const float* a,
                                        const float* b, float* out, float* ohwi) {
   Operands ops{a, b, out};
   if (pass == Pass::kForward) {
@@ -484,7 +289,7 @@ absl::StatusOr<Operands> CudnnOperands(OpKernelContext* ctx, Pass pass, const cp
 }
 
 // Pass `pass` of g through cuDNN with `plan`. REQUIRES: plan.usable.
-absl::Status RunCudnn(OpKernelContext* ctx, Pass pass, const cpu::ConvGeometry& g, const Plan& plan, const float* a,
+absl::Status RunCudnn(OpKernelContext* ctx, Pass pass, const kernels::ConvGeometry& g, const Plan& plan, const float* a,
                       const float* b, float* out) {
   ASSIGN_OR_RETURN(Tensor ohwi, Scratch(ctx, g.k() * g.cout));
   ASSIGN_OR_RETURN(const Operands ops, CudnnOperands(ctx, pass, g, a, b, out, ohwi.data<float>()));
@@ -499,7 +304,7 @@ absl::Status RunCudnn(OpKernelContext* ctx, Pass pass, const cpu::ConvGeometry& 
 
 // Times cuDNN's chosen algorithm against the fallback on the op's own
 // operands: true when the fallback wins by kAutotuneMargin.
-absl::StatusOr<bool> FallbackIsFaster(OpKernelContext* ctx, Pass pass, const cpu::ConvGeometry& g, const Plan& plan,
+absl::StatusOr<bool> FallbackIsFaster(OpKernelContext* ctx, Pass pass, const kernels::ConvGeometry& g, const Plan& plan,
                                       const float* a, const float* b, float* out,
                                       absl::FunctionRef<absl::Status()> fallback) {
   ASSIGN_OR_RETURN(const float cudnn_ms,
@@ -516,7 +321,7 @@ absl::StatusOr<bool> FallbackIsFaster(OpKernelContext* ctx, Pass pass, const cpu
 // g's pass on this device, chosen on its first use: cuDNN's algorithm and,
 // with autotuning, whether the fallback is faster (both timed on the op's
 // own operands, whose outputs the chosen pass then writes again).
-absl::StatusOr<Plan> MakePlan(OpKernelContext* ctx, Pass pass, const cpu::ConvGeometry& g, const float* a,
+absl::StatusOr<Plan> MakePlan(OpKernelContext* ctx, Pass pass, const kernels::ConvGeometry& g, const float* a,
                               const float* b, float* out, absl::FunctionRef<absl::Status()> fallback) {
   Plan plan;
   auto descs = std::make_shared<ConvDescs>();
@@ -567,7 +372,7 @@ Pass ToPass(ConvPass pass) {
 
 }  // namespace
 
-absl::Status RunConvolution(OpKernelContext* ctx, ConvPass conv_pass, const cpu::ConvGeometry& g, const float* a,
+absl::Status RunConvolution(OpKernelContext* ctx, ConvPass conv_pass, const kernels::ConvGeometry& g, const float* a,
                             const float* b, float* out, absl::FunctionRef<absl::Status()> fallback) {
   const Pass pass = ToPass(conv_pass);
   const PlanKey key = {Gpu(ctx)->ordinal(), static_cast<int64_t>(pass), g.n, g.h, g.w, g.cin, g.kh, g.kw, g.cout,
@@ -580,68 +385,6 @@ absl::Status RunConvolution(OpKernelContext* ctx, ConvPass conv_pass, const cpu:
   if (!plan.usable) return fallback();
   RETURN_IF_ERROR(RunCudnn(ctx, pass, g, plan, a, b, out));
   convolutions.fetch_add(1, std::memory_order_relaxed);
-  return absl::OkStatus();
-}
-
-namespace {
-
-struct PoolDescs {
-  PoolingDesc pool;
-  TensorDesc x;  // [n, h, w, c]
-  TensorDesc y;  // [n, ho, wo, c]
-
-  absl::Status Init(const cpu::PoolGeometry& g) {
-    RETURN_IF_ERROR(pool.Init(g));
-    RETURN_IF_ERROR(x.Init(g.n, g.h, g.w, g.c));
-    RETURN_IF_ERROR(y.Init(g.n, g.ho, g.wo, g.c));
-    // As for convolutions: cuDNN's output size must be weft's.
-    int n = 0, c = 0, h = 0, w = 0;
-    WEFT_CUDNN_RETURN_IF_ERROR(cudnnGetPooling2dForwardOutputDim(pool.get(), x.get(), &n, &c, &h, &w));
-    if (n != g.n || c != g.c || h != g.ho || w != g.wo) {
-      return absl::InternalError(absl::StrCat("cuDNN's max pooling output [", n, ",", h, ",", w, ",", c,
-                                              "] differs from weft's ",
-                                              TensorShape{g.n, g.ho, g.wo, g.c}.DebugString()));
-    }
-    return absl::OkStatus();
-  }
-};
-
-// The pooling descriptors of g on this device, made on first use and kept.
-absl::StatusOr<std::shared_ptr<const PoolDescs>> GetPoolDescs(OpKernelContext* ctx, const cpu::PoolGeometry& g) {
-  // (ordinal, n, h, w, c, k, stride, pad_top, pad_left).
-  using Key = std::array<int64_t, 9>;
-  static auto* cache = new ShapeCache<Key, std::shared_ptr<const PoolDescs>>;
-  const Key key = {Gpu(ctx)->ordinal(), g.n, g.h, g.w, g.c, g.k, g.stride, g.pad_top, g.pad_left};
-  std::shared_ptr<const PoolDescs> descs;
-  if (cache->Lookup(key, &descs)) return descs;
-  auto d = std::make_shared<PoolDescs>();
-  RETURN_IF_ERROR(d->Init(g));
-  return cache->Insert(key, std::move(d));
-}
-
-}  // namespace
-
-absl::Status CudnnMaxPool(OpKernelContext* ctx, const cpu::PoolGeometry& g, const float* x, float* y) {
-  ASSIGN_OR_RETURN(std::shared_ptr<const PoolDescs> descs, GetPoolDescs(ctx, g));
-  const PoolDescs& d = *descs;
-  WEFT_CUDNN_RETURN_IF_ERROR(
-      cudnnPoolingForward(Gpu(ctx)->cudnn(), d.pool.get(), &kOne, d.x.get(), x, &kZero, d.y.get(), y));
-  poolings.fetch_add(1, std::memory_order_relaxed);
-  return absl::OkStatus();
-}
-
-absl::Status CudnnMaxPoolGrad(OpKernelContext* ctx, const cpu::PoolGeometry& g, const float* x, const float* dy,
-                              float* dx) {
-  ASSIGN_OR_RETURN(std::shared_ptr<const PoolDescs> descs, GetPoolDescs(ctx, g));
-  const PoolDescs& d = *descs;
-  cudnnHandle_t handle = Gpu(ctx)->cudnn();
-  ASSIGN_OR_RETURN(Tensor y, Scratch(ctx, g.n * g.ho * g.wo * g.c));
-  WEFT_CUDNN_RETURN_IF_ERROR(
-      cudnnPoolingForward(handle, d.pool.get(), &kOne, d.x.get(), x, &kZero, d.y.get(), y.data<float>()));
-  // dy has y's shape, so it shares y's descriptor, and dx x's.
-  WEFT_CUDNN_RETURN_IF_ERROR(cudnnPoolingBackward(handle, d.pool.get(), &kOne, d.y.get(), y.data<float>(),
-                                                  d.y.get(), dy, d.x.get(), x, &kZero, d.x.get(), dx));
-  poolings.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
 }
 

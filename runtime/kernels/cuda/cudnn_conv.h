@@ -43,7 +43,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
-#include "runtime/kernels/cpu/window_checks.h"
+#include "runtime/kernels/window_checks.h"
 #include "runtime/op_kernel.h"
 
 namespace weft {
@@ -73,7 +73,7 @@ constexpr size_t kMaxWorkspaceBytes = size_t{256} << 20;
 
 // True when cuDNN may run the convolution g: symmetric padding, every
 // dimension non-zero, and tensors within cuDNN's 32-bit element counts.
-bool CudnnCanConvolve(const cpu::ConvGeometry& g);
+bool CudnnCanConvolve(const kernels::ConvGeometry& g);
 
 // The three passes of a convolution.
 enum class ConvPass { kForward, kBackpropInput, kBackpropFilter };
@@ -94,7 +94,7 @@ enum class ConvPass { kForward, kBackpropInput, kBackpropFilter };
 //   kBackpropFilter: a = x, b = dy, out = dfilter (HWIO)
 // REQUIRES: CudnnCanConvolve(g); g is not pointwise-only work the caller
 // would do in one GEMM anyway.
-absl::Status RunConvolution(OpKernelContext* ctx, ConvPass pass, const cpu::ConvGeometry& g, const float* a,
+absl::Status RunConvolution(OpKernelContext* ctx, ConvPass pass, const kernels::ConvGeometry& g, const float* a,
                             const float* b, float* out, absl::FunctionRef<absl::Status()> fallback);
 
 // How many (shape, pass) first uses have timed cuDNN against the fallback.
@@ -102,19 +102,19 @@ int64_t ConvolutionPathTimings();
 
 // True when cuDNN may run the pooling g (symmetric padding, non-empty,
 // 32-bit element counts).
-bool CudnnCanPool(const cpu::PoolGeometry& g);
+bool CudnnCanPool(const kernels::PoolGeometry& g);
 
 // MaxPool with CUDNN_POOLING_MAX_DETERMINISTIC. Padding never wins, as on
 // the CPU; NaN inputs use CUDNN_NOT_PROPAGATE_NAN, the CPU's rule that a NaN
 // never becomes the maximum.
 // REQUIRES: CudnnCanPool(g).
-absl::Status CudnnMaxPool(OpKernelContext* ctx, const cpu::PoolGeometry& g, const float* x, float* y);
+absl::Status CudnnMaxPool(OpKernelContext* ctx, const kernels::PoolGeometry& g, const float* x, float* y);
 // dx of MaxPool at x for the output gradient dy. The forward output is
 // recomputed from x into scratch (the op's y input is only checked for its
 // shape, as on the CPU). Each window's gradient goes to one position
 // holding its maximum; which one, when several tie, is cuDNN's choice (see
 // gpu_matmul_conv_kernels.cc). REQUIRES: CudnnCanPool(g).
-absl::Status CudnnMaxPoolGrad(OpKernelContext* ctx, const cpu::PoolGeometry& g, const float* x, const float* dy,
+absl::Status CudnnMaxPoolGrad(OpKernelContext* ctx, const kernels::PoolGeometry& g, const float* x, const float* dy,
                               float* dx);
 
 }  // namespace gpu_kernels

@@ -1,4 +1,6 @@
-// GPU MatMul, Conv2D with its backprops, MaxPool and MaxPoolGrad.
+// GPU MatMul, Conv2D with its backprops, MaxPool and MaxPoolGrad, on the
+// skeletons the CPU kernels share (runtime/kernels/math_kernels.h,
+// window_kernels.h): the same attributes, checks, errors and outputs.
 //
 // Matrix products run in cuBLAS (FP32, on the device's handle and stream).
 //
@@ -49,11 +51,13 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "graph/ops/window_geometry.h"
-#include "runtime/kernels/cpu/kernel_util.h"
-#include "runtime/kernels/cpu/window_checks.h"
 #include "runtime/kernels/cuda/cudnn_conv.h"
 #include "runtime/kernels/cuda/gpu_kernel_util.h"
 #include "runtime/kernels/cuda/gpu_launch.h"
+#include "runtime/kernels/kernel_checks.h"
+#include "runtime/kernels/math_kernels.h"
+#include "runtime/kernels/window_checks.h"
+#include "runtime/kernels/window_kernels.h"
 #include "runtime/op_kernel.h"
 
 namespace weft {
@@ -77,52 +81,29 @@ absl::Status RowMajorGemm(cublasHandle_t handle, bool transpose_a, bool transpos
 
 namespace {
 
-using cpu::ExpectRank;
-using cpu::GetAttr;
+using kernels::ExpectRank;
+using kernels::GetAttr;
 
 // Largest patch matrix per chunk, in floats (256 MiB).
 constexpr int64_t kScratchFloats = int64_t{1} << 26;
 
-class MatMulOp : public OpKernel {
- public:
-  explicit MatMulOp(OpKernelConstruction* c) : OpKernel(c) {
-    if (!GetAttr(c, GetBoolAttrOr(c->def(), "transpose_a", false), &ta_)) return;
-    GetAttr(c, GetBoolAttrOr(c->def(), "transpose_b", false), &tb_);
-  }
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& a = ctx->input(0);
-    const Tensor& b = ctx->input(1);
-    OP_REQUIRES_OK(ctx, ExpectRank(a, 2, "a"));
-    OP_REQUIRES_OK(ctx, ExpectRank(b, 2, "b"));
-    const int64_t a0 = a.shape().dim(0), a1 = a.shape().dim(1);
-    const int64_t b0 = b.shape().dim(0), b1 = b.shape().dim(1);
-    const int64_t m = ta_ ? a1 : a0, k = ta_ ? a0 : a1;
-    const int64_t kb = tb_ ? b1 : b0, n = tb_ ? b0 : b1;
-    OP_REQUIRES(ctx, k == kb,
-                absl::InvalidArgumentError(absl::StrCat("inner dimensions differ: ", a.shape().DebugString(),
-                                                        ta_ ? "^T" : "", " x ", b.shape().DebugString(),
-                                                        tb_ ? "^T" : "")));
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, TensorShape{m, n});
-    if (out == nullptr || m == 0 || n == 0) return;
-    if (k == 0) {
+struct MatMul {
+  static void Run(OpKernelContext* ctx, const Tensor& a, const Tensor& b, const kernels::MatMulDims& d, Tensor* out) {
+    if (d.k == 0) {
       OP_REQUIRES_CUDA(ctx, cudaMemsetAsync(out->raw_data(), 0, out->TotalBytes(), Stream(ctx)),
                        "cudaMemsetAsync (MatMul with k = 0)");
       return;
     }
-    OP_REQUIRES_OK(ctx, RowMajorGemm(Gpu(ctx)->cublas(), ta_, tb_, m, n, k, a.data<float>(), std::max<int64_t>(a1, 1),
-                                     b.data<float>(), std::max<int64_t>(b1, 1), out->data<float>(), n, false));
+    OP_REQUIRES_OK(ctx, RowMajorGemm(Gpu(ctx)->cublas(), d.ta, d.tb, d.m, d.n, d.k, a.data<float>(),
+                                     std::max<int64_t>(d.a1, 1), b.data<float>(), std::max<int64_t>(d.b1, 1),
+                                     out->data<float>(), d.n, false));
   }
-
- private:
-  bool ta_ = false;
-  bool tb_ = false;
 };
 
 // ---- Convolution -------------------------------------------------------------------
 
-using cpu::ConvGeometry;
-using cpu::PoolGeometry;
+using kernels::ConvGeometry;
+using kernels::PoolGeometry;
 
 // The fallback kernels' view of a convolution.
 WindowGeometry Window(const ConvGeometry& g) {
@@ -161,34 +142,13 @@ absl::Status ForEachPatchChunk(OpKernelContext* ctx, const ConvGeometry& g, cons
   return absl::OkStatus();
 }
 
-class ConvOpBase : public OpKernel {
- public:
-  explicit ConvOpBase(OpKernelConstruction* c) : OpKernel(c) { GetAttr(c, GetConvParams(c->def()), &params_); }
 
- protected:
-  absl::StatusOr<ConvGeometry> Geometry(OpKernelContext* ctx, bool with_grad) const {
-    auto g = cpu::ComputeConvGeometry(ctx->input(0), ctx->input(1), params_);
-    if (!g.ok() || !with_grad) return g;
-    if (absl::Status s = cpu::CheckConvGradient(*g, ctx->input(2)); !s.ok()) return s;
-    return g;
-  }
+// Whether this call goes to cuDNN: switched on, symmetric padding, and
+// not a pointwise convolution, which is one GEMM already.
+bool ForCudnn(const ConvGeometry& g) { return UseCudnn() && !g.IsPointwise() && CudnnCanConvolve(g); }
 
-  // Whether this call goes to cuDNN: switched on, symmetric padding, and
-  // not a pointwise convolution, which is one GEMM already.
-  static bool ForCudnn(const ConvGeometry& g) { return UseCudnn() && !g.IsPointwise() && CudnnCanConvolve(g); }
-
-  ConvParams params_;
-};
-
-class Conv2DOp : public ConvOpBase {
- public:
-  using ConvOpBase::ConvOpBase;
-  void Compute(OpKernelContext* ctx) override {
-    auto geo = Geometry(ctx, false);
-    OP_REQUIRES_OK(ctx, geo.status());
-    const ConvGeometry& g = *geo;
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, g.OutputShape());
-    if (out == nullptr || out->NumElements() == 0) return;
+struct Conv2D {
+  static void Run(OpKernelContext* ctx, const ConvGeometry& g, Tensor* out) {
     const float* x = ctx->input(0).data<float>();
     const float* f = ctx->input(1).data<float>();
     float* y = out->data<float>();
@@ -212,15 +172,8 @@ class Conv2DOp : public ConvOpBase {
   }
 };
 
-class Conv2DBackpropInputOp : public ConvOpBase {
- public:
-  using ConvOpBase::ConvOpBase;
-  void Compute(OpKernelContext* ctx) override {
-    auto geo = Geometry(ctx, true);
-    OP_REQUIRES_OK(ctx, geo.status());
-    const ConvGeometry& g = *geo;
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, ctx->input(0).shape());
-    if (out == nullptr || out->NumElements() == 0) return;
+struct Conv2DBackpropInput {
+  static void Run(OpKernelContext* ctx, const ConvGeometry& g, Tensor* out) {
     float* dx = out->data<float>();
     const float* f = ctx->input(1).data<float>();
     const float* grad = ctx->input(2).data<float>();
@@ -253,15 +206,8 @@ class Conv2DBackpropInputOp : public ConvOpBase {
   }
 };
 
-class Conv2DBackpropFilterOp : public ConvOpBase {
- public:
-  using ConvOpBase::ConvOpBase;
-  void Compute(OpKernelContext* ctx) override {
-    auto geo = Geometry(ctx, true);
-    OP_REQUIRES_OK(ctx, geo.status());
-    const ConvGeometry& g = *geo;
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, ctx->input(1).shape());
-    if (out == nullptr || out->NumElements() == 0) return;
+struct Conv2DBackpropFilter {
+  static void Run(OpKernelContext* ctx, const ConvGeometry& g, Tensor* out) {
     float* df = out->data<float>();
     const float* x = ctx->input(0).data<float>();
     const float* grad = ctx->input(2).data<float>();
@@ -305,24 +251,9 @@ WindowGeometry Window(const PoolGeometry& g) {
   return w;
 }
 
-class PoolOpBase : public OpKernel {
- public:
-  explicit PoolOpBase(OpKernelConstruction* c) : OpKernel(c) { GetAttr(c, GetPoolParams(c->def()), &params_); }
 
- protected:
-  PoolParams params_;
-};
-
-class MaxPoolOp : public PoolOpBase {
- public:
-  using PoolOpBase::PoolOpBase;
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x = ctx->input(0);
-    auto geo = cpu::ComputePoolGeometry(x, params_);
-    OP_REQUIRES_OK(ctx, geo.status());
-    const PoolGeometry& g = *geo;
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, g.OutputShape());
-    if (out == nullptr || out->NumElements() == 0) return;
+struct MaxPool {
+  static void Run(OpKernelContext* ctx, const PoolGeometry& g, const Tensor& x, Tensor* out) {
     if (UseCudnn() && CudnnCanPool(g)) {
       OP_REQUIRES_OK(ctx, CudnnMaxPool(ctx, g, x.data<float>(), out->data<float>()));
       return;
@@ -332,18 +263,8 @@ class MaxPoolOp : public PoolOpBase {
   }
 };
 
-class MaxPoolGradOp : public PoolOpBase {
- public:
-  using PoolOpBase::PoolOpBase;
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x = ctx->input(0);
-    const Tensor& grad = ctx->input(2);
-    auto geo = cpu::ComputePoolGeometry(x, params_);
-    OP_REQUIRES_OK(ctx, geo.status());
-    const PoolGeometry& g = *geo;
-    OP_REQUIRES_OK(ctx, cpu::CheckPoolGradInputs(g, ctx->input(1), grad));
-    Tensor* out = ctx->allocate_output(0, DType::kFloat32, x.shape());
-    if (out == nullptr || out->NumElements() == 0) return;
+struct MaxPoolGrad {
+  static void Run(OpKernelContext* ctx, const PoolGeometry& g, const Tensor& x, const Tensor& grad, Tensor* out) {
     if (UseCudnn() && CudnnCanPool(g)) {
       OP_REQUIRES_OK(ctx, CudnnMaxPoolGrad(ctx, g, x.data<float>(), grad.data<float>(), out->data<float>()));
       return;
@@ -354,12 +275,17 @@ class MaxPoolGradOp : public PoolOpBase {
   }
 };
 
-WEFT_REGISTER_KERNEL("MatMul", "GPU", MatMulOp);
-WEFT_REGISTER_KERNEL("Conv2D", "GPU", Conv2DOp);
-WEFT_REGISTER_KERNEL("Conv2DBackpropInput", "GPU", Conv2DBackpropInputOp);
-WEFT_REGISTER_KERNEL("Conv2DBackpropFilter", "GPU", Conv2DBackpropFilterOp);
-WEFT_REGISTER_KERNEL("MaxPool", "GPU", MaxPoolOp);
-WEFT_REGISTER_KERNEL("MaxPoolGrad", "GPU", MaxPoolGradOp);
+// Aliases: the macro cannot take a template argument list with a comma.
+using Conv2DKernel = kernels::ConvKernel<kernels::ConvOp::kForward, Conv2D>;
+using Conv2DBackpropInputKernel = kernels::ConvKernel<kernels::ConvOp::kBackpropInput, Conv2DBackpropInput>;
+using Conv2DBackpropFilterKernel = kernels::ConvKernel<kernels::ConvOp::kBackpropFilter, Conv2DBackpropFilter>;
+
+WEFT_REGISTER_KERNEL("MatMul", "GPU", kernels::MatMulKernel<MatMul>);
+WEFT_REGISTER_KERNEL("Conv2D", "GPU", Conv2DKernel);
+WEFT_REGISTER_KERNEL("Conv2DBackpropInput", "GPU", Conv2DBackpropInputKernel);
+WEFT_REGISTER_KERNEL("Conv2DBackpropFilter", "GPU", Conv2DBackpropFilterKernel);
+WEFT_REGISTER_KERNEL("MaxPool", "GPU", kernels::MaxPoolKernel<MaxPool>);
+WEFT_REGISTER_KERNEL("MaxPoolGrad", "GPU", kernels::MaxPoolGradKernel<MaxPoolGrad>);
 
 }  // namespace
 }  // namespace gpu_kernels

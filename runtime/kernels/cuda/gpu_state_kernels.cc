@@ -15,16 +15,17 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/device.h"
-#include "runtime/kernels/cpu/kernel_util.h"
 #include "runtime/kernels/cuda/gpu_kernel_util.h"
 #include "runtime/kernels/cuda/gpu_launch.h"
+#include "runtime/kernels/kernel_checks.h"
+#include "runtime/kernels/shard_kernels.h"
 #include "runtime/op_kernel.h"
 
 namespace weft {
 namespace gpu_kernels {
 namespace {
 
-using cpu::GetAttr;
+using kernels::GetAttr;
 
 // A host tensor copied to a new device tensor (blocking).
 absl::StatusOr<Tensor> CopyToDevice(gpu::GpuDevice* gpu, const Tensor& host) {
@@ -155,14 +156,8 @@ class CastOp : public OpKernel {
 };
 
 // Row ranges of row-major tensors: one device-to-device copy per shard.
-class ConcatRowsOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    absl::StatusOr<TensorShape> shape = cpu::ConcatRowsOutputShape(ctx);
-    OP_REQUIRES_OK(ctx, shape.status());
-    Tensor* out = ctx->allocate_output(0, ctx->input(0).dtype(), *shape);
-    if (out == nullptr) return;
+struct ConcatRows {
+  static void Run(OpKernelContext* ctx, Tensor* out) {
     char* dst = static_cast<char*>(out->raw_data());
     for (int i = 0; i < ctx->num_inputs(); ++i) {
       const Tensor& s = ctx->input(i);
@@ -176,35 +171,19 @@ class ConcatRowsOp : public OpKernel {
   }
 };
 
-class SliceRowsOp : public OpKernel {
- public:
-  explicit SliceRowsOp(OpKernelConstruction* c) : OpKernel(c) {
-    c->SetStatus(cpu::GetSliceRowsAttrs(c->def(), &begin_, &size_));
-  }
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x = ctx->input(0);
-    absl::StatusOr<size_t> offset = cpu::SliceRowsOffset(x, begin_, size_);
-    OP_REQUIRES_OK(ctx, offset.status());
-    TensorShape shape = x.shape();
-    shape.set_dim(0, size_);
-    Tensor* out = ctx->allocate_output(0, x.dtype(), shape);
-    if (out == nullptr || out->TotalBytes() == 0) return;
+struct SliceRows {
+  static void Run(OpKernelContext* ctx, const char* src, Tensor* out) {
     OP_REQUIRES_CUDA(ctx,
-                     cudaMemcpyAsync(out->raw_data(), static_cast<const char*>(x.raw_data()) + *offset,
-                                     out->TotalBytes(), cudaMemcpyDeviceToDevice, Stream(ctx)),
+                     cudaMemcpyAsync(out->raw_data(), src, out->TotalBytes(), cudaMemcpyDeviceToDevice, Stream(ctx)),
                      "cudaMemcpyAsync (SliceRows)");
   }
-
- private:
-  int64_t begin_ = 0;
-  int64_t size_ = 0;
 };
 
 WEFT_REGISTER_KERNEL("Const", "GPU", ConstOp);
 WEFT_REGISTER_KERNEL("Variable", "GPU", VariableOp);
 WEFT_REGISTER_KERNEL("Cast", "GPU", CastOp);
-WEFT_REGISTER_KERNEL("ConcatRows", "GPU", ConcatRowsOp);
-WEFT_REGISTER_KERNEL("SliceRows", "GPU", SliceRowsOp);
+WEFT_REGISTER_KERNEL("ConcatRows", "GPU", kernels::ConcatRowsKernel<ConcatRows>);
+WEFT_REGISTER_KERNEL("SliceRows", "GPU", kernels::SliceRowsKernel<SliceRows>);
 
 }  // namespace
 }  // namespace gpu_kernels

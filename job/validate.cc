@@ -1,0 +1,82 @@
+// ValidateJob (job/job_spec.h): the checks a JobSpec must pass on its own.
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "job/job_spec.h"
+#include "job/strategy_spec.h"
+
+namespace weft {
+namespace {
+
+absl::Status ValidateDataset(const JobSpec& job) {
+  if (!job.has_dataset()) return absl::InvalidArgumentError("job: dataset is missing");
+  const DatasetSpec& ds = job.dataset();
+  if (ds.format() == DatasetSpec::TFRECORD) {
+    if (ds.train_files_size() == 0) return absl::InvalidArgumentError("job: dataset.train_files is empty");
+  } else if (ds.dir().empty() && ds.train_images().empty()) {
+    return absl::InvalidArgumentError("job: dataset needs dir or train_images/train_labels");
+  }
+  if (ds.scale() < 0) return absl::InvalidArgumentError("job: dataset.scale cannot be negative");
+  return absl::OkStatus();
+}
+
+absl::Status ValidateCheckpointPolicy(const JobSpec& job) {
+  const CheckpointPolicy& ck = job.checkpoint();
+  if (ck.every_steps() < 0 || ck.every_seconds() < 0 || ck.keep() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("job: checkpoint.every_steps (", ck.every_steps(),
+                                                   "), every_seconds (", ck.every_seconds(), ") and keep (",
+                                                   ck.keep(), ") cannot be negative"));
+  }
+  for (const auto& [field, dir] : {std::pair<const char*, std::string>{"dir", ck.dir()}, {"resume_from", ck.resume_from()}}) {
+    // Relative names resolve under the daemons' --checkpoint_root; absolute
+    // ones must lie inside it (the master checks, knowing the root).
+    for (absl::string_view part : absl::StrSplit(dir, '/')) {
+      if (part == "..") {
+        return absl::InvalidArgumentError(absl::StrCat("job: checkpoint.", field, " '", dir,
+                                                       "' must not contain '..' (it names a directory under the "
+                                                       "checkpoint root)"));
+      }
+    }
+  }
+  if (ck.dir().empty() && (ck.every_steps() > 0 || ck.every_seconds() > 0 || !ck.resume_from().empty())) {
+    return absl::InvalidArgumentError("job: checkpoint.dir is empty but the checkpoint policy asks for checkpoints");
+  }
+  if (!ck.dir().empty() && job.strategy().kind() == StrategySpec::NONE) {
+    return absl::UnimplementedError(
+        "job: checkpoints need a distribution strategy (strategy.kind); a job without one runs on one task and is "
+        "not checkpointed");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRecoveryPolicy(const RecoveryPolicy& rp) {
+  if (rp.task_wait_seconds() < 0 || rp.heartbeat_ms() < 0 || rp.heartbeat_timeout_ms() < 0 || rp.max_restarts() < -1) {
+    return absl::InvalidArgumentError(
+        "job: recovery.task_wait_seconds, heartbeat_ms and heartbeat_timeout_ms cannot be negative, and "
+        "max_restarts must be >= -1");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateJob(const JobSpec& job) {
+  if (job.batch_size() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("job: batch_size must be positive, got ", job.batch_size()));
+  }
+  if (job.epochs() < 0 || job.steps() < 0) return absl::InvalidArgumentError("job: epochs and steps cannot be negative");
+  if (job.epochs() == 0 && job.steps() == 0) return absl::InvalidArgumentError("job: set epochs or steps");
+  if (job.model_source_case() == JobSpec::MODEL_SOURCE_NOT_SET) {
+    return absl::InvalidArgumentError("job: set a model (Sequential layers) or a graph");
+  }
+  RETURN_IF_ERROR(ValidateDataset(job));
+  if (job.intra_op_threads() < 0) return absl::InvalidArgumentError("job: intra_op_threads cannot be negative");
+  RETURN_IF_ERROR(ValidateCheckpointPolicy(job));
+  RETURN_IF_ERROR(ValidateRecoveryPolicy(job.recovery()));
+  return ValidateStrategySpec(job);
+}
+
+}  // namespace weft

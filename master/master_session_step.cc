@@ -1,0 +1,257 @@
+// MasterSession's steps: RunGraph on every partition of a plan, AbortStep
+// when one fails, and the cleanup of finished steps on their tasks.
+#include "master/master_session.h"
+
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "common/tensor_proto_coding.h"
+#include "master/master_session_internal.h"
+
+namespace weft {
+namespace master {
+namespace session_internal {
+
+// One step in flight: its RunGraph calls and the AbortStep calls that a
+// failure or AbortRunningSteps sends. Callbacks hold a reference, so the
+// state outlives every call it issued.
+class Step : public std::enable_shared_from_this<Step> {
+ public:
+  Step(int64_t step_id, const Plan* plan)
+      : step_id_(step_id), plan_(plan), requests_(plan->parts.size()), responses_(plan->parts.size()) {}
+
+  int64_t step_id() const { return step_id_; }
+  RunGraphRequest* request(int i) { return &requests_[i]; }
+  const RunGraphResponse& response(int i) const { return responses_[i]; }
+
+  void Start(absl::Duration timeout) {
+    {
+      absl::MutexLock lock(&mu_);
+      pending_runs_ = static_cast<int>(plan_->parts.size());
+    }
+    auto self = shared_from_this();
+    for (size_t i = 0; i < plan_->parts.size(); ++i) {
+      const Partition& p = plan_->parts[i];
+      p.worker->RunGraphAsync(&requests_[i], &responses_[i], timeout,
+                              [self, i](const absl::Status& s) { self->RunDone(i, s); });
+    }
+  }
+
+  // Sends AbortStep(reason) to every task of the step except `except_task`
+  // and those already told. Returns at once.
+  void Abort(const absl::Status& reason, const std::string& except_task) {
+    std::vector<std::pair<WorkerInterface*, Abortion*>> calls;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const Partition& p : plan_->parts) {
+        if (p.task == except_task || !aborted_.insert(p.task).second) continue;
+        auto a = std::make_unique<Abortion>();
+        a->request.set_step_id(step_id_);
+        a->request.set_code(static_cast<int>(reason.code()));
+        a->request.set_message(std::string(reason.message()));
+        a->task = p.task;
+        calls.emplace_back(p.worker, a.get());
+        abortions_.push_back(std::move(a));
+        ++pending_aborts_;
+      }
+    }
+    auto self = shared_from_this();
+    for (auto& [worker, a] : calls) {
+      worker->AbortStepAsync(&a->request, &a->response, [self, a = a](const absl::Status& s) {
+        if (!s.ok()) Logger("master")->debug("AbortStep on {}: {}", a->task, s.ToString());
+        absl::MutexLock lock(&self->mu_);
+        --self->pending_aborts_;
+      });
+    }
+  }
+
+  void WaitRuns() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(+[](int* n) { return *n == 0; }, &pending_runs_));
+  }
+  void WaitAborts() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(+[](int* n) { return *n == 0; }, &pending_aborts_));
+  }
+  // The root cause among the partitions' errors: one that neither an abort
+  // nor a failed pull from a peer caused, else the first to arrive.
+  absl::Status status() const {
+    absl::MutexLock lock(&mu_);
+    const absl::Status* best = nullptr;
+    int best_rank = 3;
+    for (const absl::Status& e : errors_) {
+      const int rank = ErrorRank(e);
+      if (rank < best_rank) {
+        best = &e;
+        best_rank = rank;
+      }
+    }
+    return best == nullptr ? absl::OkStatus() : *best;
+  }
+
+ private:
+  struct Abortion {
+    std::string task;
+    AbortStepRequest request;
+    AbortStepResponse response;
+  };
+
+  // 0: a root cause; 1: a _Recv that got a peer's failure; 2: the abort.
+  static int ErrorRank(const absl::Status& e) {
+    if (e.code() == absl::StatusCode::kAborted || e.code() == absl::StatusCode::kCancelled) return 2;
+    if (absl::StrContains(e.message(), "(_Recv): ")) return 1;
+    return 0;
+  }
+
+  void RunDone(size_t i, const absl::Status& s) {
+    const Partition& p = plan_->parts[i];
+    absl::Status error;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!s.ok()) {
+        errors_.push_back(WithTask(s, p.task));
+        if (errors_.size() == 1) error = errors_.back();
+      }
+      --pending_runs_;
+    }
+    // The step cannot finish on the other tasks: their _Recv nodes may wait
+    // for tensors this partition will never send.
+    if (!error.ok()) Abort(error, p.task);
+  }
+
+  const int64_t step_id_;
+  const Plan* const plan_;  // outlives the step: Run holds the plan
+  std::vector<RunGraphRequest> requests_;
+  std::vector<RunGraphResponse> responses_;
+  mutable absl::Mutex mu_;
+  int pending_runs_ ABSL_GUARDED_BY(mu_) = 0;
+  int pending_aborts_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<absl::Status> errors_ ABSL_GUARDED_BY(mu_);  // in arrival order
+  std::set<std::string> aborted_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Abortion>> abortions_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace session_internal
+
+absl::Status MasterSession::RunPlan(const Plan& plan, const std::vector<std::pair<std::string, Tensor>>& feeds,
+                                    std::vector<Tensor>* outputs, int iterations) {
+  // Iteration i of the run uses step id step_id + i on every task.
+  const int64_t step_id = static_cast<int64_t>(step_id_base_ + step_counter_.fetch_add(iterations));
+  auto step = std::make_shared<Step>(step_id, &plan);
+  for (size_t i = 0; i < plan.parts.size(); ++i) {
+    RunGraphRequest* r = step->request(static_cast<int>(i));
+    r->set_session_handle(handle_);
+    r->set_graph_handle(plan.parts[i].graph_handle);
+    r->set_step_id(step_id);
+    r->set_iterations(iterations);
+    for (const std::string& f : plan.parts[i].fetches) r->add_recv_key(f);
+    if (plan.carries_cleanup[i]) {
+      for (int64_t id : TakeDeferredCleanup(plan.parts[i].task)) r->add_cleanup_step_id(id);
+    }
+  }
+  for (size_t k = 0; k < feeds.size(); ++k) {
+    const auto& [part, name] = plan.feed_routes[k];
+    if (part < 0) continue;
+    NamedTensorProto* send = step->request(part)->add_send();
+    send->set_name(name);
+    TensorToProto(feeds[k].second, send->mutable_tensor());
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    running_.emplace(step_id, step);
+  }
+  step->Start(options_.step_timeout);
+  step->WaitRuns();
+  {
+    absl::MutexLock lock(&mu_);
+    running_.erase(step_id);
+  }
+  // No AbortStep can start now; wait for those under way so none reaches a
+  // task after its CleanupStep.
+  step->WaitAborts();
+  DeferCleanup(plan, step_id);
+  RETURN_IF_ERROR(step->status());
+
+  outputs->clear();
+  for (size_t k = 0; k < plan.fetch_routes.size(); ++k) {
+    const auto& [part, name] = plan.fetch_routes[k];
+    const RunGraphResponse& resp = step->response(part);
+    const NamedTensorProto* found = nullptr;
+    for (const NamedTensorProto& t : resp.recv()) {
+      if (t.name() == name) found = &t;
+    }
+    if (found == nullptr) {
+      return absl::InternalError(
+          absl::StrCat("task ", plan.parts[part].task, " returned no value for fetch '", name, "'"));
+    }
+    auto t = TensorFromProto(found->tensor());
+    if (!t.ok()) return WithTask(Annotate(t.status(), absl::StrCat("fetch '", name, "'")), plan.parts[part].task);
+    outputs->push_back(*std::move(t));
+  }
+  return absl::OkStatus();
+}
+
+void MasterSession::DeferCleanup(const Plan& plan, int64_t step_id) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> flush;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& task : plan.tasks) {
+      std::vector<int64_t>& ids = deferred_cleanup_[task];
+      ids.push_back(step_id);
+      // A task that this session's recent steps leave out is told directly.
+      if (ids.size() >= kMaxDeferredCleanups) flush.emplace_back(task, std::move(ids));
+    }
+    for (const auto& [task, ids] : flush) deferred_cleanup_.erase(task);
+  }
+  for (auto& [task, ids] : flush) SendCleanup(task, std::move(ids));
+}
+
+std::vector<int64_t> MasterSession::TakeDeferredCleanup(const std::string& task) {
+  absl::MutexLock lock(&mu_);
+  auto it = deferred_cleanup_.find(task);
+  if (it == deferred_cleanup_.end()) return {};
+  std::vector<int64_t> ids = std::move(it->second);
+  deferred_cleanup_.erase(it);
+  return ids;
+}
+
+void MasterSession::SendCleanup(const std::string& task, std::vector<int64_t> step_ids) {
+  if (step_ids.empty()) return;
+  // Fire and forget: no step's result depends on it. Close waits for the
+  // calls still under way, so none outlives the session's workers.
+  struct Call {
+    CleanupStepRequest request;
+    CleanupStepResponse response;
+  };
+  auto call = std::make_shared<Call>();
+  call->request.set_step_id(step_ids[0]);
+  for (size_t i = 1; i < step_ids.size(); ++i) call->request.add_more_step_id(step_ids[i]);
+  {
+    absl::MutexLock lock(&mu_);
+    ++pending_cleanups_;
+  }
+  WorkerInterface* w = workers_->GetOrCreateWorker(task);
+  w->CleanupStepAsync(&call->request, &call->response, [this, call, task](const absl::Status& s) {
+    if (!s.ok()) Logger("master")->warn("CleanupStep {} on {}: {}", call->request.step_id(), task, s.ToString());
+    absl::MutexLock lock(&mu_);
+    --pending_cleanups_;
+  });
+}
+
+void MasterSession::AbortRunningSteps(const absl::Status& reason) {
+  absl::MutexLock lock(&mu_);
+  // Abort only issues asynchronous calls, so holding mu_ is brief; it keeps
+  // a step from leaving running_ (and cleaning up) between the two.
+  for (auto& [id, step] : running_) step->Abort(reason, "");
+}
+
+}  // namespace master
+}  // namespace weft

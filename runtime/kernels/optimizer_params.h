@@ -1,0 +1,52 @@
+// The optimizers' attributes, read once at kernel construction by every
+// kernel that applies an update: the Apply* kernels of each device
+// (training_kernels.h) and the k-of-N AccumulateApply* kernels
+// (cpu/sync_kernels.cc), so all of them accept the same attributes and
+// report a bad one the same way.
+//
+// Thread-safety: plain values.
+#ifndef WEFT_RUNTIME_KERNELS_OPTIMIZER_PARAMS_H_
+#define WEFT_RUNTIME_KERNELS_OPTIMIZER_PARAMS_H_
+
+#include "graph/attr.h"
+#include "runtime/kernels/kernel_checks.h"
+#include "runtime/op_kernel.h"
+
+namespace weft {
+namespace kernels {
+
+// Each Init reads the node's attributes in order and stops at the first
+// missing or malformed one, whose error it records on `c` (returning false).
+
+struct GradientDescentParams {
+  float learning_rate = 0;
+
+  bool Init(OpKernelConstruction* c) { return GetAttr(c, GetFloatAttr(c->def(), "learning_rate"), &learning_rate); }
+};
+
+struct MomentumParams {
+  float learning_rate = 0;
+  float momentum = 0;
+  bool use_nesterov = false;
+
+  bool Init(OpKernelConstruction* c) {
+    return GetAttr(c, GetFloatAttr(c->def(), "learning_rate"), &learning_rate) &&
+           GetAttr(c, GetFloatAttr(c->def(), "momentum"), &momentum) &&
+           GetAttr(c, GetBoolAttrOr(c->def(), "use_nesterov", false), &use_nesterov);
+  }
+};
+
+struct AdamParams {
+  float learning_rate = 0, beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-7f;
+
+  bool Init(OpKernelConstruction* c) {
+    return GetAttr(c, GetFloatAttr(c->def(), "learning_rate"), &learning_rate) &&
+           GetAttr(c, GetFloatAttr(c->def(), "beta1"), &beta1) && GetAttr(c, GetFloatAttr(c->def(), "beta2"), &beta2) &&
+           GetAttr(c, GetFloatAttr(c->def(), "epsilon"), &epsilon);
+  }
+};
+
+}  // namespace kernels
+}  // namespace weft
+
+#endif  // WEFT_RUNTIME_KERNELS_OPTIMIZER_PARAMS_H_

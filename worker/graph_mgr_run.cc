@@ -1,0 +1,150 @@
+// GraphMgr's step path: Run, the checks of a RunGraph request before its
+// step starts, and the iterations around the executor. Registration and
+// sessions are in graph_mgr.cc.
+#include "worker/graph_mgr.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "common/tensor_proto_coding.h"
+
+namespace weft {
+namespace worker {
+
+namespace {
+
+// The fed values, in the registered feeds' order `names`; each exactly once.
+absl::Status GatherFeeds(const std::vector<std::string>& names, const RunGraphRequest& request,
+                         std::vector<Tensor>* feeds) {
+  feeds->resize(names.size());
+  std::vector<bool> given(names.size(), false);
+  for (const NamedTensorProto& send : request.send()) {
+    auto it = std::find(names.begin(), names.end(), send.name());
+    if (it == names.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("'", send.name(), "' is not a feed of graph ",
+                                                     request.graph_handle(), " (feeds: ", absl::StrJoin(names, ", "),
+                                                     ")"));
+    }
+    const size_t f = it - names.begin();
+    if (given[f]) return absl::InvalidArgumentError(absl::StrCat("feed '", send.name(), "' is given twice"));
+    given[f] = true;
+    auto t = TensorFromProto(send.tensor());
+    if (!t.ok()) return Annotate(t.status(), absl::StrCat("feed '", send.name(), "'"));
+    (*feeds)[f] = *std::move(t);
+  }
+  for (size_t f = 0; f < given.size(); ++f) {
+    if (!given[f]) return absl::InvalidArgumentError(absl::StrCat("feed '", names[f], "' has no value"));
+  }
+  return absl::OkStatus();
+}
+
+// Indices into the registered fetches `names` of those the request asks
+// for (all of them when it names none).
+absl::Status SelectFetches(const std::vector<std::string>& names, const RunGraphRequest& request,
+                           std::vector<int>* wanted) {
+  if (request.recv_key().empty()) {
+    for (size_t i = 0; i < names.size(); ++i) wanted->push_back(static_cast<int>(i));
+    return absl::OkStatus();
+  }
+  for (const std::string& key : request.recv_key()) {
+    auto it = std::find(names.begin(), names.end(), key);
+    if (it == names.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("'", key, "' is not a fetch of graph ", request.graph_handle(),
+                                                     " (fetches: ", absl::StrJoin(names, ", "), ")"));
+    }
+    wanted->push_back(static_cast<int>(it - names.begin()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<int> GraphMgr::CheckIterations(const RunGraphRequest& request) const {
+  const int iterations = request.iterations() == 0 ? 1 : request.iterations();
+  if (iterations < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("iterations must be positive, got ", request.iterations()));
+  }
+  if (iterations > limits_.max_iterations) {
+    return absl::ResourceExhaustedError(absl::StrCat("RunGraph asks for ", iterations, " iterations, more than task ",
+                                                     task_, "'s quota (--max_iterations=", limits_.max_iterations,
+                                                     ")"));
+  }
+  int64_t last_step = 0;
+  if (__builtin_add_overflow(request.step_id(), static_cast<int64_t>(iterations - 1), &last_step)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step ids ", request.step_id(), " + ", iterations, " iterations overflow"));
+  }
+  return iterations;
+}
+
+absl::Status GraphMgr::RunIterations(Item& item, const std::vector<Tensor>& feeds, int64_t first_step,
+                                     int iterations, Rendezvous* rendezvous, std::vector<Tensor>* fetched) {
+  absl::Status status;
+  for (int i = 0; i < iterations && status.ok(); ++i) {
+    // Shutdown stops a long RunGraph between iterations, not after all of
+    // them (one atomic load per iteration).
+    if (cancelled_.load(std::memory_order_acquire)) {
+      absl::MutexLock lock(&mu_);
+      status = cancel_status_;
+      break;
+    }
+    status = item.executor->Run(feeds, fetched, first_step + i, rendezvous);
+    if (!status.ok() && iterations > 1) {
+      status = Annotate(status, absl::StrCat("iteration ", i, " (step ", first_step + i, ")"));
+    }
+  }
+  return status;
+}
+
+absl::Status GraphMgr::Run(const RunGraphRequest& request, Rendezvous* rendezvous, RunGraphResponse* response) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Item> item, Find(request.session_handle(), request.graph_handle()));
+  ASSIGN_OR_RETURN(const int iterations, CheckIterations(request));
+  std::vector<Tensor> feeds;
+  RETURN_IF_ERROR(GatherFeeds(item->feeds, request, &feeds));
+  std::vector<int> wanted;
+  RETURN_IF_ERROR(SelectFetches(item->fetches, request, &wanted));
+
+  // Known as running, so that a new master can abort it (AdoptMaster).
+  {
+    absl::MutexLock lock(&mu_);
+    running_.emplace(request.step_id(), item->handle);
+  }
+  struct Unmark {
+    GraphMgr* self;
+    int64_t step;
+    const std::string* handle;
+    ~Unmark() {
+      absl::MutexLock lock(&self->mu_);
+      auto range = self->running_.equal_range(step);
+      for (auto it = range.first; it != range.second; ++it) {
+        if (it->second == *handle) {
+          self->running_.erase(it);
+          break;
+        }
+      }
+    }
+  } unmark{this, request.step_id(), &item->handle};
+  std::vector<Tensor> fetched;
+  RETURN_IF_ERROR(RunIterations(*item, feeds, request.step_id(), iterations, rendezvous, &fetched));
+  for (int i : wanted) {
+    NamedTensorProto* out = response->add_recv();
+    out->set_name(item->fetches[i]);
+    TensorToProto(fetched[i], out->mutable_tensor());
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int64_t> GraphMgr::RunningSteps() const {
+  std::vector<int64_t> steps;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [step, handle] : running_) {
+    if (steps.empty() || steps.back() != step) steps.push_back(step);
+  }
+  return steps;
+}
+
+}  // namespace worker
+}  // namespace weft

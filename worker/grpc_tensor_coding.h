@@ -1,0 +1,57 @@
+// The wire form of a RecvTensor reply, built so that the payload is never
+// copied through a protobuf `bytes` field.
+//
+//   varint32 header_length | header | payload
+//
+// `header` is a serialized RecvTensorResponse whose tensor has dtype and shape
+// but empty content; `payload` is the tensor's row-major buffer, exactly
+// NumElements * sizeof(dtype) bytes. A dead tensor may come without a tensor.
+//
+// Sending: EncodeRecvTensorResponse returns a grpc::ByteBuffer of two slices,
+// a small copy of the header and a slice that points into the tensor's own
+// buffer and holds a reference to it until gRPC has written it out.
+// Receiving: DecodeRecvTensorResponse copies the payload straight from the
+// received slices (however gRPC split them) into a freshly allocated tensor:
+// one copy, no intermediate string. Malformed input is DATA_LOSS with what was
+// wrong, never a crash.
+//
+// Thread-safety: pure functions.
+#ifndef WEFT_WORKER_GRPC_TENSOR_CODING_H_
+#define WEFT_WORKER_GRPC_TENSOR_CODING_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/allocator.h"
+#include "common/tensor.h"
+#include "grpcpp/support/byte_buffer.h"
+
+namespace weft {
+namespace worker {
+
+// Headers above this size are rejected as corrupt (a real one is ~100 bytes).
+inline constexpr size_t kMaxRecvTensorHeaderBytes = 64 << 10;
+
+struct ReceivedTensor {
+  Tensor value;  // uninitialised for a dead tensor sent without a value
+  bool is_dead = false;
+};
+
+// The varint-prefixed header for `value`.
+std::string EncodeRecvTensorHeader(const Tensor& value, bool is_dead);
+
+// Header slice + payload slice pinning `value`'s buffer (no payload copy).
+grpc::ByteBuffer EncodeRecvTensorResponse(const Tensor& value, bool is_dead);
+
+// Decodes a reply split into arbitrary pieces (the received slices).
+absl::StatusOr<ReceivedTensor> DecodeRecvTensorResponse(absl::Span<const absl::string_view> pieces,
+                                                        Allocator* allocator = CpuAllocator());
+absl::StatusOr<ReceivedTensor> DecodeRecvTensorResponse(const grpc::ByteBuffer& buffer,
+                                                        Allocator* allocator = CpuAllocator());
+
+}  // namespace worker
+}  // namespace weft
+
+#endif  // WEFT_WORKER_GRPC_TENSOR_CODING_H_

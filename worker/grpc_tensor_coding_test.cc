@@ -1,0 +1,135 @@
+#include "worker/grpc_tensor_coding.h"
+
+#include <numeric>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "proto/worker_service.pb.h"
+
+namespace weft {
+namespace worker {
+namespace {
+
+Tensor Iota(const TensorShape& shape) {
+  Tensor t(DType::kFloat32, shape);
+  std::iota(t.data<float>(), t.data<float>() + t.NumElements(), 0.5f);
+  return t;
+}
+
+std::string Flatten(const grpc::ByteBuffer& b) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(b.Dump(&slices).ok());
+  std::string out;
+  for (const auto& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return out;
+}
+
+void ExpectSameTensor(const Tensor& a, const Tensor& b) {
+  ASSERT_EQ(a.dtype(), b.dtype());
+  ASSERT_EQ(a.shape(), b.shape());
+  EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.TotalBytes()), 0);
+}
+
+TEST(TensorCodingTest, PayloadSlicePointsAtTheTensorBufferAndPinsIt) {
+  Tensor t = Iota({3, 5});
+  {
+    grpc::ByteBuffer b = EncodeRecvTensorResponse(t, false);
+    std::vector<grpc::Slice> slices;
+    ASSERT_TRUE(b.Dump(&slices).ok());
+    ASSERT_EQ(slices.size(), 2u);
+    EXPECT_EQ(static_cast<const void*>(slices[1].begin()), t.raw_data());  // no copy
+    EXPECT_EQ(slices[1].size(), t.TotalBytes());
+    EXPECT_FALSE(t.RefCountIsOne());  // the buffer is pinned by the slice
+
+    auto got = DecodeRecvTensorResponse(b);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_FALSE(got->is_dead);
+    ExpectSameTensor(got->value, t);
+    EXPECT_FALSE(got->value.SharesBufferWith(t));
+  }
+  EXPECT_TRUE(t.RefCountIsOne());  // released with the last slice
+}
+
+TEST(TensorCodingTest, DecodesAPayloadSplitAcrossManySlices) {
+  Tensor t = Iota({1000});
+  const std::string wire = Flatten(EncodeRecvTensorResponse(t, false));
+  // Cut everywhere, header included: one-byte pieces first, then uneven ones.
+  for (size_t step : {size_t{1}, size_t{7}, size_t{333}, size_t{4096}}) {
+    std::vector<absl::string_view> pieces;
+    for (size_t at = 0; at < wire.size(); at += step) pieces.push_back(absl::string_view(wire).substr(at, step));
+    pieces.insert(pieces.begin() + 1, absl::string_view());  // empty pieces are harmless
+    auto got = DecodeRecvTensorResponse(pieces);
+    ASSERT_TRUE(got.ok()) << "step " << step << ": " << got.status();
+    ExpectSameTensor(got->value, t);
+  }
+  // The same through a ByteBuffer of several slices.
+  std::vector<grpc::Slice> slices;
+  for (size_t at = 0; at < wire.size(); at += 1000) slices.emplace_back(wire.substr(at, 1000));
+  grpc::ByteBuffer b(slices.data(), slices.size());
+  auto got = DecodeRecvTensorResponse(b);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectSameTensor(got->value, t);
+}
+
+TEST(TensorCodingTest, ScalarsEmptyTensorsOtherDtypesAndDeadTensors) {
+  for (const Tensor& t : {Tensor::Scalar<int64_t>(-3), Tensor(DType::kFloat32, {0, 4}), Tensor::Scalar<bool>(true),
+                          Tensor::Scalar<int32_t>(7)}) {
+    auto got = DecodeRecvTensorResponse(EncodeRecvTensorResponse(t, false));
+    ASSERT_TRUE(got.ok()) << got.status();
+    ExpectSameTensor(got->value, t);
+  }
+  auto dead = DecodeRecvTensorResponse(EncodeRecvTensorResponse(Tensor(), true));
+  ASSERT_TRUE(dead.ok()) << dead.status();
+  EXPECT_TRUE(dead->is_dead);
+  EXPECT_FALSE(dead->value.IsInitialized());
+}
+
+TEST(TensorCodingTest, BoolPayloadIsNormalised) {
+  std::string wire = EncodeRecvTensorHeader(Tensor(DType::kBool, {2}), false) + std::string("\x00\x05", 2);
+  auto got = DecodeRecvTensorResponse({absl::string_view(wire)});
+  ASSERT_TRUE(got.ok()) << got.status();
+  const uint8_t* bytes = static_cast<const uint8_t*>(got->value.raw_data());
+  EXPECT_EQ(bytes[0], 0);
+  EXPECT_EQ(bytes[1], 1);
+}
+
+absl::Status DecodeString(const std::string& wire) {
+  return DecodeRecvTensorResponse({absl::string_view(wire)}).status();
+}
+
+TEST(TensorCodingTest, CorruptOrShortInputIsDataLoss) {
+  Tensor t = Iota({4});
+  const std::string wire = Flatten(EncodeRecvTensorResponse(t, false));
+  const std::string header = EncodeRecvTensorHeader(t, false);
+
+  EXPECT_EQ(DecodeString("").code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeString("\x80").code(), absl::StatusCode::kDataLoss);                  // varint cut short
+  EXPECT_EQ(DecodeString("\xff\xff\xff\xff\xff\x01").code(), absl::StatusCode::kDataLoss);  // overlong varint
+  EXPECT_EQ(DecodeString(header.substr(0, header.size() - 1)).code(), absl::StatusCode::kDataLoss);  // short header
+  EXPECT_EQ(DecodeString(std::string("\x03\xff\xff\xff", 4)).code(), absl::StatusCode::kDataLoss);  // garbage header
+  absl::Status huge = DecodeString("\xff\xff\xff\x7f");
+  EXPECT_EQ(huge.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(huge.message().find("exceeds"), absl::string_view::npos) << huge;
+
+  absl::Status short_payload = DecodeString(wire.substr(0, wire.size() - 1));
+  EXPECT_EQ(short_payload.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(short_payload.message().find("needs 16 payload bytes, got 15"), absl::string_view::npos)
+      << short_payload;
+  EXPECT_EQ(DecodeString(wire + "x").code(), absl::StatusCode::kDataLoss);
+
+  // A well-formed header with nonsense in it.
+  RecvTensorResponse bad;
+  bad.mutable_tensor()->set_dtype(static_cast<DataType>(99));
+  std::string body = bad.SerializeAsString();
+  EXPECT_EQ(DecodeString(std::string(1, static_cast<char>(body.size())) + body).code(),
+            absl::StatusCode::kDataLoss);
+  bad.mutable_tensor()->set_dtype(DT_FLOAT);
+  bad.mutable_tensor()->mutable_shape()->add_dim(-1);
+  body = bad.SerializeAsString();
+  EXPECT_EQ(DecodeString(std::string(1, static_cast<char>(body.size())) + body).code(),
+            absl::StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace worker
+}  // namespace weft
