@@ -139,6 +139,10 @@ echo "$(cat "$TMP/summary.txt") -> ${OUT#"$REPO"/}"
 # without certificates.
 "$BENCH/tls_cost.sh"
 
+# What being watched costs: the same MULTI_WORKER_MIRRORED job scraped once
+# a second against no metrics port (the observability issue).
+"$BENCH/metrics_cost.sh"
+
 # The strategy benchmarks (issue 4): ring all-reduce against gloo and MPI,
 # MULTI_WORKER_MIRRORED against PyTorch DDP.
 "$BENCH/strategies.sh"

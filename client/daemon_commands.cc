@@ -105,6 +105,37 @@ absl::StatusOr<std::shared_ptr<const TransportSecurity>> DaemonSecurity(const Fl
   return TransportSecurity::ForDaemon(files, identity);
 }
 
+absl::StatusOr<std::unique_ptr<MonitoringServer>> StartMonitoring(const Flags& f, const std::string& role,
+                                                                  std::map<std::string, HttpHandler> pages) {
+  if (!f.Has("metrics_port")) {
+    for (const char* other : {"metrics_host", "metrics_port_file", "metrics_plaintext"}) {
+      if (f.Has(other)) return absl::InvalidArgumentError(absl::StrCat("--", other, " needs --metrics_port"));
+    }
+    return std::unique_ptr<MonitoringServer>();
+  }
+  auto port = f.GetInt("metrics_port", 0, 0, 65535);
+  if (!port.ok()) return port.status();
+  auto port_file = f.Has("metrics_port_file") ? absl::StatusOr<std::string>(f.Get("metrics_port_file"))
+                                              : absl::StatusOr<std::string>("");
+  if (f.Has("metrics_port_file") && port_file->empty()) {
+    return absl::InvalidArgumentError("--metrics_port_file is empty");
+  }
+  MonitoringOptions o;
+  o.host = f.Get("metrics_host", "0.0.0.0");
+  o.port = *port;
+  o.plaintext = f.GetBool("metrics_plaintext");
+  if (!f.GetBool("insecure")) {
+    o.ca_file = f.Get("ca");
+    o.cert_file = f.Get("cert");
+    o.key_file = f.Get("key");
+  }
+  auto server = MonitoringServer::Start(o, std::move(pages));
+  if (!server.ok()) return server.status();
+  if (!port_file->empty()) RETURN_IF_ERROR(WritePortFile(*port_file, (*server)->port()));
+  Logger(role)->info("metrics on {}/metrics", (*server)->url());
+  return server;
+}
+
 HealthServer::~HealthServer() { Stop(); }
 
 absl::StatusOr<std::unique_ptr<HealthServer>> HealthServer::Start(const Flags& f) {

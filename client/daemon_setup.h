@@ -5,6 +5,7 @@
 #ifndef WEFT_CLIENT_DAEMON_SETUP_H_
 #define WEFT_CLIENT_DAEMON_SETUP_H_
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -14,6 +15,7 @@
 #include "client/flags.h"
 #include "common/cluster_spec.h"
 #include "common/grpc_security.h"
+#include "common/monitoring_server.h"
 #include "proto/cluster.pb.h"
 #include "worker/worker_server.h"
 
@@ -54,6 +56,15 @@ class HealthServer {
   explicit HealthServer(std::unique_ptr<grpc::Server> server) : server_(std::move(server)) {}
   std::unique_ptr<grpc::Server> server_;
 };
+
+// The monitoring port (common/monitoring_server.h): --metrics_port (unset:
+// none; 0: any free port), --metrics_host (default 0.0.0.0),
+// --metrics_plaintext, and --metrics_port_file where the bound port is
+// reported. Serves HTTPS with the daemon's --ca/--cert/--key unless the
+// daemon is --insecure or --metrics_plaintext (loopback only). Null when
+// --metrics_port is not given. `pages` are served beside /metrics.
+absl::StatusOr<std::unique_ptr<MonitoringServer>> StartMonitoring(const Flags& f, const std::string& role,
+                                                                  std::map<std::string, HttpHandler> pages = {});
 
 // Confines datasets to --data_root and returns the opened --checkpoint_root.
 absl::StatusOr<std::string> ConfineFiles(const Flags& f);

@@ -141,6 +141,17 @@ absl::Status MasterClient::CancelJob(const std::string& job_id) {
   });
 }
 
+absl::StatusOr<TraceJobResponse> MasterClient::TraceJob(const std::string& job_id, int steps) {
+  TraceJobRequest req;
+  req.set_job_id(job_id);
+  req.set_steps(steps);
+  TraceJobResponse resp;
+  RETURN_IF_ERROR(Call(absl::Seconds(90), [&](grpc::ClientContext* ctx, std::function<void(grpc::Status)> cb) {
+    stub_->async()->TraceJob(ctx, &req, &resp, std::move(cb));
+  }));
+  return resp;
+}
+
 absl::Status MasterClient::WatchJob(const std::string& job_id,
                                     const std::function<void(const JobStatus&)>& on_status) {
   // No deadline: the stream lasts as long as the job. Keepalive on the

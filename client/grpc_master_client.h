@@ -52,6 +52,9 @@ class MasterClient {
   absl::StatusOr<JobStatus> GetJob(const std::string& job_id);
   absl::StatusOr<std::vector<JobStatus>> ListJobs();
   absl::Status CancelJob(const std::string& job_id);
+  // `weft trace`: the job's next `steps` steps as Chrome trace JSON. Waits
+  // up to 90 s (the master records for at most a minute).
+  absl::StatusOr<TraceJobResponse> TraceJob(const std::string& job_id, int steps);
   // Calls `on_status` on this thread with each status the master sends (the
   // current one first) and returns when the stream ends: OK after the job's
   // terminal status, NOT_FOUND for an unknown job, or the transport's error.

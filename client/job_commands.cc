@@ -1,5 +1,7 @@
 #include "client/job_commands.h"
 
+#include "common/env.h"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -82,6 +85,7 @@ std::string StatusLine(const JobStatus& s) {
   if (s.test_accuracy() >= 0 && Terminal(s.state())) absl::StrAppendFormat(&line, " test accuracy %.4f", s.test_accuracy());
   if (s.state() == RECOVERING && !s.failed_task().empty()) absl::StrAppend(&line, " failed task ", s.failed_task());
   if (s.restarts() > 0) absl::StrAppend(&line, " restarts ", s.restarts());
+  if (s.diagnosis_active()) absl::StrAppend(&line, " stalled");
   if (!s.error().empty()) absl::StrAppend(&line, " error: ", s.error());
   return line;
 }
@@ -90,7 +94,7 @@ std::string StatusLine(const JobStatus& s) {
 // the recovery fields added.
 std::string StatusJson(const JobStatus& s) {
   std::string json = ResultFromStatus(s).ToJson();
-  json.insert(json.rfind('}'), absl::StrCat(", ", RecoveryJsonFields(s)));
+  json.insert(json.rfind('}'), absl::StrCat(", ", RecoveryJsonFields(s), ", ", StepTimeJsonFields(s)));
   return json;
 }
 
@@ -199,12 +203,11 @@ int FollowJob(MasterClient* client, const std::string& job_id, bool json, absl::
   int32_t recovered_shown = 0;  // the restarts a "recovered" line was printed for
   auto on_status = [&](const JobStatus& st) {
     outage.Answered();
-    const JobState before = last.state();
-    const int32_t restarts_before = last.restarts();
-    last = st;
-    if (st.state() == RECOVERING && (before != RECOVERING || st.restarts() != restarts_before)) {
+    const JobStatus previous = std::exchange(last, st);
+    if (st.diagnosis_active() && !previous.diagnosis_active()) display.Notice("stalled: " + st.diagnosis());
+    if (st.state() == RECOVERING && (previous.state() != RECOVERING || st.restarts() != previous.restarts())) {
       display.Notice(RecoveringLine(st));
-    } else if (st.state() == RUNNING && (before == RECOVERING || st.restarts() > recovered_shown)) {
+    } else if (st.state() == RUNNING && (previous.state() == RECOVERING || st.restarts() > recovered_shown)) {
       // The second case: a restarted master resumed the job before this
       // client saw it recovering.
       display.Notice(RecoveredLine(st));
@@ -327,7 +330,7 @@ int RunStatusCommand(int argc, char** argv) {
   if (c->json) {
     std::printf("%s\n", StatusJson(*st).c_str());
   } else {
-    std::printf("%s\n%s", StatusLine(*st).c_str(), RecoveryDetails(*st).c_str());
+    std::printf("%s\n%s%s", StatusLine(*st).c_str(), RecoveryDetails(*st).c_str(), StepTimeDetails(*st).c_str());
   }
   return 0;
 }
@@ -338,6 +341,23 @@ int RunCancelCommand(int argc, char** argv) {
   if (c->flags.args().size() != 1) return Usage("cancel", "expected one job id");
   if (absl::Status s = c->client->CancelJob(c->flags.args()[0]); !s.ok()) return Error(s);
   std::printf("cancelled %s\n", c->flags.args()[0].c_str());
+  return 0;
+}
+
+int RunTraceCommand(int argc, char** argv) {
+  auto c = Connect(argc, argv, {}, {"steps", "out"});
+  if (!c.ok()) return Usage("trace", std::string(c.status().message()));
+  if (c->flags.args().size() != 1) return Usage("trace", "expected one job id");
+  auto steps = c->flags.GetInt("steps", 5, 1, 100);
+  if (!steps.ok()) return Usage("trace", std::string(steps.status().message()));
+  const std::string out = c->flags.Get("out", "trace.json");
+  if (out.empty()) return Usage("trace", "--out needs a file name");
+  auto trace = c->client->TraceJob(c->flags.args()[0], *steps);
+  if (!trace.ok()) return Error(trace.status());
+  const absl::string_view json = trace->trace_json();
+  if (absl::Status s = WriteFileAtomically(Env::Default(), out, {json}); !s.ok()) return Error(s);
+  std::fprintf(stderr, "wrote %s: %d step(s), %d spans; open it in Perfetto (ui.perfetto.dev) or chrome://tracing\n",
+               out.c_str(), trace->steps(), trace->spans());
   return 0;
 }
 

@@ -24,6 +24,9 @@ int RunSubmitCommand(int argc, char** argv);
 int RunJobsCommand(int argc, char** argv);
 int RunStatusCommand(int argc, char** argv);
 int RunCancelCommand(int argc, char** argv);
+// `weft trace ID [--steps=N] [--out=FILE]`: the job's next N steps on every
+// task as Chrome trace JSON (master/trace_merge.h).
+int RunTraceCommand(int argc, char** argv);
 int RunDevicesCommand(int argc, char** argv);
 
 // Watches `job_id` to its end with a progress display on stderr, then prints

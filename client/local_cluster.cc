@@ -60,6 +60,14 @@ absl::Status StartTask(const LocalClusterOptions& o, const std::string& name, st
   if (!o.log_level.empty()) argv.push_back("--log_level=" + o.log_level);
   argv.push_back("--checkpoint_root=" + o.checkpoint_root);
   argv.push_back("--data_root=" + o.data_root);
+  if (o.metrics_port >= 0) {
+    const std::string port_file = absl::StrCat(o.log_dir, "/", job_name, "-", index, ".metrics_port");
+    std::remove(port_file.c_str());
+    argv.push_back(absl::StrCat("--metrics_port=", job_name == "master" ? o.metrics_port : 0));
+    argv.push_back("--metrics_host=127.0.0.1");
+    argv.push_back("--metrics_port_file=" + port_file);
+    if (o.metrics_plaintext) argv.push_back("--metrics_plaintext");
+  }
   t.argv = argv;
   RETURN_IF_ERROR(t.process->Start(argv, t.log));
   t.started = absl::Now();

@@ -50,6 +50,12 @@ struct LocalClusterOptions {
   int ps = 0;
   int cpu_devices = 1;
   int gpus = -1;
+  // Monitoring ports (`weft local --metrics_port=P`): -1 none; else the
+  // master's is P (0: any free port) and every task's any free port, each
+  // on 127.0.0.1, reported in DIR/<name>.metrics_port (name "master-0",
+  // "worker-1"). `metrics_plaintext`: plain HTTP instead of HTTPS.
+  int metrics_port = -1;
+  bool metrics_plaintext = false;
   // Identity ("master", "worker-0") -> its --ca/--cert/--key flags; a task
   // missing here runs --insecure.
   std::map<std::string, std::vector<std::string>> tls_flags;

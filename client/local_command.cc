@@ -24,6 +24,7 @@
 #include "client/job_commands.h"
 #include "job/job_spec.h"
 #include "client/local_cluster.h"
+#include "client/port_file.h"
 #include "client/grpc_master_client.h"
 #include "client/subprocess.h"
 #include "common/certs.h"
@@ -55,8 +56,8 @@ int Usage(absl::string_view message) {
 int ParseLocalFlags(int argc, char** argv, LocalRun* run) {
   auto f = Flags::Parse(argc, argv, 2,
                         {"workers", "ps", "cpu_devices", "gpus", "output", "log_dir", "log_level", "max_restarts",
-                         "resume_from", "master_wait_seconds", "checkpoint_root", "data_root"},
-                        {"insecure"});
+                         "resume_from", "master_wait_seconds", "checkpoint_root", "data_root", "metrics_port"},
+                        {"insecure", "metrics_plaintext"});
   if (!f.ok()) return Usage(f.status().message());
   auto workers = f->GetInt("workers", 1, 1, 64);
   auto ps = f->GetInt("ps", 0, 0, 64);
@@ -87,6 +88,14 @@ int ParseLocalFlags(int argc, char** argv, LocalRun* run) {
   c.data_root = f->Get("data_root", kDefaultDataRoot);
   c.log_level = f->Get("log_level");
   c.log_dir = f->Get("log_dir");
+  if (f->Has("metrics_port")) {
+    auto metrics_port = f->GetInt("metrics_port", 0, 0, 65535);
+    if (!metrics_port.ok()) return Usage(metrics_port.status().message());
+    c.metrics_port = *metrics_port;
+  } else if (f->GetBool("metrics_plaintext")) {
+    return Usage("--metrics_plaintext needs --metrics_port");
+  }
+  c.metrics_plaintext = f->GetBool("metrics_plaintext");
   run->max_restarts = *max_restarts;
   run->master_wait = absl::Seconds(*master_wait);
   run->json = output == "json";
@@ -261,6 +270,14 @@ int RunLocalCommand(int argc, char** argv) {
   if (!c.tls_flags.empty()) {
     std::fprintf(stderr, "weft local: mTLS; as its admin: WEFT_CA=%s/tls/ca.crt WEFT_CERT=%s/tls/local.crt "
                  "WEFT_KEY=%s/tls/local.key\n", c.log_dir.c_str(), c.log_dir.c_str(), c.log_dir.c_str());
+  }
+  if (c.metrics_port >= 0) {
+    auto port = ReadPortFile(c.log_dir + "/master-0.metrics_port");
+    if (port.ok()) {
+      std::fprintf(stderr, "weft local: dashboard and metrics at %s://127.0.0.1:%d/ (each task's /metrics: "
+                   "%s/*.metrics_port)\n", c.metrics_plaintext || run.insecure ? "http" : "https", *port,
+                   c.log_dir.c_str());
+    }
   }
   Supervisor supervisor(&tasks, run.max_restarts, c.log_dir + "/tasks.txt");
   supervisor.Start();

@@ -7,6 +7,7 @@
 #include "client/daemon_setup.h"
 #include "client/flags.h"
 #include "client/port_file.h"
+#include "master/dashboard.h"
 #include "common/logging.h"
 #include "common/token_table.h"
 #include "master/master_server.h"
@@ -61,6 +62,15 @@ int ParseMasterFlags(const Flags& f, master::MasterServerOptions* opts, std::str
   auto queued = f.GetInt("max_queued_jobs", opts->max_queued_jobs, 0, 1 << 20);
   if (!queued.ok()) return Usage("master", queued.status().message());
   opts->max_queued_jobs = *queued;
+  // A step is stalled after max(factor x the recent median, seconds).
+  master::StepWatchOptions& watch = opts->step_watch;
+  auto stall_after = f.GetInt("stall_after_seconds", absl::ToInt64Seconds(watch.floor), 1, 86400);
+  auto stall_factor = f.GetInt("stall_factor", static_cast<int>(watch.factor), 2, 10000);
+  if (!stall_after.ok() || !stall_factor.ok()) {
+    return Usage("master", (stall_after.ok() ? stall_factor : stall_after).status().message());
+  }
+  watch.floor = absl::Seconds(*stall_after);
+  watch.factor = *stall_factor;
   opts->cluster = daemon::WithoutJob(config->cluster, config->task.job.empty() ? "master" : config->task.job);
   // Without it, jobs are kept in memory and forgotten on restart.
   opts->state_dir = f.Get("state_dir");
@@ -83,8 +93,9 @@ int RunMasterCommand(int argc, char** argv) {
   auto f = Flags::Parse(argc, argv, 2,
                         {"cluster", "task", "listen", "port", "port_file", "log_level", "state_dir", "ca", "cert",
                          "key", "health_port", "auth_tokens_file", "checkpoint_root", "data_root", "memory_limit",
-                         "max_message_bytes", "max_running_jobs", "max_queued_jobs"},
-                        {"insecure"});
+                         "max_message_bytes", "max_running_jobs", "max_queued_jobs", "metrics_port", "metrics_host",
+                         "metrics_port_file", "stall_after_seconds", "stall_factor"},
+                        {"insecure", "metrics_plaintext"});
   if (!f.ok()) return Usage("master", f.status().message());
   master::MasterServerOptions opts;
   std::string port_file;
@@ -117,6 +128,10 @@ int RunMasterCommand(int argc, char** argv) {
   log->info("master serving on {}", (*server)->address());
   auto health = daemon::HealthServer::Start(*f);
   absl::Status started = health.status();
+  absl::StatusOr<std::unique_ptr<MonitoringServer>> monitoring = std::unique_ptr<MonitoringServer>();
+  master::MonitoringPages pages((*server)->master(), (*server)->address());
+  if (started.ok()) monitoring = daemon::StartMonitoring(*f, "master", pages.Pages());
+  if (started.ok()) started = monitoring.status();
   if (started.ok() && !port_file.empty()) started = WritePortFile(port_file, (*server)->port());
   if (!started.ok()) {
     log->error("cannot start: {}", std::string(started.message()));

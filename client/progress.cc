@@ -24,9 +24,15 @@ std::string Rate(double r) {
 
 bool HasCheckpoint(const JobStatus& s) { return !s.checkpoint_path().empty() && s.checkpoint_step() >= 0; }
 
-std::string FailureTime(const JobStatus& s) {
-  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::FromUnixMillis(s.failure_time_unix_ms()),
-                          absl::UTCTimeZone());
+std::string UtcTime(int64_t unix_ms) {
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::FromUnixMillis(unix_ms), absl::UTCTimeZone());
+}
+
+std::string FailureTime(const JobStatus& s) { return UtcTime(s.failure_time_unix_ms()); }
+
+// A step time: "12.3 ms", "1.25 s".
+std::string StepSeconds(double seconds) {
+  return seconds < 1 ? absl::StrFormat("%.1f ms", seconds * 1000) : absl::StrFormat("%.2f s", seconds);
 }
 
 }  // namespace
@@ -126,6 +132,42 @@ std::string RecoveryDetails(const JobStatus& s) {
   if (s.restarts() > 0 || s.steps_lost() > 0) absl::StrAppend(&out, "  steps lost: ", s.steps_lost(), "\n");
   if (s.recovery_seconds() > 0) absl::StrAppend(&out, absl::StrFormat("  recovery: %.1f s\n", s.recovery_seconds()));
   return out;
+}
+
+std::string StepTimeDetails(const JobStatus& s) {
+  std::string out;
+  if (s.task_step_time_size() > 0) {
+    size_t width = 4;
+    for (const TaskStepTime& t : s.task_step_time()) width = std::max(width, t.task().size());
+    const int w = static_cast<int>(width);
+    absl::StrAppendFormat(&out, "  step time per task:\n    %-*s %10s %10s %6s\n", w, "task", "p50", "p99", "steps");
+    for (const TaskStepTime& t : s.task_step_time()) {
+      absl::StrAppendFormat(&out, "    %-*s %10s %10s %6d%s\n", w, t.task(), StepSeconds(t.p50_seconds()),
+                            StepSeconds(t.p99_seconds()), t.steps(), t.straggler() ? "  straggler" : "");
+    }
+  }
+  if (!s.diagnosis().empty()) {
+    if (s.diagnosis_active()) {
+      absl::StrAppend(&out, "  stalled: ", s.diagnosis(), "\n");
+    } else {
+      absl::StrAppend(&out, "  last stall: ", s.diagnosis(), " (at ", UtcTime(s.diagnosis_time_unix_ms()), ")\n");
+    }
+  }
+  return out;
+}
+
+std::string StepTimeJsonFields(const JobStatus& s) {
+  std::string times;
+  for (const TaskStepTime& t : s.task_step_time()) {
+    absl::StrAppendFormat(&times, "%s{\"task\": %s, \"p50_seconds\": %.6f, \"p99_seconds\": %.6f, \"steps\": %d, "
+                          "\"straggler\": %s}",
+                          times.empty() ? "" : ", ", JsonString(t.task()), t.p50_seconds(), t.p99_seconds(), t.steps(),
+                          t.straggler() ? "true" : "false");
+  }
+  return absl::StrFormat("\"task_step_time\": [%s], \"diagnosis\": %s, \"diagnosis_active\": %s, "
+                         "\"diagnosis_time_unix_ms\": %d",
+                         times, JsonString(s.diagnosis()), s.diagnosis_active() ? "true" : "false",
+                         s.diagnosis_time_unix_ms());
 }
 
 std::string RecoveryJsonFields(const JobStatus& s) {

@@ -6,7 +6,8 @@
 // every epoch's end, so logs stay short.
 //
 // Also the text of a job's failures and recoveries (RecoveringLine,
-// RecoveredLine, RecoveryDetails, RecoveryJsonFields), which `weft submit
+// RecoveredLine, RecoveryDetails, RecoveryJsonFields) and of its step times
+// and stalls (StepTimeDetails, StepTimeJsonFields), which `weft submit
 // --follow` and `weft status` print.
 //
 // Thread-safety: ProgressDisplay is not thread-safe; the functions are.
@@ -58,6 +59,17 @@ std::string RecoveryDetails(const JobStatus& s);
 // when there is no checkpoint): `"restarts": 1, "failed_task": ...` with no
 // braces, for appending to an object.
 std::string RecoveryJsonFields(const JobStatus& s);
+
+// `weft status`'s lines on stragglers and stalls (docs/observability.md):
+// each task's recent step time (p50, p99, a straggler marked) and the hang
+// diagnosis, "  stalled: <line>" while its step still runs, else
+// "  last stall: <line> (at TIME)"; empty when the master has neither.
+std::string StepTimeDetails(const JobStatus& s);
+// The same as JSON members, always present: `"task_step_time": [{"task":
+// ..., "p50_seconds": ..., "p99_seconds": ..., "steps": ..., "straggler":
+// ...}], "diagnosis": ..., "diagnosis_active": ..., "diagnosis_time_unix_ms":
+// ...`, for appending to an object.
+std::string StepTimeJsonFields(const JobStatus& s);
 
 }  // namespace weft
 

@@ -148,5 +148,54 @@ TEST(ProgressTest, StatusJsonCarriesEveryRecoveryField) {
   EXPECT_TRUE(absl::StrContains(json, "\"failed_task\": \"\",")) << json;
 }
 
+JobStatus StalledStatus() {
+  JobStatus s;
+  s.set_state(RUNNING);
+  TaskStepTime* a = s.add_task_step_time();
+  a->set_task("/job:worker/task:0");
+  a->set_p50_seconds(0.0123);
+  a->set_p99_seconds(0.0401);
+  a->set_steps(128);
+  TaskStepTime* b = s.add_task_step_time();
+  b->set_task("/job:worker/task:1");
+  b->set_p50_seconds(1.5);
+  b->set_p99_seconds(2.25);
+  b->set_steps(9);
+  b->set_straggler(true);
+  s.set_diagnosis("step 812 (41 s; median 12 ms) waits on worker:1: it did not answer within 2.0 s");
+  s.set_diagnosis_active(true);
+  s.set_diagnosis_time_unix_ms(1700000000123);
+  return s;
+}
+
+TEST(ProgressTest, StatusShowsEachTasksStepTimeAndTheStall) {
+  JobStatus s = StalledStatus();
+  EXPECT_EQ(StepTimeDetails(s),
+            "  step time per task:\n"
+            "    task                      p50        p99  steps\n"
+            "    /job:worker/task:0    12.3 ms    40.1 ms    128\n"
+            "    /job:worker/task:1     1.50 s     2.25 s      9  straggler\n"
+            "  stalled: step 812 (41 s; median 12 ms) waits on worker:1: it did not answer within 2.0 s\n");
+  s.clear_task_step_time();
+  s.set_diagnosis_active(false);
+  EXPECT_EQ(StepTimeDetails(s),
+            "  last stall: step 812 (41 s; median 12 ms) waits on worker:1: it did not answer within 2.0 s (at "
+            "2023-11-14 22:13:20 UTC)\n");
+  EXPECT_EQ(StepTimeDetails(JobStatus()), "");
+}
+
+TEST(ProgressTest, StatusJsonCarriesStepTimesAndTheDiagnosis) {
+  const std::string json = StepTimeJsonFields(StalledStatus());
+  EXPECT_TRUE(absl::StrContains(json,
+                                "\"task_step_time\": [{\"task\": \"/job:worker/task:0\", \"p50_seconds\": 0.012300, "
+                                "\"p99_seconds\": 0.040100, \"steps\": 128, \"straggler\": false}, {"))
+      << json;
+  EXPECT_TRUE(absl::StrContains(json, "\"straggler\": true}], \"diagnosis\": \"step 812 (41 s;")) << json;
+  EXPECT_TRUE(absl::StrContains(json, "\"diagnosis_active\": true, \"diagnosis_time_unix_ms\": 1700000000123"))
+      << json;
+  EXPECT_EQ(StepTimeJsonFields(JobStatus()),
+            "\"task_step_time\": [], \"diagnosis\": \"\", \"diagnosis_active\": false, \"diagnosis_time_unix_ms\": 0");
+}
+
 }  // namespace
 }  // namespace weft

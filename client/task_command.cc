@@ -1,6 +1,9 @@
 // `weft worker` and `weft ps`: one task of the cluster (client/daemon_commands.h).
 #include <algorithm>
 #include <memory>
+#include <set>
+#include <utility>
+#include <vector>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -9,10 +12,13 @@
 #include "client/daemon_setup.h"
 #include "client/flags.h"
 #include "client/port_file.h"
+#include "common/allocator.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "common/status_macros.h"
 #include "graph/device_name.h"
 #include "ps/ps_service.h"
+#include "runtime/device.h"
 #include "worker/worker_server.h"
 
 namespace weft {
@@ -132,6 +138,28 @@ void Drain(worker::WorkerServer* server, absl::Duration drain, int sig, const st
   }
 }
 
+// Allocator gauges, read at each scrape: bytes of live buffers and bytes
+// kept for reuse, per allocator (the CPU devices share one: "cpu").
+void RegisterAllocatorMetrics(worker::Worker* w) {
+  auto stats = [w](bool cached) {
+    std::vector<std::pair<metrics::Labels, double>> out;
+    std::set<const Allocator*> seen;
+    for (Device* d : w->devices()) {
+      Allocator* a = d->allocator();
+      if (!seen.insert(a).second) continue;
+      const Allocator::Stats st = a->GetStats();
+      out.push_back({{a == CpuAllocator() ? "cpu" : d->name()},
+                     static_cast<double>(cached ? st.bytes_cached : st.bytes_in_use)});
+    }
+    return out;
+  };
+  metrics::Registry& r = metrics::Registry::Default();
+  r.AddGaugeCallback("weft_allocator_bytes_in_use", "Bytes of live tensor buffers, per allocator.", {"allocator"},
+                     [stats] { return stats(false); });
+  r.AddGaugeCallback("weft_allocator_bytes_cached", "Bytes of freed buffers kept for reuse, per allocator.",
+                     {"allocator"}, [stats] { return stats(true); });
+}
+
 }  // namespace
 
 int RunTaskCommand(int argc, char** argv, const char* job) {
@@ -140,8 +168,8 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
                          "cpu_devices", "gpus", "log_level", "drain_seconds", "ca", "cert", "key", "health_port",
                          "checkpoint_root", "data_root", "memory_limit", "max_message_bytes", "max_sessions",
                          "max_graphs", "max_graphs_per_session", "max_iterations", "max_live_steps",
-                         "max_pending_collective_bytes"},
-                        {"insecure"});
+                         "max_pending_collective_bytes", "metrics_port", "metrics_host", "metrics_port_file"},
+                        {"insecure", "metrics_plaintext"});
   if (!f.ok()) return Usage(job, f.status().message());
   TaskFlags t;
   if (int rc = ParseTaskFlags(*f, job, &t); rc != 0) return rc;
@@ -170,8 +198,12 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
   }
   log->info("{} serving on {} (cluster {})", (*server)->task(), (*server)->address(),
             t.config.cluster.job_size() > 0 ? ClusterToFlag(t.config.cluster) : "to come from the master");
+  RegisterAllocatorMetrics((*server)->worker());
   auto health = daemon::HealthServer::Start(*f);
   absl::Status started = health.status();
+  absl::StatusOr<std::unique_ptr<MonitoringServer>> monitoring = std::unique_ptr<MonitoringServer>();
+  if (started.ok()) monitoring = daemon::StartMonitoring(*f, job);
+  if (started.ok()) started = monitoring.status();
   // Last: whoever reads the port may call at once.
   if (started.ok() && !t.port_file.empty()) started = WritePortFile(t.port_file, (*server)->port());
   if (!started.ok()) {

@@ -62,6 +62,7 @@ constexpr char kUsage[] =
     "jobs (master from --master=HOST:PORT or $WEFT_MASTER):\n"
     "  submit JOB [--follow] [--output=text|json] [--resume_from=DIR] [--master_wait_seconds=S]\n"
     "  jobs | status ID | cancel ID | devices\n"
+    "  trace ID [--steps=N] [--out=trace.json]  the next N steps on every task, for Perfetto\n"
     "  credentials: --ca=FILE with --cert=FILE --key=FILE or --token_file=FILE\n"
     "  ($WEFT_CA, $WEFT_CERT, $WEFT_KEY, $WEFT_TOKEN_FILE), or --insecure\n"
     "\n"
@@ -181,6 +182,7 @@ int main(int argc, char** argv) {
   if (cmd == "jobs") return RunJobsCommand(argc, argv);
   if (cmd == "status") return RunStatusCommand(argc, argv);
   if (cmd == "cancel") return RunCancelCommand(argc, argv);
+  if (cmd == "trace") return RunTraceCommand(argc, argv);
   if (cmd == "devices") return RunDevicesCommand(argc, argv);
   if (cmd == "checkpoints") return RunCheckpointsCommand(argc, argv);
   if (cmd == "certs") return RunCertsCommand(argc, argv);

@@ -1,5 +1,10 @@
 #include "common/grpc_util.h"
 
+#include <memory>
+#include <vector>
+
+#include "common/grpc_metrics.h"
+
 #include <atomic>
 #include <chrono>
 
@@ -90,6 +95,10 @@ void ConfigureServer(grpc::ServerBuilder* builder) {
   // already in use binds it too and the kernel splits connections between
   // the two: a peer's call can reach the wrong task. One port, one daemon.
   builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Every RPC counted and timed by method and code (/metrics).
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(NewServerMetricsInterceptorFactory());
+  builder->experimental().SetInterceptorCreators(std::move(interceptors));
 }
 
 void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {

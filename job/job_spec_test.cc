@@ -93,6 +93,38 @@ TEST(JobFileTest, CheckpointAndRecoveryPoliciesAreChecked) {
   }
 }
 
+TEST(JobFileTest, SummaryPolicyIsChecked) {
+  const std::string base = "batch_size: 2 epochs: 1 model {} dataset { dir: 'd' } ";
+  struct Case {
+    std::string text;
+    const char* expect;  // "" when valid
+  } cases[] = {
+      {base + "summary { dir: 'tb' every_steps: 10 }", ""},
+      {base + "summary { dir: '/ckpt/tb' }", ""},  // every_steps 0: the default
+      {base + "summary { every_steps: 10 }", "summary.dir is empty"},
+      {base + "summary {}", "summary.dir is empty"},
+      {base + "summary { dir: 'tb' every_steps: -1 }", "summary.every_steps cannot be negative, got -1"},
+      {base + "summary { dir: 'tb/../../etc' }", "summary.dir 'tb/../../etc' must not contain '..'"},
+      {base + "summary { dir: '..' }", "must not contain '..'"},
+  };
+  for (const Case& c : cases) {
+    auto job = ParseJob(c.text, "case");
+    ASSERT_TRUE(job.ok()) << c.text << ": " << job.status();
+    absl::Status s = ValidateJob(*job);
+    if (*c.expect == '\0') {
+      EXPECT_TRUE(s.ok()) << c.text << " -> " << s;
+    } else {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.text << " -> " << s;
+      EXPECT_TRUE(absl::StrContains(s.message(), c.expect)) << c.text << " -> " << s;
+    }
+  }
+  // No summary message at all: no event files, nothing to check.
+  auto none = ParseJob(base, "case");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_summary());
+  EXPECT_TRUE(ValidateJob(*none).ok());
+}
+
 // Moved here from the master's Submit: the same codes and texts, now also
 // for the CLI.
 TEST(JobFileTest, StrategySettingsThatNeedNoClusterAreChecked) {

@@ -52,6 +52,29 @@ absl::Status ValidateCheckpointPolicy(const JobSpec& job) {
   return absl::OkStatus();
 }
 
+// The summary directory is a name under the checkpoint root, like
+// checkpoint.dir; the master confines it (master/job_summaries.h).
+absl::Status ValidateSummaryPolicy(const JobSpec& job) {
+  if (!job.has_summary()) return absl::OkStatus();
+  const SummaryPolicy& sp = job.summary();
+  if (sp.every_steps() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job: summary.every_steps cannot be negative, got ", sp.every_steps()));
+  }
+  if (sp.dir().empty()) {
+    return absl::InvalidArgumentError(
+        "job: summary.dir is empty; name the directory for the TensorBoard event files (under the checkpoint root)");
+  }
+  for (absl::string_view part : absl::StrSplit(sp.dir(), '/')) {
+    if (part == "..") {
+      return absl::InvalidArgumentError(absl::StrCat("job: summary.dir '", sp.dir(),
+                                                     "' must not contain '..' (it names a directory under the "
+                                                     "checkpoint root)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateRecoveryPolicy(const RecoveryPolicy& rp) {
   if (rp.task_wait_seconds() < 0 || rp.heartbeat_ms() < 0 || rp.heartbeat_timeout_ms() < 0 || rp.max_restarts() < -1) {
     return absl::InvalidArgumentError(
@@ -75,6 +98,7 @@ absl::Status ValidateJob(const JobSpec& job) {
   RETURN_IF_ERROR(ValidateDataset(job));
   if (job.intra_op_threads() < 0) return absl::InvalidArgumentError("job: intra_op_threads cannot be negative");
   RETURN_IF_ERROR(ValidateCheckpointPolicy(job));
+  RETURN_IF_ERROR(ValidateSummaryPolicy(job));
   RETURN_IF_ERROR(ValidateRecoveryPolicy(job.recovery()));
   return ValidateStrategySpec(job);
 }

@@ -1,5 +1,7 @@
 #include "master/checkpointer.h"
 
+#include "common/metrics.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -224,6 +226,28 @@ absl::StatusOr<std::vector<std::string>> Checkpointer::ShardOwners(const std::st
   return owners;
 }
 
+namespace {
+
+// The master's checkpoint series (docs/observability.md).
+void RecordCheckpointMetrics(double seconds, uint64_t bytes) {
+  static metrics::Histogram* const duration =
+      metrics::Registry::Default()
+          .AddHistogram("weft_checkpoint_duration_seconds",
+                        "Time to write a checkpoint: every shard, their check and the manifest.", {})
+          ->With({});
+  static metrics::Counter* const written =
+      metrics::Registry::Default()
+          .AddCounter("weft_checkpoint_written_bytes_total", "Bytes of checkpoint shards written.")
+          ->With({});
+  static metrics::Counter* const saves =
+      metrics::Registry::Default().AddCounter("weft_checkpoints_total", "Checkpoints written.")->With({});
+  duration->Observe(seconds);
+  written->Increment(static_cast<double>(bytes));
+  saves->Increment();
+}
+
+}  // namespace
+
 absl::StatusOr<ps::CheckpointEntry> Checkpointer::Save(const std::string& session_handle, int64_t step,
                                                        const std::vector<std::string>& holders) {
   if (!enabled()) return absl::FailedPreconditionError(absl::StrCat("job '", job_name_, "' has no checkpoint dir"));
@@ -276,6 +300,7 @@ absl::StatusOr<ps::CheckpointEntry> Checkpointer::Save(const std::string& sessio
   RETURN_IF_ERROR(ps::VerifyCheckpoint(env_, dir, manifest));
   RETURN_IF_ERROR(ps::WriteManifest(env_, dir, manifest));
   last_save_micros_ = env_->NowMicros();
+  RecordCheckpointMetrics(absl::ToDoubleSeconds(absl::Now() - started), bytes);
   Logger("master")->info("job '{}': checkpoint of step {} in {} ({} shard(s), {} bytes, {:.0f} ms)", job_name_, step,
                          dir, owners.size(), bytes, absl::ToDoubleMilliseconds(absl::Now() - started));
   const int keep = EffectiveCheckpointKeep(policy_);

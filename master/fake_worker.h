@@ -39,6 +39,10 @@ class FakeWorker : public WorkerInterface {
   void CleanupStepAsync(const CleanupStepRequest*, CleanupStepResponse*, StatusCallback done) override {
     done(Unimplemented("CleanupStep"));
   }
+  void GetStepStateAsync(const GetStepStateRequest*, GetStepStateResponse*, absl::Duration,
+                         StatusCallback done) override {
+    done(Unimplemented("GetStepState"));
+  }
 
  protected:
   absl::Status Unimplemented(const char* rpc) const {

@@ -219,6 +219,11 @@ grpc::ServerUnaryReactor* GrpcMasterService::CancelJob(grpc::CallbackServerConte
   return Unary(ctx, auth_, "MasterService.CancelJob", request, response, master_, &Master::CancelJobAsync);
 }
 
+grpc::ServerUnaryReactor* GrpcMasterService::TraceJob(grpc::CallbackServerContext* ctx,
+                                                      const TraceJobRequest* request, TraceJobResponse* response) {
+  return Unary(ctx, auth_, "MasterService.TraceJob", request, response, master_, &Master::TraceJobAsync);
+}
+
 grpc::ServerWriteReactor<JobStatus>* GrpcMasterService::WatchJob(grpc::CallbackServerContext* ctx,
                                                                  const WatchJobRequest* request) {
   constexpr char kWhat[] = "MasterService.WatchJob";

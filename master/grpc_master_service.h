@@ -55,6 +55,8 @@ class GrpcMasterService final : public MasterService::CallbackService {
                                      ListJobsResponse* response) override;
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx, const CancelJobRequest* request,
                                       CancelJobResponse* response) override;
+  grpc::ServerUnaryReactor* TraceJob(grpc::CallbackServerContext* ctx, const TraceJobRequest* request,
+                                     TraceJobResponse* response) override;
   grpc::ServerWriteReactor<JobStatus>* WatchJob(grpc::CallbackServerContext* ctx,
                                                 const WatchJobRequest* request) override;
 

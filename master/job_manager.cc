@@ -1,5 +1,7 @@
 #include "master/job_manager.h"
 
+#include "master/trace_merge.h"
+
 #include <algorithm>
 #include <thread>
 #include <utility>
@@ -16,6 +18,7 @@
 #include "job/job_spec.h"
 #include "master/job_manager_internal.h"
 #include "master/job_runner.h"
+#include "master/job_summaries.h"
 
 namespace weft {
 namespace master {
@@ -140,6 +143,8 @@ JobRunnerOptions JobManager::RunnerOptions(Job* job, const std::string& owner) {
   o.checkpoint_root = options_.checkpoint_root;
   o.owner = owner;
   o.update_status = [this, job](const std::function<void(JobStatus*)>& update) { Update(job, update, /*force=*/true); };
+  o.amend_status = [this, job](const std::function<void(JobStatus*)>& update) { Update(job, update, /*force=*/false); };
+  o.step_watch = options_.step_watch;
   return o;
 }
 
@@ -157,6 +162,7 @@ absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec, const std::s
     }
     RETURN_IF_ERROR(ValidateJob(as_absolute));
     RETURN_IF_ERROR(CheckCheckpointPolicy(*options_.checkpoint_root, spec.checkpoint(), owner));
+    RETURN_IF_ERROR(CheckSummaryPolicy(*options_.checkpoint_root, spec, owner));
   } else {
     RETURN_IF_ERROR(ValidateJob(spec));
   }
@@ -299,6 +305,32 @@ absl::StatusOr<std::unique_ptr<JobWatch>> JobManager::Watch(const std::string& j
   }));
 }
 
+absl::StatusOr<TraceJobResponse> JobManager::Trace(const std::string& job_id, int steps, absl::Duration timeout) {
+  std::shared_ptr<Job> job = Find(job_id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  if (job->runner == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " does not run: nothing to trace"));
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<TraceCollector> collector, job->runner->StartTrace(steps));
+  const bool all = collector->Wait(timeout);
+  int recorded = 0;
+  std::vector<TracedCall> calls = collector->Calls(&recorded);
+  if (recorded == 0) {
+    return absl::DeadlineExceededError(absl::StrCat("job ", job_id, " ran no step within ",
+                                                    absl::FormatDuration(timeout), " of the trace's start"));
+  }
+  if (!all) {
+    Logger("master")->warn("trace of job {}: {} of {} steps ran within {}", job_id, recorded, steps,
+                           absl::FormatDuration(timeout));
+  }
+  TraceJobResponse response;
+  int spans = 0;
+  response.set_trace_json(ChromeTraceJson(calls, &spans));
+  response.set_steps(recorded);
+  response.set_spans(spans);
+  return response;
+}
+
 absl::StatusOr<JobStatus> JobManager::Wait(const std::string& job_id, absl::Duration timeout) {
   std::shared_ptr<Job> job = Find(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
@@ -316,7 +348,11 @@ void JobManager::RunJob(Job* job) {
   // A resumed job stays RECOVERING until its runner has restored it.
   Update(
       job, [](JobStatus* s) { if (s->state() != RECOVERING) s->set_state(RUNNING); }, /*force=*/true);
+  std::unique_ptr<JobSummaries> summaries =
+      JobSummaries::OpenOrLog(job->spec, job->id, options_.checkpoint_root, options_.env);
   absl::StatusOr<TrainResult> result = job->runner->Run([&](const TrainProgress& p) {
+    telemetry_.OnProgress(job->id, p);
+    summaries->OnProgress(p);
     Update(
         job,
         [&](JobStatus* s) {
@@ -332,6 +368,7 @@ void JobManager::RunJob(Job* job) {
         },
         /*force=*/false);
   });
+  summaries->OnResult(result);
   const bool cancelled = job->runner->cancelled();
   {
     // The slot is free before the end is published: a Submit made once Wait

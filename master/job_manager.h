@@ -48,6 +48,7 @@
 #include "common/confined_root.h"
 #include "common/env.h"
 #include "master/job_runner.h"
+#include "master/job_telemetry.h"
 #include "master/job_store.h"
 #include "master/worker_cache.h"
 #include "proto/job.pb.h"
@@ -80,6 +81,9 @@ struct JobManagerOptions {
   // Submitted jobs that may wait for a runner (`--max_queued_jobs`); past
   // it Submit fails with RESOURCE_EXHAUSTED. Values below 0 count as 0.
   int max_queued_jobs = 256;
+  // When a job's step counts as stalled (`weft master --stall_after_seconds`,
+  // `--stall_factor`; master/step_watch.h).
+  StepWatchOptions step_watch;
 };
 
 // A Watch subscription; destroying it unsubscribes, after which its callback
@@ -112,9 +116,16 @@ class JobManager {
   absl::StatusOr<JobStatus> Get(const std::string& job_id) const;
   // Every job, oldest first.
   std::vector<JobStatus> List() const;
+  // The jobs' Prometheus series and curve history (monitoring port).
+  const JobTelemetry& telemetry() const { return telemetry_; }
   // NOT_FOUND for an unknown id, FAILED_PRECONDITION for a job that has
   // already ended. Returns at once; the job reaches CANCELLED soon after.
   absl::Status Cancel(const std::string& job_id);
+  // Records the running job's next `steps` steps on every task and merges
+  // them into Chrome trace JSON (master/trace_merge.h). FAILED_PRECONDITION
+  // when the job runs no steps now; after `timeout`, what was recorded
+  // (DEADLINE_EXCEEDED when nothing was).
+  absl::StatusOr<TraceJobResponse> Trace(const std::string& job_id, int steps, absl::Duration timeout);
   // Calls `on_status` with the job's status now, then at every published
   // change until the terminal status. NOT_FOUND for an unknown id.
   absl::StatusOr<std::unique_ptr<JobWatch>> Watch(const std::string& job_id,
@@ -156,6 +167,7 @@ class JobManager {
 
   absl::Mutex shutdown_mu_;  // serialises Shutdown calls
   mutable absl::Mutex mu_;
+  JobTelemetry telemetry_;
   std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -93,6 +93,7 @@ void JobManager::Update(Job* job, const std::function<void(JobStatus*)>& update,
   // Only the job's owner publishes (its runner, or whoever took it out of
   // the queue), so watchers see statuses in order.
   for (const auto& w : watchers) w->Deliver(snapshot);
+  telemetry_.OnStatus(snapshot);
   // Progress reaches the store every few seconds too, so that a restarted
   // master knows about how far the job had come.
   bool persist = force;

@@ -52,6 +52,17 @@ JobRunner::JobRunner(JobSpec job, TrainingGraph training, std::string session_ha
 
 JobRunner::~JobRunner() = default;
 
+absl::StatusOr<std::shared_ptr<TraceCollector>> JobRunner::StartTrace(int steps) {
+  absl::MutexLock lock(&mu_);
+  if (session_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", job_.name(), "' runs no steps now (queued, recovering or ending): nothing to trace"));
+  }
+  auto collector = std::make_shared<TraceCollector>(steps);
+  session_->SetTrace(collector);
+  return collector;
+}
+
 void JobRunner::Cancel() {
   cancelled_.store(true);
   absl::MutexLock lock(&mu_);
@@ -65,8 +76,18 @@ void JobRunner::Preempt() {
 }
 
 absl::StatusOr<TrainResult> JobRunner::Run(const std::function<void(const TrainProgress&)>& on_progress) {
-  if (job_.strategy().kind() != StrategySpec::NONE) return RunDistributed(on_progress);
-  return RunUndistributed(on_progress);
+  watch_ = std::make_unique<StepWatch>(job_.name(), workers_, options_.step_watch, options_.update_status,
+                                       options_.amend_status);
+  // A stall the previous master saw is over: its steps are gone.
+  if (options_.resumed) UpdateStatus([](JobStatus* s) { s->set_diagnosis_active(false); });
+  auto progress = [this, &on_progress](const TrainProgress& p) {
+    watch_->NoteProgress(p.step);
+    if (on_progress) on_progress(p);
+  };
+  absl::StatusOr<TrainResult> result =
+      job_.strategy().kind() != StrategySpec::NONE ? RunDistributed(progress) : RunUndistributed(progress);
+  watch_.reset();  // every session is closed: no step reports to it any more
+  return result;
 }
 
 TrainResult JobRunner::Cancelled(Clock::time_point created) const {
@@ -87,9 +108,11 @@ TrainResult JobRunner::Preempted(int64_t step) const {
 
 absl::StatusOr<MasterSession*> JobRunner::OpenSession(const std::string& handle, const GraphDef& graph,
                                                       const ClusterProbe* probe) {
-  ASSIGN_OR_RETURN(std::unique_ptr<MasterSession> owned, probe != nullptr
-                                                             ? MasterSession::Create(handle, graph, workers_, *probe)
-                                                             : MasterSession::Create(handle, graph, workers_));
+  MasterSessionOptions session_options;
+  session_options.observer = watch_.get();
+  ASSIGN_OR_RETURN(std::unique_ptr<MasterSession> owned,
+                   probe != nullptr ? MasterSession::Create(handle, graph, workers_, *probe, session_options)
+                                    : MasterSession::Create(handle, graph, workers_, session_options));
   MasterSession* session = owned.get();
   absl::MutexLock lock(&mu_);
   session_ = std::move(owned);
@@ -187,6 +210,7 @@ absl::StatusOr<TrainResult> JobRunner::RunAttempt(int attempt, const std::option
   // One probe of the cluster plans the attempt and opens its session.
   const ClusterProbe probe = ProbeCluster(workers_);
   ASSIGN_OR_RETURN(DistributedPlan plan, PlanAttempt(start_step, probe));
+  watch_->SetPeers(plan.replica_tasks);
   const std::string handle = attempt == 0 ? session_handle_ : absl::StrCat(session_handle_, "/attempt-", attempt);
   ASSIGN_OR_RETURN(MasterSession * session, OpenSession(handle, plan.graph, &probe));
   // From here on a failed or restarted task aborts the running steps, so

@@ -38,8 +38,10 @@
 #include "master/master_session.h"
 #include "master/recovery_policy.h"
 #include "master/step_drivers.h"
+#include "master/step_watch.h"
 #include "master/strategy.h"
 #include "master/task_monitor.h"
+#include "master/trace_merge.h"
 #include "master/worker_cache.h"
 #include "proto/job.pb.h"
 #include "proto/master_service.pb.h"
@@ -59,6 +61,12 @@ struct JobRunnerOptions {
   // Applies a change to the job's status and publishes it at once: entering
   // and leaving RECOVERING, the failed task, checkpoints. May be null.
   std::function<void(const std::function<void(JobStatus*)>&)> update_status;
+  // Applies a change that the next progress update publishes (the per-task
+  // step times). May be null.
+  std::function<void(const std::function<void(JobStatus*)>&)> amend_status;
+  // When a step counts as stalled and how the master asks its tasks about
+  // it (master/step_watch.h).
+  StepWatchOptions step_watch;
   // The job was found unfinished in the job store by a restarted master: it
   // resumes from its newest checkpoint (or from the start without one).
   bool resumed = false;
@@ -94,6 +102,10 @@ class JobRunner {
   // on the calling thread. Returns state SUCCEEDED or CANCELLED; an error
   // names the task, node or file at fault.
   absl::StatusOr<TrainResult> Run(const std::function<void(const TrainProgress&)>& on_progress = nullptr);
+
+  // Traces the next `steps` steps of the job's session (`weft trace`);
+  // FAILED_PRECONDITION when no session runs steps now.
+  absl::StatusOr<std::shared_ptr<TraceCollector>> StartTrace(int steps);
 
   // Stops the run after the current step, aborting that step on every task.
   void Cancel();
@@ -169,6 +181,9 @@ class JobRunner {
   absl::Mutex mu_;
   // Set while Run uses it, so Cancel can abort its steps.
   std::unique_ptr<MasterSession> session_ ABSL_GUARDED_BY(mu_);
+  // Times the steps of every session Run opens and diagnoses stalls; set
+  // for the duration of Run (only its thread touches the pointer).
+  std::unique_ptr<StepWatch> watch_;
 };
 
 }  // namespace master

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -12,12 +13,19 @@
 
 namespace weft {
 namespace master {
+namespace {
+
+// `weft trace`: at most this many steps, recorded for at most this long.
+constexpr int kMaxTraceSteps = 100;
+constexpr absl::Duration kTraceTimeout = absl::Seconds(60);
+
+}  // namespace
 
 Master::Master(MasterOptions options)
     : options_(std::move(options)),
       jobs_(JobManagerOptions{options_.workers, options_.store, options_.progress_interval, /*env=*/nullptr,
                               options_.preempt_jobs_on_shutdown, options_.checkpoint_root,
-                              options_.max_running_jobs, options_.max_queued_jobs}),
+                              options_.max_running_jobs, options_.max_queued_jobs, options_.step_watch}),
       pool_(std::make_unique<ThreadPool>("master", options_.num_threads > 0 ? options_.num_threads : 1)) {}
 
 Master::~Master() { Shutdown(); }
@@ -189,6 +197,19 @@ void Master::CancelJobAsync(const Caller& caller, const CancelJobRequest* reques
                             StatusCallback done) {
   if (absl::Status a = AuthorizeJob(caller, request->job_id()); !a.ok()) return done(a);
   done(jobs_.Cancel(request->job_id()));  // returns at once: the job stops on its own thread
+}
+
+void Master::TraceJobAsync(const Caller& caller, const TraceJobRequest* request, TraceJobResponse* response,
+                           StatusCallback done) {
+  if (absl::Status a = AuthorizeJob(caller, request->job_id()); !a.ok()) return done(a);
+  if (request->steps() < 1 || request->steps() > kMaxTraceSteps) {
+    return done(absl::InvalidArgumentError(
+        absl::StrCat("trace of ", request->steps(), " steps: steps must be 1..", kMaxTraceSteps)));
+  }
+  Schedule(std::move(done), [this, request, response] {
+    ASSIGN_OR_RETURN(*response, jobs_.Trace(request->job_id(), request->steps(), kTraceTimeout));
+    return absl::OkStatus();
+  });
 }
 
 void Master::Shutdown() {

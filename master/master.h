@@ -63,6 +63,8 @@ struct MasterOptions {
   // (JobManagerOptions::max_running_jobs, max_queued_jobs).
   int max_running_jobs = 4;
   int max_queued_jobs = 256;
+  // When a job's step counts as stalled (JobManagerOptions::step_watch).
+  StepWatchOptions step_watch;
 };
 
 class Master {
@@ -86,10 +88,16 @@ class Master {
   void GetJobAsync(const Caller& caller, const GetJobRequest* request, JobStatus* response, StatusCallback done);
   void ListJobsAsync(const Caller& caller, const ListJobsRequest* request, ListJobsResponse* response, StatusCallback done);
   void CancelJobAsync(const Caller& caller, const CancelJobRequest* request, CancelJobResponse* response, StatusCallback done);
+  // Traces the job's next steps on every task (`weft trace`): the job's
+  // owner or an admin; `steps` in 1..100. Answers when they ran, or with
+  // what was recorded after a minute (DEADLINE_EXCEEDED when nothing was).
+  void TraceJobAsync(const Caller& caller, const TraceJobRequest* request, TraceJobResponse* response, StatusCallback done);
 
   // For WatchJob, which streams: see JobManager::Watch. Check the caller
   // with AuthorizeJob first.
   JobManager* jobs() { return &jobs_; }
+  // The cluster's tasks (the monitoring pages probe them).
+  WorkerCacheInterface* workers() const { return options_.workers; }
   // OK when `caller` may see and control job `job_id`; NOT_FOUND for an
   // unknown job, PERMISSION_DENIED for someone else's.
   absl::Status AuthorizeJob(const Caller& caller, const std::string& job_id) const;

@@ -67,6 +67,7 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOp
   mo.progress_interval = options.progress_interval;
   mo.max_running_jobs = options.max_running_jobs;
   mo.max_queued_jobs = options.max_queued_jobs;
+  mo.step_watch = options.step_watch;
   s->master_ = std::make_unique<Master>(std::move(mo));
   s->service_ = std::make_unique<GrpcMasterService>(s->master_.get(), security, options.tokens);
 

@@ -64,6 +64,8 @@ struct MasterServerOptions {
   // (JobManagerOptions).
   int max_running_jobs = 4;
   int max_queued_jobs = 256;
+  // `--stall_after_seconds` and `--stall_factor` (master/step_watch.h).
+  StepWatchOptions step_watch;
   // How long Shutdown lets calls in flight finish before cancelling them.
   absl::Duration shutdown_deadline = absl::Seconds(5);
 };

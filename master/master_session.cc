@@ -192,7 +192,7 @@ absl::Status MasterSession::Run(const std::vector<std::pair<std::string, Tensor>
     feed_names.push_back(name);
   }
   ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, GetPlan(feed_names, fetches, targets));
-  return RunPlan(*plan, feeds, outputs, iterations);
+  return RunPlan(*plan, feeds, outputs, iterations, !targets.empty());
 }
 
 absl::Status MasterSession::Prepare(const std::vector<std::string>& fetches, const std::vector<std::string>& targets) {

@@ -44,6 +44,8 @@
 #include "common/tensor.h"
 #include "graph/graph.h"
 #include "master/cluster_probe.h"
+#include "master/step_observer.h"
+#include "master/trace_merge.h"
 #include "master/worker_cache.h"
 #include "proto/graph.pb.h"
 
@@ -63,6 +65,9 @@ struct MasterSessionOptions {
   // Sent with every RegisterGraph: a task drops the graphs of other master
   // incarnations when it sees a new one (worker/graph_mgr.h AdoptMaster).
   uint64_t master_incarnation = MasterIncarnation();
+  // Told of every step's start, each RunGraph's end and the step's end
+  // (master/step_observer.h); borrowed, outlives the session. May be null.
+  StepObserver* observer = nullptr;
 };
 
 // The parts of a session's plans and steps, defined in
@@ -114,6 +119,11 @@ class MasterSession {
   // the last iteration.
   absl::Status Run(const std::vector<std::pair<std::string, Tensor>>& feeds, const std::vector<std::string>& fetches,
                    const std::vector<std::string>& targets, std::vector<Tensor>* outputs, int iterations = 1);
+
+  // Traces the next steps this session runs (`weft trace`): while
+  // `collector` takes steps, each RunGraph asks its task for a trace and the
+  // step's calls go to the collector. Replaces an earlier collector.
+  void SetTrace(std::shared_ptr<TraceCollector> collector);
 
   // Sends AbortStep with `reason` to every task of every step running now, so
   // those Run calls return promptly with an error. Returns at once.
@@ -170,8 +180,11 @@ class MasterSession {
   absl::Status Register(Plan* plan);
   // Deregisters the partitions of `plan` that have a handle.
   absl::Status Deregister(const Plan& plan);
+  // The collector when this step is traced (it takes the step), else null.
+  std::shared_ptr<TraceCollector> TraceThisStep();
+  // `trains`: the step runs targets (for the observer).
   absl::Status RunPlan(const Plan& plan, const std::vector<std::pair<std::string, Tensor>>& feeds,
-                       std::vector<Tensor>* outputs, int iterations);
+                       std::vector<Tensor>* outputs, int iterations, bool trains);
   // A finished step's cleanup rides on the next RunGraph to each of its tasks
   // (RunGraphRequest.cleanup_step_id), so a task holds at most the steps that
   // ended since its last RunGraph; Close sends the rest as CleanupStep, as
@@ -190,6 +203,8 @@ class MasterSession {
   const std::map<std::string, uint64_t> task_incarnations_;
   const uint64_t step_id_base_;
   std::atomic<uint64_t> step_counter_{0};
+  // Set while a trace is armed: steps check it with one relaxed load.
+  std::atomic<bool> trace_armed_{false};
 
   mutable absl::Mutex mu_;
   // Replaced as a whole by Extend; plans being built hold the old one.
@@ -201,6 +216,7 @@ class MasterSession {
   absl::flat_hash_map<std::string, std::vector<int64_t>> deferred_cleanup_ ABSL_GUARDED_BY(mu_);
   int pending_cleanups_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<TraceCollector> trace_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace master

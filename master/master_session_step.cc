@@ -11,9 +11,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/tensor_proto_coding.h"
+#include "runtime/trace_recorder.h"
 #include "master/master_session_internal.h"
 
 namespace weft {
@@ -25,14 +27,39 @@ namespace session_internal {
 // state outlives every call it issued.
 class Step : public std::enable_shared_from_this<Step> {
  public:
-  Step(int64_t step_id, const Plan* plan)
-      : step_id_(step_id), plan_(plan), requests_(plan->parts.size()), responses_(plan->parts.size()) {}
+  Step(int64_t step_id, const Plan* plan, StepObserver* observer)
+      : step_id_(step_id),
+        plan_(plan),
+        observer_(observer),
+        requests_(plan->parts.size()),
+        responses_(plan->parts.size()) {}
 
   int64_t step_id() const { return step_id_; }
   RunGraphRequest* request(int i) { return &requests_[i]; }
   const RunGraphResponse& response(int i) const { return responses_[i]; }
 
-  void Start(absl::Duration timeout) {
+  // Asks every task for a trace of this step (before Start).
+  void TraceThisStep() {
+    traced_ = true;
+    for (RunGraphRequest& r : requests_) r.set_trace(true);
+    answered_us_.assign(plan_->parts.size(), 0);
+  }
+  // After WaitRuns: each task's part of a traced step.
+  std::vector<TracedCall> TracedCalls() const {
+    std::vector<TracedCall> calls(plan_->parts.size());
+    for (size_t i = 0; i < calls.size(); ++i) {
+      calls[i].task = plan_->parts[i].task;
+      calls[i].step_id = step_id_;
+      calls[i].sent_us = sent_us_;
+      calls[i].answered_us = answered_us_[i];
+      calls[i].trace = responses_[i].trace();
+    }
+    return calls;
+  }
+
+  void Start(absl::Duration timeout, absl::Time now) {
+    start_ = now;
+    if (traced_) sent_us_ = TraceRecorder::NowMicros();
     {
       absl::MutexLock lock(&mu_);
       pending_runs_ = static_cast<int>(plan_->parts.size());
@@ -113,6 +140,8 @@ class Step : public std::enable_shared_from_this<Step> {
 
   void RunDone(size_t i, const absl::Status& s) {
     const Partition& p = plan_->parts[i];
+    if (traced_) answered_us_[i] = TraceRecorder::NowMicros();
+    if (observer_ != nullptr) observer_->RunGraphDone(step_id_, p.task, absl::Now() - start_, s);
     absl::Status error;
     {
       absl::MutexLock lock(&mu_);
@@ -129,6 +158,11 @@ class Step : public std::enable_shared_from_this<Step> {
 
   const int64_t step_id_;
   const Plan* const plan_;  // outlives the step: Run holds the plan
+  StepObserver* const observer_;  // may be null
+  absl::Time start_;              // set by Start, before any RunGraph
+  bool traced_ = false;           // TraceThisStep, before Start
+  int64_t sent_us_ = 0;           // traced: when the RunGraphs went out
+  std::vector<int64_t> answered_us_;  // traced: when each answered
   std::vector<RunGraphRequest> requests_;
   std::vector<RunGraphResponse> responses_;
   mutable absl::Mutex mu_;
@@ -141,11 +175,27 @@ class Step : public std::enable_shared_from_this<Step> {
 
 }  // namespace session_internal
 
+void MasterSession::SetTrace(std::shared_ptr<TraceCollector> collector) {
+  absl::MutexLock lock(&mu_);
+  trace_ = std::move(collector);
+  trace_armed_.store(trace_ != nullptr, std::memory_order_relaxed);
+}
+
+std::shared_ptr<TraceCollector> MasterSession::TraceThisStep() {
+  absl::MutexLock lock(&mu_);
+  if (trace_ == nullptr) return nullptr;
+  if (trace_->TakeStep()) return trace_;
+  trace_.reset();  // every step it wanted is taken
+  trace_armed_.store(false, std::memory_order_relaxed);
+  return nullptr;
+}
+
 absl::Status MasterSession::RunPlan(const Plan& plan, const std::vector<std::pair<std::string, Tensor>>& feeds,
-                                    std::vector<Tensor>* outputs, int iterations) {
+                                    std::vector<Tensor>* outputs, int iterations, bool trains) {
   // Iteration i of the run uses step id step_id + i on every task.
   const int64_t step_id = static_cast<int64_t>(step_id_base_ + step_counter_.fetch_add(iterations));
-  auto step = std::make_shared<Step>(step_id, &plan);
+  StepObserver* const observer = options_.observer;
+  auto step = std::make_shared<Step>(step_id, &plan, observer);
   for (size_t i = 0; i < plan.parts.size(); ++i) {
     RunGraphRequest* r = step->request(static_cast<int>(i));
     r->set_session_handle(handle_);
@@ -168,8 +218,15 @@ absl::Status MasterSession::RunPlan(const Plan& plan, const std::vector<std::pai
     absl::MutexLock lock(&mu_);
     running_.emplace(step_id, step);
   }
-  step->Start(options_.step_timeout);
+  std::shared_ptr<TraceCollector> trace =
+      trace_armed_.load(std::memory_order_relaxed) ? TraceThisStep() : nullptr;
+  if (trace != nullptr) step->TraceThisStep();
+  const absl::Time start = absl::Now();
+  if (observer != nullptr) observer->StepStarted({step_id, iterations, trains, &plan.tasks, start});
+  step->Start(options_.step_timeout, start);
   step->WaitRuns();
+  if (trace != nullptr) trace->AddStep(step->TracedCalls());
+  if (observer != nullptr) observer->StepEnded(step_id, step->status());
   {
     absl::MutexLock lock(&mu_);
     running_.erase(step_id);

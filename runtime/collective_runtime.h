@@ -19,6 +19,19 @@
 
 namespace weft {
 
+// A collective in flight on this task, and whom it waits for
+// (CollectiveRuntime::Pending).
+struct CollectiveWait {
+  int64_t step_id = 0;
+  std::string description;  // "all-reduce of float[1024] (group 1, ...)"
+  std::string recv_from;    // the task whose chunks it receives
+  int chunks_missing = 0;   // of chunks_total, not received yet
+  int chunks_total = 0;
+  std::string send_to;      // the task it sends to
+  int sends_pending = 0;    // chunks not sent yet
+  double elapsed_seconds = 0;
+};
+
 class CollectiveRuntime {
  public:
   struct AllReduceArgs {
@@ -38,6 +51,9 @@ class CollectiveRuntime {
   // Fails the step's collectives (AbortStep) and forgets its state (CleanupStep).
   virtual void AbortStep(int64_t step_id, const absl::Status& status) {}
   virtual void CleanupStep(int64_t step_id) {}
+  // The collectives under way now and what each still waits for; only
+  // called on request (diagnosis), never by a step.
+  virtual std::vector<CollectiveWait> Pending() const { return {}; }
 };
 
 // A CollectiveAllReduce's `group_tasks` attr (comma-separated, rank order)

@@ -1,55 +1,23 @@
 #include "runtime/executor.h"
 
+#include <algorithm>
 #include <atomic>
-#include <exception>
-#include <new>
 #include <optional>
 #include <string>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "runtime/executor_plan.h"
+#include "runtime/kernel_call.h"
 #include "runtime/op_kernel.h"
 #include "runtime/rendezvous.h"
+#include "runtime/trace_recorder.h"
 
 namespace weft {
-namespace {
-
-// `status` prefixed with "node 'name' (Op): " unless it already starts so
-// (allocate_output names the node itself).
-absl::Status NodeError(const Node& node, const absl::Status& status) {
-  const std::string prefix = absl::StrCat("node ", node.DebugName(), ": ");
-  if (absl::StartsWith(status.message(), prefix)) return status;
-  return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
-}
-
-// Runs `compute` (a kernel's Compute or ComputeAsync) and turns an exception
-// escaping it into an error naming the node: the last line of defence for a
-// kernel that allocated with a throwing path or called a library that
-// throws, so that one bad request fails its step instead of the process.
-// Kernels are expected to report errors with SetStatus; this is not a
-// substitute. OK when nothing was thrown.
-template <typename Fn>
-absl::Status CallKernel(const Node& node, Fn&& compute) {
-  try {
-    compute();
-    return absl::OkStatus();
-  } catch (const std::bad_alloc& e) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("node ", node.DebugName(), ": out of memory in the kernel (", e.what(), ")"));
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("node ", node.DebugName(), ": the kernel threw: ", e.what()));
-  } catch (...) {
-    return absl::InternalError(absl::StrCat("node ", node.DebugName(), ": the kernel threw a non-standard exception"));
-  }
-}
-
-}  // namespace
 
 // An async kernel's call in flight: its inputs and context must outlive
 // ComputeAsync.
@@ -68,6 +36,13 @@ struct RunState {
   // One per async call: set by whichever of its `done` and the executor's
   // exception handler finishes the call first, so it finishes once.
   std::unique_ptr<std::atomic<bool>[]> async_finished;
+  // Per item: when its kernel started (CoarseMonotonicNanos), 0 while it
+  // does not run. What RunningKernels reads.
+  std::unique_ptr<std::atomic<int64_t>[]> started_ns;
+  // A traced step (`weft trace`): where its kernels' spans go, and when
+  // each kernel started (TraceRecorder::NowMicros). Null when not traced.
+  TraceRecorder* trace = nullptr;
+  std::unique_ptr<int64_t[]> trace_start_us;
   // Inline mode with async kernels: ready nodes that completions hand back
   // to the thread running the step.
   std::vector<int> handed_back ABSL_GUARDED_BY(mu);
@@ -89,8 +64,10 @@ struct Executor::Impl : ExecutorPlan {
 
   absl::Mutex pool_mu;
   std::vector<std::unique_ptr<RunState>> free_states ABSL_GUARDED_BY(pool_mu);
+  // The states of the steps running now, each with its step id set.
+  std::vector<RunState*> active ABSL_GUARDED_BY(pool_mu);
 
-  std::unique_ptr<RunState> AcquireState();
+  std::unique_ptr<RunState> AcquireState(int64_t step_id);
   void ReleaseState(std::unique_ptr<RunState> state);
   // Runs item `i`. A synchronous kernel's ready successors come back in
   // `ready` and Process returns true; an async kernel returns false at once
@@ -111,22 +88,29 @@ struct Executor::Impl : ExecutorPlan {
   absl::Status EndStep(RunState* s, std::vector<Tensor>* fetches);
 };
 
-std::unique_ptr<RunState> Executor::Impl::AcquireState() {
+std::unique_ptr<RunState> Executor::Impl::AcquireState(int64_t step_id) {
   {
     absl::MutexLock lock(&pool_mu);
     if (!free_states.empty()) {
       auto s = std::move(free_states.back());
       free_states.pop_back();
+      s->step_id = step_id;
+      active.push_back(s.get());
       return s;
     }
   }
   auto s = std::make_unique<RunState>();
+  s->step_id = step_id;
+  s->started_ns.reset(new std::atomic<int64_t>[items.size()]());
+  s->trace_start_us.reset(new int64_t[items.size()]());
   s->slots.resize(num_slots);
   s->pending.reset(new std::atomic<int>[items.size()]);
   s->async_calls.resize(num_async);
   s->async_finished.reset(new std::atomic<bool>[num_async]);
   s->slot_refs.reset(new std::atomic<int>[num_slots]);
   s->stack.reserve(items.size());
+  absl::MutexLock lock(&pool_mu);
+  active.push_back(s.get());
   return s;
 }
 
@@ -139,6 +123,7 @@ void Executor::Impl::ReleaseState(std::unique_ptr<RunState> state) {
     state->status = absl::OkStatus();
   }
   absl::MutexLock lock(&pool_mu);
+  active.erase(std::find(active.begin(), active.end(), state.get()));
   free_states.push_back(std::move(state));
 }
 
@@ -163,6 +148,8 @@ bool Executor::Impl::Process(RunState* s, int i, absl::InlinedVector<int, 8>* re
   p.resources = options.resources;
   p.collectives = options.collectives;
   p.outputs = absl::MakeSpan(s->slots.data() + item.first_slot, item.num_outputs);
+  s->started_ns[i].store(CoarseMonotonicNanos(), std::memory_order_relaxed);
+  if (s->trace != nullptr) s->trace_start_us[i] = TraceRecorder::NowMicros();
   if (AsyncOpKernel* async = item.kernel->AsAsync()) {
     AsyncCall& call = s->async_calls[item.async_index];
     call.inputs.clear();
@@ -205,6 +192,11 @@ bool Executor::Impl::Process(RunState* s, int i, absl::InlinedVector<int, 8>* re
 void Executor::Impl::Finish(RunState* s, int i, const absl::Status& kernel_status,
                             absl::InlinedVector<int, 8>* ready) {
   NodeItem& item = items[i];
+  s->started_ns[i].store(0, std::memory_order_relaxed);
+  if (s->trace != nullptr) {
+    s->trace->Record(item.node->name(), item.node->op(), device->name(), s->trace_start_us[i],
+                     TraceRecorder::NowMicros(), s->step_id);
+  }
   absl::Status status = kernel_status;
   if (status.ok()) {
     for (int k = 0; k < item.num_outputs; ++k) {
@@ -298,6 +290,21 @@ Executor::Executor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Executor::~Executor() = default;
 
 int Executor::num_nodes() const { return static_cast<int>(impl_->items.size()); }
+
+void Executor::RunningKernels(std::vector<RunningKernel>* out) const {
+  Impl& m = *impl_;
+  const int64_t now = CoarseMonotonicNanos();
+  // pool_mu keeps every active state (and its step id) in place; the stamps
+  // themselves are read without a lock.
+  absl::MutexLock lock(&m.pool_mu);
+  for (const RunState* s : m.active) {
+    for (size_t i = 0; i < m.items.size(); ++i) {
+      const int64_t started = s->started_ns[i].load(std::memory_order_relaxed);
+      if (started == 0) continue;
+      out->push_back(RunningKernel{s->step_id, m.items[i].node, absl::Nanoseconds(std::max<int64_t>(0, now - started))});
+    }
+  }
+}
 
 absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph* graph, Device* device,
                                                            ExecutorOptions options) {
@@ -399,6 +406,11 @@ absl::Status Executor::Impl::EndStep(RunState* s, std::vector<Tensor>* fetches) 
 
 absl::Status Executor::Run(absl::Span<const Tensor> feeds, std::vector<Tensor>* fetches, int64_t step_id,
                            Rendezvous* rendezvous) {
+  return Run(feeds, fetches, step_id, rendezvous, nullptr);
+}
+
+absl::Status Executor::Run(absl::Span<const Tensor> feeds, std::vector<Tensor>* fetches, int64_t step_id,
+                           Rendezvous* rendezvous, TraceRecorder* trace) {
   Impl& m = *impl_;
   RETURN_IF_ERROR(m.CheckFeeds(feeds));
   // A device with its own memory (a GPU) gets its feeds copied in.
@@ -413,35 +425,17 @@ absl::Status Executor::Run(absl::Span<const Tensor> feeds, std::vector<Tensor>* 
     feeds = device_feeds;
   }
 
-  std::unique_ptr<RunState> state = m.AcquireState();
+  std::unique_ptr<RunState> state = m.AcquireState(step_id);
   RunState* s = state.get();
   s->feeds = feeds;
-  s->step_id = step_id;
   s->rendezvous = rendezvous;
+  s->trace = trace;
   for (size_t i = 0; i < m.items.size(); ++i) s->pending[i].store(m.items[i].initial_pending, std::memory_order_relaxed);
   for (int k = 0; k < m.num_slots; ++k) s->slot_refs[k].store(m.initial_slot_refs[k], std::memory_order_relaxed);
   m.Drive(s);
   absl::Status status = m.EndStep(s, fetches);
   m.ReleaseState(std::move(state));
   return status;
-}
-
-absl::StatusOr<std::vector<Tensor>> RunGraphOnce(const Graph& graph, Device* device,
-                                                 const std::vector<std::pair<std::string, Tensor>>& feeds,
-                                                 const std::vector<std::string>& fetches,
-                                                 const std::vector<std::string>& targets) {
-  ExecutorOptions opts;
-  std::vector<Tensor> feed_values;
-  for (const auto& [name, value] : feeds) {
-    opts.feeds.push_back(name);
-    feed_values.push_back(value);
-  }
-  opts.fetches = fetches;
-  opts.targets = targets;
-  ASSIGN_OR_RETURN(auto exec, Executor::Create(&graph, device, std::move(opts)));
-  std::vector<Tensor> out;
-  RETURN_IF_ERROR(exec->Run(feed_values, &out));
-  return out;
 }
 
 }  // namespace weft

@@ -31,6 +31,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/tensor.h"
 #include "common/thread_pool.h"
@@ -41,6 +42,14 @@
 namespace weft {
 
 class Rendezvous;
+class TraceRecorder;
+
+// A kernel running now in one of an executor's steps (RunningKernels).
+struct RunningKernel {
+  int64_t step_id = 0;
+  const Node* node = nullptr;  // the executor's graph's: valid while it is
+  absl::Duration elapsed;      // since the kernel started, to a few ms
+};
 
 struct ExecutorOptions {
   // Tensor names ("node" or "node:k") fed by the caller, in Run's feed order.
@@ -70,9 +79,20 @@ class Executor {
   // (OpKernelContext::rendezvous()); it must outlive the call.
   absl::Status Run(absl::Span<const Tensor> feeds, std::vector<Tensor>* fetches, int64_t step_id,
                    Rendezvous* rendezvous);
+  // Run that records each kernel's start and end into `trace` (`weft
+  // trace`); null records nothing, at the cost of a branch per kernel.
+  absl::Status Run(absl::Span<const Tensor> feeds, std::vector<Tensor>* fetches, int64_t step_id,
+                   Rendezvous* rendezvous, TraceRecorder* trace);
 
   // Number of nodes the pruned graph runs each step.
   int num_nodes() const;
+
+  // Appends the kernels of the steps running now that have started and not
+  // finished: an asynchronous one (a _Recv, a collective) counts until its
+  // value or its peers arrive. What a step waits on, for diagnosis. Costs
+  // the steps one coarse clock read per kernel; this call locks out the
+  // start and end of steps (not their kernels) while it reads.
+  void RunningKernels(std::vector<RunningKernel>* out) const;
 
  private:
   struct Impl;

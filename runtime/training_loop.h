@@ -19,6 +19,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/json_text.h"
 #include "absl/strings/string_view.h"
 #include "proto/job.pb.h"
 #include "proto/job.pb.h"
@@ -62,8 +63,7 @@ struct TrainResult {
   std::string ToJson() const;
 };
 
-// `s` as a JSON string literal, quotes included.
-std::string JsonString(absl::string_view s);
+// JsonString, for ToJson's users: common/json_text.h.
 
 struct TrainingLoopHooks {
   // Runs one training step on `batch`; returns its loss.

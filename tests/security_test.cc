@@ -248,6 +248,23 @@ TEST_F(SecurityTest, OnlyTheMasterRegistersRunsAbortsAndCheckpoints) {
   }
 }
 
+// What a task's steps wait on names its peers and ops: the master's alone
+// to ask.
+TEST_F(SecurityTest, OnlyTheMasterAsksWhatATasksStepsWaitOn) {
+  auto ask = [](std::shared_ptr<grpc::ChannelCredentials> creds) {
+    auto stub = WorkerService::NewStub(NewChannel(worker0_, std::move(creds)));
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(10));
+    GetStepStateRequest req;
+    GetStepStateResponse resp;
+    return stub->GetStepState(&ctx, req, &resp);
+  };
+  ExpectRefused(ask(AsDaemon(tls_, "/job:worker/task:1")), grpc::StatusCode::PERMISSION_DENIED,
+                "WorkerService.GetStepState");
+  ExpectRefused(ask(AsUser("alice")), grpc::StatusCode::PERMISSION_DENIED, "WorkerService.GetStepState");
+  EXPECT_TRUE(ask(AsDaemon(tls_, "master")).ok());
+}
+
 TEST_F(SecurityTest, EvenTheMasterWritesShardsOnlyUnderTheCheckpointRoot) {
   auto ps = ParameterServer::NewStub(NewChannel(ps0_, AsDaemon(tls_, "master")));
   for (const std::string& path : {TempPath("../escaped.shard"), std::string("/etc/weft.shard"),
@@ -313,6 +330,11 @@ TEST_F(SecurityTest, UsersSeeAndControlOnlyTheirOwnJobs) {
   ExpectRefused(bob->WatchJob(*id, [](const JobStatus&) {}), absl::StatusCode::kPermissionDenied,
                 "belongs to user alice");
   ExpectRefused(bob->Reset(), absl::StatusCode::kPermissionDenied, "needs the admin role");
+  // A trace shows the job's graph and timing: its owner's (or an admin's).
+  ExpectRefused(bob->TraceJob(*id, 2).status(), absl::StatusCode::kPermissionDenied, "belongs to user alice");
+  ExpectRefused(alice->TraceJob(*id, 0).status(), absl::StatusCode::kInvalidArgument, "steps must be 1..100");
+  ExpectRefused(alice->TraceJob(*id, 1000000).status(), absl::StatusCode::kInvalidArgument, "steps must be 1..100");
+  ExpectRefused(alice->TraceJob("job-0-0000000000000000", 1).status(), absl::StatusCode::kNotFound, "");
   auto bobs = bob->ListJobs();
   ASSERT_TRUE(bobs.ok()) << bobs.status();
   EXPECT_TRUE(bobs->empty()) << "bob sees another user's job";

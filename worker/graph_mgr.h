@@ -51,6 +51,8 @@
 #include "runtime/rendezvous.h"
 
 namespace weft {
+
+class TraceRecorder;
 namespace worker {
 
 struct GraphMgrLimits {
@@ -107,6 +109,9 @@ class GraphMgr {
   int NumGraphs() const;
   // Ids of the steps running now.
   std::vector<int64_t> RunningSteps() const;
+  // The kernels running now in this task's steps (Executor::RunningKernels),
+  // appended to `out`; a _Recv names the task its tensor comes from.
+  void RunningOps(google::protobuf::RepeatedPtrField<RunningOp>* out) const;
 
   // A RegisterGraph from master incarnation `master_incarnation` (nonzero):
   // when it differs from the last one seen, the graphs registered by other
@@ -161,7 +166,7 @@ class GraphMgr {
   // stopping at the first error or at CancelAll; `fetched` holds the last
   // iteration's fetches.
   absl::Status RunIterations(Item& item, const std::vector<Tensor>& feeds, int64_t first_step, int iterations,
-                             Rendezvous* rendezvous, std::vector<Tensor>* fetched) ABSL_LOCKS_EXCLUDED(mu_);
+                             Rendezvous* rendezvous, std::vector<Tensor>* fetched, TraceRecorder* trace) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string task_;
   const std::vector<Device*> devices_;

@@ -4,12 +4,16 @@
 #include "worker/graph_mgr.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "common/tensor_proto_coding.h"
+#include "graph/attr.h"
+#include "graph/device_name.h"
+#include "runtime/trace_recorder.h"
 
 namespace weft {
 namespace worker {
@@ -81,7 +85,8 @@ absl::StatusOr<int> GraphMgr::CheckIterations(const RunGraphRequest& request) co
 }
 
 absl::Status GraphMgr::RunIterations(Item& item, const std::vector<Tensor>& feeds, int64_t first_step,
-                                     int iterations, Rendezvous* rendezvous, std::vector<Tensor>* fetched) {
+                                     int iterations, Rendezvous* rendezvous, std::vector<Tensor>* fetched,
+                                     TraceRecorder* trace) {
   absl::Status status;
   for (int i = 0; i < iterations && status.ok(); ++i) {
     // Shutdown stops a long RunGraph between iterations, not after all of
@@ -91,7 +96,7 @@ absl::Status GraphMgr::RunIterations(Item& item, const std::vector<Tensor>& feed
       status = cancel_status_;
       break;
     }
-    status = item.executor->Run(feeds, fetched, first_step + i, rendezvous);
+    status = item.executor->Run(feeds, fetched, first_step + i, rendezvous, trace);
     if (!status.ok() && iterations > 1) {
       status = Annotate(status, absl::StrCat("iteration ", i, " (step ", first_step + i, ")"));
     }
@@ -128,13 +133,59 @@ absl::Status GraphMgr::Run(const RunGraphRequest& request, Rendezvous* rendezvou
     }
   } unmark{this, request.step_id(), &item->handle};
   std::vector<Tensor> fetched;
-  RETURN_IF_ERROR(RunIterations(*item, feeds, request.step_id(), iterations, rendezvous, &fetched));
+  // `weft trace`: every kernel's span, and the call's own, on this task's
+  // clock, with when the call arrived and answered for the master's
+  // alignment (master/trace_merge.h).
+  std::optional<TraceRecorder> trace;
+  const int64_t arrived_us = request.trace() ? TraceRecorder::NowMicros() : 0;
+  if (request.trace()) trace.emplace(response->mutable_trace());
+  absl::Status ran = RunIterations(*item, feeds, request.step_id(), iterations, rendezvous, &fetched,
+                                   trace.has_value() ? &*trace : nullptr);
+  if (trace.has_value()) {
+    const int64_t now = TraceRecorder::NowMicros();
+    trace->Record("RunGraph " + item->handle, "RunGraph", task_, arrived_us, now, request.step_id());
+    response->mutable_trace()->set_received_us(arrived_us);
+    response->mutable_trace()->set_replied_us(now);
+  }
+  RETURN_IF_ERROR(ran);
   for (int i : wanted) {
     NamedTensorProto* out = response->add_recv();
     out->set_name(item->fetches[i]);
     TensorToProto(fetched[i], out->mutable_tensor());
   }
   return absl::OkStatus();
+}
+
+void GraphMgr::RunningOps(google::protobuf::RepeatedPtrField<RunningOp>* out) const {
+  // The running steps' graphs, held so that their nodes outlive the reading.
+  std::vector<std::shared_ptr<Item>> items;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [step, handle] : running_) {
+      auto it = graphs_.find(handle);
+      if (it != graphs_.end() && std::find(items.begin(), items.end(), it->second) == items.end()) {
+        items.push_back(it->second);
+      }
+    }
+  }
+  std::vector<RunningKernel> kernels;
+  for (const auto& item : items) {
+    kernels.clear();
+    item->executor->RunningKernels(&kernels);
+    for (const RunningKernel& k : kernels) {
+      RunningOp* op = out->Add();
+      op->set_step_id(k.step_id);
+      op->set_node(k.node->name());
+      op->set_op(k.node->op());
+      op->set_device(k.node->assigned_device().empty() ? k.node->requested_device() : k.node->assigned_device());
+      op->set_elapsed_seconds(absl::ToDoubleSeconds(k.elapsed));
+      if (k.node->op() != "_Recv") continue;
+      absl::StatusOr<std::string> from = GetStringAttr(k.node->def(), "send_device");
+      absl::StatusOr<DeviceName> device = from.ok() ? DeviceName::Parse(*from) : from.status();
+      if (device.ok() && !device->job.empty()) op->set_peer_task(TaskName(device->job, device->task));
+      op->set_tensor_name(GetStringAttrOr(k.node->def(), "tensor_name", "").value_or(""));
+    }
+  }
 }
 
 std::vector<int64_t> GraphMgr::RunningSteps() const {

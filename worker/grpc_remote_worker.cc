@@ -1,9 +1,13 @@
 #include "worker/grpc_remote_worker.h"
 
+#include <chrono>
+
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
+#include "common/peer_metrics.h"
 #include "common/status_macros.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "worker/grpc_tensor_coding.h"
@@ -99,6 +103,13 @@ void GrpcRemoteWorker::CleanupStepAsync(const CleanupStepRequest* request, Clean
   });
 }
 
+void GrpcRemoteWorker::GetStepStateAsync(const GetStepStateRequest* request, GetStepStateResponse* response,
+                                         absl::Duration timeout, StatusCallback done) {
+  Call(task_, std::min(timeout, timeout_), std::move(done), [&](grpc::ClientContext* ctx, GrpcDone cb) {
+    stub_->async()->GetStepState(ctx, request, response, std::move(cb));
+  });
+}
+
 absl::StatusOr<std::unique_ptr<GrpcRemoteWorker>> NewGrpcRemoteWorker(const ClusterDef& cluster,
                                                                       const std::string& task,
                                                                       ChannelCache* channels) {
@@ -129,9 +140,13 @@ struct PullCall {
 std::function<void()> GrpcTensorPuller::PullAsync(const std::string& task, int64_t step_id, const std::string& key,
                                                   Rendezvous::DoneCallback done) {
   absl::StatusOr<std::string> address;
+  PeerSeries* series = nullptr;
   {
     absl::MutexLock lock(&mu_);
     address = TaskAddress(cluster_, task);
+    auto it = peers_.find(task);
+    if (it == peers_.end()) it = peers_.emplace(task, PeerTraffic(task, "recv_tensor")).first;
+    series = &it->second;  // node-stable: the map only grows
   }
   if (!address.ok()) {
     done(address.status(), Tensor(), false);
@@ -146,8 +161,12 @@ std::function<void()> GrpcTensorPuller::PullAsync(const std::string& task, int64
   call->request = grpc::ByteBuffer(&slice, 1);
   SetDeadline(&call->ctx, timeout_);
   call->stub->UnaryCall(&call->ctx, kRecvTensorMethod, grpc::StubOptions(), &call->request, &call->response,
-                        [call, task, done = std::move(done)](grpc::Status s) {
+                        [call, task, series, start = std::chrono::steady_clock::now(),
+                         done = std::move(done)](grpc::Status s) {
                           if (!s.ok()) return done(FromGrpcStatus(s, task), Tensor(), false);
+                          series->received->Increment(static_cast<double>(call->response.Length()));
+                          series->recv_tensor_seconds->Observe(
+                              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
                           auto got = DecodeRecvTensorResponse(call->response);
                           call->response.Clear();  // the received slices
                           if (!got.ok()) return done(Annotate(got.status(), "task " + task), Tensor(), false);

@@ -15,6 +15,7 @@
 #ifndef WEFT_WORKER_GRPC_REMOTE_WORKER_H_
 #define WEFT_WORKER_GRPC_REMOTE_WORKER_H_
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -22,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/peer_metrics.h"
 #include "grpcpp/channel.h"
 #include "proto/cluster.pb.h"
 #include "proto/ps_service.grpc.pb.h"
@@ -55,6 +57,8 @@ class GrpcRemoteWorker final : public WorkerInterface {
   void AbortStepAsync(const AbortStepRequest* request, AbortStepResponse* response, StatusCallback done) override;
   void CleanupStepAsync(const CleanupStepRequest* request, CleanupStepResponse* response,
                         StatusCallback done) override;
+  void GetStepStateAsync(const GetStepStateRequest* request, GetStepStateResponse* response, absl::Duration timeout,
+                         StatusCallback done) override;
   void ListShardsAsync(const ListShardsRequest* request, ListShardsResponse* response, StatusCallback done) override;
   void SaveShardAsync(const SaveShardRequest* request, SaveShardResponse* response, StatusCallback done) override;
   void RestoreShardAsync(const RestoreShardRequest* request, RestoreShardResponse* response,
@@ -90,6 +94,8 @@ class GrpcTensorPuller final : public TensorPullerInterface {
   const absl::Duration timeout_;
   absl::Mutex mu_;
   ClusterDef cluster_ ABSL_GUARDED_BY(mu_);
+  // Per peer task: bytes pulled and time per pull (common/peer_metrics.h).
+  std::map<std::string, PeerSeries> peers_ ABSL_GUARDED_BY(mu_);
 };
 
 // "/weft.WorkerService/RecvTensor": the raw method both ends use.

@@ -134,5 +134,12 @@ grpc::ServerUnaryReactor* GrpcWorkerService::CleanupStep(grpc::CallbackServerCon
   return Serve(ctx, auth_, "WorkerService.CleanupStep", &RequireMaster, worker_, request, response, &Worker::CleanupStepAsync);
 }
 
+grpc::ServerUnaryReactor* GrpcWorkerService::GetStepState(grpc::CallbackServerContext* ctx,
+                                                          const GetStepStateRequest* request,
+                                                          GetStepStateResponse* response) {
+  return Serve(ctx, auth_, "WorkerService.GetStepState", &RequireMaster, worker_, request, response,
+               &Worker::GetStepStateAsync);
+}
+
 }  // namespace worker
 }  // namespace weft

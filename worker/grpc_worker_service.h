@@ -10,7 +10,7 @@
 //
 // Who may call: every method serves cluster members only (the master and
 // tasks, by their certificates); RegisterGraph, DeregisterGraph, RunGraph,
-// AbortStep and CleanupStep serve only the master. Refusals are
+// AbortStep, CleanupStep and GetStepState serve only the master. Refusals are
 // UNAUTHENTICATED or PERMISSION_DENIED (common/caller.h) and logged.
 //
 // Thread-safety: thread-safe; `worker` (borrowed) outlives the service and
@@ -31,7 +31,7 @@ using GrpcWorkerServiceBase = WorkerService::WithCallbackMethod_GetStatus<
     WorkerService::WithCallbackMethod_RegisterGraph<WorkerService::WithCallbackMethod_DeregisterGraph<
         WorkerService::WithCallbackMethod_RunGraph<WorkerService::WithRawCallbackMethod_RecvTensor<
             WorkerService::WithCallbackMethod_AbortStep<WorkerService::WithCallbackMethod_CleanupStep<
-                WorkerService::Service>>>>>>>;
+                WorkerService::WithCallbackMethod_GetStepState<WorkerService::Service>>>>>>>>;
 
 class GrpcWorkerService final : public GrpcWorkerServiceBase {
  public:
@@ -53,6 +53,8 @@ class GrpcWorkerService final : public GrpcWorkerServiceBase {
                                       AbortStepResponse* response) override;
   grpc::ServerUnaryReactor* CleanupStep(grpc::CallbackServerContext* ctx, const CleanupStepRequest* request,
                                         CleanupStepResponse* response) override;
+  grpc::ServerUnaryReactor* GetStepState(grpc::CallbackServerContext* ctx, const GetStepStateRequest* request,
+                                         GetStepStateResponse* response) override;
 
  private:
   Worker* const worker_;

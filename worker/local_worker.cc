@@ -42,6 +42,11 @@ void LocalWorker::CleanupStepAsync(const CleanupStepRequest* request, CleanupSte
   worker_->CleanupStepAsync(request, response, Named(std::move(done)));
 }
 
+void LocalWorker::GetStepStateAsync(const GetStepStateRequest* request, GetStepStateResponse* response,
+                                    absl::Duration, StatusCallback done) {
+  worker_->GetStepStateAsync(request, response, Named(std::move(done)));
+}
+
 void InProcessTensorPuller::AddWorker(Worker* worker) {
   absl::MutexLock lock(&mu_);
   workers_[worker->task()] = worker;

@@ -42,6 +42,8 @@ class LocalWorker final : public WorkerInterface {
   void AbortStepAsync(const AbortStepRequest* request, AbortStepResponse* response, StatusCallback done) override;
   void CleanupStepAsync(const CleanupStepRequest* request, CleanupStepResponse* response,
                         StatusCallback done) override;
+  void GetStepStateAsync(const GetStepStateRequest* request, GetStepStateResponse* response, absl::Duration timeout,
+                         StatusCallback done) override;
 
  private:
   StatusCallback Named(StatusCallback done) const;

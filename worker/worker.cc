@@ -165,14 +165,17 @@ void Worker::RunGraphAsync(const RunGraphRequest* request, RunGraphResponse* res
   Schedule(
       [this, request, response, done] {
         const int64_t step_id = request->step_id();
+        const uint64_t record = step_ring_.Begin(step_id, request->iterations());
         std::shared_ptr<Rendezvous> rendezvous = rendezvous_mgr_.Find(step_id);
         absl::Status s = graph_mgr_->Run(*request, rendezvous.get(), response);
+        step_ring_.End(record, s);
         if (!s.ok()) {
           // Peers pulling this step's values, and its other partitions here,
           // must not wait for values that will never come.
           rendezvous_mgr_.AbortStep(step_id, s);
           if (collectives_ != nullptr) collectives_->AbortStep(step_id, s);
-          Logger("worker")->debug("step {} failed: {}", step_id, s.ToString());
+          Logger("worker")->info("step {} failed: {}; the last steps here: {}", step_id, s.ToString(),
+                                 step_ring_.Dump());
         }
         done(s);
       },
@@ -197,6 +200,26 @@ void Worker::CleanupStepState(int64_t step_id) {
 void Worker::CleanupStepAsync(const CleanupStepRequest* request, CleanupStepResponse*, StatusCallback done) {
   CleanupStepState(request->step_id());
   for (int64_t id : request->more_step_id()) CleanupStepState(id);
+  done(absl::OkStatus());
+}
+
+void Worker::GetStepStateAsync(const GetStepStateRequest*, GetStepStateResponse* response, StatusCallback done) {
+  response->set_task(task_);
+  graph_mgr_->RunningOps(response->mutable_running_op());
+  if (collectives_ != nullptr) {
+    for (const CollectiveWait& w : collectives_->Pending()) {
+      PendingCollective* c = response->add_collective();
+      c->set_step_id(w.step_id);
+      c->set_description(w.description);
+      c->set_recv_from_task(w.recv_from);
+      c->set_chunks_missing(w.chunks_missing);
+      c->set_chunks_total(w.chunks_total);
+      c->set_send_to_task(w.send_to);
+      c->set_sends_pending(w.sends_pending);
+      c->set_elapsed_seconds(w.elapsed_seconds);
+    }
+  }
+  step_ring_.Fill(response->mutable_recent_step());
   done(absl::OkStatus());
 }
 

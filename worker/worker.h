@@ -13,6 +13,12 @@
 // values). AbortStep does the same on the master's order; CleanupStep drops
 // the rendezvous when the step is over on every task.
 //
+// GetStepState answers on the caller's thread, without the compute pool (a
+// hung step may hold every compute thread): the kernels running now (a
+// _Recv naming the task it waits for), the collectives in flight and whom
+// they wait for, and the last RunGraph calls (StepRing). A failed step's
+// record is also logged, once, with the failure.
+//
 // RecvTensor serves a peer's pull: it waits in the step's local table until
 // the value is sent or the step aborts. A key whose send device is on another
 // task is INVALID_ARGUMENT; one naming another incarnation of this task
@@ -51,6 +57,7 @@
 #include "runtime/rendezvous.h"
 #include "worker/graph_mgr.h"
 #include "worker/remote_rendezvous.h"
+#include "worker/step_ring.h"
 #include "worker/worker_interface.h"
 
 namespace weft {
@@ -108,6 +115,7 @@ class Worker {
   void RunGraphAsync(const RunGraphRequest* request, RunGraphResponse* response, StatusCallback done);
   void AbortStepAsync(const AbortStepRequest* request, AbortStepResponse* response, StatusCallback done);
   void CleanupStepAsync(const CleanupStepRequest* request, CleanupStepResponse* response, StatusCallback done);
+  void GetStepStateAsync(const GetStepStateRequest* request, GetStepStateResponse* response, StatusCallback done);
   // `done` gets the value (sharing the sender's buffer) or the failure.
   void RecvTensorAsync(const RecvTensorRequest* request, Rendezvous::DoneCallback done);
 
@@ -163,6 +171,7 @@ class Worker {
   std::unique_ptr<ThreadPool> inter_op_pool_;
   std::unique_ptr<GraphMgr> graph_mgr_;
   RendezvousMgr rendezvous_mgr_;
+  StepRing step_ring_;
 
   absl::Mutex cluster_mu_;  // serialises ApplyCluster
   ClusterDef cluster_ ABSL_GUARDED_BY(cluster_mu_);  // the last one applied

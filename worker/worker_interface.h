@@ -44,6 +44,15 @@ class WorkerInterface {
   virtual void CleanupStepAsync(const CleanupStepRequest* request, CleanupStepResponse* response,
                                 StatusCallback done) = 0;
 
+  // What the task's running steps wait on, and its last steps
+  // (master/step_watch.h). `timeout` bounds the call: a stopped task never
+  // answers, and that silence is the diagnosis. An implementation without
+  // it fails with UNIMPLEMENTED naming the task.
+  virtual void GetStepStateAsync(const GetStepStateRequest*, GetStepStateResponse*, absl::Duration /*timeout*/,
+                                 StatusCallback done) {
+    done(absl::UnimplementedError(absl::StrCat("task ", task(), ": GetStepState is not served")));
+  }
+
   // The task's ParameterServer service (proto/ps_service.proto): how the
   // master lists, saves and restores the variables a session holds there.
   // `weft ps` and `weft worker` both serve it; an implementation without it

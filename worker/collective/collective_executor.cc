@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/peer_metrics.h"
 #include "common/status_macros.h"
 #include "worker/collective/reduce.h"
 
@@ -87,6 +88,22 @@ class CollectiveExecutor::RingAllReduce : public std::enable_shared_from_this<Ri
     }
     Fail(absl::DeadlineExceededError(
         absl::StrCat(Describe(), " did not finish within ", absl::FormatDuration(params_.timeout), ": ", waiting)));
+  }
+
+  // What it waits for now (CollectiveExecutor::Pending).
+  CollectiveWait Wait() const {
+    CollectiveWait w;
+    w.step_id = params_.step_id;
+    w.description = Describe();
+    const CollectiveGroup& g = params_.group;
+    w.recv_from = g.members[g.prev()].task;
+    w.send_to = g.members[g.next()].task;
+    w.chunks_total = recvs_total_;
+    w.elapsed_seconds = absl::ToDoubleSeconds(absl::Now() - started_);
+    absl::MutexLock lock(&mu_);
+    w.chunks_missing = recvs_left_;
+    w.sends_pending = sends_left_;
+    return w;
   }
 
   std::string Describe() const {
@@ -198,6 +215,7 @@ class CollectiveExecutor::RingAllReduce : public std::enable_shared_from_this<Ri
 
   void Complete(StatusCallback done, const absl::Status& status) {
     auto self = shared_from_this();  // Unregister drops the executor's reference
+    if (status.ok()) AllReduceSeconds()->Observe(absl::ToDoubleSeconds(absl::Now() - started_));
     done(status);
     executor_->Unregister(this);
   }
@@ -212,8 +230,9 @@ class CollectiveExecutor::RingAllReduce : public std::enable_shared_from_this<Ri
   std::vector<int64_t> segment_count_;
   int64_t chunk_elements_ = 1;
   int recvs_total_ = 0;
+  const absl::Time started_ = absl::Now();
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   int recvs_left_ ABSL_GUARDED_BY(mu_) = 0;
   int sends_left_ ABSL_GUARDED_BY(mu_) = 0;
   int reducing_ ABSL_GUARDED_BY(mu_) = 0;  // reductions writing into the tensor now
@@ -299,6 +318,17 @@ void CollectiveExecutor::AbortStep(int64_t step_id, const absl::Status& status) 
 }
 
 void CollectiveExecutor::CleanupStep(int64_t step_id) { mailbox_->CleanupStep(step_id); }
+
+std::vector<CollectiveWait> CollectiveExecutor::Pending() {
+  std::vector<std::shared_ptr<RingAllReduce>> ops;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [ptr, entry] : in_flight_) ops.push_back(entry.op);
+  }
+  std::vector<CollectiveWait> out;
+  for (const auto& op : ops) out.push_back(op->Wait());
+  return out;
+}
 
 void CollectiveExecutor::Register(const std::shared_ptr<RingAllReduce>& op, absl::Time deadline) {
   absl::MutexLock lock(&mu_);

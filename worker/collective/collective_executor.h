@@ -38,6 +38,7 @@
 #include <map>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -46,6 +47,7 @@
 #include "absl/time/time.h"
 #include "common/tensor.h"
 #include "common/thread_pool.h"
+#include "runtime/collective_runtime.h"
 #include "worker/collective/collective_mailbox.h"
 #include "worker/collective/collective_transport.h"
 #include "worker/collective/collective_types.h"
@@ -87,6 +89,9 @@ class CollectiveExecutor {
   void CleanupStep(int64_t step_id);
 
   CollectiveMailbox* mailbox() const { return mailbox_; }
+
+  // The collectives in flight and whom each waits for (diagnosis).
+  std::vector<CollectiveWait> Pending();
 
  private:
   class RingAllReduce;

@@ -225,6 +225,32 @@ TEST(RingAllReduceTest, AbortStepWakesOnlyThatStep) {
   EXPECT_TRUE(b_status.ok()) << b_status;
 }
 
+// What a diagnosis reads: a collective waiting for a silent peer names that
+// peer and the chunks it still misses; a finished one is gone.
+TEST(RingAllReduceTest, PendingNamesThePeerAWaitingAllReduceWaitsFor) {
+  Ranks ranks(2);
+  EXPECT_TRUE(ranks.executor(0)->Pending().empty());
+  Tensor t = RandomFloats(1000, 1, 0);
+  absl::Notification done;
+  CollectiveParams p = ranks.Params(0, 1, /*step=*/42);
+  p.timeout = absl::Hours(1);
+  ranks.executor(0)->AllReduceAsync(p, &t, [&](const absl::Status&) { done.Notify(); });
+  std::vector<CollectiveWait> pending = ranks.executor(0)->Pending();
+  ASSERT_EQ(pending.size(), 1u);
+  EXPECT_EQ(pending[0].step_id, 42);
+  EXPECT_EQ(pending[0].recv_from, "/job:worker/task:1");
+  EXPECT_EQ(pending[0].send_to, "/job:worker/task:1");
+  EXPECT_GT(pending[0].chunks_missing, 0);
+  EXPECT_EQ(pending[0].chunks_missing, pending[0].chunks_total);
+  EXPECT_GE(pending[0].elapsed_seconds, 0);
+  EXPECT_NE(pending[0].description.find("step 42"), std::string::npos) << pending[0].description;
+  ranks.executor(0)->AbortStep(42, absl::AbortedError("test over"));
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(kWaitTimeout)) << "AbortStep did not end the all-reduce";
+  // Unregistered just after its `done` ran.
+  EXPECT_TRUE(weft::testing::WaitUntil(kWaitTimeout, "the ended all-reduce to leave Pending",
+                                       [&] { return ranks.executor(0)->Pending().empty(); }));
+}
+
 }  // namespace
 }  // namespace collective
 }  // namespace weft

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "common/grpc_util.h"
+#include "common/peer_metrics.h"
 #include "worker/collective/grpc_chunk_coding.h"
 #include "worker/collective/grpc_collective_transport.h"
 
@@ -13,7 +14,8 @@ namespace {
 class ExchangeReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   // `sender`: the authenticated task at the other end ("" insecure).
-  ExchangeReactor(CollectiveMailbox* mailbox, std::string sender) : mailbox_(mailbox), sender_(std::move(sender)) {
+  ExchangeReactor(CollectiveMailbox* mailbox, std::string sender)
+      : mailbox_(mailbox), sender_(std::move(sender)), received_(PeerTraffic(sender_, "collective").received) {
     StartRead(&message_);
   }
   // A stream refused before reading anything.
@@ -21,6 +23,7 @@ class ExchangeReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
 
   void OnReadDone(bool ok) override {
     if (!ok) return Finish(grpc::Status::OK);  // the sender closed the stream (or it broke)
+    received_->Increment(static_cast<double>(message_.Length()));
     auto decoded = DecodeChunk(&message_);
     if (!decoded.ok()) return Finish(ToGrpcStatus(decoded.status()));
     // A chunk over the mailbox's quota ends the stream: the sender's sends
@@ -34,6 +37,7 @@ class ExchangeReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
  private:
   CollectiveMailbox* const mailbox_;
   const std::string sender_;
+  metrics::Counter* const received_ = nullptr;
   grpc::ByteBuffer message_;
 };
 

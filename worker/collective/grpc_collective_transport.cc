@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
+#include "common/peer_metrics.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "worker/collective/grpc_chunk_coding.h"
 
@@ -34,8 +35,12 @@ std::vector<std::pair<std::string, int>> BulkTransferChannelArgs() {
 class GrpcCollectiveTransport::PeerStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   PeerStream(GrpcCollectiveTransport* transport, const std::shared_ptr<grpc::Channel>& channel, std::string address,
-             std::string peer)
-      : transport_(transport), stub_(channel), address_(std::move(address)), peer_(std::move(peer)) {
+             std::string peer, const std::string& peer_task)
+      : transport_(transport),
+        stub_(channel),
+        address_(std::move(address)),
+        peer_(std::move(peer)),
+        sent_(PeerTraffic(peer_task, "collective").sent) {
     // A peer that has not started yet is waited for; the collective's own
     // deadline bounds the wait.
     ctx_.set_wait_for_ready(true);
@@ -46,6 +51,7 @@ class GrpcCollectiveTransport::PeerStream final : public grpc::ClientBidiReactor
   void Start() { StartCall(); }
 
   void Send(grpc::ByteBuffer message, StatusCallback done) {
+    sent_->Increment(static_cast<double>(message.Length()));
     grpc::ByteBuffer* first = nullptr;
     absl::Status refused;
     {
@@ -133,6 +139,7 @@ class GrpcCollectiveTransport::PeerStream final : public grpc::ClientBidiReactor
   grpc::GenericStub stub_;
   const std::string address_;
   const std::string peer_;  // "task /job:worker/task:1 (rank 1)"
+  metrics::Counter* const sent_;  // bytes to the peer (common/peer_metrics.h)
   grpc::ClientContext ctx_;
   grpc::ByteBuffer response_;
 
@@ -175,7 +182,7 @@ void GrpcCollectiveTransport::SendAsync(const CollectiveGroup& group, int dst, c
   if (dst < 0 || dst >= group.size()) {
     return done(absl::InvalidArgumentError(absl::StrCat("collective send to ", group.Describe(dst))));
   }
-  std::shared_ptr<PeerStream> stream = StreamTo(group.members[dst].address, group.Describe(dst));
+  std::shared_ptr<PeerStream> stream = StreamTo(group.members[dst].address, group.Describe(dst), group.members[dst].task);
   if (stream == nullptr) {
     return done(absl::CancelledError(absl::StrCat("collective send to ", group.Describe(dst), ": transport closing")));
   }
@@ -183,7 +190,8 @@ void GrpcCollectiveTransport::SendAsync(const CollectiveGroup& group, int dst, c
 }
 
 std::shared_ptr<GrpcCollectiveTransport::PeerStream> GrpcCollectiveTransport::StreamTo(const std::string& address,
-                                                                                       const std::string& peer) {
+                                                                                       const std::string& peer,
+                                                                                       const std::string& peer_task) {
   std::shared_ptr<PeerStream> stream;
   {
     absl::MutexLock lock(&mu_);
@@ -201,7 +209,7 @@ std::shared_ptr<GrpcCollectiveTransport::PeerStream> GrpcCollectiveTransport::St
       channel = grpc::CreateCustomChannel(
           address, options_.credentials != nullptr ? options_.credentials : grpc::InsecureChannelCredentials(), args);
     }
-    stream = std::make_shared<PeerStream>(this, channel, address, peer);
+    stream = std::make_shared<PeerStream>(this, channel, address, peer, peer_task);
     streams_[address] = stream;
     live_[stream.get()] = stream;
   }

@@ -64,7 +64,8 @@ class GrpcCollectiveTransport final : public CollectiveTransportInterface {
   class PeerStream;
 
   // The open stream to `address`, opened if needed.
-  std::shared_ptr<PeerStream> StreamTo(const std::string& address, const std::string& peer);
+  std::shared_ptr<PeerStream> StreamTo(const std::string& address, const std::string& peer,
+                                       const std::string& peer_task);
   // Called by a stream once it has finished.
   void StreamDone(PeerStream* stream);
 

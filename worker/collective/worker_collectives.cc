@@ -56,6 +56,11 @@ void WorkerCollectives::CleanupStep(int64_t step_id) {
   if (executor_ != nullptr) executor_->CleanupStep(step_id);
 }
 
+std::vector<CollectiveWait> WorkerCollectives::Pending() const {
+  absl::MutexLock lock(&mu_);
+  return executor_ != nullptr ? executor_->Pending() : std::vector<CollectiveWait>();
+}
+
 void WorkerCollectives::SetCluster(ClusterDef cluster) {
   absl::MutexLock lock(&mu_);
   cluster_ = std::move(cluster);

@@ -42,6 +42,7 @@ class WorkerCollectives final : public CollectiveRuntime {
                       std::function<void(const absl::Status&)> done) override;
   void AbortStep(int64_t step_id, const absl::Status& status) override;
   void CleanupStep(int64_t step_id) override;
+  std::vector<CollectiveWait> Pending() const override;
   // Fails every collective under way and any started later, then closes the
   // streams to peers so that their servers can stop without waiting.
   // REQUIRES: no kernel will call AllReduceAsync any more (the Worker has
@@ -51,7 +52,7 @@ class WorkerCollectives final : public CollectiveRuntime {
  private:
   const std::string task_;
   const absl::Duration timeout_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   ClusterDef cluster_ ABSL_GUARDED_BY(mu_);
   // Declaration order is destruction order, reversed.
   CollectiveMailbox mailbox_;
