@@ -3,14 +3,15 @@
 Every manifest rendered from deploy/k8s (with `kubectl kustomize`) and
 deploy/kubeflow must pass the schema and cross-reference checks, with
 weft's flags read from the weft binary's own `--help`. Then each broken
-variant breaks one thing in a copy of the rendered objects, the TFJob or a
-Dockerfile (a typo, a wrong port, a cluster spec out of step with the
-replicas, a pod that keeps its service-account token, a NetworkPolicy that
-lets any pod reach the master...) and requires exactly one rule of the
-checkers to fire, with a message that names the object and the rule.
-RuleCoverageTest requires every rule the checkers can report to be drawn by
-some variant. deploy/k8s/make-tls-secrets.sh, run with a stand-in for
-`weft certs`, must make every Secret key the manifests read.
+variant breaks one thing in a copy of the rendered objects, the TFJob, the
+ServiceMonitor or a Dockerfile (a typo, a wrong port, a cluster spec out of
+step with the replicas, a pod that keeps its service-account token, a
+NetworkPolicy that lets any pod reach the master, a plaintext metrics port
+off the loopback...) and requires exactly one rule of the checkers to fire,
+with a message that names the object and the rule. RuleCoverageTest requires
+every rule the checkers can report to be drawn by some variant.
+deploy/k8s/make-tls-secrets.sh, run with a stand-in for `weft certs`, must
+make every Secret key the manifests (and the ServiceMonitor) read.
 
 Run with pytest (tests/deploy_manifests_test.sh does, under Bazel):
 
@@ -33,6 +34,8 @@ import tempfile
 import unittest
 from unittest import mock
 
+import yaml
+
 ROOT = os.path.abspath(os.environ.get("WEFT_REPO_ROOT") or ".")
 DEPLOY = os.path.join(ROOT, "deploy")
 CHECKS = os.path.join(DEPLOY, "check")
@@ -40,6 +43,7 @@ sys.path.insert(0, CHECKS)
 import check_manifests  # noqa: E402
 import crossref  # noqa: E402
 import dockerfile_lint  # noqa: E402
+import monitoring  # noqa: E402
 import render  # noqa: E402
 import schema  # noqa: E402
 import security  # noqa: E402
@@ -65,8 +69,17 @@ def deployment():
     return check_manifests.check_deploy(DEPLOY, weft_flags())
 
 
+OVERLAYS = ("overlays/cpu", "overlays/gpu")
+MONITORING = check_manifests.MONITORING  # the ServiceMonitor's rendering
+
+
 def rendered(label):
     return copy.deepcopy(deployment()[1][label])
+
+
+def overlays():
+    """{label: objects} of the overlays' renderings (not k8s/monitoring's); never mutate them."""
+    return {k: v for k, v in deployment()[1].items() if k in OVERLAYS}
 
 
 def find(objects, kind, name):
@@ -102,6 +115,29 @@ def set_flag(args, flag, value):
         args[i] = "--%s=%s" % (flag, value)
 
 
+def annotations(objects, name):
+    return find(objects, "StatefulSet", name)["spec"]["template"]["metadata"]["annotations"]
+
+
+def service_monitor(objects):
+    return find(objects, "ServiceMonitor", "weft")["spec"]
+
+
+def drop_metrics(objects, name, keep=()):
+    """Takes the metrics port off StatefulSet `name`: the flag, the container port, the pod annotations, the
+    Service port; `keep` names those to leave ("flag", "port", "annotations", "service")."""
+    c = container(objects, name)
+    if "flag" not in keep:
+        set_flag(c["args"], "metrics_port", None)
+    if "port" not in keep:
+        c["ports"] = [p for p in c["ports"] if p["name"] != "metrics"]
+    if "annotations" not in keep:
+        find(objects, "StatefulSet", name)["spec"]["template"]["metadata"].pop("annotations")
+    if "service" not in keep:
+        svc = find(objects, "Service", find(objects, "StatefulSet", name)["spec"]["serviceName"])
+        svc["spec"]["ports"] = [p for p in svc["spec"]["ports"] if p["name"] != "metrics"]
+
+
 def read_dockerfile(name):
     with open(os.path.join(DEPLOY, "docker", name)) as f:
         return f.read()
@@ -115,8 +151,8 @@ def read_dockerfile(name):
 # `bad(line, ...)`) or returned in a list literal. A template of placeholders
 # and punctuation alone only puts an object's name before another report.
 
-CHECKERS = ("check_manifests.py", "crossref.py", "dockerfile_lint.py", "netpol.py", "render.py", "schema.py",
-            "security.py")
+CHECKERS = ("check_manifests.py", "crossref.py", "dockerfile_lint.py", "monitoring.py", "netpol.py", "render.py",
+            "schema.py", "security.py")
 PLACEHOLDER = re.compile(r"%[-#0 +]*\d*(?:\.\d+)?[sdrofx]")
 
 
@@ -179,6 +215,13 @@ def rule_of(message):
     return max(matches, key=lambda r: r.literal) if matches else None
 
 
+def rule_with(fragment):
+    """The template of the one rule whose text holds `fragment` (for a variant's `also`)."""
+    found = [t for t in rules() if fragment in t]
+    assert len(found) == 1, "%d rules hold %r: %s" % (len(found), fragment, found)
+    return found[0]
+
+
 # --- Broken variants ------------------------------------------------------------
 
 class Variant(collections.namedtuple("Variant", "name errors expect also")):
@@ -213,6 +256,16 @@ class Variants:
                 mutate(tfjobs[0], others)
                 return (check_manifests.check_tfjob(tfjobs[0], rendered("overlays/cpu"), others, weft_flags()),
                         "kubeflow/tfjob.yaml: ")
+            return self.add(errors, expect, also, mutate)
+        return register
+
+    def monitoring(self, expect, also=()):
+        """A variant of k8s/monitoring's rendering, checked against the cpu overlay's objects."""
+        def register(mutate):
+            def errors():
+                objects = rendered(MONITORING)
+                mutate(objects)
+                return check_manifests.check_monitoring(objects, rendered("overlays/cpu")), MONITORING + ": "
             return self.add(errors, expect, also, mutate)
         return register
 
@@ -767,7 +820,7 @@ def egress_to_tasks_closed(o):
 
 
 @NETPOL.overlay("StatefulSet/weft-worker: NetworkPolicy/weft-tasks admits the pods of StatefulSet/weft-ps to port 1; "
-                "weft serves only port 2222 and the health port 8081")
+                "weft serves only port 2222, the health port 8081 and the metrics port 9464")
 def every_port_open_between_tasks(o):
     policy(o, "weft-tasks")["ingress"][0].pop("ports")
 
@@ -802,7 +855,224 @@ def dns_closed(o):
     policy(o, "weft")["egress"].pop(1)
 
 
+@NETPOL.overlay("StatefulSet/weft-master: no NetworkPolicy admits Prometheus (app.kubernetes.io/name=prometheus in "
+                "namespace monitoring) to port 9464; Prometheus scrapes every daemon's metrics port")
+def prometheus_shut_out(o):
+    peer = policy(o, "weft-metrics")["ingress"][0]["from"][0]
+    peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] = "observability"
+
+
+@NETPOL.overlay("StatefulSet/weft-ps: NetworkPolicy/weft-metrics admits any other pod of namespace monitoring to port "
+                "9464; only Prometheus may reach a metrics port")
+def metrics_open_to_the_monitoring_namespace(o):
+    policy(o, "weft-metrics")["ingress"][0]["from"][0].pop("podSelector")
+
+
+@NETPOL.overlay("StatefulSet/weft-master: NetworkPolicy/weft-metrics admits the weft client pods of Job/weft-submit to "
+                "port 9464; only Prometheus may reach a metrics port (the master's serves the dashboard too")
+def dashboard_open_to_clients(o):
+    policy(o, "weft-metrics")["ingress"][0]["from"].append(
+        {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "weft-client"}}})
+
+
+@NETPOL.overlay("StatefulSet/weft-worker: NetworkPolicy/weft-metrics admits a pod labelled "
+                "app.kubernetes.io/name=prometheus in another namespace to port 9464")
+def metrics_open_to_prometheus_anywhere(o):
+    policy(o, "weft-metrics")["ingress"][0]["from"][0]["namespaceSelector"] = {}
+
+
+@NETPOL.overlay("StatefulSet/weft-master: NetworkPolicy/weft-master admits Prometheus (app.kubernetes.io/name=prometheus "
+                "in namespace monitoring) to port 5000; only weft's own pods and clients may reach a daemon")
+def prometheus_reaches_the_master_api(o):
+    # Its certificate is an admin's: the master's API must stay out of its reach.
+    policy(o, "weft-master")["ingress"][0]["from"].append(copy.deepcopy(policy(o, "weft-metrics")["ingress"][0]["from"][0]))
+
+
 NetworkPolicyRulesTest = NETPOL.test_case("NetworkPolicyRulesTest", "netpol.py, one broken variant per rule.")
+
+
+# The metrics port of each daemon: flags, container port, annotations, Service (monitoring.py, crossref.py).
+METRICS = Variants()
+
+
+@METRICS.overlay("StatefulSet/weft-worker: container worker: --metrics_plaintext with --metrics_host=0.0.0.0: the "
+                 "daemon serves plain HTTP only on a loopback address")
+def plaintext_metrics_off_the_loopback(o):
+    container(o, "weft-worker")["args"].append("--metrics_plaintext")
+
+
+@METRICS.overlay("StatefulSet/weft-ps: container ps: --metrics_plaintext with --metrics_host=10.0.0.7: the daemon "
+                 "serves plain HTTP only on a loopback address")
+def plaintext_metrics_on_a_pod_address(o):
+    container(o, "weft-ps")["args"] += ["--metrics_host=10.0.0.7", "--metrics_plaintext=true"]
+
+
+@METRICS.overlay("StatefulSet/weft-ps: container ps: --metrics_host needs --metrics_port")
+def metrics_host_without_metrics_port(o):
+    drop_metrics(o, "weft-ps")
+    container(o, "weft-ps")["args"].append("--metrics_host=0.0.0.0")
+
+
+@METRICS.overlay("StatefulSet/weft-worker: container worker: --metrics_port=0: Prometheus and the container port need "
+                 "a fixed port number")
+def metrics_port_not_fixed(o):
+    set_flag(container(o, "weft-worker")["args"], "metrics_port", "0")
+
+
+@METRICS.overlay("StatefulSet/weft-master: container master: --metrics_port=8081 is also its health port",
+                 also=[rule_with("no port named metrics at %d"), rule_with("prometheus.io/port is %r"),
+                       rule_with("does not reach the metrics port of"), rule_with("%s: %s admits %s to port %d; %s")])
+def metrics_port_is_the_health_port(o):
+    # The rest follows: the container port, the annotation and the Service still say 9464, and the health port's
+    # rule admits anyone to what is now also the metrics port.
+    set_flag(container(o, "weft-master")["args"], "metrics_port", "8081")
+
+
+@METRICS.overlay("StatefulSet/weft-ps: container ps: no port named metrics at 9464 (--metrics_port)")
+def no_metrics_container_port(o):
+    c = container(o, "weft-ps")
+    c["ports"] = [p for p in c["ports"] if p["name"] != "metrics"]
+    find(o, "Service", "weft-ps")["spec"]["ports"][1]["targetPort"] = 9464
+
+
+@METRICS.overlay("StatefulSet/weft-worker: container worker: port metrics (9464) is served by no --metrics_port")
+def metrics_container_port_without_flag(o):
+    drop_metrics(o, "weft-worker", keep=("port",))
+
+
+@METRICS.overlay("StatefulSet/weft-worker: pod annotation prometheus.io/scrape is 'false': set \"true\"")
+def metrics_not_announced(o):
+    annotations(o, "weft-worker")["prometheus.io/scrape"] = "false"
+
+
+@METRICS.overlay("StatefulSet/weft-ps: pod annotation prometheus.io/scrape is \"true\" but container ps serves no "
+                 "metrics port Prometheus can reach (no --metrics_port)")
+def scrape_annotation_without_metrics_port(o):
+    drop_metrics(o, "weft-ps", keep=("annotations",))
+
+
+@METRICS.overlay("StatefulSet/weft-master: pod annotation prometheus.io/scrape is \"true\" but container master serves "
+                 "no metrics port Prometheus can reach (--metrics_host=127.0.0.1 is a loopback address)")
+def scrape_annotation_on_a_loopback_port(o):
+    drop_metrics(o, "weft-master", keep=("flag", "annotations"))
+    container(o, "weft-master")["args"].append("--metrics_host=127.0.0.1")
+
+
+@METRICS.overlay("StatefulSet/weft-worker: pod annotation prometheus.io/port is '9090', but --metrics_port=9464")
+def scrape_annotation_port_mismatch(o):
+    annotations(o, "weft-worker")["prometheus.io/port"] = "9090"
+
+
+@METRICS.overlay("StatefulSet/weft-master: pod annotation prometheus.io/scheme is 'http': the metrics port serves "
+                 "HTTPS only")
+def scrape_annotation_plain_http(o):
+    annotations(o, "weft-master")["prometheus.io/scheme"] = "http"
+
+
+@METRICS.overlay("StatefulSet/weft-ps: pod annotation prometheus.io/path is '/stats': weft serves /metrics")
+def scrape_annotation_wrong_path(o):
+    annotations(o, "weft-ps")["prometheus.io/path"] = "/stats"
+
+
+@METRICS.overlay("Service/weft-worker: port metrics 9465 (targetPort metrics) does not reach the metrics port of "
+                 "StatefulSet/weft-worker (--metrics_port=9464)")
+def service_metrics_port_not_the_daemons(o):
+    find(o, "Service", "weft-worker")["spec"]["ports"][1]["port"] = 9465
+
+
+MetricsRulesTest = METRICS.test_case("MetricsRulesTest", "The daemons' metrics port, one broken variant per rule.")
+
+
+# The ServiceMonitor (k8s/monitoring) against the daemons it scrapes (monitoring.py, schema.py).
+MONITOR = Variants()
+
+
+@MONITOR.monitoring("no ServiceMonitor")
+def no_service_monitor(o):
+    o[:] = [x for x in o if x["kind"] != "ServiceMonitor"]
+
+
+@MONITOR.monitoring("ServiceMonitor/weft: selector {'matchExpressions': [{'key': 'app.kubernetes.io/name', "
+                    "'operator': 'In', 'values': ['weft-client']}")
+def service_monitor_selecting_no_daemon(o):
+    service_monitor(o)["selector"]["matchExpressions"][0]["values"] = ["weft-client"]
+
+
+@MONITOR.monitoring("ServiceMonitor/weft: no endpoints: it scrapes nothing")
+def service_monitor_without_endpoints(o):
+    service_monitor(o)["endpoints"] = []
+
+
+@MONITOR.monitoring("ServiceMonitor/weft: endpoints[0]: port 'prometheus' is not a port of Service/weft-master")
+def service_monitor_port_unknown(o):
+    service_monitor(o)["endpoints"][0]["port"] = "prometheus"
+
+
+@MONITOR.monitoring("ServiceMonitor/weft: endpoints[0]: port grpc of Service/weft-master reaches port 5000 of "
+                    "StatefulSet/weft-master, not its metrics port (--metrics_port=9464)")
+def service_monitor_scraping_the_grpc_port(o):
+    service_monitor(o)["endpoints"][0]["port"] = "grpc"
+
+
+@MONITOR.monitoring("ServiceMonitor/weft: endpoints[0]: scheme 'http': the daemons' metrics port serves HTTPS only")
+def service_monitor_plain_http(o):
+    service_monitor(o)["endpoints"][0]["scheme"] = "http"
+
+
+@MONITOR.monitoring("ServiceMonitor/weft: endpoints[0]: path '/': weft serves /metrics")
+def service_monitor_scraping_the_dashboard(o):
+    service_monitor(o)["endpoints"][0]["path"] = "/"
+
+
+@MONITOR.monitoring("ServiceMonitor/weft: endpoints[0]: no tlsConfig.keySecret from a Secret: the metrics port "
+                    "refuses a client without a certificate")
+def service_monitor_without_a_client_key(o):
+    service_monitor(o)["endpoints"][0]["tlsConfig"].pop("keySecret")
+
+
+@MONITOR.monitoring("ServiceMonitor/weft: endpoints[0]: tlsConfig.cert.secret is Secret weft-tls-client; Prometheus' "
+                    "certificate and the CA are in weft-tls-prometheus")
+def service_monitor_with_the_submit_jobs_certificate(o):
+    service_monitor(o)["endpoints"][0]["tlsConfig"]["cert"]["secret"]["name"] = "weft-tls-client"
+
+
+@MONITOR.monitoring("ServiceMonitor/weft: endpoints[0]: tlsConfig.insecureSkipVerify: Prometheus would take any "
+                    "certificate")
+def service_monitor_skipping_verification(o):
+    service_monitor(o)["endpoints"][0]["tlsConfig"]["insecureSkipVerify"] = True
+
+
+@MONITOR.monitoring("ServiceMonitor/weft: endpoints[0]: no tlsConfig.serverName: Prometheus would check the pod's IP "
+                    "address")
+def service_monitor_without_server_name(o):
+    service_monitor(o)["endpoints"][0]["tlsConfig"].pop("serverName")
+
+
+@MONITOR.monitoring("ServiceMonitor/weft: endpoints[0]: tlsConfig.serverName 'weft-worker-0.weft-worker' is not a name "
+                    "in the certificate of weft-master-0.weft-master")
+def service_monitor_naming_one_pod(o):
+    service_monitor(o)["endpoints"][0]["tlsConfig"]["serverName"] = "weft-worker-0.weft-worker"
+
+
+@MONITOR.monitoring("ServiceMonitor/weft: spec.endpoints[0].intervall: unknown field (not in ServiceMonitorEndpoint)")
+def service_monitor_unknown_field(o):
+    service_monitor(o)["endpoints"][0]["intervall"] = "15s"
+
+
+@MONITOR.monitoring("ServiceMonitor/weft: spec.endpoints[0].scheme: must be one of ['http', 'https']",
+                    also=[rule_with("the daemons' metrics port serves")])
+def service_monitor_scheme_not_in_the_enum(o):
+    service_monitor(o)["endpoints"][0]["scheme"] = "HTTPS"
+
+
+@MONITOR.monitoring("ServiceMonitor/weft: spec.selector: required field missing (ServiceMonitorSpec)",
+                    also=[rule_with("selects no weft daemon's Service")])
+def service_monitor_without_selector(o):
+    service_monitor(o).pop("selector")
+
+
+ServiceMonitorRulesTest = MONITOR.test_case("ServiceMonitorRulesTest",
+                                            "The ServiceMonitor, one broken variant per rule.")
 
 
 # The API schema (schema.py).
@@ -1071,7 +1341,7 @@ def shell_form_entrypoint(text):
 
 DockerfileRulesTest = DOCKER.test_case("DockerfileRulesTest", "dockerfile_lint.py, one broken variant per rule.")
 
-VARIANT_GROUPS = (CROSSREF, SECURITY, NETPOL, SCHEMA, TFJOB, DOCKER)
+VARIANT_GROUPS = (CROSSREF, SECURITY, NETPOL, METRICS, MONITOR, SCHEMA, TFJOB, DOCKER)
 
 
 class RuleCoverageTest(unittest.TestCase):
@@ -1080,7 +1350,8 @@ class RuleCoverageTest(unittest.TestCase):
     def test_the_rules_are_found(self):
         # A guard on the scan itself: a rule from each checker that has rules.
         found = {r.where.split(":")[0] for r in rules().values()}
-        self.assertEqual(found, {"crossref.py", "dockerfile_lint.py", "netpol.py", "schema.py", "security.py"})
+        self.assertEqual(found, {"crossref.py", "dockerfile_lint.py", "monitoring.py", "netpol.py", "schema.py",
+                                 "security.py", "check_manifests.py"})
         self.assertGreater(len(rules()), 100)
 
     def test_every_rule_has_a_broken_variant(self):
@@ -1114,12 +1385,54 @@ class ManifestsTest(unittest.TestCase):
 
     def test_every_rendering_is_valid(self):
         errors, renderings = deployment()
-        self.assertEqual(sorted(renderings), ["overlays/cpu", "overlays/gpu"])
+        self.assertEqual(sorted(renderings), ["k8s/monitoring", "overlays/cpu", "overlays/gpu"])
         self.assertEqual(errors, [])
-        for objects in renderings.values():
+        for objects in overlays().values():
             kinds = sorted({o["kind"] for o in objects})
             self.assertEqual(kinds, ["ConfigMap", "Job", "NetworkPolicy", "PersistentVolumeClaim",
                                      "PodDisruptionBudget", "Service", "StatefulSet"])
+        self.assertEqual([(o["apiVersion"], o["kind"]) for o in renderings[MONITORING]],
+                         [("monitoring.coreos.com/v1", "ServiceMonitor")])
+
+    def test_every_daemon_serves_metrics_over_https(self):
+        for label, objects in overlays().items():
+            for name in ("weft-master", "weft-worker", "weft-ps"):
+                c = container(objects, name)
+                self.assertIn("--metrics_port=9464", c["args"], "%s %s" % (label, name))
+                self.assertFalse([a for a in c["args"] if a.startswith("--metrics_plaintext")], name)
+                self.assertIn({"name": "metrics", "containerPort": 9464}, c["ports"], name)
+                self.assertEqual(annotations(objects, name), {
+                    "prometheus.io/scrape": "true", "prometheus.io/port": "9464", "prometheus.io/scheme": "https",
+                    "prometheus.io/path": "/metrics"}, name)
+                svc = find(objects, "Service", name)
+                self.assertIn({"name": "metrics", "port": 9464, "targetPort": "metrics"}, svc["spec"]["ports"], name)
+
+    def test_metrics_are_optional(self):
+        # A daemon without a metrics port at all passes: nothing to announce or admit.
+        objects = rendered("overlays/cpu")
+        for name in ("weft-master", "weft-worker", "weft-ps"):
+            drop_metrics(objects, name)
+        self.assertEqual(check_manifests.check_objects("overlays/cpu", objects, weft_flags()), [])
+
+    def test_accepts_plaintext_metrics_on_the_loopback(self):
+        # The sidecar layout of deploy/README.md: plain HTTP on 127.0.0.1, not announced, not in the Service.
+        objects = rendered("overlays/cpu")
+        drop_metrics(objects, "weft-worker", keep=("flag",))
+        container(objects, "weft-worker")["args"] += ["--metrics_host=127.0.0.1", "--metrics_plaintext"]
+        self.assertEqual(check_manifests.check_objects("overlays/cpu", objects, weft_flags()), [])
+        container(objects, "weft-worker")["args"][-2] = "--metrics_host=0.0.0.0"
+        errors = check_manifests.check_objects("overlays/cpu", objects, weft_flags())
+        self.assertTrue(errors)
+        self.assertTrue(all("--metrics_plaintext with --metrics_host=0.0.0.0" in e or "port 9464" in e
+                            for e in errors), errors)
+
+    def test_service_monitor_server_name_forms(self):
+        self.assertTrue(monitoring.certificate_holds("localhost", "weft-ps-0.weft-ps"))
+        self.assertTrue(monitoring.certificate_holds("weft-ps-0.weft-ps.ml.svc.cluster.local", "weft-ps-0.weft-ps"))
+        self.assertFalse(monitoring.certificate_holds("weft-ps-1.weft-ps", "weft-ps-0.weft-ps"))
+        self.assertFalse(monitoring.certificate_holds("weft-ps-0.weft-ps.evil.com", "weft-ps-0.weft-ps"))
+        self.assertTrue(monitoring.is_loopback("127.0.0.1") and monitoring.is_loopback("::1"))
+        self.assertFalse(monitoring.is_loopback("0.0.0.0") or monitoring.is_loopback("10.0.0.1"))
 
     def test_overlays_set_the_image(self):
         for label in ("overlays/cpu", "overlays/gpu"):
@@ -1168,6 +1481,7 @@ class ManifestsTest(unittest.TestCase):
         objects = rendered("overlays/cpu")
         policy(objects, "weft-master")["ingress"][0]["ports"][0]["port"] = "grpc"
         policy(objects, "weft-tasks")["ingress"][0]["ports"][0]["port"] = "grpc"
+        policy(objects, "weft-metrics")["ingress"][0]["ports"][0]["port"] = "metrics"
         self.assertEqual(check_manifests.check_objects("overlays/cpu", objects, weft_flags()), [])
 
     def test_tfjob_is_valid(self):
@@ -1184,6 +1498,64 @@ class ManifestsTest(unittest.TestCase):
             script = f.read()
         self.assertIn("make -s deps", script)
         self.assertIn("build //client:weft", script)
+
+
+class PrometheusConfigTest(unittest.TestCase):
+    """deploy/README.md's scrape config for a Prometheus without the operator reads what the manifests serve."""
+
+    def scrape_config(self):
+        with open(os.path.join(DEPLOY, "README.md")) as f:
+            blocks = [b for b in re.findall(r"```yaml\n(.*?)```", f.read(), re.S) if "scrape_configs:" in b]
+        self.assertEqual(len(blocks), 1, "deploy/README.md: one ```yaml block with scrape_configs")
+        return blocks[0]
+
+    def test_matches_the_manifests(self):
+        config = yaml.safe_load(self.scrape_config())
+        job = config["scrape_configs"][0]
+        self.assertEqual(job["scheme"], "https")
+        tls = job["tls_config"]
+        monitor = find(rendered(MONITORING), "ServiceMonitor", "weft")
+        self.assertEqual(sorted(os.path.basename(tls[k]) for k in ("ca_file", "cert_file", "key_file")),
+                         sorted(monitoring.secret_keys(monitor)["weft-tls-prometheus"]))
+        self.assertNotIn("insecure_skip_verify", tls)
+        objects = rendered("overlays/cpu")
+        for sts in (o for o in objects if o["kind"] == "StatefulSet"):
+            for i in range(sts["spec"].get("replicas", 1)):
+                host = "%s-%d.%s" % (sts["metadata"]["name"], i, sts["spec"]["serviceName"])
+                self.assertTrue(monitoring.certificate_holds(tls["server_name"], host), host)
+        sources = {label for r in job["relabel_configs"] for label in r.get("source_labels", [])}
+        for key in ("scrape", "port", "scheme", "path"):
+            self.assertIn("__meta_kubernetes_pod_annotation_prometheus_io_" + key, sources)
+        keeps = {tuple(r["source_labels"]): r["regex"] for r in job["relabel_configs"] if r.get("action") == "keep"}
+        self.assertEqual(keeps, {("__meta_kubernetes_pod_annotation_prometheus_io_scrape",): "true",
+                                 ("__meta_kubernetes_pod_container_port_name",): monitoring.PORT_NAME})
+
+    def test_promtool_accepts_it(self):
+        promtool = shutil.which("promtool")
+        if promtool is None:
+            self.skipTest("no promtool on PATH (Debian's prometheus package)")
+        config = yaml.safe_load(self.scrape_config())
+        job = config["scrape_configs"][0]
+        with tempfile.TemporaryDirectory() as d:
+            tls = job["tls_config"]
+            for k in ("ca_file", "cert_file", "key_file"):  # promtool wants the files to exist
+                path = os.path.join(d, os.path.basename(tls[k]))
+                open(path, "w").close()
+                tls[k] = path
+            path = os.path.join(d, "prometheus.yml")
+
+            def check():
+                with open(path, "w") as f:
+                    yaml.safe_dump(config, f)
+                return subprocess.run([promtool, "check", "config", path], capture_output=True, text=True)
+            r = check()
+            if r.returncode != 0 and "kubernetes_sd_configs not found" in r.stdout + r.stderr:
+                # Debian builds Prometheus without Kubernetes discovery: check the rest (TLS, relabelling)
+                # with the one pod it would find in its place.
+                self.assertEqual(job.pop("kubernetes_sd_configs"), [{"role": "pod", "namespaces": {"names": ["weft"]}}])
+                job["static_configs"] = [{"targets": ["weft-master-0.weft-master:9464"]}]
+                r = check()
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
 
 class RenderTest(unittest.TestCase):
@@ -1223,7 +1595,8 @@ class WeftFlagsTest(unittest.TestCase):
         self.assertEqual(sorted(flags), ["jobs", "master", "ps", "submit", "worker"])
         for sub in ("master", "worker", "ps"):
             self.assertLessEqual({"cluster", "ca", "cert", "key", "insecure", "health_port", "checkpoint_root",
-                                  "data_root"}, flags[sub], sub)
+                                  "data_root", "metrics_port", "metrics_host", "metrics_port_file",
+                                  "metrics_plaintext"}, flags[sub], sub)
         self.assertIn("state_dir", flags["master"])
         self.assertNotIn("state_dir", flags["worker"])
         self.assertLessEqual({"follow", "master", "ca", "token_file"}, flags["submit"])
@@ -1238,7 +1611,7 @@ class WeftFlagsTest(unittest.TestCase):
         r = subprocess.run([sys.executable, "-B", script, "--weft=" + weft_binary(), DEPLOY],
                            capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("2 rendering(s), 26 object(s), 0 error(s)", r.stderr)
+        self.assertIn("3 rendering(s), 29 object(s), 0 error(s)", r.stderr)
         r = subprocess.run([sys.executable, "-B", script, DEPLOY], capture_output=True, text=True,
                            env=dict(os.environ, PATH=os.path.dirname(sys.executable), WEFT=""))
         self.assertEqual(r.returncode, 2)
@@ -1297,13 +1670,34 @@ class TlsSecretsScriptTest(unittest.TestCase):
 
     def test_makes_every_key_the_manifests_read(self):
         secrets, _ = run_make_tls_secrets(self)
-        for overlay, objects in deployment()[1].items():
+        for overlay, objects in overlays().items():
             need = needed_keys(objects)
             self.assertEqual(sorted(need), ["weft-tls-client", "weft-tls-master", "weft-tls-ps", "weft-tls-worker"])
             for name, keys in need.items():
                 self.assertLessEqual(keys, set(secrets.get(name, {})), "%s: Secret %s" % (overlay, name))
         self.assertEqual(sorted(secrets["weft-tls-worker"]),
                          ["ca.crt", "worker-0.crt", "worker-0.key", "worker-1.crt", "worker-1.key"])
+
+    def test_makes_the_service_monitors_keys(self):
+        secrets, tls = run_make_tls_secrets(self)
+        need = {}
+        for o in rendered(MONITORING):
+            for name, keys in monitoring.secret_keys(o).items():
+                need.setdefault(name, set()).update(keys)
+        self.assertEqual(need, {"weft-tls-prometheus": {"ca.crt", "prometheus.crt", "prometheus.key"}})
+        self.assertEqual(sorted(secrets["weft-tls-prometheus"]), ["ca.crt", "prometheus.crt", "prometheus.key"])
+        with open(os.path.join(tls, "prometheus.crt")) as f:
+            issued = f.read().split()
+        # An admin: the metrics ports serve admins and cluster members; no hosts, so it cannot pass for a daemon.
+        self.assertIn("--name=prometheus", issued)
+        self.assertIn("--role=admin", issued)
+        self.assertFalse([w for w in issued if w.startswith("--hosts")], issued)
+
+    def test_prometheus_gets_its_own_certificate(self):
+        secrets, tls = run_make_tls_secrets(self, "--prometheus=prom-ops")
+        self.assertEqual(secrets["weft-tls-prometheus"]["prometheus.crt"], os.path.join(tls, "prom-ops.crt"))
+        with self.assertRaisesRegex(AssertionError, "--prometheus and --user name the same certificate"):
+            run_make_tls_secrets(self, "--user=ops", "--prometheus=ops")
 
     def test_certificates_name_the_pods_dns_names(self):
         _, tls = run_make_tls_secrets(self, "--namespace=ml")

@@ -27,7 +27,12 @@ address (as the StatefulSet controller would), and the job must still
 SUCCEED, with a recovery recorded. Then, from the submit pod: every daemon's
 health port answers a plaintext gRPC health check SERVING (what the
 kubelet's probe sends), the master's own port does not answer one (it is
-mTLS-only), and `weft jobs` without a client certificate is refused. The
+mTLS-only), and `weft jobs` without a client certificate is refused. Every
+daemon's metrics port is scraped as deploy/k8s/monitoring's ServiceMonitor
+has Prometheus scrape it (HTTPS, the weft-tls-prometheus admin certificate,
+its serverName): /metrics answers 200 in the Prometheus text format, while a
+user's certificate gets 403, and neither a client without a certificate nor
+plain HTTP gets a page. The
 test is reported skipped, saying why, where namespaces cannot be created
 (not root, no `ip`/`unshare`, no CAP_NET_ADMIN). The manifests are rendered
 with `kubectl kustomize` (deploy/check/render.py).
@@ -143,6 +148,29 @@ def grpc_health_status(host, port, timeout=5.0):
         raise ValueError("%s:%d answered without a HealthCheckResponse" % (host, port))
     message = data[5:5 + int.from_bytes(data[1:5], "big")]
     return message[1] if message[:1] == b"\x08" else 0
+
+
+def https_get(host, port, path, ca, cert, key, server_name, timeout=10.0):
+    """(status, body) of GET `path`: over TLS when `server_name` is given (checking the server's certificate
+    for that name against `ca`, presenting `cert` if given), else plain HTTP; (None, why) when no HTTP answer
+    comes. Runs in a pod's network namespace as a script of its own, so it imports what it needs itself."""
+    import http.client
+    import socket
+    import ssl
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+        if server_name is not None:
+            ctx = ssl.create_default_context(cafile=ca)
+            if cert:
+                ctx.load_cert_chain(cert, key)
+            sock = ctx.wrap_socket(sock, server_hostname=server_name)
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        conn.sock = sock
+        conn.request("GET", path)
+        r = conn.getresponse()
+        return r.status, r.read().decode("utf-8", "replace")
+    except (OSError, http.client.HTTPException) as e:
+        return None, "%s: %s" % (type(e).__name__, e)
 
 
 def make_secrets(work, weft):
@@ -365,6 +393,45 @@ def check_probes_and_refusals(cluster, client, spec):
         log("the master refused %s: %s" % (what, r.stderr.strip()[-200:]))
 
 
+def check_metrics(cluster, client):
+    """From the client pod: every daemon's metrics port as the ServiceMonitor scrapes it, and as others may not."""
+    monitor = next(o for o in render.render(os.path.join(ROOT, "deploy", "k8s", "monitoring"))
+                   if o["kind"] == "ServiceMonitor")
+    endpoint = monitor["spec"]["endpoints"][0]
+    tls = endpoint["tlsConfig"]
+    prometheus = cluster.secrets[tls["cert"]["secret"]["name"]]
+    ca = prometheus[tls["ca"]["secret"]["key"]]
+    as_prometheus = (ca, prometheus[tls["cert"]["secret"]["key"]], prometheus[tls["keySecret"]["key"]])
+    user = cluster.secrets["weft-tls-client"]
+    as_user = (ca, user["client.crt"], user["client.key"])
+    source = inspect.getsource(https_get)
+    for pod in cluster.pods:
+        if pod is client:
+            continue
+        c = pod.obj["spec"]["template"]["spec"]["containers"][0]
+        port = next(p["containerPort"] for p in c["ports"] if p["name"] == endpoint["port"])
+        checks = [("Prometheus' certificate", endpoint["path"], as_prometheus, tls["serverName"], 200),
+                  ("a user's certificate", endpoint["path"], as_user, tls["serverName"], 403),
+                  ("no certificate", endpoint["path"], (ca, None, None), tls["serverName"], None),
+                  ("plain HTTP", endpoint["path"], (None, None, None), None, None)]
+        if pod.obj["metadata"]["name"] == "weft-master":
+            checks.append(("the dashboard, as Prometheus", "/", as_prometheus, tls["serverName"], 200))
+        for what, path, (ca_file, cert, key), server, want in checks:
+            r = subprocess.run(["ip", "netns", "exec", client.ns, "/usr/bin/python3", "-c", source
+                                + "\nimport json\nprint(json.dumps(https_get(%r, %d, %r, %r, %r, %r, %r)))"
+                                % (pod.ip, port, path, ca_file, cert, key, server)],
+                               capture_output=True, text=True, timeout=30)
+            assert r.returncode == 0, "%s: %s" % (pod.name, r.stderr[-500:])
+            status, body = json.loads(r.stdout)
+            ok = status == want if want is not None else status != 200  # plain HTTP: no page, whatever else
+            assert ok, "%s port %d%s with %s: got %s, want %s: %s" % (
+                pod.name, port, path, what, status, want or "no 200", body[-300:])
+            if what == "Prometheus' certificate":
+                assert re.search(r"^# TYPE weft_\w+ ", body, re.M), "%s /metrics: no weft_ metric: %s" % (
+                    pod.name, body[:300])
+            log("%s port %d%s with %s: %s" % (pod.name, port, path, what, status))
+
+
 def weft_binary():
     if os.environ.get("WEFT"):
         return os.path.abspath(os.environ["WEFT"])
@@ -490,6 +557,7 @@ def run_cluster(weft):
         assert int(st.get("restarts", 0)) >= 1, "the job records no recovery: %s" % st
         log("the job SUCCEEDED across the loss of %s" % victim.name)
         check_probes_and_refusals(cluster, submit, spec)
+        check_metrics(cluster, submit)
         ok = True
         log("PASSED")
     finally:

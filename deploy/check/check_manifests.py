@@ -4,7 +4,10 @@
 object against the Kubernetes API schema (schema.py), and checks the
 cross-references a schema cannot (crossref.py). The Kubeflow TFJob, a plain
 file applied with `kubectl apply -f`, is checked against its CRD's schema and
-against the base objects it uses, with the NetworkPolicies beside it.
+against the base objects it uses, with the NetworkPolicies beside it. The
+monitoring kustomization (k8s/monitoring: the Prometheus Operator's
+ServiceMonitor) is rendered and checked against its CRD's schema and the
+Services and daemons it scrapes (monitoring.py).
 
     check_manifests.py [--weft=PATH] DEPLOY_DIR
 
@@ -23,6 +26,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import crossref  # noqa: E402
 import render  # noqa: E402
 import schema  # noqa: E402
+
+
+MONITORING = "k8s/monitoring"
 
 
 def render_all(deploy_dir):
@@ -65,13 +71,31 @@ def check_tfjob(tfjob, base_objects, others, weft_flags):
     return errors
 
 
+def render_monitoring(deploy_dir):
+    return render.render(os.path.join(deploy_dir, MONITORING))
+
+
+def check_monitoring(monitoring_objects, base_objects):
+    """The objects of k8s/monitoring against a rendering's (`base_objects`)."""
+    errors = ["%s: %s" % (MONITORING, e) for o in monitoring_objects for e in schema.validate(o)]
+    monitors = [o for o in monitoring_objects if o.get("kind") == "ServiceMonitor"]
+    if not monitors:
+        errors.append("%s: no ServiceMonitor" % MONITORING)
+    errors += ["%s: %s" % (MONITORING, e) for e in crossref.check_service_monitors(monitors, base_objects)]
+    return errors
+
+
 def check_deploy(deploy_dir, weft_flags):
-    """(errors, {label: rendered objects}); raises render.RenderError if kubectl cannot render."""
+    """(errors, {label: rendered objects}): the overlays' renderings (with the submit Job) and k8s/monitoring's;
+    raises render.RenderError if kubectl cannot render."""
     errors = []
     rendered = render_all(deploy_dir)
     for label, objects in rendered.items():
         errors += check_objects(label, objects, weft_flags)
     base = next(iter(rendered.values()))
+    monitoring_objects = render_monitoring(deploy_dir)
+    errors += check_monitoring(monitoring_objects, base)
+    rendered[MONITORING] = monitoring_objects
     tfjobs, others = load_kubeflow(deploy_dir)
     for o in others:
         errors += ["kubeflow/tfjob.yaml: %s" % e for e in schema.validate(o)]

@@ -16,13 +16,16 @@ daemons. The daemons' checkpoints and data are under their --checkpoint_root
 and --data_root. The security rules (security.py: hardening, each pod's own
 certificate from its role's Secret, probes on the plaintext health port)
 hold for every pod, and the NetworkPolicies admit exactly weft's flows
-(netpol.py).
+(netpol.py). The metrics port (monitoring.py): --metrics_port, the container
+port named metrics and the pod's prometheus.io annotations agree, no plain
+HTTP off the loopback, and the Services' metrics port reaches it.
 """
 import posixpath
 import re
 import shlex
 import subprocess
 
+import monitoring
 import netpol
 import security
 
@@ -294,6 +297,11 @@ class Checker:
         listen = port if port is not None else cports.get("grpc")
         for e in security.health(c, flags, listen):
             self.error(sts, e)
+        health = int(flags["health_port"]) if flags.get("health_port", "").isdigit() else None
+        annotations = ((spec.get("template") or {}).get("metadata") or {}).get("annotations") or {}
+        for e in monitoring.daemon(c, annotations, flags, listen, health):
+            self.error(sts, e)
+        metrics = monitoring.exposed_port(flags)
         for e in security.daemon_tls(pod, c, role, flags, SECRET_PREFIX):
             self.error(sts, e)
         # The headless Service.
@@ -310,7 +318,14 @@ class Checker:
             for sp in sspec.get("ports") or []:
                 target = sp.get("targetPort", sp.get("port"))
                 resolved = cports.get(target) if isinstance(target, str) else target
-                if resolved != listen or sp.get("port") != listen:
+                if monitoring.PORT_NAME in (sp.get("name"), target):
+                    if "metrics_port" in flags and monitoring.metrics_port(flags) is None:
+                        continue  # not a port number: reported as such
+                    if metrics is None or resolved != metrics or sp.get("port") != metrics:
+                        self.error(svc, "port %s %s (targetPort %s) does not reach the metrics port of %s "
+                                        "(--metrics_port=%s)" % (sp.get("name"), sp.get("port"), target, name_of(sts),
+                                                                 flags.get("metrics_port")))
+                elif resolved != listen or sp.get("port") != listen:
                     self.error(svc, "port %s (targetPort %s) does not reach weft's port %s" % (sp.get("port"), target, listen))
         # Volumes.
         claims = {t["metadata"]["name"] for t in spec.get("volumeClaimTemplates") or []}
@@ -458,7 +473,8 @@ class Checker:
             ports = {p.get("name"): p.get("containerPort") for p in c.get("ports") or []}
             main = self.listen_port(sts, role, flags) or ports.get("grpc")
             health = int(flags["health_port"]) if flags.get("health_port", "").isdigit() else None
-            endpoints.append(netpol.Endpoint(name_of(sts), role, labels, ports, main, health))
+            endpoints.append(netpol.Endpoint(name_of(sts), role, labels, ports, main, health,
+                                             monitoring.exposed_port(flags)))
         # The submit Job is the weft client whose pods must reach the master.
         clients = [("the weft client pods of %s" % name_of(j),
                     (pod_template(j).get("metadata") or {}).get("labels") or {})
@@ -513,6 +529,25 @@ class Checker:
                 self.error(job, "container %s: command must be weft or /bin/sh" % c.get("name"))
         if job.get("spec", {}).get("backoffLimit", 6) != 0:
             self.error(job, "backoffLimit must be 0: a retried `weft submit` would start a second training job")
+
+
+def daemon_flags(objects):
+    """{StatefulSet name: its daemon container's flags, $(VAR)s expanded} of the daemons among `objects`."""
+    checker = Checker(objects, {})
+    out = {}
+    for sts in checker.by_kind.get("StatefulSet", {}).values():
+        if ((sts.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component") in DAEMONS:
+            out[sts["metadata"]["name"]] = checker.daemon_args(sts)[0]
+    return out
+
+
+def check_service_monitors(monitors, objects):
+    """ServiceMonitors (deploy/k8s/monitoring) against the objects of a rendering (monitoring.py)."""
+    errors = []
+    flags = daemon_flags(objects)
+    for m in monitors:
+        errors += monitoring.service_monitor(m, objects, flags, SECRET_PREFIX)
+    return errors
 
 
 TFJOB_INDEX_FIELD = "metadata.labels['training.kubeflow.org/replica-index']"
@@ -599,9 +634,12 @@ def check_tfjob(tfjob, base_objects, policies, weft_flags):
         if job_text is not None:
             errors += ["%s: %s" % (where, e) for e in root_errors(flags, job_text)]
         health = int(flags["health_port"]) if flags.get("health_port", "").isdigit() else None
+        annotations = ((spec.get("template") or {}).get("metadata") or {}).get("annotations") or {}
+        errors += ["%s: %s" % (where, e) for e in monitoring.daemon(c, annotations, flags, ports.get("tfjob-port"),
+                                                                    health)]
         if "tfjob-port" in ports:  # else reported above
             endpoints.append(netpol.Endpoint(where, role, tfjob_labels(tfjob, rtype, spec.get("template") or {}),
-                                             ports, ports["tfjob-port"], health))
+                                             ports, ports["tfjob-port"], health, monitoring.exposed_port(flags)))
         clients = [f for sub, f in commands if sub in CLIENT_COMMANDS]
         if clients:
             client_flags = {}

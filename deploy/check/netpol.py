@@ -11,9 +11,14 @@ What weft needs (every one must be admitted):
   clients -> the master's port      master -> every task's port
   task -> task, on the task's port  anywhere -> every health port (the
   DNS from every daemon             kubelet's probes come from the node)
+  Prometheus (pods labelled app.kubernetes.io/name: prometheus in the
+  namespace `monitoring`) -> every daemon's metrics port
 What it must not have (none may be admitted): tasks -> the master's port;
-clients -> a task's port; any other pod, of this namespace or another, or
-any address, -> the master's or a task's port; anything -> any other port.
+clients -> a task's port; Prometheus, any other pod, of this namespace or
+another, or any address, -> the master's or a task's port; anyone but
+Prometheus -> a metrics port (weft's own pods and clients, the other pods
+of `monitoring`, a pod labelled as Prometheus in another namespace);
+anything -> any other port.
 
 Peers the check cannot place exactly are taken at their most open for the
 "must not" rules (an ipBlock may hold pod addresses; a namespaceSelector with
@@ -22,18 +27,29 @@ rules, so that neither can pass by luck.
 """
 import collections
 
-Endpoint = collections.namedtuple("Endpoint", "name role labels ports main health")
+# `metrics`: the port Prometheus scrapes (--metrics_port), None if the daemon serves none off its loopback.
+Endpoint = collections.namedtuple("Endpoint", "name role labels ports main health metrics", defaults=(None,))
 CLIENT_LABELS = {"app.kubernetes.io/name": "weft-client"}
 OTHER_PORT = 1  # stands for every port weft does not serve
 
 
-class Source(collections.namedtuple("Source", "what labels same_namespace")):
-    """A connection's origin: a pod (its labels, whether in this namespace) or an address (labels None)."""
+class Source(collections.namedtuple("Source", "what labels same_namespace namespace_labels", defaults=(None,))):
+    """A connection's origin: a pod (its labels, whether in this namespace, and its namespace's labels where
+    known) or an address (labels None)."""
 
 
 WORLD = Source("any address", None, False)
 STRANGER = Source("any pod of this namespace", {}, True)
 ELSEWHERE = Source("any pod of another namespace", {}, False)
+# Where Prometheus runs (deploy/README.md, "Monitoring"): the Prometheus
+# Operator's (and kube-prometheus') pod label, in the namespace `monitoring`.
+MONITORING_NAMESPACE = {"kubernetes.io/metadata.name": "monitoring"}
+PROMETHEUS_LABELS = {"app.kubernetes.io/name": "prometheus"}
+PROMETHEUS = Source("Prometheus (app.kubernetes.io/name=prometheus in namespace monitoring)", PROMETHEUS_LABELS,
+                    False, MONITORING_NAMESPACE)
+MONITORING_OTHERS = Source("any other pod of namespace monitoring", {}, False, MONITORING_NAMESPACE)
+PROMETHEUS_ELSEWHERE = Source("a pod labelled app.kubernetes.io/name=prometheus in another namespace",
+                              PROMETHEUS_LABELS, False, {"kubernetes.io/metadata.name": "elsewhere"})
 
 
 def selects(selector, labels):
@@ -94,6 +110,8 @@ def peer_matches(peer, src, widest):
         ns_ok = src.same_namespace
     elif not (ns.get("matchLabels") or ns.get("matchExpressions")):
         ns_ok = True
+    elif src.namespace_labels is not None:
+        ns_ok = selects(ns, src.namespace_labels)
     else:
         ns_ok = widest or not src.same_namespace
     return ns_ok and ("podSelector" not in peer or selects(peer["podSelector"], src.labels))
@@ -137,8 +155,8 @@ def check(policies, endpoints, client=None):
         got = admitted_by(policies, "Ingress", dst.labels, src, port, "TCP", dst.ports, widest=False)
         if got == []:
             errors.append("%s: no NetworkPolicy admits %s to port %d; %s" % (dst.name, src.what, port, why))
-        if src.labels is None:
-            return
+        if src.labels is None or not src.same_namespace:
+            return  # an address, or a pod whose egress policies are its own namespace's
         out = admitted_by(policies, "Egress", src.labels, Source(dst.name, dst.labels, True), port, "TCP", dst.ports,
                           widest=False)
         if out == []:
@@ -165,12 +183,19 @@ def check(policies, endpoints, client=None):
                 need(dst, pod_source(e), e.name, dst.main,
                      "master -> tasks and task -> task must be allowed")
             refuse(dst, client, dst.main, "clients talk to the master, never to a task")
-        for stranger in (STRANGER, ELSEWHERE, WORLD):
+        for stranger in (STRANGER, ELSEWHERE, WORLD, PROMETHEUS):
             refuse(dst, stranger, dst.main, "only weft's own pods and clients may reach a daemon")
         if dst.health is not None:
             need(dst, WORLD, None, dst.health, "the kubelet's probes come from the node")
-        for src in [pod_source(e) for e in endpoints] + [client, STRANGER, WORLD]:
-            refuse(dst, src, OTHER_PORT, "weft serves only port %d and the health port %s" % (dst.main, dst.health))
+        if dst.metrics is not None:
+            need(dst, PROMETHEUS, None, dst.metrics, "Prometheus scrapes every daemon's metrics port")
+            for src in [pod_source(e) for e in endpoints] + [client, STRANGER, ELSEWHERE, WORLD, MONITORING_OTHERS,
+                                                             PROMETHEUS_ELSEWHERE]:
+                refuse(dst, src, dst.metrics, "only Prometheus may reach a metrics port (the master's serves the "
+                                              "dashboard too: reach it with kubectl port-forward)")
+        for src in [pod_source(e) for e in endpoints] + [client, STRANGER, WORLD, PROMETHEUS]:
+            refuse(dst, src, OTHER_PORT, "weft serves only port %d, the health port %s and the metrics port %s"
+                   % (dst.main, dst.health, dst.metrics))
     for e in endpoints:
         dns = admitted_by(policies, "Egress", e.labels, WORLD, 53, "UDP", {}, widest=True)
         if dns == []:

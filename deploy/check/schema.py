@@ -10,7 +10,9 @@ required fields.
 
 TFJob (kubeflow.org/v1) is a custom resource: its envelope is checked
 against TFJOB_SCHEMA, written from Kubeflow's CRD, and each replica's pod
-template against the core schema.
+template against the core schema. ServiceMonitor (monitoring.coreos.com/v1,
+the Prometheus Operator's) likewise against SERVICEMONITOR_SCHEMA, written
+from the operator's CRD (v0.7x): every field of the kinds it nests.
 """
 import functools
 
@@ -40,14 +42,52 @@ TFJOB_SCHEMA = {
     "KubeflowReplicaSpec": ({"replicas": "int", "template": "V1PodTemplateSpec", "restartPolicy": "str"},
                             set()),
 }
+# Prometheus Operator ServiceMonitor, the fields of its CRD (v0.7x).
+SERVICEMONITOR_SCHEMA = {
+    "ServiceMonitor": ({"apiVersion": "str", "kind": "str", "metadata": "V1ObjectMeta",
+                        "spec": "ServiceMonitorSpec"}, {"apiVersion", "kind", "spec"}),
+    "ServiceMonitorSpec": ({"jobLabel": "str", "targetLabels": "list[str]", "podTargetLabels": "list[str]",
+                            "endpoints": "list[ServiceMonitorEndpoint]", "selector": "V1LabelSelector",
+                            "namespaceSelector": "ServiceMonitorNamespaceSelector", "sampleLimit": "int",
+                            "targetLimit": "int", "labelLimit": "int", "labelNameLengthLimit": "int",
+                            "labelValueLengthLimit": "int", "keepDroppedTargets": "int",
+                            "scrapeProtocols": "list[str]", "scrapeClass": "str", "bodySizeLimit": "str",
+                            "attachMetadata": "ServiceMonitorAttachMetadata"}, {"selector"}),
+    "ServiceMonitorNamespaceSelector": ({"any": "bool", "matchNames": "list[str]"}, set()),
+    "ServiceMonitorAttachMetadata": ({"node": "bool"}, set()),
+    "ServiceMonitorEndpoint": ({"port": "str", "targetPort": "object", "path": "str", "scheme": "str",
+                                "params": "dict(str, list[str])", "interval": "str", "scrapeTimeout": "str",
+                                "tlsConfig": "ServiceMonitorTLSConfig", "bearerTokenFile": "str",
+                                "bearerTokenSecret": "V1SecretKeySelector",
+                                "authorization": "ServiceMonitorAuthorization", "basicAuth": "ServiceMonitorBasicAuth",
+                                "oauth2": "object", "honorLabels": "bool", "honorTimestamps": "bool",
+                                "trackTimestampsStaleness": "bool", "metricRelabelings": "list[ServiceMonitorRelabel]",
+                                "relabelings": "list[ServiceMonitorRelabel]", "proxyUrl": "str",
+                                "followRedirects": "bool", "enableHttp2": "bool", "filterRunning": "bool"}, set()),
+    "ServiceMonitorTLSConfig": ({"ca": "ServiceMonitorSecretOrConfigMap", "cert": "ServiceMonitorSecretOrConfigMap",
+                                 "keySecret": "V1SecretKeySelector", "serverName": "str", "insecureSkipVerify": "bool",
+                                 "caFile": "str", "certFile": "str", "keyFile": "str", "minVersion": "str",
+                                 "maxVersion": "str"}, set()),
+    "ServiceMonitorSecretOrConfigMap": ({"secret": "V1SecretKeySelector", "configMap": "V1ConfigMapKeySelector"},
+                                        set()),
+    "ServiceMonitorAuthorization": ({"type": "str", "credentials": "V1SecretKeySelector"}, set()),
+    "ServiceMonitorBasicAuth": ({"username": "V1SecretKeySelector", "password": "V1SecretKeySelector"}, set()),
+    "ServiceMonitorRelabel": ({"sourceLabels": "list[str]", "separator": "str", "targetLabel": "str", "regex": "str",
+                               "modulus": "int", "replacement": "str", "action": "str"}, set()),
+}
+# The custom resources: (apiVersion, kind) -> the table of their types.
+CRD_SCHEMAS = {("kubeflow.org/v1", "TFJob"): TFJOB_SCHEMA,
+               ("monitoring.coreos.com/v1", "ServiceMonitor"): SERVICEMONITOR_SCHEMA}
+CRD_TYPES = dict(kv for table in CRD_SCHEMAS.values() for kv in table.items())
+SERVICEMONITOR_SCHEMES = {"http", "https"}
 TFJOB_REPLICA_TYPES = {"Chief", "Master", "PS", "Worker", "Evaluator"}
 TFJOB_RESTART_POLICIES = {"Always", "OnFailure", "Never", "ExitCode"}
 
 
 def fields_of(type_name):
     """{json name: (python name or None, type)} and the required json names."""
-    if type_name in TFJOB_SCHEMA:
-        fields, required = TFJOB_SCHEMA[type_name]
+    if type_name in CRD_TYPES:
+        fields, required = CRD_TYPES[type_name]
         return {k: (None, t) for k, t in fields.items()}, required
     if type_name in SUPPLEMENT_MODELS:
         fields, required = SUPPLEMENT_MODELS[type_name]
@@ -80,8 +120,8 @@ def required_of(type_name):
 
 def model_for(obj):
     api, kind = obj.get("apiVersion", ""), obj.get("kind", "")
-    if api == "kubeflow.org/v1" and kind == "TFJob":
-        return "TFJob"
+    if (api, kind) in CRD_SCHEMAS:
+        return kind
     version = api.split("/")[-1]
     name = version[:1].upper() + version[1:] + kind
     if getattr(k8s, name, None) is None:
@@ -105,6 +145,11 @@ def validate(obj):
                 errors.append("%s: replica type must be one of %s" % (where, sorted(TFJOB_REPLICA_TYPES)))
             if isinstance(spec, dict) and spec.get("restartPolicy", "Never") not in TFJOB_RESTART_POLICIES:
                 errors.append("%s.restartPolicy: must be one of %s" % (where, sorted(TFJOB_RESTART_POLICIES)))
+    if model == "ServiceMonitor":
+        for i, ep in enumerate((obj.get("spec") or {}).get("endpoints") or []):
+            if isinstance(ep, dict) and ep.get("scheme", "http") not in SERVICEMONITOR_SCHEMES:
+                errors.append("spec.endpoints[%d].scheme: must be one of %s (the CRD's enum)"
+                              % (i, sorted(SERVICEMONITOR_SCHEMES)))
     return ["%s: %s" % (name, e) for e in errors]
 
 

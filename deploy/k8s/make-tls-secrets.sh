@@ -16,6 +16,9 @@
 #   weft-tls-ps       ca.crt ps-<i>.crt ps-<i>.key for every ps
 #   weft-tls-client   ca.crt client.crt client.key: the user --user, for the
 #                     submit Job
+#   weft-tls-prometheus  ca.crt prometheus.crt prometheus.key: the admin
+#                     --prometheus, whose certificate Prometheus presents to
+#                     the daemons' metrics ports (k8s/monitoring)
 # A worker pod mounts every worker's key: a StatefulSet's pods share one
 # template. deploy/README.md says how to give each pod only its own.
 #
@@ -27,6 +30,8 @@
 #   --master=HOST:PORT  the master's address (default: `master` there)
 #   --user=NAME         the user the submit Job runs as (default weft-submit)
 #   --role=ROLE         that user's role, user or admin (default user)
+#   --prometheus=NAME   the admin Prometheus scrapes as (default prometheus):
+#                       `weft certs issue DIR --name=NAME --role=admin`
 #   --prefix=PREFIX     Secret names PREFIX-master, ... (default weft-tls)
 #   --cluster_domain=D  the cluster's DNS domain (default cluster.local)
 #   --reissue           issue every certificate again from the same CA
@@ -43,6 +48,7 @@ cluster=""
 master=""
 user="weft-submit"
 role=user
+prometheus=prometheus
 prefix="weft-tls"
 domain=cluster.local
 reissue=false
@@ -61,6 +67,7 @@ for arg in "$@"; do
     --master=*) master=${arg#*=} ;;
     --user=*) user=${arg#*=} ;;
     --role=*) role=${arg#*=} ;;
+    --prometheus=*) prometheus=${arg#*=} ;;
     --prefix=*) prefix=${arg#*=} ;;
     --cluster_domain=*) domain=${arg#*=} ;;
     --reissue) reissue=true ;;
@@ -69,7 +76,9 @@ for arg in "$@"; do
     *) [[ -z "$dir" ]] || die "one DIR only, got $dir and $arg"; dir=$arg ;;
   esac
 done
-[[ -n "$dir" ]] || die "usage: $0 [--namespace=NS] [--cluster=SPEC] [--master=HOST:PORT] [--user=NAME] [--prefix=P] [--reissue] [--apply] DIR"
+[[ -n "$dir" ]] || die "usage: $0 [--namespace=NS] [--cluster=SPEC] [--master=HOST:PORT] [--user=NAME] [--prometheus=NAME] [--prefix=P] [--reissue] [--apply] DIR"
+[[ -n "$prometheus" ]] || die "--prometheus is empty"
+[[ "$prometheus" != "$user" ]] || die "--prometheus and --user name the same certificate ($user); give Prometheus its own"
 [[ "$role" == user || "$role" == admin ]] || die "--role must be user or admin, got $role"
 
 # A key of the ConfigMap: `  key: "value"` on one line.
@@ -149,3 +158,9 @@ done
 
 issue "$user" "$user" --role="$role"
 secret "$prefix-client" "ca.crt=$dir/ca.crt" "client.crt=$dir/$user.crt" "client.key=$dir/$user.key"
+
+# Prometheus reads the metrics ports as an admin: they serve admins and
+# cluster members alone. The NetworkPolicies keep it off the master's API.
+issue "$prometheus" "$prometheus" --role=admin
+secret "$prefix-prometheus" "ca.crt=$dir/ca.crt" "prometheus.crt=$dir/$prometheus.crt" \
+  "prometheus.key=$dir/$prometheus.key"
