@@ -33,13 +33,15 @@ JOB="$TMP/mwm.pbtxt"
 sed 's/^epochs:.*/epochs: 2/' "$REPO/examples/fmnist_mlp_multi_worker_mirrored.pbtxt" > "$JOB"
 
 # scrape DIR: every second, GET /metrics of every daemon whose port file has
-# appeared, with the local cluster's admin certificate (Python's ssl, as a
-# separate process, like a real scraper). Counts the scrapes in DIR/scrapes.
+# appeared, with the local cluster's admin certificate over a kept-alive
+# HTTPS connection per daemon (as Prometheus scrapes), from a separate
+# process. Counts the scrapes in DIR/scrapes.
 scrape() {
   "$PYTHON" - "$1" <<'PY' &
-import glob, os, ssl, sys, time, urllib.request
+import glob, http.client, os, ssl, sys, time
 d = sys.argv[1]
 n = 0
+conns = {}  # port -> a kept-alive connection, as Prometheus keeps one per target
 while True:
     tls = os.path.join(d, "tls")
     if os.path.exists(os.path.join(tls, "local.key")):
@@ -48,11 +50,16 @@ while True:
         for f in glob.glob(os.path.join(d, "*.metrics_port")):
             try:
                 port = int(open(f).read())
-                urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=ctx, timeout=2).read()
-                n += 1
-                open(os.path.join(d, "scrapes"), "w").write(str(n))
-            except (OSError, ValueError):
-                pass
+                c = conns.get(port) or http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=2)
+                conns[port] = c
+                c.request("GET", "/metrics")
+                r = c.getresponse()
+                r.read()
+                if r.status == 200:
+                    n += 1
+                    open(os.path.join(d, "scrapes"), "w").write(str(n))
+            except (OSError, ValueError, http.client.HTTPException):
+                conns.pop(port, None)
     time.sleep(1)
 PY
   SCRAPER=$!
