@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -78,6 +79,7 @@ void JobRunner::Preempt() {
 absl::StatusOr<TrainResult> JobRunner::Run(const std::function<void(const TrainProgress&)>& on_progress) {
   watch_ = std::make_unique<StepWatch>(job_.name(), workers_, options_.step_watch, options_.update_status,
                                        options_.amend_status);
+  watch_->ExportMetrics(std::string(absl::StripPrefix(session_handle_, "job/")));
   // A stall the previous master saw is over: its steps are gone.
   if (options_.resumed) UpdateStatus([](JobStatus* s) { s->set_diagnosis_active(false); });
   auto progress = [this, &on_progress](const TrainProgress& p) {

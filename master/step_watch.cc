@@ -88,8 +88,25 @@ void StepWatch::RunGraphDone(int64_t step_id, const std::string& task, absl::Dur
     if (tasks[i] == task) r.done |= uint64_t{1} << i;
   }
   if (r.info.trains && status.ok()) {
-    times_.Add(task, absl::ToDoubleSeconds(elapsed) / std::max(1, r.info.iterations));
+    const double seconds = absl::ToDoubleSeconds(elapsed) / std::max(1, r.info.iterations);
+    times_.Add(task, seconds);
+    if (!metrics_job_.empty()) {
+      metrics::Histogram*& h = task_seconds_[task];
+      if (h == nullptr) {
+        h = metrics::Registry::Default()
+                .AddHistogram("weft_task_step_duration_seconds",
+                              "A task's RunGraph of one training step as the master timed it, per job and task.",
+                              {"job", "task"})
+                ->With({metrics_job_, task});
+      }
+      h->Observe(seconds);
+    }
   }
+}
+
+void StepWatch::ExportMetrics(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  metrics_job_ = job_id;
 }
 
 void StepWatch::StepEnded(int64_t step_id, const absl::Status& status) {

@@ -28,6 +28,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -38,6 +39,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "master/hang_diagnosis.h"
+#include "common/metrics.h"
 #include "master/step_observer.h"
 #include "master/step_times.h"
 #include "master/worker_cache.h"
@@ -80,6 +82,10 @@ class StepWatch final : public StepObserver {
   void NoteProgress(int64_t step);
 
   void StepStarted(const StepInfo& step) override;
+  // Also feed each task's step times to /metrics as
+  // weft_task_step_duration_seconds{job=job_id, task} (docs/observability.md).
+  void ExportMetrics(const std::string& job_id);
+
   void RunGraphDone(int64_t step_id, const std::string& task, absl::Duration elapsed,
                     const absl::Status& status) override;
   void StepEnded(int64_t step_id, const absl::Status& status) override;
@@ -122,6 +128,8 @@ class StepWatch final : public StepObserver {
   const JobStatusUpdater amend_;
 
   absl::Mutex mu_;
+  std::string metrics_job_ ABSL_GUARDED_BY(mu_);  // empty: no series
+  std::map<std::string, metrics::Histogram*> task_seconds_ ABSL_GUARDED_BY(mu_);
   absl::CondVar changed_;  // a first running step, a diagnosed step's end, or stopping_
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool idle_ ABSL_GUARDED_BY(mu_) = false;  // the thread waits for a first step

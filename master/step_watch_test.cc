@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/test_util.h"
+#include "common/metrics.h"
 #include "gtest/gtest.h"
 #include "master/fake_worker.h"
 #include "master/worker_cache.h"
@@ -149,6 +150,7 @@ TEST_F(StepWatchTest, PublishesEachTasksStepTimesAndItsStraggler) {
   o.publish_every = absl::ZeroDuration();
   auto watch = Watch(o);
   watch->SetPeers({kW0, kW1});
+  watch->ExportMetrics("job-watch-test");
   for (int64_t id = 1; id <= 10; ++id) {
     watch->StepStarted(Step(id));
     watch->RunGraphDone(id, kW0, absl::Milliseconds(10), absl::OkStatus());
@@ -175,6 +177,15 @@ TEST_F(StepWatchTest, PublishesEachTasksStepTimesAndItsStraggler) {
   // Steps that end long before the floor are never asked about.
   EXPECT_EQ(fakes_[kW0]->calls() + fakes_[kW1]->calls(), 0);
   EXPECT_TRUE(s.diagnosis().empty());
+  // The same times reach /metrics, per job and task; the evaluation and the
+  // failed step do not.
+  const std::string text = metrics::Registry::Default().Render();
+  EXPECT_TRUE(absl::StrContains(
+      text, "weft_task_step_duration_seconds_count{job=\"job-watch-test\",task=\"/job:worker/task:1\"} 10\n"))
+      << text;
+  EXPECT_TRUE(absl::StrContains(
+      text, "weft_task_step_duration_seconds_bucket{job=\"job-watch-test\",task=\"/job:worker/task:1\",le=\"0.025\"} 0\n"))
+      << text;
 }
 
 }  // namespace
