@@ -18,6 +18,7 @@
 #include "common/confined_root.h"
 #include "common/grpc_security.h"
 #include "runtime/data/dataset.h"
+#include "runtime/data/uploaded_dataset.h"
 #include "common/grpc_util.h"
 #include "common/memory_budget.h"
 #include "common/allocator.h"
@@ -195,6 +196,33 @@ absl::Status ConfineDatasets(const Flags& f) {
     return absl::OkStatus();
   }
   data::SetDataRoot(*root);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<worker::DatasetCache>> OpenDatasetCache(const Flags& f) {
+  if (f.Has("dataset_cache") && f.Get("dataset_cache").empty()) {
+    return absl::InvalidArgumentError("--dataset_cache needs a directory");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<worker::DatasetCache> cache,
+                   worker::DatasetCache::Open(f.Get("dataset_cache", kDefaultDatasetCache)));
+  data::SetUploadRoot(cache->root());
+  return cache;
+}
+
+absl::Status UploadFlags(const Flags& f, master::DatasetUploadsOptions* opts) {
+  if (f.Has("upload_root") && f.Get("upload_root").empty()) {
+    return absl::InvalidArgumentError("--upload_root needs a directory");
+  }
+  opts->root = f.Get("upload_root", kDefaultUploadRoot);
+  for (auto [flag, out] : {std::pair<const char*, int64_t*>{"max_upload_bytes", &opts->max_upload_bytes},
+                           {"upload_quota_bytes", &opts->quota_bytes}}) {
+    if (!f.Has(flag)) continue;
+    ASSIGN_OR_RETURN(uint64_t bytes, ParseByteSize(f.Get(flag), absl::StrCat("--", flag)));
+    if (bytes == 0 || bytes > static_cast<uint64_t>(INT64_MAX)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be 1 byte to 2^63-1 bytes"));
+    }
+    *out = static_cast<int64_t>(bytes);
+  }
   return absl::OkStatus();
 }
 

@@ -25,6 +25,10 @@ namespace weft {
 // Where daemons read datasets from unless --data_root says otherwise
 // (Debian's dataset packages install there).
 inline constexpr char kDefaultDataRoot[] = "/usr/share/datasets";
+// Where the master keeps uploaded datasets, and where a task keeps its
+// copies, unless --upload_root / --dataset_cache say otherwise.
+inline constexpr char kDefaultUploadRoot[] = "/tmp/weft-uploads";
+inline constexpr char kDefaultDatasetCache[] = "/tmp/weft-dataset-cache";
 
 int RunMasterCommand(int argc, char** argv);
 // `job` is "worker" or "ps": the default job of --task.

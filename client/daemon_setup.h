@@ -17,6 +17,8 @@
 #include "common/grpc_security.h"
 #include "common/monitoring_server.h"
 #include "proto/cluster.pb.h"
+#include "master/dataset_uploads.h"
+#include "worker/dataset_cache.h"
 #include "worker/worker_server.h"
 
 namespace grpc {
@@ -65,6 +67,15 @@ class HealthServer {
 // --metrics_port is not given. `pages` are served beside /metrics.
 absl::StatusOr<std::unique_ptr<MonitoringServer>> StartMonitoring(const Flags& f, const std::string& role,
                                                                   std::map<std::string, HttpHandler> pages = {});
+
+// --dataset_cache (default kDefaultDatasetCache): where a task keeps the
+// datasets clients uploaded, copied here by the master; also this process's
+// upload root, so jobs' upload_id resolve there.
+absl::StatusOr<std::unique_ptr<worker::DatasetCache>> OpenDatasetCache(const Flags& f);
+
+// --upload_root (default kDefaultUploadRoot), --max_upload_bytes and
+// --upload_quota_bytes: the master's store of uploaded datasets.
+absl::Status UploadFlags(const Flags& f, master::DatasetUploadsOptions* opts);
 
 // Confines datasets to --data_root and returns the opened --checkpoint_root.
 absl::StatusOr<std::string> ConfineFiles(const Flags& f);

@@ -60,6 +60,13 @@ absl::Status StartTask(const LocalClusterOptions& o, const std::string& name, st
   if (!o.log_level.empty()) argv.push_back("--log_level=" + o.log_level);
   argv.push_back("--checkpoint_root=" + o.checkpoint_root);
   argv.push_back("--data_root=" + o.data_root);
+  // Uploaded datasets stay with the run: the master's store and each
+  // task's copies under the log directory.
+  if (job_name == "master") {
+    argv.push_back(absl::StrCat("--upload_root=", o.log_dir, "/uploads"));
+  } else {
+    argv.push_back(absl::StrCat("--dataset_cache=", o.log_dir, "/datasets-", job_name, "-", index));
+  }
   if (o.metrics_port >= 0) {
     const std::string port_file = absl::StrCat(o.log_dir, "/", job_name, "-", index, ".metrics_port");
     std::remove(port_file.c_str());

@@ -74,6 +74,7 @@ int ParseMasterFlags(const Flags& f, master::MasterServerOptions* opts, std::str
   opts->cluster = daemon::WithoutJob(config->cluster, config->task.job.empty() ? "master" : config->task.job);
   // Without it, jobs are kept in memory and forgotten on restart.
   opts->state_dir = f.Get("state_dir");
+  if (absl::Status s = daemon::UploadFlags(f, &opts->uploads); !s.ok()) return Usage("master", s.message());
   return 0;
 }
 
@@ -94,7 +95,8 @@ int RunMasterCommand(int argc, char** argv) {
                         {"cluster", "task", "listen", "port", "port_file", "log_level", "state_dir", "ca", "cert",
                          "key", "health_port", "auth_tokens_file", "checkpoint_root", "data_root", "memory_limit",
                          "max_message_bytes", "max_running_jobs", "max_queued_jobs", "metrics_port", "metrics_host",
-                         "metrics_port_file", "stall_after_seconds", "stall_factor"},
+                         "metrics_port_file", "stall_after_seconds", "stall_factor", "upload_root",
+                         "max_upload_bytes", "upload_quota_bytes"},
                         {"insecure", "metrics_plaintext"});
   if (!f.ok()) return Usage("master", f.status().message());
   master::MasterServerOptions opts;

@@ -164,7 +164,7 @@ void RegisterAllocatorMetrics(worker::Worker* w) {
 
 int RunTaskCommand(int argc, char** argv, const char* job) {
   auto f = Flags::Parse(argc, argv, 2,
-                        {"task", "cluster", "listen", "port_file", "intra_op_threads", "inter_op_threads",
+                        {"dataset_cache", "task", "cluster", "listen", "port_file", "intra_op_threads", "inter_op_threads",
                          "cpu_devices", "gpus", "log_level", "drain_seconds", "ca", "cert", "key", "health_port",
                          "checkpoint_root", "data_root", "memory_limit", "max_message_bytes", "max_sessions",
                          "max_graphs", "max_graphs_per_session", "max_iterations", "max_live_steps",
@@ -191,6 +191,12 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
   if (absl::Status s = TaskServerOptions(*f, t, *security, *checkpoint_root, &opts); !s.ok()) {
     return Usage(job, s.message());
   }
+  auto datasets = daemon::OpenDatasetCache(*f);
+  if (!datasets.ok()) {
+    log->error("cannot start: {}", std::string(datasets.status().message()));
+    return 1;
+  }
+  opts.datasets = datasets->get();
   auto server = worker::StartWorkerServer(opts);
   if (!server.ok()) {
     log->error("cannot start: {}", std::string(server.status().message()));

@@ -14,7 +14,18 @@ namespace {
 absl::Status ValidateDataset(const JobSpec& job) {
   if (!job.has_dataset()) return absl::InvalidArgumentError("job: dataset is missing");
   const DatasetSpec& ds = job.dataset();
-  if (ds.format() == DatasetSpec::TFRECORD) {
+  if (!ds.upload_id().empty()) {
+    // An uploaded dataset (MasterService.UploadDataset) brings its own IDX
+    // files; its id is checked where the uploads are (the master, the tasks).
+    if (ds.format() == DatasetSpec::TFRECORD) {
+      return absl::InvalidArgumentError("job: dataset.upload_id holds IDX files: format must be IDX or unset");
+    }
+    if (!ds.dir().empty() || !ds.train_images().empty() || !ds.train_labels().empty() ||
+        !ds.test_images().empty() || !ds.test_labels().empty()) {
+      return absl::InvalidArgumentError(
+          "job: dataset.upload_id replaces dir and the IDX file names: set one or the other");
+    }
+  } else if (ds.format() == DatasetSpec::TFRECORD) {
     if (ds.train_files_size() == 0) return absl::InvalidArgumentError("job: dataset.train_files is empty");
   } else if (ds.dir().empty() && ds.train_images().empty()) {
     return absl::InvalidArgumentError("job: dataset needs dir or train_images/train_labels");

@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
+#include "master/grpc_upload_reactor.h"
 
 namespace weft {
 namespace master {
@@ -222,6 +223,22 @@ grpc::ServerUnaryReactor* GrpcMasterService::CancelJob(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* GrpcMasterService::TraceJob(grpc::CallbackServerContext* ctx,
                                                       const TraceJobRequest* request, TraceJobResponse* response) {
   return Unary(ctx, auth_, "MasterService.TraceJob", request, response, master_, &Master::TraceJobAsync);
+}
+
+grpc::ServerReadReactor<UploadDatasetRequest>* GrpcMasterService::UploadDataset(grpc::CallbackServerContext* ctx,
+                                                                                UploadDatasetResponse* response) {
+  static constexpr char kWhat[] = "MasterService.UploadDataset";
+  absl::StatusOr<Caller> caller =
+      Authorize(auth_, *ctx, kWhat, [](const Caller& c) { return RequireUser(c, kWhat); });
+  if (!caller.ok()) return new UploadDatasetReactor(ToGrpcStatus(caller.status()));
+  DatasetUploads* uploads = master_->uploads();
+  if (uploads == nullptr) {
+    return new UploadDatasetReactor(
+        grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this master keeps no uploaded datasets"));
+  }
+  absl::StatusOr<std::unique_ptr<DatasetUploads::Upload>> upload = uploads->Begin(*caller);
+  if (!upload.ok()) return new UploadDatasetReactor(ToGrpcStatus(upload.status()));
+  return new UploadDatasetReactor(*std::move(upload), response, &upload_pool_, caller->Describe(), ctx->peer());
 }
 
 grpc::ServerWriteReactor<JobStatus>* GrpcMasterService::WatchJob(grpc::CallbackServerContext* ctx,

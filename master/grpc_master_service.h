@@ -21,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/grpc_security.h"
+#include "common/thread_pool.h"
 #include "master/master.h"
 #include "proto/master_service.grpc.pb.h"
 
@@ -59,6 +60,9 @@ class GrpcMasterService final : public MasterService::CallbackService {
                                      TraceJobResponse* response) override;
   grpc::ServerWriteReactor<JobStatus>* WatchJob(grpc::CallbackServerContext* ctx,
                                                 const WatchJobRequest* request) override;
+  // Client-streamed (master/grpc_upload_reactor.h); any user.
+  grpc::ServerReadReactor<UploadDatasetRequest>* UploadDataset(grpc::CallbackServerContext* ctx,
+                                                               UploadDatasetResponse* response) override;
 
   // WatchJob handlers not finished yet. Each finishes once its stream has
   // ended: after the job's terminal status, or when the client cancels or
@@ -72,6 +76,9 @@ class GrpcMasterService final : public MasterService::CallbackService {
 
   Master* const master_;
   const PeerAuthenticator auth_;
+  // Writes uploads to disk off gRPC's threads; joined before the service
+  // goes, after the server that drives it has stopped.
+  ThreadPool upload_pool_{"upload", 2};
   mutable absl::Mutex mu_;
   int active_watches_ ABSL_GUARDED_BY(mu_) = 0;
 };

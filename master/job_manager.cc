@@ -141,6 +141,7 @@ JobRunnerOptions JobManager::RunnerOptions(Job* job, const std::string& owner) {
   JobRunnerOptions o;
   o.env = options_.env;
   o.checkpoint_root = options_.checkpoint_root;
+  o.uploads = options_.uploads;
   o.owner = owner;
   o.update_status = [this, job](const std::function<void(JobStatus*)>& update) { Update(job, update, /*force=*/true); };
   o.amend_status = [this, job](const std::function<void(JobStatus*)>& update) { Update(job, update, /*force=*/false); };

@@ -47,6 +47,7 @@
 #include "absl/time/time.h"
 #include "common/confined_root.h"
 #include "common/env.h"
+#include "master/dataset_uploads.h"
 #include "master/job_runner.h"
 #include "master/job_telemetry.h"
 #include "master/job_store.h"
@@ -84,6 +85,9 @@ struct JobManagerOptions {
   // When a job's step counts as stalled (`weft master --stall_after_seconds`,
   // `--stall_factor`; master/step_watch.h).
   StepWatchOptions step_watch;
+  // Uploaded datasets: a job naming one copies it to its tasks before each
+  // attempt (JobRunnerOptions::uploads). Null: none. Must outlive the manager.
+  const DatasetUploads* uploads = nullptr;
 };
 
 // A Watch subscription; destroying it unsubscribes, after which its callback

@@ -6,6 +6,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -13,6 +14,7 @@
 #include "common/status_macros.h"
 #include "master/checkpoint_hook.h"
 #include "master/cluster_probe.h"
+#include "master/dataset_push.h"
 #include "master/evaluation.h"
 #include "master/task_monitor.h"
 #include "runtime/data/dataset.h"
@@ -140,6 +142,12 @@ absl::StatusOr<TrainResult> JobRunner::RunUndistributed(
   ASSIGN_OR_RETURN(const int64_t train_examples, data::CountExamples(job_.dataset(), /*train=*/true));
   ASSIGN_OR_RETURN(const DistributedPlan plan, PlanUndistributedJob(job_, training_));
   if (cancelled_.load()) return Cancelled(created);  // before any task does work for the job
+  // The session's default device reads the data: every worker may be it.
+  std::vector<std::string> readers;
+  for (const std::string& t : workers_->ListTasks()) {
+    if (absl::StartsWith(t, "/job:worker/")) readers.push_back(t);
+  }
+  RETURN_IF_ERROR(ShipDataset(readers));
   ASSIGN_OR_RETURN(MasterSession * session, OpenSession(session_handle_, plan.graph));
   absl::StatusOr<TrainResult> result = Train(session, plan, train_examples, created, on_progress);
   CloseSession();
@@ -213,6 +221,7 @@ absl::StatusOr<TrainResult> JobRunner::RunAttempt(int attempt, const std::option
   const ClusterProbe probe = ProbeCluster(workers_);
   ASSIGN_OR_RETURN(DistributedPlan plan, PlanAttempt(start_step, probe));
   watch_->SetPeers(plan.replica_tasks);
+  RETURN_IF_ERROR(ShipDataset(plan.replica_tasks));
   const std::string handle = attempt == 0 ? session_handle_ : absl::StrCat(session_handle_, "/attempt-", attempt);
   ASSIGN_OR_RETURN(MasterSession * session, OpenSession(handle, plan.graph, &probe));
   // From here on a failed or restarted task aborts the running steps, so
@@ -285,6 +294,16 @@ absl::StatusOr<DistributedPlan> JobRunner::PlanAttempt(int64_t start_step, const
               plan.replicated.nccl_id_status.ToString());
   }
   return plan;
+}
+
+absl::Status JobRunner::ShipDataset(const std::vector<std::string>& tasks) {
+  const std::string& id = job_.dataset().upload_id();
+  if (id.empty()) return absl::OkStatus();
+  if (options_.uploads == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("job '", job_.name(), "' names upload_id ", id,
+                                                      " but this master keeps no uploaded datasets"));
+  }
+  return PushDataset(*options_.uploads, id, workers_, tasks);
 }
 
 std::unique_ptr<Heartbeat> JobRunner::WatchTasks(const DistributedPlan& plan, MasterSession* session,

@@ -34,6 +34,7 @@
 #include "master/attempt_state.h"
 #include "master/checkpointer.h"
 #include "master/cluster_probe.h"
+#include "master/dataset_uploads.h"
 #include "master/distributed_job.h"
 #include "master/master_session.h"
 #include "master/recovery_policy.h"
@@ -73,6 +74,10 @@ struct JobRunnerOptions {
   // With `resumed`: the step the job had reached as last stored, to count
   // the steps trained again.
   int64_t reached_step = 0;
+  // Where a job's DatasetSpec.upload_id is kept: before every attempt (and
+  // before the one session of a job without a strategy) the runner copies
+  // it to the tasks that read the data (master/dataset_push.h). Null: none.
+  const DatasetUploads* uploads = nullptr;
 };
 
 // The step arithmetic (CountSteps) is in master/step_drivers.h, the
@@ -147,6 +152,8 @@ class JobRunner {
                                          const std::function<void(const TrainProgress&)>& on_progress,
                                          AttemptState* a);
   absl::StatusOr<DistributedPlan> PlanAttempt(int64_t start_step, const ClusterProbe& probe);
+  // Copies the job's uploaded dataset (if it names one) to `tasks`.
+  absl::Status ShipDataset(const std::vector<std::string>& tasks);
   // The session's tasks, incarnations and ps tasks into `a`, and the
   // heartbeat that aborts its steps when a task fails.
   std::unique_ptr<Heartbeat> WatchTasks(const DistributedPlan& plan, MasterSession* session, AttemptState* a);

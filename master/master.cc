@@ -25,7 +25,8 @@ Master::Master(MasterOptions options)
     : options_(std::move(options)),
       jobs_(JobManagerOptions{options_.workers, options_.store, options_.progress_interval, /*env=*/nullptr,
                               options_.preempt_jobs_on_shutdown, options_.checkpoint_root,
-                              options_.max_running_jobs, options_.max_queued_jobs, options_.step_watch}),
+                              options_.max_running_jobs, options_.max_queued_jobs, options_.step_watch,
+                              options_.uploads}),
       pool_(std::make_unique<ThreadPool>("master", options_.num_threads > 0 ? options_.num_threads : 1)) {}
 
 Master::~Master() { Shutdown(); }
@@ -161,6 +162,13 @@ void Master::ResetAsync(const Caller& caller, const ResetRequest*, ResetResponse
 void Master::SubmitJobAsync(const Caller& caller, const SubmitJobRequest* request, SubmitJobResponse* response,
                             StatusCallback done) {
   if (absl::Status s = RequireUser(caller, "MasterService.SubmitJob"); !s.ok()) return done(s);
+  // A job trains on an uploaded dataset only when its owner uploaded it.
+  if (const std::string& id = request->job().dataset().upload_id(); !id.empty()) {
+    absl::Status s = options_.uploads == nullptr
+                         ? absl::FailedPreconditionError("this master keeps no uploaded datasets (upload_id)")
+                         : options_.uploads->Authorize(caller, id);
+    if (!s.ok()) return done(s);
+  }
   // Lowering a large model takes a while: off the caller's thread.
   Schedule(std::move(done), [this, owner = caller.owner(), request, response]() -> absl::Status {
     ASSIGN_OR_RETURN(std::string id, jobs_.Submit(request->job(), owner));

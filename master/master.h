@@ -33,6 +33,7 @@
 #include "common/thread_pool.h"
 #include "common/caller.h"
 #include "common/confined_root.h"
+#include "master/dataset_uploads.h"
 #include "master/job_manager.h"
 #include "master/job_store.h"
 #include "master/master_session.h"
@@ -65,6 +66,9 @@ struct MasterOptions {
   int max_queued_jobs = 256;
   // When a job's step counts as stalled (JobManagerOptions::step_watch).
   StepWatchOptions step_watch;
+  // Datasets clients uploaded (UploadDataset; SubmitJob checks a job's
+  // upload_id against them). Null: none. Must outlive the Master.
+  DatasetUploads* uploads = nullptr;
 };
 
 class Master {
@@ -96,6 +100,8 @@ class Master {
   // For WatchJob, which streams: see JobManager::Watch. Check the caller
   // with AuthorizeJob first.
   JobManager* jobs() { return &jobs_; }
+  // MasterOptions::uploads, for UploadDataset (master/grpc_upload_reactor.h).
+  DatasetUploads* uploads() const { return options_.uploads; }
   // The cluster's tasks (the monitoring pages probe them).
   WorkerCacheInterface* workers() const { return options_.workers; }
   // OK when `caller` may see and control job `job_id`; NOT_FOUND for an

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
+#include "runtime/data/uploaded_dataset.h"
 #include "common/status_macros.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "worker/grpc_channel_cache.h"
@@ -68,6 +69,12 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOp
   mo.max_running_jobs = options.max_running_jobs;
   mo.max_queued_jobs = options.max_queued_jobs;
   mo.step_watch = options.step_watch;
+  if (!options.uploads.root.empty()) {
+    ASSIGN_OR_RETURN(s->uploads_, DatasetUploads::Open(options.uploads));
+    // The master counts an uploaded dataset's examples from its own copy.
+    data::SetUploadRoot(s->uploads_->root());
+    mo.uploads = s->uploads_.get();
+  }
   s->master_ = std::make_unique<Master>(std::move(mo));
   s->service_ = std::make_unique<GrpcMasterService>(s->master_.get(), security, options.tokens);
 

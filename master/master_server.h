@@ -23,6 +23,7 @@
 #include "grpcpp/grpcpp.h"
 #include "common/grpc_security.h"
 #include "common/token_table.h"
+#include "master/dataset_uploads.h"
 #include "master/grpc_master_service.h"
 #include "master/master.h"
 #include "master/sqlite_job_store.h"
@@ -66,6 +67,11 @@ struct MasterServerOptions {
   int max_queued_jobs = 256;
   // `--stall_after_seconds` and `--stall_factor` (master/step_watch.h).
   StepWatchOptions step_watch;
+  // Uploaded datasets (`--upload_root`, `--max_upload_bytes`,
+  // `--upload_quota_bytes`; master/dataset_uploads.h). An empty root: the
+  // master takes no uploads. A root makes it this process's upload root
+  // (runtime/data/uploaded_dataset.h).
+  DatasetUploadsOptions uploads;
   // How long Shutdown lets calls in flight finish before cancelling them.
   absl::Duration shutdown_deadline = absl::Seconds(5);
 };
@@ -107,6 +113,7 @@ class MasterServer {
   // Opened from state_dir; declared before master_ so that it outlives the
   // Master's JobManager, which writes to it until it is destroyed.
   std::unique_ptr<SqliteJobStore> own_store_;
+  std::unique_ptr<DatasetUploads> uploads_;  // outlives master_, which borrows it
   std::unique_ptr<Master> master_;
   std::unique_ptr<GrpcMasterService> service_;
   std::unique_ptr<grpc::Server> server_;

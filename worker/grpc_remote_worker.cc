@@ -40,6 +40,13 @@ GrpcRemoteWorker::GrpcRemoteWorker(std::string task, std::shared_ptr<grpc::Chann
       ps_stub_(ParameterServer::NewStub(channel)),
       timeout_(timeout) {}
 
+void GrpcRemoteWorker::PutDatasetAsync(const PutDatasetRequest* request, PutDatasetResponse* response,
+                                       StatusCallback done) {
+  Call(task_, timeout_, std::move(done), [&](grpc::ClientContext* ctx, GrpcDone cb) {
+    stub_->async()->PutDataset(ctx, request, response, std::move(cb));
+  });
+}
+
 void GrpcRemoteWorker::ListShardsAsync(const ListShardsRequest* request, ListShardsResponse* response,
                                        StatusCallback done) {
   Call(task_, timeout_, std::move(done), [&](grpc::ClientContext* ctx, GrpcDone cb) {

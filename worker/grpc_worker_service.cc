@@ -134,6 +134,13 @@ grpc::ServerUnaryReactor* GrpcWorkerService::CleanupStep(grpc::CallbackServerCon
   return Serve(ctx, auth_, "WorkerService.CleanupStep", &RequireMaster, worker_, request, response, &Worker::CleanupStepAsync);
 }
 
+grpc::ServerUnaryReactor* GrpcWorkerService::PutDataset(grpc::CallbackServerContext* ctx,
+                                                        const PutDatasetRequest* request,
+                                                        PutDatasetResponse* response) {
+  return Serve(ctx, auth_, "WorkerService.PutDataset", &RequireMaster, worker_, request, response,
+               &Worker::PutDatasetAsync);
+}
+
 grpc::ServerUnaryReactor* GrpcWorkerService::GetStepState(grpc::CallbackServerContext* ctx,
                                                           const GetStepStateRequest* request,
                                                           GetStepStateResponse* response) {

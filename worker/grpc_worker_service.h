@@ -33,7 +33,10 @@ using GrpcWorkerServiceBase = WorkerService::WithCallbackMethod_GetStatus<
             WorkerService::WithCallbackMethod_AbortStep<WorkerService::WithCallbackMethod_CleanupStep<
                 WorkerService::WithCallbackMethod_GetStepState<WorkerService::Service>>>>>>>>;
 
-class GrpcWorkerService final : public GrpcWorkerServiceBase {
+// PutDataset, mixed in on its own line.
+using GrpcWorkerServiceWithDatasets = WorkerService::WithCallbackMethod_PutDataset<GrpcWorkerServiceBase>;
+
+class GrpcWorkerService final : public GrpcWorkerServiceWithDatasets {
  public:
   // `security` null: insecure (every caller may do everything).
   explicit GrpcWorkerService(Worker* worker, std::shared_ptr<const TransportSecurity> security = nullptr)
@@ -55,6 +58,10 @@ class GrpcWorkerService final : public GrpcWorkerServiceBase {
                                         CleanupStepResponse* response) override;
   grpc::ServerUnaryReactor* GetStepState(grpc::CallbackServerContext* ctx, const GetStepStateRequest* request,
                                          GetStepStateResponse* response) override;
+
+  // Master only: an uploaded dataset's chunk (worker/dataset_cache.h).
+  grpc::ServerUnaryReactor* PutDataset(grpc::CallbackServerContext* ctx, const PutDatasetRequest* request,
+                                       PutDatasetResponse* response) override;
 
  private:
   Worker* const worker_;

@@ -44,6 +44,7 @@ class LocalWorker final : public WorkerInterface {
                         StatusCallback done) override;
   void GetStepStateAsync(const GetStepStateRequest* request, GetStepStateResponse* response, absl::Duration timeout,
                          StatusCallback done) override;
+  void PutDatasetAsync(const PutDatasetRequest* request, PutDatasetResponse* response, StatusCallback done) override;
 
  private:
   StatusCallback Named(StatusCallback done) const;

@@ -31,6 +31,7 @@ Worker::Worker(const WorkerOptions& options)
       task_(TaskName(options.job, options.task_index)),
       incarnation_(NewIncarnation()),
       collectives_(options.collectives),
+      datasets_(options.datasets),
       set_cluster_(options.set_cluster),
       rendezvous_mgr_([this, puller = options.puller](int64_t step_id) -> std::shared_ptr<Rendezvous> {
         return RemoteRendezvous::Create(task_, step_id, puller);
@@ -221,6 +222,15 @@ void Worker::GetStepStateAsync(const GetStepStateRequest*, GetStepStateResponse*
   }
   step_ring_.Fill(response->mutable_recent_step());
   done(absl::OkStatus());
+}
+
+void Worker::PutDatasetAsync(const PutDatasetRequest* request, PutDatasetResponse* response, StatusCallback done) {
+  if (datasets_ == nullptr) {
+    return done(absl::FailedPreconditionError(
+        absl::StrCat("task ", task_, " keeps no uploaded datasets (start it with --dataset_cache=DIR)")));
+  }
+  // Disk writes: off the caller's (gRPC's) thread.
+  Schedule([this, request, response, done] { done(datasets_->Put(*request, response)); }, done);
 }
 
 void Worker::RecvTensorAsync(const RecvTensorRequest* request, Rendezvous::DoneCallback done) {

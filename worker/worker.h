@@ -55,6 +55,7 @@
 #include "runtime/collective_runtime.h"
 #include "runtime/device.h"
 #include "runtime/rendezvous.h"
+#include "worker/dataset_cache.h"
 #include "worker/graph_mgr.h"
 #include "worker/remote_rendezvous.h"
 #include "worker/step_ring.h"
@@ -93,6 +94,9 @@ struct WorkerOptions {
   // RendezvousMgr.
   GraphMgrLimits limits;
   RendezvousMgr::Limits rendezvous_limits;
+  // Where PutDataset stores uploaded datasets (worker/dataset_cache.h);
+  // null: the task takes none. Borrowed; must outlive the worker.
+  DatasetCache* datasets = nullptr;
 };
 
 class Worker {
@@ -116,6 +120,9 @@ class Worker {
   void AbortStepAsync(const AbortStepRequest* request, AbortStepResponse* response, StatusCallback done);
   void CleanupStepAsync(const CleanupStepRequest* request, CleanupStepResponse* response, StatusCallback done);
   void GetStepStateAsync(const GetStepStateRequest* request, GetStepStateResponse* response, StatusCallback done);
+  // Stores a chunk of an uploaded dataset, on the compute pool;
+  // FAILED_PRECONDITION when the task keeps no datasets.
+  void PutDatasetAsync(const PutDatasetRequest* request, PutDatasetResponse* response, StatusCallback done);
   // `done` gets the value (sharing the sender's buffer) or the failure.
   void RecvTensorAsync(const RecvTensorRequest* request, Rendezvous::DoneCallback done);
 
@@ -163,6 +170,7 @@ class Worker {
   const std::string task_;
   const uint64_t incarnation_;
   CollectiveRuntime* const collectives_;
+  DatasetCache* const datasets_;
   const std::function<void(const ClusterDef&)> set_cluster_;
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> last_status_call_ns_{0};

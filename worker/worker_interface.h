@@ -53,6 +53,13 @@ class WorkerInterface {
     done(absl::UnimplementedError(absl::StrCat("task ", task(), ": GetStepState is not served")));
   }
 
+  // Stores a chunk of an uploaded dataset on the task
+  // (WorkerService.PutDataset; master/dataset_push.h). An implementation
+  // without it fails with UNIMPLEMENTED naming the task.
+  virtual void PutDatasetAsync(const PutDatasetRequest*, PutDatasetResponse*, StatusCallback done) {
+    done(absl::UnimplementedError(absl::StrCat("task ", task(), ": PutDataset is not served")));
+  }
+
   // The task's ParameterServer service (proto/ps_service.proto): how the
   // master lists, saves and restores the variables a session holds there.
   // `weft ps` and `weft worker` both serve it; an implementation without it

@@ -28,6 +28,7 @@ WorkerServer::WorkerServer(const WorkerServerOptions& options)
   w.compute_threads = options.compute_threads;
   w.limits = options.limits;
   w.rendezvous_limits = options.rendezvous_limits;
+  w.datasets = options.datasets;
   w.puller = puller_.get();
   collectives_ = std::make_unique<collective::WorkerCollectives>(
       TaskName(options.job, options.task_index), options.cluster, options.collective_timeout, security_,

@@ -87,6 +87,8 @@ struct WorkerServerOptions {
   // Quotas (see Worker, GraphMgr, RendezvousMgr and CollectiveMailbox).
   GraphMgrLimits limits;
   RendezvousMgr::Limits rendezvous_limits;
+  // WorkerOptions::datasets (borrowed; outlives the server).
+  DatasetCache* datasets = nullptr;
   size_t max_pending_collective_bytes = collective::CollectiveMailbox::kDefaultMaxBufferedBytes;
 };
 

@@ -375,6 +375,7 @@ absl::StatusOr<InMemoryDataset> LoadDataset(const DatasetSpec& spec, bool train,
                                             absl::Span<const int64_t> example_shape,
                                             int64_t num_classes) {
   ASSIGN_OR_RETURN(const int64_t limit, SplitLimit(spec, train));
+  RETURN_IF_ERROR(CheckUploadSpec(spec));
   switch (spec.format()) {
     case DatasetSpec::FORMAT_DEFAULT:
     case DatasetSpec::IDX:

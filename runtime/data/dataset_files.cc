@@ -12,6 +12,7 @@
 #include "runtime/data/dataset.h"
 #include "runtime/data/idx_reader.h"
 #include "runtime/data/tfrecord.h"
+#include "runtime/data/uploaded_dataset.h"
 
 namespace weft {
 namespace data {
@@ -64,6 +65,13 @@ absl::StatusOr<std::string> ResolveDataPath(const std::string& dir, const std::s
 
 absl::StatusOr<IdxFiles> IdxFilesOf(const DatasetSpec& spec, bool train) {
   IdxFiles f;
+  if (!spec.upload_id().empty()) {
+    // An upload's files, kept by this process (uploaded_dataset.h); the
+    // spec's file names and dir do not apply.
+    ASSIGN_OR_RETURN(f.images, UploadedFilePath(spec.upload_id(), train ? "train_images" : "test_images"));
+    ASSIGN_OR_RETURN(f.labels, UploadedFilePath(spec.upload_id(), train ? "train_labels" : "test_labels"));
+    return f;
+  }
   ASSIGN_OR_RETURN(f.images, ResolveDataPath(spec.dir(), train ? spec.train_images() : spec.test_images(),
                                              train ? kDefaultTrainImages : kDefaultTestImages,
                                              train ? "train_images" : "test_images"));
@@ -71,6 +79,16 @@ absl::StatusOr<IdxFiles> IdxFilesOf(const DatasetSpec& spec, bool train) {
                                              train ? kDefaultTrainLabels : kDefaultTestLabels,
                                              train ? "train_labels" : "test_labels"));
   return f;
+}
+
+absl::Status CheckUploadSpec(const DatasetSpec& spec) {
+  if (spec.upload_id().empty()) return absl::OkStatus();
+  if (spec.format() != DatasetSpec::FORMAT_DEFAULT && spec.format() != DatasetSpec::IDX) {
+    return absl::InvalidArgumentError(absl::StrCat("dataset upload_id ", spec.upload_id().substr(0, 64),
+                                                   " holds IDX files: format must be IDX or unset, not ",
+                                                   DatasetSpec::Format_Name(spec.format())));
+  }
+  return CheckUploadId(spec.upload_id());
 }
 
 absl::StatusOr<int64_t> SplitLimit(const DatasetSpec& spec, bool train) {
@@ -127,6 +145,7 @@ absl::StatusOr<int64_t> CountTFRecord(const DatasetSpec& spec, bool train, int64
 
 absl::StatusOr<int64_t> CountExamples(const DatasetSpec& spec, bool train, Env* env) {
   ASSIGN_OR_RETURN(const int64_t limit, SplitLimit(spec, train));
+  RETURN_IF_ERROR(CheckUploadSpec(spec));
   int64_t count = 0;
   switch (spec.format()) {
     case DatasetSpec::FORMAT_DEFAULT:

@@ -28,6 +28,10 @@ struct IdxFiles {
 };
 absl::StatusOr<IdxFiles> IdxFilesOf(const DatasetSpec& spec, bool train);
 
+// OK for a spec without upload_id; else INVALID_ARGUMENT unless the id is
+// well-formed and the format IDX or unset.
+absl::Status CheckUploadSpec(const DatasetSpec& spec);
+
 // train_limit or test_limit: 0 keeps every example; INVALID_ARGUMENT when
 // negative.
 absl::StatusOr<int64_t> SplitLimit(const DatasetSpec& spec, bool train);
