@@ -176,8 +176,9 @@ absl::Status MasterClient::WaitForConnection(absl::Duration timeout) {
       absl::StrCat("master at ", target_, " did not answer within ", absl::FormatDuration(timeout)));
 }
 
-absl::Status MasterClient::Reset() {
+absl::Status MasterClient::Reset(const std::vector<std::string>& containers) {
   ResetRequest req;
+  for (const std::string& c : containers) req.add_container(c);
   ResetResponse resp;
   return Call(options_.timeout, [&](grpc::ClientContext* ctx, std::function<void(grpc::Status)> cb) {
     stub_->async()->Reset(ctx, &req, &resp, std::move(cb));

@@ -65,8 +65,10 @@ class MasterClient {
   // riding out a master restart: the channel retries its connection at least
   // once a second (common/grpc_util.h), and this waits without polling.
   absl::Status WaitForConnection(absl::Duration timeout);
-  // Closes every session on the master.
-  absl::Status Reset();
+  // No containers: closes every session on the master and clears every
+  // variable container on its tasks (an admin's call). Containers named:
+  // clears the caller's own containers of those names (any user).
+  absl::Status Reset(const std::vector<std::string>& containers = {});
 
   // The raw session calls; RemoteSession is the friendlier face.
   absl::StatusOr<std::string> CreateSession(const GraphDef& graph);

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "graph/attr.h"
 #include "graph/builder.h"
 #include "graph/gradients.h"
 
@@ -242,12 +243,29 @@ absl::StatusOr<TrainingGraph> LowerSequential(const JobSpec& job) {
   return tg;
 }
 
+// A job's variables belong to its own session (checkpoints, recovery,
+// strategies' copies); containers, shared across sessions, are for
+// interactive sessions.
+absl::Status RefuseContainers(const Graph& graph) {
+  for (const auto& n : graph.nodes()) {
+    if (n == nullptr || n->op() != "Variable") continue;
+    ASSIGN_OR_RETURN(std::string container, GetStringAttrOr(n->def(), "container", ""));
+    if (!container.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("graph model: variable '", n->name(), "' names container '",
+                                                     container.substr(0, 64),
+                                                     "'; containers are for interactive sessions, not jobs"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TrainingGraph> LowerGraphModel(const JobSpec& job) {
   const GraphModel& gm = job.graph();
   TrainingGraph tg;
   auto graph = Graph::FromGraphDef(gm.graph());
   if (!graph.ok()) return Annotate(graph.status(), "graph model");
   tg.graph = *std::move(graph);
+  RETURN_IF_ERROR(RefuseContainers(*tg.graph));
   auto check = [&](const std::string& name, const char* field, bool required) -> absl::Status {
     if (name.empty()) {
       return required ? absl::InvalidArgumentError(absl::StrCat("graph model: '", field, "' is required"))

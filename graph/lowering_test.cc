@@ -110,5 +110,14 @@ TEST(LoweringTest, RawGraphNeedsItsNamedNodes) {
   EXPECT_NE(Msg(not_a_tensor.status()).find("'features'"), std::string::npos) << not_a_tensor.status();
 }
 
+TEST(LoweringTest, AJobsGraphMayNotNameAContainer) {
+  auto shared = LowerJob(Job(R"(graph { graph { node { name: "w" op: "Variable"
+      attr { key: "dtype" value { type: DT_FLOAT } } attr { key: "shape" value { shape { dim: 2 } } }
+      attr { key: "container" value { s: "c" } } } } features: "x" })"));
+  ASSERT_FALSE(shared.ok());
+  EXPECT_EQ(shared.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(Msg(shared.status()).find("variable 'w' names container 'c'"), std::string::npos) << shared.status();
+}
+
 }  // namespace
 }  // namespace weft

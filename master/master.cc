@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "common/tensor_proto_coding.h"
 #include "master/cluster_probe.h"
+#include "master/containers.h"
 
 namespace weft {
 namespace master {
@@ -64,8 +65,11 @@ void Master::CreateSessionAsync(const Caller& caller, const CreateSessionRequest
     absl::BitGen gen;
     const std::string handle = absl::StrFormat("session-%016x%016x", absl::Uniform<uint64_t>(gen),
                                                absl::Uniform<uint64_t>(gen));
+    // The tasks see each container under its owner's name only.
+    GraphDef graph = request->graph_def();
+    RETURN_IF_ERROR(ScopeContainers(owner, &graph));
     ASSIGN_OR_RETURN(std::unique_ptr<MasterSession> s,
-                     MasterSession::Create(handle, request->graph_def(), options_.workers, options_.session_options));
+                     MasterSession::Create(handle, graph, options_.workers, options_.session_options));
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return absl::UnavailableError("the master is shutting down");
     sessions_[handle] = std::move(s);
@@ -79,7 +83,11 @@ void Master::ExtendSessionAsync(const Caller& caller, const ExtendSessionRequest
                                 StatusCallback done) {
   Schedule(std::move(done), [this, caller, request]() -> absl::Status {
     ASSIGN_OR_RETURN(std::shared_ptr<MasterSession> s, FindSession(caller, request->session_handle()));
-    return s->Extend(request->graph_def());
+    // Scoped by the caller, as at CreateSession: an admin extending another
+    // user's session names the admin's own containers.
+    GraphDef graph = request->graph_def();
+    RETURN_IF_ERROR(ScopeContainers(caller.owner(), &graph));
+    return s->Extend(graph);
   });
 }
 
@@ -153,10 +161,20 @@ absl::Status Master::CloseAllSessions() {
   return first;
 }
 
-void Master::ResetAsync(const Caller& caller, const ResetRequest*, ResetResponse*, StatusCallback done) {
-  // It closes every user's sessions.
-  if (absl::Status s = RequireAdmin(caller, "MasterService.Reset"); !s.ok()) return done(s);
-  Schedule(std::move(done), [this] { return CloseAllSessions(); });
+void Master::ResetAsync(const Caller& caller, const ResetRequest* request, ResetResponse*, StatusCallback done) {
+  // Everything (every user's sessions and containers): an admin. One's own
+  // containers: any user.
+  const bool all = request->container().empty();
+  absl::Status allowed = all ? RequireAdmin(caller, "MasterService.Reset")
+                             : RequireUser(caller, "MasterService.Reset of containers");
+  if (!allowed.ok()) return done(allowed);
+  absl::StatusOr<ResetContainersRequest> tasks = TaskResetRequest(caller.owner(), *request);
+  if (!tasks.ok()) return done(tasks.status());
+  Schedule(std::move(done), [this, all, tasks = *std::move(tasks)] {
+    absl::Status closed = all ? CloseAllSessions() : absl::OkStatus();
+    absl::Status cleared = ResetContainersOnEveryTask(options_.workers, tasks);
+    return closed.ok() ? cleared : closed;
+  });
 }
 
 void Master::SubmitJobAsync(const Caller& caller, const SubmitJobRequest* request, SubmitJobResponse* response,

@@ -12,7 +12,13 @@
 // do: sessions, devices and jobs serve users; a session and a job belong to
 // the user who created them and only they (or an admin) may use, watch or
 // cancel them; ListJobs shows a user their own jobs (an admin every job);
-// Reset needs an admin. Refusals are PERMISSION_DENIED naming the caller.
+// Reset of everything needs an admin, Reset of one's own containers a user.
+// Refusals are PERMISSION_DENIED naming the caller.
+//
+// Variable containers (master/containers.h): CreateSession and
+// ExtendSession scope each Variable's attr `container` by the caller's
+// owner before the tasks see it, refusing a bad name with INVALID_ARGUMENT
+// naming the node.
 //
 // Errors: NOT_FOUND for an unknown session or job; INVALID_ARGUMENT for a bad
 // graph, feed or job; a task's failure names the task; UNAVAILABLE once the
@@ -85,7 +91,10 @@ class Master {
   void CloseSessionAsync(const Caller& caller, const CloseSessionRequest* request, CloseSessionResponse* response, StatusCallback done);
   // Every device of every task (GetStatus on each, in parallel).
   void ListDevicesAsync(const Caller& caller, const ListDevicesRequest* request, ListDevicesResponse* response, StatusCallback done);
-  // Closes every session. Jobs are not affected.
+  // No containers named: closes every session and clears every container on
+  // every task (admins). Containers named: clears the caller's own of those
+  // names on every task, sessions untouched (users). Jobs are not affected.
+  // A task that cannot be reached fails the call, named.
   void ResetAsync(const Caller& caller, const ResetRequest* request, ResetResponse* response, StatusCallback done);
 
   void SubmitJobAsync(const Caller& caller, const SubmitJobRequest* request, SubmitJobResponse* response, StatusCallback done);

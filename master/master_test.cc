@@ -99,6 +99,10 @@ class HoldingWorkers final : public WorkerCacheInterface {
     void CleanupStepAsync(const CleanupStepRequest* q, CleanupStepResponse* r, StatusCallback done) override {
       w_->CleanupStepAsync(q, r, std::move(done));
     }
+    void ResetContainersAsync(const ResetContainersRequest* q, ResetContainersResponse* r,
+                              StatusCallback done) override {
+      w_->ResetContainersAsync(q, r, std::move(done));
+    }
 
    private:
     WorkerInterface* const w_;

@@ -63,6 +63,10 @@ struct ExecutorOptions {
   // Where Variable ops keep their values; nullptr uses the device's. A worker
   // gives each session its own, so two jobs never share weights.
   ResourceMgr* resources = nullptr;
+  // Where Variable ops with a non-empty attr `container` keep their values,
+  // resolved once per kernel when the executor is built; empty: those
+  // variables live in `resources` too.
+  ResourceContainerFn containers;
   // What collective kernels use (a worker's); nullptr outside a worker.
   CollectiveRuntime* collectives = nullptr;
 };

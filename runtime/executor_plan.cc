@@ -64,7 +64,8 @@ absl::StatusOr<std::vector<bool>> Prune(const Graph& graph, const ExecutorOption
 
 // One item (and kernel) per needed node, in id order; *item_of maps a node
 // id to its item, -1 for pruned nodes.
-absl::Status CreateItems(const Graph& graph, Device* device, const std::vector<bool>& needed, std::vector<int>* item_of,
+absl::Status CreateItems(const Graph& graph, Device* device, const ResourceContainerFn* containers,
+                         const std::vector<bool>& needed, std::vector<int>* item_of,
                          ExecutorPlan* plan) {
   item_of->assign(graph.num_nodes(), -1);
   for (int id = 0; id < graph.num_nodes(); ++id) {
@@ -75,7 +76,7 @@ absl::Status CreateItems(const Graph& graph, Device* device, const std::vector<b
     item.first_slot = plan->num_slots;
     item.num_outputs = item.node->num_outputs();
     plan->num_slots += item.num_outputs;
-    ASSIGN_OR_RETURN(item.kernel, KernelRegistry::Global()->Create(item.node, device));
+    ASSIGN_OR_RETURN(item.kernel, KernelRegistry::Global()->Create(item.node, device, containers));
     if (item.kernel->AsAsync() != nullptr) item.async_index = plan->num_async++;
     plan->items.push_back(std::move(item));
   }
@@ -117,7 +118,7 @@ absl::Status BuildExecutorPlan(const Graph& graph, Device* device, const Executo
   std::vector<Endpoint> fetch_eps;
   ASSIGN_OR_RETURN(std::vector<bool> needed, Prune(graph, options, fed, &fetch_eps));
   std::vector<int> item_of;
-  RETURN_IF_ERROR(CreateItems(graph, device, needed, &item_of, plan));
+  RETURN_IF_ERROR(CreateItems(graph, device, &options.containers, needed, &item_of, plan));
   WireEdges(fed, item_of, plan);
   for (const Endpoint& e : fetch_eps) {
     auto f = fed.find(std::make_pair(e.node->id(), e.index));

@@ -62,13 +62,14 @@ bool KernelRegistry::Has(absl::string_view op, absl::string_view device_type) co
   return factories_.contains(absl::StrCat(op, "@", device_type));
 }
 
-absl::StatusOr<std::unique_ptr<OpKernel>> KernelRegistry::Create(const Node* node, Device* device) const {
+absl::StatusOr<std::unique_ptr<OpKernel>> KernelRegistry::Create(const Node* node, Device* device,
+                                                                  const ResourceContainerFn* containers) const {
   auto it = factories_.find(absl::StrCat(node->op(), "@", device->device_type()));
   if (it == factories_.end()) {
     return absl::NotFoundError(absl::StrCat("no ", device->device_type(), " kernel for op '", node->op(),
                                             "' (node '", node->name(), "')"));
   }
-  OpKernelConstruction ctx(node, device);
+  OpKernelConstruction ctx(node, device, containers);
   std::unique_ptr<OpKernel> kernel = it->second(&ctx);
   if (!ctx.status().ok()) {
     return absl::Status(ctx.status().code(), absl::StrCat("node ", node->DebugName(), ": ", ctx.status().message()));

@@ -35,13 +35,24 @@ class Rendezvous;
 // What a kernel sees while it is constructed.
 class OpKernelConstruction {
  public:
-  OpKernelConstruction(const Node* node, Device* device) : node_(node), device_(device) {}
+  // `containers` (borrowed, may be null) outlives the construction.
+  OpKernelConstruction(const Node* node, Device* device, const ResourceContainerFn* containers = nullptr)
+      : node_(node), device_(device), containers_(containers) {}
   const Node& node() const { return *node_; }
   const NodeDef& def() const { return node_->def(); }
   Device* device() const { return device_; }
   DType input_type(int i) const { return node_->input(i).node->output_type(node_->input(i).index); }
   const TensorShape& input_shape(int i) const { return node_->input(i).node->output_shape(node_->input(i).index); }
   DType output_type(int i) const { return node_->output_type(i); }
+
+  // The store of variables in `container` on this device, which outlives
+  // the kernel (resource_mgr.h); nullptr when the executor has no container
+  // stores (outside a worker), where a container changes nothing and the
+  // kernel keeps using its context's resources().
+  absl::StatusOr<ResourceMgr*> container(const std::string& name) const {
+    if (containers_ == nullptr || !*containers_) return nullptr;
+    return (*containers_)(name);
+  }
 
   void SetStatus(const absl::Status& s) {
     if (status_.ok()) status_ = s;
@@ -51,6 +62,7 @@ class OpKernelConstruction {
  private:
   const Node* node_;
   Device* device_;
+  const ResourceContainerFn* containers_;
   absl::Status status_;
 };
 
@@ -147,8 +159,10 @@ class KernelRegistry {
   // REQUIRES: (op, device_type) not registered yet.
   void Register(const std::string& op, const std::string& device_type, KernelFactory factory);
   // Creates the kernel for `node` on `device`; NOT_FOUND when none is
-  // registered, or the construction's error.
-  absl::StatusOr<std::unique_ptr<OpKernel>> Create(const Node* node, Device* device) const;
+  // registered, or the construction's error. `containers` (may be null):
+  // OpKernelConstruction::container.
+  absl::StatusOr<std::unique_ptr<OpKernel>> Create(const Node* node, Device* device,
+                                                   const ResourceContainerFn* containers = nullptr) const;
   bool Has(absl::string_view op, absl::string_view device_type) const;
 
  private:

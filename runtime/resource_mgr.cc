@@ -100,6 +100,11 @@ std::vector<std::string> ResourceMgr::ResourceNames() const {
   return out;
 }
 
+bool ResourceMgr::Empty() const {
+  absl::MutexLock lock(&mu_);
+  return variables_.empty() && resources_.empty();
+}
+
 void ResourceMgr::Clear() {
   absl::flat_hash_map<std::string, std::shared_ptr<Slot>> resources;
   {

@@ -11,6 +11,11 @@
 //
 // Thread-safety: thread-safe. The mutex guards the maps, not the payloads: a
 // resource shared by concurrent steps synchronises itself.
+//
+// Containers: a Variable node with a non-empty attr `container` keeps its
+// value in a store shared by every session of the task that names the same
+// container on the same device (a worker's GraphMgr holds them), not in its
+// session's. ResourceContainerFn is how an executor reaches those stores.
 #ifndef WEFT_RUNTIME_RESOURCE_MGR_H_
 #define WEFT_RUNTIME_RESOURCE_MGR_H_
 
@@ -29,6 +34,13 @@
 #include "common/tensor.h"
 
 namespace weft {
+
+class ResourceMgr;
+
+// The store of container `container` on the executor's device, made if new;
+// it outlives every kernel the executor builds. The error (a quota, a bad
+// name) fails the kernel's construction.
+using ResourceContainerFn = std::function<absl::StatusOr<ResourceMgr*>(const std::string& container)>;
 
 class ResourceMgr {
  public:
@@ -62,6 +74,9 @@ class ResourceMgr {
   }
   // Names of the resources that exist, sorted; waits for creations under way.
   std::vector<std::string> ResourceNames() const;
+
+  // True when it holds no variable and no resource.
+  bool Empty() const;
 
   // Drops every variable and resource. A resource still held by a running
   // kernel lives until that kernel lets go of it.

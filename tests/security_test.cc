@@ -265,6 +265,38 @@ TEST_F(SecurityTest, OnlyTheMasterAsksWhatATasksStepsWaitOn) {
   EXPECT_TRUE(ask(AsDaemon(tls_, "master")).ok());
 }
 
+// Clearing a task's variable containers is the master's order alone; a user
+// reaches it through MasterService.Reset, scoped to their own containers.
+TEST_F(SecurityTest, OnlyTheMasterClearsATasksContainers) {
+  auto reset = [](const std::string& task, std::shared_ptr<grpc::ChannelCredentials> creds, bool all) {
+    auto stub = WorkerService::NewStub(NewChannel(task, std::move(creds)));
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(10));
+    ResetContainersRequest req;
+    if (all) {
+      req.set_all(true);
+    } else {
+      req.add_container("alice/c");
+    }
+    ResetContainersResponse resp;
+    return stub->ResetContainers(&ctx, req, &resp);
+  };
+  ExpectRefused(reset(ps0_, AsDaemon(tls_, "/job:worker/task:1"), true), grpc::StatusCode::PERMISSION_DENIED,
+                "WorkerService.ResetContainers may be called only by the master");
+  ExpectRefused(reset(worker0_, AsUser("alice"), false), grpc::StatusCode::PERMISSION_DENIED,
+                "WorkerService.ResetContainers");
+  EXPECT_TRUE(reset(worker0_, AsDaemon(tls_, "master"), false).ok());
+}
+
+TEST_F(SecurityTest, UsersResetOnlyTheirOwnContainersAndOnlyAdminsEverything) {
+  auto bob = Master(WithToken(kBobToken));
+  ExpectRefused(bob->Reset(), absl::StatusCode::kPermissionDenied, "MasterService.Reset needs the admin role");
+  EXPECT_TRUE(bob->Reset({"bobs-variables"}).ok());
+  ExpectRefused(bob->Reset({"alice/c"}), absl::StatusCode::kInvalidArgument, "[A-Za-z0-9_.-]");
+  auto task = Master(AsDaemon(tls_, "/job:worker/task:0"));
+  ExpectRefused(task->Reset({"c"}), absl::StatusCode::kPermissionDenied, "is not one");
+}
+
 TEST_F(SecurityTest, EvenTheMasterWritesShardsOnlyUnderTheCheckpointRoot) {
   auto ps = ParameterServer::NewStub(NewChannel(ps0_, AsDaemon(tls_, "master")));
   for (const std::string& path : {TempPath("../escaped.shard"), std::string("/etc/weft.shard"),

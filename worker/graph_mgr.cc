@@ -23,7 +23,8 @@ GraphMgr::GraphMgr(std::string task, std::vector<Device*> devices, ThreadPool* i
       collectives_(collectives),
       // A restarted task must not accept a handle from its previous life.
       handle_prefix_(absl::StrCat("g", absl::Hex(absl::Uniform<uint32_t>(absl::BitGen())), "_")),
-      limits_(limits) {}
+      limits_(limits),
+      containers_(task_, limits.max_containers) {}
 
 void GraphMgr::CancelAll(const absl::Status& status) {
   absl::MutexLock lock(&mu_);
@@ -170,6 +171,12 @@ absl::StatusOr<std::string> GraphMgr::Register(const RegisterGraphRequest& reque
   item->resources_key = absl::StrCat(request.session_handle(), "@", device->name());
   item->resources = SessionResourcesFor(item->resources_key);
   opts.resources = item->resources.get();
+  // Resolved while the kernels are built; the graph keeps what it resolved.
+  opts.containers = [this, holder = item.get(), device](const std::string& container) -> absl::StatusOr<ResourceMgr*> {
+    ASSIGN_OR_RETURN(std::shared_ptr<ResourceMgr> store, containers_.Get(container, device->name()));
+    holder->containers.push_back(store);
+    return store.get();
+  };
   item->feeds = opts.feeds;
   item->fetches = opts.fetches;
   // On failure from here on, a variable store made for this graph alone

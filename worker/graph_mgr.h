@@ -23,6 +23,11 @@
 // variables together) is refused at registration, naming the node and bytes,
 // instead of failing every step.
 //
+// Containers: a Variable with a non-empty attr `container` lives in the
+// task's store of that container (ResourceContainers), not its session's;
+// the graph holds the store, and the kernel resolves it once when the graph
+// is registered.
+//
 // CancelAll (shutdown) makes every running and later Run stop between
 // iterations with the given status.
 //
@@ -49,6 +54,7 @@
 #include "runtime/device.h"
 #include "runtime/executor.h"
 #include "runtime/rendezvous.h"
+#include "worker/resource_containers.h"
 
 namespace weft {
 
@@ -67,6 +73,9 @@ struct GraphMgrLimits {
   int max_iterations = 10000;
   // Bytes a graph's declared shapes may need (0: Tensor::MaxTensorBytes()).
   uint64_t memory_budget = 0;
+  // Container stores, one per (container, device), held at once
+  // (--max_containers).
+  int max_containers = 1024;
 };
 
 class GraphMgr {
@@ -106,6 +115,10 @@ class GraphMgr {
   // REQUIRES: rendezvous outlives the call.
   absl::Status Run(const RunGraphRequest& request, Rendezvous* rendezvous, RunGraphResponse* response);
 
+  // The task's variable containers, which outlive sessions.
+  ResourceContainers& containers() { return containers_; }
+  const ResourceContainers& containers() const { return containers_; }
+
   int NumGraphs() const;
   // Ids of the steps running now.
   std::vector<int64_t> RunningSteps() const;
@@ -133,6 +146,8 @@ class GraphMgr {
     // whose kernels use them.
     std::shared_ptr<ResourceMgr> resources;
     std::string resources_key;
+    // The container stores its Variable kernels use; also before the executor.
+    std::vector<std::shared_ptr<ResourceMgr>> containers;
     uint64_t master_incarnation = 0;  // of the master that registered it (0: unknown)
     std::unique_ptr<Executor> executor;  // declared after the graph it runs
   };
@@ -175,6 +190,7 @@ class GraphMgr {
   const std::string handle_prefix_;  // random per GraphMgr
   const GraphMgrLimits limits_;
   std::atomic<bool> cancelled_{false};  // CancelAll was called; then cancel_status_ is set
+  ResourceContainers containers_;
 
   mutable absl::Mutex mu_;
   int64_t next_handle_ ABSL_GUARDED_BY(mu_) = 0;

@@ -117,6 +117,13 @@ void GrpcRemoteWorker::GetStepStateAsync(const GetStepStateRequest* request, Get
   });
 }
 
+void GrpcRemoteWorker::ResetContainersAsync(const ResetContainersRequest* request, ResetContainersResponse* response,
+                                            StatusCallback done) {
+  Call(task_, timeout_, std::move(done), [&](grpc::ClientContext* ctx, GrpcDone cb) {
+    stub_->async()->ResetContainers(ctx, request, response, std::move(cb));
+  });
+}
+
 absl::StatusOr<std::unique_ptr<GrpcRemoteWorker>> NewGrpcRemoteWorker(const ClusterDef& cluster,
                                                                       const std::string& task,
                                                                       ChannelCache* channels) {

@@ -59,6 +59,8 @@ class GrpcRemoteWorker final : public WorkerInterface {
                         StatusCallback done) override;
   void GetStepStateAsync(const GetStepStateRequest* request, GetStepStateResponse* response, absl::Duration timeout,
                          StatusCallback done) override;
+  void ResetContainersAsync(const ResetContainersRequest* request, ResetContainersResponse* response,
+                            StatusCallback done) override;
   void PutDatasetAsync(const PutDatasetRequest* request, PutDatasetResponse* response, StatusCallback done) override;
   void ListShardsAsync(const ListShardsRequest* request, ListShardsResponse* response, StatusCallback done) override;
   void SaveShardAsync(const SaveShardRequest* request, SaveShardResponse* response, StatusCallback done) override;

@@ -148,5 +148,12 @@ grpc::ServerUnaryReactor* GrpcWorkerService::GetStepState(grpc::CallbackServerCo
                &Worker::GetStepStateAsync);
 }
 
+grpc::ServerUnaryReactor* GrpcWorkerService::ResetContainers(grpc::CallbackServerContext* ctx,
+                                                             const ResetContainersRequest* request,
+                                                             ResetContainersResponse* response) {
+  return Serve(ctx, auth_, "WorkerService.ResetContainers", &RequireMaster, worker_, request, response,
+               &Worker::ResetContainersAsync);
+}
+
 }  // namespace worker
 }  // namespace weft

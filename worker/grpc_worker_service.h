@@ -10,8 +10,9 @@
 //
 // Who may call: every method serves cluster members only (the master and
 // tasks, by their certificates); RegisterGraph, DeregisterGraph, RunGraph,
-// AbortStep, CleanupStep and GetStepState serve only the master. Refusals are
-// UNAUTHENTICATED or PERMISSION_DENIED (common/caller.h) and logged.
+// AbortStep, CleanupStep, GetStepState and ResetContainers serve only the
+// master. Refusals are UNAUTHENTICATED or PERMISSION_DENIED (common/caller.h)
+// and logged.
 //
 // Thread-safety: thread-safe; `worker` (borrowed) outlives the service and
 // the server it is registered with.
@@ -31,7 +32,8 @@ using GrpcWorkerServiceBase = WorkerService::WithCallbackMethod_GetStatus<
     WorkerService::WithCallbackMethod_RegisterGraph<WorkerService::WithCallbackMethod_DeregisterGraph<
         WorkerService::WithCallbackMethod_RunGraph<WorkerService::WithRawCallbackMethod_RecvTensor<
             WorkerService::WithCallbackMethod_AbortStep<WorkerService::WithCallbackMethod_CleanupStep<
-                WorkerService::WithCallbackMethod_GetStepState<WorkerService::Service>>>>>>>>;
+                WorkerService::WithCallbackMethod_GetStepState<
+                    WorkerService::WithCallbackMethod_ResetContainers<WorkerService::Service>>>>>>>>>;
 
 // PutDataset, mixed in on its own line.
 using GrpcWorkerServiceWithDatasets = WorkerService::WithCallbackMethod_PutDataset<GrpcWorkerServiceBase>;
@@ -58,6 +60,8 @@ class GrpcWorkerService final : public GrpcWorkerServiceWithDatasets {
                                         CleanupStepResponse* response) override;
   grpc::ServerUnaryReactor* GetStepState(grpc::CallbackServerContext* ctx, const GetStepStateRequest* request,
                                          GetStepStateResponse* response) override;
+  grpc::ServerUnaryReactor* ResetContainers(grpc::CallbackServerContext* ctx, const ResetContainersRequest* request,
+                                            ResetContainersResponse* response) override;
 
   // Master only: an uploaded dataset's chunk (worker/dataset_cache.h).
   grpc::ServerUnaryReactor* PutDataset(grpc::CallbackServerContext* ctx, const PutDatasetRequest* request,

@@ -47,6 +47,11 @@ void LocalWorker::GetStepStateAsync(const GetStepStateRequest* request, GetStepS
   worker_->GetStepStateAsync(request, response, Named(std::move(done)));
 }
 
+void LocalWorker::ResetContainersAsync(const ResetContainersRequest* request, ResetContainersResponse* response,
+                                       StatusCallback done) {
+  worker_->ResetContainersAsync(request, response, Named(std::move(done)));
+}
+
 void LocalWorker::PutDatasetAsync(const PutDatasetRequest* request, PutDatasetResponse* response,
                                   StatusCallback done) {
   worker_->PutDatasetAsync(request, response, Named(std::move(done)));

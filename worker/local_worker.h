@@ -45,6 +45,8 @@ class LocalWorker final : public WorkerInterface {
   void GetStepStateAsync(const GetStepStateRequest* request, GetStepStateResponse* response, absl::Duration timeout,
                          StatusCallback done) override;
   void PutDatasetAsync(const PutDatasetRequest* request, PutDatasetResponse* response, StatusCallback done) override;
+  void ResetContainersAsync(const ResetContainersRequest* request, ResetContainersResponse* response,
+                            StatusCallback done) override;
 
  private:
   StatusCallback Named(StatusCallback done) const;

@@ -224,6 +224,34 @@ void Worker::GetStepStateAsync(const GetStepStateRequest*, GetStepStateResponse*
   done(absl::OkStatus());
 }
 
+void Worker::ResetContainersAsync(const ResetContainersRequest* request, ResetContainersResponse* response,
+                                  StatusCallback done) {
+  // Bounded: the names come over the wire.
+  if (request->all() == (request->container_size() > 0)) {
+    return done(absl::InvalidArgumentError(absl::StrCat(
+        "ResetContainers on task ", task_, " needs either container names or all, ",
+        request->all() ? "not both" : "and got neither")));
+  }
+  if (request->container_size() > kMaxResetContainers) {
+    return done(absl::InvalidArgumentError(absl::StrCat("ResetContainers on task ", task_, " names ",
+                                                        request->container_size(), " containers, more than ",
+                                                        kMaxResetContainers)));
+  }
+  for (const std::string& c : request->container()) {
+    if (c.empty() || c.size() > kMaxContainerNameBytes) {
+      return done(absl::InvalidArgumentError(absl::StrCat("ResetContainers on task ", task_, ": a container name of ",
+                                                          c.size(), " bytes (1..", kMaxContainerNameBytes, ")")));
+    }
+  }
+  // Brief locks only: it completes on the caller's thread.
+  const std::vector<std::string> names(request->container().begin(), request->container().end());
+  const int cleared = graph_mgr_->containers().Reset(names, request->all());
+  response->set_stores_cleared(cleared);
+  Logger("worker")->info("task {}: cleared {} container stores ({})", task_, cleared,
+                         request->all() ? std::string("all") : absl::StrCat(names.size(), " names"));
+  done(absl::OkStatus());
+}
+
 void Worker::PutDatasetAsync(const PutDatasetRequest* request, PutDatasetResponse* response, StatusCallback done) {
   if (datasets_ == nullptr) {
     return done(absl::FailedPreconditionError(

@@ -13,6 +13,9 @@
 // values). AbortStep does the same on the master's order; CleanupStep drops
 // the rendezvous when the step is over on every task.
 //
+// ResetContainers clears variable containers (GraphMgr), on the caller's
+// thread: it takes brief locks only.
+//
 // GetStepState answers on the caller's thread, without the compute pool (a
 // hung step may hold every compute thread): the kernels running now (a
 // _Recv naming the task it waits for), the collectives in flight and whom
@@ -120,6 +123,10 @@ class Worker {
   void AbortStepAsync(const AbortStepRequest* request, AbortStepResponse* response, StatusCallback done);
   void CleanupStepAsync(const CleanupStepRequest* request, CleanupStepResponse* response, StatusCallback done);
   void GetStepStateAsync(const GetStepStateRequest* request, GetStepStateResponse* response, StatusCallback done);
+  // Clears the named containers, or all; INVALID_ARGUMENT for neither, both,
+  // more than kMaxResetContainers names or a name of a bad length.
+  void ResetContainersAsync(const ResetContainersRequest* request, ResetContainersResponse* response,
+                            StatusCallback done);
   // Stores a chunk of an uploaded dataset, on the compute pool;
   // FAILED_PRECONDITION when the task keeps no datasets.
   void PutDatasetAsync(const PutDatasetRequest* request, PutDatasetResponse* response, StatusCallback done);
@@ -147,6 +154,8 @@ class Worker {
   int NumGraphs() const { return graph_mgr_->NumGraphs(); }
   // Variables held by the live sessions on this task (for tests and tools).
   std::vector<std::string> VariableNames() const { return graph_mgr_->VariableNames(); }
+  // The task's variable containers (worker/resource_containers.h).
+  const ResourceContainers& containers() const { return graph_mgr_->containers(); }
   // The variable stores of the live sessions (all, or one session's), for the
   // ps's ParameterServer service and tools. See GraphMgr::SessionResources.
   std::vector<GraphMgr::SessionResources> ListSessionResources() const { return graph_mgr_->ListSessionResources(); }

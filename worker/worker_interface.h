@@ -53,6 +53,13 @@ class WorkerInterface {
     done(absl::UnimplementedError(absl::StrCat("task ", task(), ": GetStepState is not served")));
   }
 
+  // Clears variable containers on the task (WorkerService.ResetContainers):
+  // the master's Reset sends it to every task. An implementation without it
+  // fails with UNIMPLEMENTED naming the task.
+  virtual void ResetContainersAsync(const ResetContainersRequest*, ResetContainersResponse*, StatusCallback done) {
+    done(absl::UnimplementedError(absl::StrCat("task ", task(), ": ResetContainers is not served")));
+  }
+
   // Stores a chunk of an uploaded dataset on the task
   // (WorkerService.PutDataset; master/dataset_push.h). An implementation
   // without it fails with UNIMPLEMENTED naming the task.

@@ -32,6 +32,8 @@ absl::Status VariableShape(InferenceContext* c) {
     return c->Error(absl::StrCat("unknown initializer '", init,
                                  "' (expected zeros, ones, constant, glorot_uniform or he_normal)"));
   }
+  // A string when given; the master checks a session's names (master/containers.h).
+  RETURN_IF_ERROR(GetStringAttrOr(c->node, "container", "").status());
   return absl::OkStatus();
 }
 
@@ -51,7 +53,10 @@ WEFT_REGISTER_OP(OpDef{.name = "Const", .num_inputs = 0, .num_outputs = 1, .shap
 // Attrs: dtype, shape, initializer, seed, init_value; optional shared_name
 // (the variable's name in its task, default the node's) and init_name (the
 // name its random initial values are drawn for, default shared_name); for a
-// row shard, init_shape and row_offset (graph/ops/variable_shapes.h).
+// row shard, init_shape and row_offset (graph/ops/variable_shapes.h); and
+// container (default empty: the variable belongs to its session; otherwise
+// it lives in the task's store of that container, shared by every session
+// naming it there, and outlives them: runtime/resource_mgr.h).
 WEFT_REGISTER_OP(
     OpDef{.name = "Variable", .num_inputs = 0, .num_outputs = 1, .stateful = true, .shape_fn = VariableShape});
 WEFT_REGISTER_OP(OpDef{

@@ -48,8 +48,9 @@ class VariableOp : public OpKernel {
     auto value = GetFloatAttrOr(c->def(), "init_value", 0.0f);
     auto shared = GetStringAttrOr(c->def(), "shared_name", "");
     auto init_name = GetStringAttrOr(c->def(), "init_name", "");
+    auto container = GetStringAttrOr(c->def(), "container", "");
     for (const absl::Status& s : {dtype.status(), shapes.status(), init.status(), seed.status(), value.status(),
-                                  shared.status(), init_name.status()}) {
+                                  shared.status(), init_name.status(), container.status()}) {
       if (!s.ok()) {
         c->SetStatus(s);
         return;
@@ -72,10 +73,21 @@ class VariableOp : public OpKernel {
     // have skipped): same trailing dims, rows inside init_shape.
     init_shape_ = shapes->init_shape;
     row_offset_ = shapes->row_offset;
+    // A variable in a container lives in the task's store of that container,
+    // shared across sessions; resolved once here, not per step.
+    if (!container->empty()) {
+      absl::StatusOr<ResourceMgr*> store = c->container(*container);
+      if (!store.ok()) {
+        c->SetStatus(store.status());
+        return;
+      }
+      container_store_ = *store;
+    }
   }
 
   void Compute(OpKernelContext* ctx) override {
-    auto var = ctx->resources()->LookupOrCreateVariable(
+    ResourceMgr* store = container_store_ != nullptr ? container_store_ : ctx->resources();
+    auto var = store->LookupOrCreateVariable(
         resource_name_, dtype_, shape_, [this](Tensor* t) { return Initialize(t); });
     OP_REQUIRES_OK(ctx, var.status());
     ctx->set_output(0, *std::move(var));
@@ -156,6 +168,8 @@ class VariableOp : public OpKernel {
   int64_t seed_ = 0;
   float init_value_ = 0;
   std::string resource_name_;
+  // The container's store (outlives the kernel), or nullptr: the context's.
+  ResourceMgr* container_store_ = nullptr;
   std::string init_name_;
   TensorShape init_shape_;
   int64_t row_offset_ = 0;

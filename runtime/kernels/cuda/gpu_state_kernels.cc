@@ -3,7 +3,7 @@
 // registered for GPUs too, beside them.)
 //
 // A Variable's value lives in device memory, in the ResourceMgr the step
-// uses, under the CPU's name rules (shared_name). Its initial value is
+// uses (or its container's store), under the CPU's name rules (shared_name). Its initial value is
 // computed on the host by the CPU Variable kernel for the same node (same
 // initializer, seed, init_name, init_shape and row_offset, so the same
 // values) and copied to the device once, when the variable is created.
@@ -74,6 +74,17 @@ class VariableOp : public OpKernel {
     std::string shared;
     if (!GetAttr(c, GetStringAttrOr(c->def(), "shared_name", ""), &shared)) return;
     resource_name_ = shared.empty() ? c->def().name() : shared;
+    // As on the CPU: a container's variable lives in the task's store of it.
+    std::string container;
+    if (!GetAttr(c, GetStringAttrOr(c->def(), "container", ""), &container)) return;
+    if (!container.empty()) {
+      absl::StatusOr<ResourceMgr*> store = c->container(container);
+      if (!store.ok()) {
+        c->SetStatus(store.status());
+        return;
+      }
+      container_store_ = *store;
+    }
     // The CPU kernel validates the remaining attributes now, as on the CPU.
     auto host_kernel = KernelRegistry::Global()->Create(&c->node(), HostDevice());
     if (!host_kernel.ok()) {
@@ -84,7 +95,7 @@ class VariableOp : public OpKernel {
   }
 
   void Compute(OpKernelContext* ctx) override {
-    ResourceMgr* rm = ctx->resources();
+    ResourceMgr* rm = container_store_ != nullptr ? container_store_ : ctx->resources();
     absl::StatusOr<Tensor> var = rm->LookupVariable(resource_name_);
     if (!var.ok()) {
       absl::MutexLock lock(&VariableCreationMutex());
@@ -128,6 +139,7 @@ class VariableOp : public OpKernel {
   DType dtype_ = DType::kFloat32;
   TensorShape shape_;
   std::string resource_name_;
+  ResourceMgr* container_store_ = nullptr;  // the container's (outlives the kernel), or the context's
   std::unique_ptr<OpKernel> host_kernel_;
 };
 
