@@ -72,8 +72,21 @@ class SequentialLowering {
         break;
       }
       case LayerSpec::kReshape: {
+        // One example keeps its element count: a shape that does not would
+        // silently regroup the batch (784 values as 112 rows of 7).
         std::vector<int64_t> shape{-1};
-        for (int64_t d : layer.reshape().shape()) shape.push_back(d);
+        int64_t in_elems = 1, out_elems = 1;
+        for (int d = 1; d < in.rank(); ++d) in_elems *= in.dim(d);
+        for (int64_t d : layer.reshape().shape()) {
+          if (d <= 0 || __builtin_mul_overflow(out_elems, d, &out_elems)) {
+            return LayerError(i, layer, absl::StrCat("reshape.shape needs positive dimensions that fit, got ", d));
+          }
+          shape.push_back(d);
+        }
+        if (out_elems != in_elems) {
+          return LayerError(i, layer, absl::StrCat("reshape.shape holds ", out_elems, " values per example; its input ",
+                                                   in.DebugString(), " has ", in_elems));
+        }
         *x = b_->Op("Reshape", {*x}, {Attr("shape", shape)});
         break;
       }

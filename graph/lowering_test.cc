@@ -1,6 +1,7 @@
 #include "graph/lowering.h"
 
 #include "google/protobuf/text_format.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace weft {
@@ -95,6 +96,17 @@ TEST(LoweringTest, BadModelsNameTheLayer) {
       layer { dropout { rate: 1.5 } } layer { dense { units: 10 } } })"));
   ASSERT_FALSE(bad_rate.ok());
   EXPECT_NE(Msg(bad_rate.status()).find("dropout.rate"), std::string::npos);
+
+  // A reshape must keep each example's values: 784 is not 7 (nor 28 x 29).
+  for (const char* shape : {"[7]", "[28, 29]", "[0, 784]"}) {
+    auto regroups = LowerJob(Job(absl::StrCat(R"(model { input_shape: [784] num_classes: 10
+        layer { reshape { shape: )", shape, R"( } } layer { dense { units: 10 } } })")));
+    ASSERT_FALSE(regroups.ok()) << shape;
+    EXPECT_NE(Msg(regroups.status()).find("layer 0"), std::string::npos) << regroups.status();
+    EXPECT_NE(Msg(regroups.status()).find("reshape.shape"), std::string::npos) << regroups.status();
+  }
+  EXPECT_TRUE(LowerJob(Job(R"(model { input_shape: [784] num_classes: 10
+      layer { reshape { shape: [28, 28, 1] } } layer { flatten {} } layer { dense { units: 10 } } })")).ok());
 
   EXPECT_FALSE(LowerJob(JobSpec()).ok());
 }
