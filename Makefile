@@ -11,7 +11,8 @@ BUILD_PACKAGES := bazel-bootstrap bazel-rules-java default-jdk-headless g++ pkg-
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev \
   libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libeigen3-dev zlib1g-dev libssl-dev \
   libc-ares-dev libre2-dev libsqlite3-dev libcpp-httplib-dev \
-  python3-yaml python3-kubernetes python3-pytest iproute2 util-linux prometheus chromium
+  python3-yaml python3-kubernetes python3-pytest iproute2 util-linux prometheus chromium \
+  python3-grpcio python3-protobuf python3-numpy python3-tqdm python3-setuptools python3-pip
 DATA_PACKAGES := dataset-fashion-mnist
 BENCH_PACKAGES := python3 python3-numpy python3-torch python3-matplotlib libopenblas0-pthread openmpi-bin libopenmpi-dev iperf3
 

@@ -1,0 +1,411 @@
+"""The Python client (python/weft) against a real cluster, as a user would drive it.
+
+One `weft local` cluster (a master, two workers, a parameter server, each a
+process on 127.0.0.1, mTLS with the certificates it makes) serves the whole
+module. The tests train through `compile`/`fit` under every strategy, check
+that `fit` reaches what the same job file reaches, cancel a `fit`, feed bad
+arguments, talk to a dead master, run a hand-built graph in a remote
+Session, share a variable between two sessions, run the examples, and
+install the package offline with pip. Every wait has a deadline; nothing is
+timed.
+"""
+import gzip
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import weft
+from weft import errors, ops
+from weft.keras import layers
+
+DATA = "/usr/share/datasets/fashion-mnist"
+TREE = Path(os.environ.get("WEFT_SOURCE_TREE", Path(__file__).resolve().parent.parent))
+
+
+def load_idx(name):
+    with gzip.open(os.path.join(DATA, name)) as f:
+        data = f.read()
+    dims = np.frombuffer(data, ">u4", count=data[3], offset=4)
+    return np.frombuffer(data, np.uint8, offset=4 + 4 * data[3]).reshape(dims)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if not os.path.isdir(DATA):
+        pytest.fail(f"{DATA} is missing: Debian's dataset-fashion-mnist (make deps installs it)")
+    c = weft.LocalCluster(workers=2, ps=1, log_dir=str(tmp_path_factory.mktemp("local")))
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def client(cluster):
+    with cluster.client() as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def fmnist():
+    x = load_idx("train-images-idx3-ubyte.gz").reshape(-1, 784)
+    y = load_idx("train-labels-idx1-ubyte.gz")
+    x_test = load_idx("t10k-images-idx3-ubyte.gz").reshape(-1, 784)
+    y_test = load_idx("t10k-labels-idx1-ubyte.gz")
+    return x, y, x_test, y_test
+
+
+def mlp(strategy, hidden=(256, 128), lr=0.0005):
+    with strategy.scope():
+        model = weft.keras.Sequential(
+            [layers.Dense(hidden[0], activation="relu", input_shape=(784,))]
+            + [layers.Dense(h, activation="relu") for h in hidden[1:]]
+            + [layers.Dense(10, activation="softmax")], name="fmnist-mlp")
+        model.compile(optimizer=weft.keras.optimizers.Adam(learning_rate=lr), metrics=["accuracy"])
+    return model
+
+
+# ---- training through fit -------------------------------------------------------
+
+def test_fit_matches_the_job_file_and_reaches_088(client, fmnist):
+    """NumPy arrays through fit against Debian's files through the example job file:
+    the same model, data, seed and strategy train to the same accuracy."""
+    x, y, x_test, y_test = fmnist
+    model = mlp(weft.distribute.MultiWorkerMirroredStrategy(client=client), lr=0.001)
+    history = model.fit(x, y, epochs=10, batch_size=128, validation_data=(x_test, y_test), verbose=0)
+    assert len(history.history["loss"]) >= 1
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    accuracy = history.history["val_accuracy"][-1]
+    assert accuracy >= 0.88, history.history
+
+    job = weft.job.as_job_spec(str(TREE / "examples" / "fmnist_mlp_multi_worker_mirrored.pbtxt"))
+    assert (job.batch_size, job.epochs, job.seed) == (128, 10, 1)
+    assert job.optimizer.adam.learning_rate == pytest.approx(0.001)
+    job.intra_op_threads = 0  # as fit runs it: threads change only the order of float sums
+    status = client.wait(client.submit(job), timeout=600)
+    assert status.state == "SUCCEEDED"
+    assert abs(status.test_accuracy - accuracy) <= 5e-3, (status.test_accuracy, accuracy)
+
+    # evaluate and predict use the trained weights, on the cluster.
+    loss, eval_accuracy = model.evaluate(x_test, y_test)
+    assert abs(eval_accuracy - accuracy) <= 1e-3
+    probabilities = model.predict(x_test[:2000])
+    assert probabilities.shape == (2000, 10)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-4)
+    assert (probabilities.argmax(axis=1) == y_test[:2000]).mean() >= 0.85
+
+
+@pytest.mark.parametrize("make", [
+    lambda c: weft.distribute.OneDeviceStrategy(client=c),
+    lambda c: weft.distribute.MirroredStrategy(client=c),
+    lambda c: weft.distribute.ParameterServerStrategy(client=c),
+    lambda c: weft.distribute.ParameterServerStrategy(sync=True, client=c),
+    lambda c: weft.distribute.CentralStorageStrategy(client=c),
+], ids=["one_device", "mirrored", "parameter_server_async", "parameter_server_sync", "central_storage"])
+def test_every_strategy_trains_a_short_run(client, fmnist, make):
+    x, y, x_test, y_test = fmnist
+    model = mlp(make(client), hidden=(64,), lr=0.002)
+    history = model.fit(x[:6000], y[:6000], epochs=2, batch_size=64, validation_data=(x_test[:2000], y_test[:2000]),
+                        verbose=0)
+    assert history.history["val_accuracy"][-1] >= 0.70, history.history
+    assert model.checkpoint_path and "step-" in model.checkpoint_path
+
+
+def test_fit_from_a_dataset_on_the_tasks(client):
+    model = mlp(weft.distribute.MultiWorkerMirroredStrategy(client=client), hidden=(64,), lr=0.002)
+    seen = []
+    cb = weft.keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: seen.append((epoch, logs)))
+    history = model.fit(weft.data.fashion_mnist(train_limit=6000, test_limit=2000), epochs=2, batch_size=64,
+                        validation_data="test", callbacks=[cb], verbose=0)
+    assert seen and seen[-1][0] == 1 and "loss" in seen[-1][1]
+    assert history.history["val_accuracy"][-1] >= 0.70
+
+
+def test_a_cancelled_fit_raises_and_the_cluster_keeps_serving(client, fmnist):
+    x, y, _, _ = fmnist
+    model = mlp(weft.distribute.MultiWorkerMirroredStrategy(client=client), hidden=(64,))
+    cancelled = threading.Event()
+
+    class CancelOnceRunning(weft.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch > 0 and not cancelled.is_set():
+                cancelled.set()
+                client.cancel(model.last_job_id)
+
+    with pytest.raises(errors.JobCancelledError, match="cancelled"):
+        model.fit(x, y, epochs=50, batch_size=64, callbacks=[CancelOnceRunning()], verbose=0)
+    assert cancelled.is_set()
+    assert client.status(model.last_job_id).state == "CANCELLED"
+    assert len(client.devices()) >= 3
+    model.fit(x[:2000], y[:2000], epochs=1, batch_size=64, verbose=0)  # and trains again
+
+
+# ---- bad input --------------------------------------------------------------------
+
+@pytest.mark.parametrize("call, exc, words", [
+    (lambda: layers.Dense(-3), ValueError, "units"),
+    (lambda: layers.Dense("ten"), TypeError, "units"),
+    (lambda: layers.Dense(10, activation="swish"), ValueError, "activation"),
+    (lambda: layers.Dropout(1.5), ValueError, "rate"),
+    (lambda: layers.Conv2D(8, (3, 5)), ValueError, "kernel_size"),
+    (lambda: weft.keras.optimizers.Adam(learning_rate=-1), ValueError, "learning_rate"),
+    (lambda: weft.keras.optimizers.get("rmsprop"), ValueError, "optimizer"),
+    (lambda: weft.distribute.ParameterServerStrategy(replicas_to_aggregate=2), ValueError, "replicas_to_aggregate"),
+    (lambda: weft.Client("127.0.0.1:1", insecure=True, timeout=-1), ValueError, "timeout"),
+    (lambda: weft.Client("no-port", insecure=True), ValueError, "master"),
+    (lambda: weft.Client("127.0.0.1:1", ca=7), TypeError, "ca"),
+], ids=["units", "units_type", "activation", "rate", "kernel_size", "learning_rate", "optimizer",
+        "replicas_to_aggregate", "timeout", "master", "ca_type"])
+def test_bad_arguments_name_the_argument(call, exc, words):
+    with pytest.raises(exc, match=words):
+        call()
+
+
+def test_bad_fit_arguments_name_the_argument(client, fmnist):
+    x, y, _, _ = fmnist
+    model = mlp(weft.distribute.OneDeviceStrategy(client=client), hidden=(16,))
+    with pytest.raises(TypeError, match="batch_size"):
+        model.fit(x[:100], y[:100], batch_size="64")
+    with pytest.raises(ValueError, match="epochs"):
+        model.fit(x[:100], y[:100], epochs=0)
+    with pytest.raises(ValueError, match="y has 99 labels for 100 examples"):
+        model.fit(x[:100], y[:99])
+    with pytest.raises(ValueError, match="x: weft's datasets hold 8-bit examples"):
+        model.fit(np.full((10, 784), 0.3337, np.float32), y[:10])
+    with pytest.raises(ValueError, match="validation_data"):
+        model.fit(x[:100], y[:100], validation_data=(x[:10],))
+    with pytest.raises(RuntimeError, match="compile"):
+        weft.keras.Sequential([layers.Dense(10, input_shape=(784,))]).fit(x[:10], y[:10])
+    with pytest.raises(ValueError, match="batch_size 128 is larger than the 100 training examples"):
+        model.fit(x[:100], y[:100], batch_size=128, verbose=0)
+    # The master's own refusals arrive as InvalidArgumentError (a ValueError) naming the layer.
+    with weft.distribute.OneDeviceStrategy(client=client).scope():
+        bad = weft.keras.Sequential([layers.Reshape((7,), input_shape=(784,)), layers.Dense(10, activation="softmax")])
+        bad.compile()
+    with pytest.raises(errors.InvalidArgumentError, match="reshape"):
+        bad.fit(x[:100], y[:100], batch_size=10, verbose=0)
+
+
+def test_without_credentials_the_client_refuses_plaintext(cluster):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WEFT_")}
+    code = "import weft; weft.Client('%s')" % cluster.master
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "ca: no CA certificate" in r.stderr, r.stderr
+
+
+def test_a_dead_master_is_a_clear_error(cluster):
+    c = weft.Client("127.0.0.1:1", ca=str(cluster.tls_dir / "ca.crt"), cert=str(cluster.tls_dir / "local.crt"),
+                    key=str(cluster.tls_dir / "local.key"), timeout=5)
+    with pytest.raises(errors.UnavailableError, match="the master at 127.0.0.1:1 is unavailable"):
+        c.devices()
+
+
+def test_unknown_job_is_not_found(client):
+    with pytest.raises(errors.NotFoundError):
+        client.status("job-0-0000000000000000")
+
+
+# ---- graphs and sessions ----------------------------------------------------------
+
+def test_a_custom_graph_in_a_remote_session(client):
+    sys.path.insert(0, str(TREE / "examples" / "python"))
+    try:
+        import custom_graph
+    finally:
+        sys.path.pop(0)
+    g, x, y, scale, loss, train, w, b = custom_graph.build(3, 0.1)
+    rng = np.random.default_rng(1)
+    true_w = np.array([[2.0], [-3.0], [0.5]], np.float32)
+    with weft.Session(client, graph=g) as sess:
+        first = None
+        for _ in range(100):
+            xs = rng.normal(size=(32, 3)).astype(np.float32)
+            value, *_ = sess.run([loss] + train, {x: xs, y: xs @ true_w + 1.0, scale: np.float32(2 / 32)})
+            first = value if first is None else first
+        fitted_w, fitted_b = sess.run([w, b])
+    assert value < first * 1e-3
+    np.testing.assert_allclose(fitted_w, true_w, atol=1e-3)
+    np.testing.assert_allclose(fitted_b, [1.0], atol=1e-3)
+
+
+def test_session_errors_name_the_node(client):
+    g = weft.Graph()
+    with g.as_default():
+        a = ops.placeholder("float32", [2, 3], name="a")
+        bad = ops.matmul(a, ops.constant(np.ones((4, 1), np.float32)), name="bad_matmul")
+    with weft.Session(client, graph=g) as sess:
+        with pytest.raises(errors.InvalidArgumentError, match="bad_matmul"):
+            sess.run(bad, {a: np.ones((2, 3), np.float32)})
+    with weft.Session(client, graph=weft.Graph()) as sess:
+        with pytest.raises(TypeError, match="feed_dict"):
+            sess.run([], {"a": object()})
+
+
+def shared_graph(container="pytest"):
+    g = weft.Graph()
+    with g.as_default(), g.device("/job:ps/task:0"):
+        v = ops.variable([3], name="shared_v", container=container)
+        value = ops.placeholder("float32", [3], name="value")
+        assign = ops.assign(v, value)
+    return g, v, value, assign
+
+
+def test_two_sessions_share_a_variable_in_a_container(client):
+    weft.reset(client, containers=["pytest"])
+    g_a, v_a, value_a, assign_a = shared_graph()
+    g_b, v_b, _, _ = shared_graph()
+    with weft.Session(client, graph=g_a) as a, weft.Session(client, graph=g_b) as b:
+        np.testing.assert_array_equal(b.run(v_b), [0, 0, 0])
+        a.run(assign_a, {value_a: np.array([1, 2, 3], np.float32)})
+        np.testing.assert_array_equal(b.run(v_b), [1, 2, 3])
+    # The container outlives both sessions...
+    g_c, v_c, _, _ = shared_graph()
+    with weft.Session(client, graph=g_c) as c:
+        np.testing.assert_array_equal(c.run(v_c), [1, 2, 3])
+    # ...until it is reset.
+    weft.reset(client, containers=["pytest"])
+    with weft.Session(client, graph=shared_graph()[0]) as d:
+        np.testing.assert_array_equal(d.run("shared_v"), [0, 0, 0])
+
+
+def test_variables_outside_a_container_stay_per_session(client):
+    def graph():
+        g = weft.Graph()
+        with g.as_default(), g.device("/job:ps/task:0"):
+            v = ops.variable([2], name="private_v")
+            p = ops.placeholder("float32", [2], name="p")
+            assign = ops.assign(v, p)
+        return g, v, p, assign
+    g_a, v_a, p_a, assign_a = graph()
+    g_b, v_b, _, _ = graph()
+    with weft.Session(client, graph=g_a) as a, weft.Session(client, graph=g_b) as b:
+        a.run(assign_a, {p_a: np.array([5, 6], np.float32)})
+        np.testing.assert_array_equal(a.run(v_a), [5, 6])
+        np.testing.assert_array_equal(b.run(v_b), [0, 0])
+
+
+def user_client(cluster, name):
+    """A Client with a new user certificate `name` from the cluster's CA."""
+    tls = cluster.tls_dir
+    if not (tls / f"{name}.crt").is_file():
+        r = subprocess.run([cluster.binary, "certs", "issue", str(tls), f"--name={name}", "--role=user"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+    return weft.Client(cluster.master, ca=str(tls / "ca.crt"), cert=str(tls / f"{name}.crt"),
+                       key=str(tls / f"{name}.key"))
+
+
+def test_containers_are_per_user(cluster):
+    alice, bob = user_client(cluster, "alice"), user_client(cluster, "bob")
+    weft.reset(alice, containers=["pytest"])
+    weft.reset(bob, containers=["pytest"])
+    g_a, v_a, value_a, assign_a = shared_graph()
+    with weft.Session(alice, graph=g_a) as a:
+        a.run(assign_a, {value_a: np.array([7, 7, 7], np.float32)})
+    with weft.Session(bob, graph=shared_graph()[0]) as b:
+        np.testing.assert_array_equal(b.run("shared_v"), [0, 0, 0])  # bob's "pytest" is another container
+    weft.reset(bob, containers=["pytest"])  # clears bob's only
+    with weft.Session(alice, graph=shared_graph()[0]) as a:
+        np.testing.assert_array_equal(a.run("shared_v"), [7, 7, 7])
+    with pytest.raises(errors.PermissionDeniedError):
+        weft.reset(bob)  # every session and container: an admin's call
+
+
+def test_a_bad_container_name_is_refused(client):
+    g = weft.Graph()
+    with g.as_default():
+        v = ops.variable([1], name="v_bad", container="../etc")
+    with weft.Session(client, graph=g) as s:
+        with pytest.raises(errors.InvalidArgumentError, match="v_bad"):
+            s.run(v)
+
+
+# ---- examples and packaging -------------------------------------------------------
+
+@pytest.mark.parametrize("script, args, expect", [
+    ("shared_variable.py", [], "B reads after A writes:  [1. 2. 3.]"),
+    ("custom_graph.py", ["--steps=120"], "w [ 2."),
+    ("fmnist_mlp.py", ["--strategy=parameter_server_sync", "--epochs=1", "--train_limit=4000"], "test accuracy"),
+], ids=["shared_variable", "custom_graph", "fmnist_mlp"])
+def test_examples_run(cluster, script, args, expect):
+    env = dict(os.environ, **cluster.env())
+    r = subprocess.run([sys.executable, str(TREE / "examples" / "python" / script)] + args, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert expect in r.stdout, r.stdout[-3000:]
+
+
+def test_pip_installs_offline_and_the_package_works_installed(tmp_path, cluster):
+    target = tmp_path / "site"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-index", "--no-deps",
+                        "--target", str(target), str(TREE / "python")], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert (target / "weft" / "_generated" / "proto" / "master_service_pb2_grpc.py").is_file()
+    code = ("import weft, sys; assert weft.__file__.startswith(sys.argv[1]), weft.__file__; "
+            "print(len(weft.Client().devices()))")
+    env = dict(os.environ, **cluster.env(), PYTHONPATH=str(target))
+    r = subprocess.run([sys.executable, "-c", code, str(target)], env=env, capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.strip()) >= 3
+
+
+# ---- pieces without a cluster -----------------------------------------------------
+
+def test_generated_modules_follow_the_protos(tmp_path):
+    from weft import _codegen
+    root = tmp_path / "tree"
+    (root / "proto").mkdir(parents=True)
+    for p in (TREE / "proto").glob("*.proto"):
+        (root / "proto" / p.name).write_bytes(p.read_bytes())
+    out = tmp_path / "gen"
+    _codegen.generate(root, out)
+    assert _codegen.is_current(root, out)
+    text = (out / "proto" / "master_service_pb2_grpc.py").read_text()
+    assert "from weft._generated.proto import master_service_pb2" in text and "from proto import" not in text
+    with open(root / "proto" / "tensor.proto", "a") as f:
+        f.write("\n// changed\n")
+    assert not _codegen.is_current(root, out)
+    _codegen.generate(root, out)
+    assert _codegen.is_current(root, out)
+
+
+def test_arrays_become_idx_files_with_their_scale():
+    from weft.data import ArrayData
+    x = np.arange(2 * 3 * 2, dtype=np.uint8).reshape(2, 3, 2)
+    d = ArrayData(x / 255.0, np.array([1, 7]))
+    assert d.scale == 255.0 and d.example_shape == (3, 2)
+    images = d.files["train_images"]
+    assert images[:4] == bytes([0, 0, 8, 3]) and images[4:16] == bytes([0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 2])
+    assert images[16:] == x.tobytes()
+    assert d.files["train_labels"][-2:] == bytes([1, 7])
+    assert ArrayData(x.astype(np.float32), [0, 1]).scale == 1.0  # whole numbers: scale 1
+    assert d.digest() == ArrayData(x, [1, 7]).digest()            # the same bytes, the same dataset
+
+
+def test_crc32c_and_a_corrupt_manifest(tmp_path):
+    from weft.checkpoints import crc32c, list_checkpoints, read_manifest
+    assert crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
+    step = tmp_path / "step-000000000010"
+    step.mkdir()
+    import struct
+    (step / "MANIFEST").write_bytes(b"WEFTMANI" + struct.pack("<III", 1, 3, 12345) + b"abc")
+    with pytest.raises(ValueError, match="checksum mismatch"):
+        read_manifest(step)
+    (listed,) = list_checkpoints(tmp_path)
+    assert not listed.valid and "checksum" in listed.problem and listed.step == 10
+
+
+def test_a_token_file_open_to_others_is_refused(tmp_path, cluster):
+    token = tmp_path / "token"
+    token.write_text("secret-token\n")
+    token.chmod(0o644)
+    with pytest.raises(ValueError, match="open to other users: chmod 600"):
+        weft.Client(cluster.master, ca=str(cluster.tls_dir / "ca.crt"), token_file=str(token))
+    token.chmod(0o600)
+    token.write_text("two words\n")
+    with pytest.raises(ValueError, match="more than one word"):
+        weft.Client(cluster.master, ca=str(cluster.tls_dir / "ca.crt"), token_file=str(token))
