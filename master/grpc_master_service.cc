@@ -225,6 +225,13 @@ grpc::ServerUnaryReactor* GrpcMasterService::TraceJob(grpc::CallbackServerContex
   return Unary(ctx, auth_, "MasterService.TraceJob", request, response, master_, &Master::TraceJobAsync);
 }
 
+grpc::ServerUnaryReactor* GrpcMasterService::ReadJobCheckpoint(grpc::CallbackServerContext* ctx,
+                                                               const ReadJobCheckpointRequest* request,
+                                                               ReadJobCheckpointResponse* response) {
+  return Unary(ctx, auth_, "MasterService.ReadJobCheckpoint", request, response, master_,
+               &Master::ReadJobCheckpointAsync);
+}
+
 grpc::ServerReadReactor<UploadDatasetRequest>* GrpcMasterService::UploadDataset(grpc::CallbackServerContext* ctx,
                                                                                 UploadDatasetResponse* response) {
   static constexpr char kWhat[] = "MasterService.UploadDataset";

@@ -58,6 +58,8 @@ class GrpcMasterService final : public MasterService::CallbackService {
                                       CancelJobResponse* response) override;
   grpc::ServerUnaryReactor* TraceJob(grpc::CallbackServerContext* ctx, const TraceJobRequest* request,
                                      TraceJobResponse* response) override;
+  grpc::ServerUnaryReactor* ReadJobCheckpoint(grpc::CallbackServerContext* ctx, const ReadJobCheckpointRequest* request,
+                                              ReadJobCheckpointResponse* response) override;
   grpc::ServerWriteReactor<JobStatus>* WatchJob(grpc::CallbackServerContext* ctx,
                                                 const WatchJobRequest* request) override;
   // Client-streamed (master/grpc_upload_reactor.h); any user.

@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/tensor_proto_coding.h"
+#include "master/checkpoint_reader.h"
 #include "master/cluster_probe.h"
 #include "master/containers.h"
 
@@ -234,6 +235,23 @@ void Master::TraceJobAsync(const Caller& caller, const TraceJobRequest* request,
   }
   Schedule(std::move(done), [this, request, response] {
     ASSIGN_OR_RETURN(*response, jobs_.Trace(request->job_id(), request->steps(), kTraceTimeout));
+    return absl::OkStatus();
+  });
+}
+
+void Master::ReadJobCheckpointAsync(const Caller& caller, const ReadJobCheckpointRequest* request,
+                                    ReadJobCheckpointResponse* response, StatusCallback done) {
+  if (absl::Status a = AuthorizeJob(caller, request->job_id()); !a.ok()) return done(a);
+  // Reading shard files takes a while: off the caller's thread.
+  Schedule(std::move(done), [this, request, response]() -> absl::Status {
+    ASSIGN_OR_RETURN(JobStatus status, jobs_.Get(request->job_id()));
+    if (status.checkpoint_path().empty()) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", request->job_id(), " has written no checkpoint"));
+    }
+    // checkpoint_path is the newest step-* directory of the job's own.
+    const std::string& newest = status.checkpoint_path();
+    const std::string job_dir = newest.substr(0, newest.find_last_of('/'));
+    ASSIGN_OR_RETURN(*response, ReadCheckpointPage(Env::Default(), job_dir, request->step(), request->first()));
     return absl::OkStatus();
   });
 }

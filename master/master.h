@@ -105,6 +105,10 @@ class Master {
   // owner or an admin; `steps` in 1..100. Answers when they ran, or with
   // what was recorded after a minute (DEADLINE_EXCEEDED when nothing was).
   void TraceJobAsync(const Caller& caller, const TraceJobRequest* request, TraceJobResponse* response, StatusCallback done);
+  // A page of the job's checkpoint (master/checkpoint_reader.h). The job's
+  // owner or an admin; FAILED_PRECONDITION when it has written none.
+  void ReadJobCheckpointAsync(const Caller& caller, const ReadJobCheckpointRequest* request,
+                              ReadJobCheckpointResponse* response, StatusCallback done);
 
   // For WatchJob, which streams: see JobManager::Watch. Check the caller
   // with AuthorizeJob first.

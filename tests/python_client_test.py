@@ -70,7 +70,7 @@ def mlp(strategy, hidden=(256, 128), lr=0.0005):
 
 # ---- training through fit -------------------------------------------------------
 
-def test_fit_matches_the_job_file_and_reaches_088(client, fmnist):
+def test_fit_matches_the_job_file_and_reaches_088(client, fmnist, tmp_path):
     """NumPy arrays through fit against Debian's files through the example job file:
     the same model, data, seed and strategy train to the same accuracy."""
     x, y, x_test, y_test = fmnist
@@ -96,6 +96,17 @@ def test_fit_matches_the_job_file_and_reaches_088(client, fmnist):
     assert probabilities.shape == (2000, 10)
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-4)
     assert (probabilities.argmax(axis=1) == y_test[:2000]).mean() >= 0.85
+
+    # The weights come back through the master, and save to an .npz.
+    weights = model.get_weights()
+    assert {k: v.shape for k, v in weights.items()} == {
+        "layer0_dense/kernel": (784, 256), "layer0_dense/bias": (256,), "layer1_dense/kernel": (256, 128),
+        "layer1_dense/bias": (128,), "layer2_dense/kernel": (128, 10), "layer2_dense/bias": (10,)}
+    saved = np.load(model.save_weights(str(tmp_path / "weights")))
+    np.testing.assert_array_equal(saved["layer2_dense/kernel"], weights["layer2_dense/kernel"])
+    # A job that wrote no checkpoint has none to read.
+    with pytest.raises(errors.WeftError, match="has written no checkpoint"):
+        client.read_checkpoint(status.job_id)
 
 
 @pytest.mark.parametrize("make", [
@@ -312,6 +323,23 @@ def test_containers_are_per_user(cluster):
         np.testing.assert_array_equal(a.run("shared_v"), [7, 7, 7])
     with pytest.raises(errors.PermissionDeniedError):
         weft.reset(bob)  # every session and container: an admin's call
+
+
+def test_only_the_owner_reads_a_jobs_checkpoint(cluster, fmnist):
+    x, y, _, _ = fmnist
+    alice, bob = user_client(cluster, "alice"), user_client(cluster, "bob")
+    model = mlp(weft.distribute.OneDeviceStrategy(client=alice), hidden=(16,))
+    model.fit(x[:1000], y[:1000], epochs=1, batch_size=50, verbose=0)
+    job = model.last_job_id
+    mine = alice.read_checkpoint(job)
+    assert mine["replica_0/layer0_dense/kernel"].shape == (784, 16)  # one replica, as MIRRORED names it
+    assert model.get_weights()["layer0_dense/kernel"].shape == (784, 16)
+    with pytest.raises(errors.PermissionDeniedError):
+        bob.read_checkpoint(job)
+    with pytest.raises(ValueError, match="step"):
+        alice.read_checkpoint(job, step=-1)
+    with pytest.raises(errors.NotFoundError, match="no checkpoint of step 7"):
+        alice.read_checkpoint(job, step=7)
 
 
 def test_a_bad_container_name_is_refused(client):

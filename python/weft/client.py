@@ -213,6 +213,29 @@ class Client:
                        ms.TraceJobRequest(job_id=job_id, steps=steps), timeout=timeout or 120.0)
         return json.loads(r.trace_json)
 
+    def read_checkpoint(self, job_id: str, step: int = 0) -> Dict[str, Any]:
+        """The variables of the job's newest valid checkpoint (or of ``step``), by name.
+
+        Read by the master from the job's checkpoint directory and sent a
+        page at a time, so this works from any machine that reaches the
+        master. The job's owner or an admin.
+        """
+        from weft import tensors
+        _check_id(job_id)
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"step must be an int >= 0 (0: the newest), got {step!r}")
+        out: Dict[str, Any] = {}
+        first = 0
+        while True:
+            page = self._call(f"ReadJobCheckpoint {job_id}", self._stub.ReadJobCheckpoint,
+                              ms.ReadJobCheckpointRequest(job_id=job_id, step=step, first=first))
+            step = page.step  # later pages: the same checkpoint
+            for v in page.variable:
+                out[v.name] = tensors.to_numpy(v.tensor)
+            if page.next == 0:
+                return out
+            first = page.next
+
     # ---- the cluster ------------------------------------------------------------
 
     def devices(self) -> List[Dict[str, Any]]:

@@ -7,7 +7,9 @@ weft.data), submits the job to the strategy's master, shows a progress bar
 and calls the callbacks as the master reports the job's progress, and
 returns a History. The model's weights stay on the cluster, in the job's
 checkpoint (``checkpoint_path``); ``evaluate`` runs an evaluation job from
-them, ``load_weights`` starts the next ``fit`` from a checkpoint.
+them, ``get_weights``/``save_weights`` fetch them through the master,
+``predict`` runs the forward pass with them in a remote Session, and
+``load_weights`` starts the next ``fit`` from a checkpoint.
 """
 from __future__ import annotations
 
@@ -50,6 +52,8 @@ class Sequential:
         self.trained_steps = 0
         self._resume_from: Optional[str] = None
         self.last_job_id: Optional[str] = None
+        self._fit_job_id: Optional[str] = None
+        self._fit_step = 0
 
     # ---- building ---------------------------------------------------------------
 
@@ -192,6 +196,7 @@ class Sequential:
         self.last_job_id = client.submit(job)
         final = self._follow(client, self.last_job_id, [history] + callbacks, validate, verbose, timeout)
         self.checkpoint_path = final.checkpoint_path or None
+        self._fit_job_id, self._fit_step = self.last_job_id, final.checkpoint_step if final.checkpoint_step > 0 else 0
         # The job's checkpoint directory (checkpoint_path is its newest step-* in it).
         self.checkpoint_dir = os.path.dirname(self.checkpoint_path) if self.checkpoint_path else None
         self.trained_steps = final.step
@@ -272,8 +277,7 @@ class Sequential:
         """Class probabilities for examples ``x``, computed on the cluster.
 
         Runs the model's forward pass in a Session with the last fit's
-        weights, read from its checkpoint (which must be readable from here,
-        as for save_weights). Integer examples are divided by the training
+        weights (read through the master, as get_weights). Integer examples are divided by the training
         data's scale, as fit's were; float examples are used as they are.
         """
         import numpy as np
@@ -309,24 +313,23 @@ class Sequential:
         self._resume_from = checkpoint
 
     def save_weights(self, path: str) -> str:
-        """Copies the last fit's weights from its checkpoint into a ``.npz`` file.
-
-        The checkpoint directory must be readable from here (a local
-        cluster, or a mounted shared volume). Returns ``path``.
-        """
-        from weft.checkpoints import read_variables
+        """Writes the last fit's trained variables to a NumPy ``.npz`` file; returns its path."""
         import numpy as np
-        if not self.checkpoint_path:
-            raise RuntimeError("save_weights: the model has no trained weights yet (fit it first)")
-        np.savez(path, **_model_variables(read_variables(self.checkpoint_path)))
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a file name, not {type(path).__name__}")
+        path = str(path) if str(path).endswith(".npz") else f"{path}.npz"  # as np.savez names it
+        np.savez(path, **self.get_weights())
         return path
 
     def get_weights(self) -> Dict[str, Any]:
-        """The last fit's variables by name, read from its checkpoint (see save_weights)."""
-        from weft.checkpoints import read_variables
-        if not self.checkpoint_path:
+        """The last fit's trained variables by name (NumPy arrays), read through the master.
+
+        Optimizer slots are left out; mirrored replicas' copies appear once.
+        """
+        if not self._fit_job_id:
             raise RuntimeError("get_weights: the model has no trained weights yet (fit it first)")
-        return _model_variables(read_variables(self.checkpoint_path))
+        variables = self.strategy.client.read_checkpoint(self._fit_job_id, step=self._fit_step)
+        return {k: v for k, v in _model_variables(variables).items() if not k.startswith("optimizer/")}
 
     def summary(self) -> str:
         lines = [f'Model "{self.name}"', f"input shape {self._input_shape}"]
