@@ -217,9 +217,15 @@ TEST(ScopeContainersTest, OnlyVariablesThatNameAContainerAreRewritten) {
   (*other->mutable_attr())["container"].set_s("a/b");  // not a Variable: ignored
   ASSERT_TRUE(ScopeContainers("alice", &g).ok());
   for (const NodeDef& n : g.node()) {
-    if (n.name() == "v") EXPECT_EQ(n.attr().at("container").s(), "alice/c");
-    if (n.name() == "plain") EXPECT_EQ(n.attr().count("container"), 0u);
-    if (n.name() == "other") EXPECT_EQ(n.attr().at("container").s(), "a/b");
+    if (n.name() == "v") {
+      EXPECT_EQ(n.attr().at("container").s(), "alice/c");
+    }
+    if (n.name() == "plain") {
+      EXPECT_EQ(n.attr().count("container"), 0u);
+    }
+    if (n.name() == "other") {
+      EXPECT_EQ(n.attr().at("container").s(), "a/b");
+    }
   }
   // An insecure master has no owner; the name still cannot meet a user's.
   EXPECT_EQ(ScopedContainer("", "c"), "/c");

@@ -10,7 +10,7 @@
 //
 // Who may call: every method serves cluster members only (the master and
 // tasks, by their certificates); RegisterGraph, DeregisterGraph, RunGraph,
-// AbortStep, CleanupStep, GetStepState and ResetContainers serve only the
+// AbortStep, CleanupStep, GetStepState, ResetContainers and PutDataset serve only the
 // master. Refusals are UNAUTHENTICATED or PERMISSION_DENIED (common/caller.h)
 // and logged.
 //
