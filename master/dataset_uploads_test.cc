@@ -1,6 +1,5 @@
 #include "master/dataset_uploads.h"
 
-#include <dirent.h>
 
 #include <string>
 #include <vector>
@@ -16,6 +15,7 @@ namespace weft {
 namespace master {
 namespace {
 
+using data::testing::DirEntries;
 using data::testing::IdxBytes;
 
 Caller User(const std::string& name, bool admin = false) {
@@ -25,18 +25,6 @@ Caller User(const std::string& name, bool admin = false) {
   c.admin = admin;
   c.credential = "token";
   return c;
-}
-
-std::vector<std::string> Entries(const std::string& dir) {
-  std::vector<std::string> out;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return out;
-  while (struct dirent* e = ::readdir(d)) {
-    const std::string n = e->d_name;
-    if (n != "." && n != "..") out.push_back(n);
-  }
-  ::closedir(d);
-  return out;
 }
 
 struct Arrays {
@@ -87,7 +75,7 @@ TEST(DatasetUploadsTest, StoresOncePerContentAndOwnsByUploader) {
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->dataset_id(), first->dataset_id());
   EXPECT_EQ(store->OwnerBytes("alice"), first->bytes());  // not counted twice
-  EXPECT_EQ(Entries(store->root().path()), std::vector<std::string>{first->dataset_id()});
+  EXPECT_EQ(DirEntries(store->root().path()), std::vector<std::string>{first->dataset_id()});
 
   EXPECT_TRUE(store->Authorize(User("alice"), first->dataset_id()).ok());
   EXPECT_TRUE(store->Authorize(User("root", /*admin=*/true), first->dataset_id()).ok());
@@ -113,7 +101,7 @@ TEST(DatasetUploadsTest, LimitsAndBadInputLeaveNothing) {
   EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(over.status().message().find("--max_upload_bytes"), std::string::npos) << over.status();
   EXPECT_NE(over.status().message().find("file train_labels"), std::string::npos) << over.status();
-  EXPECT_TRUE(Entries(small->root().path()).empty());
+  EXPECT_TRUE(DirEntries(small->root().path()).empty());
 
   const int64_t one = static_cast<int64_t>(a.images.size() + a.labels.size());
   auto quota = OpenStore("uploads_quota", 1 << 20, one + 10);
@@ -124,12 +112,12 @@ TEST(DatasetUploadsTest, LimitsAndBadInputLeaveNothing) {
   EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(second.status().message().find("--upload_quota_bytes"), std::string::npos) << second.status();
   EXPECT_TRUE(Upload(quota.get(), User("carol"), b).ok());  // per owner
-  EXPECT_EQ(Entries(quota->root().path()).size(), 2u);
+  EXPECT_EQ(DirEntries(quota->root().path()).size(), 2u);
 
   auto mismatch = Upload(quota.get(), User("dave"), a, /*declared_labels=*/3);
   EXPECT_EQ(mismatch.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(mismatch.status().message().find("train_labels"), std::string::npos) << mismatch.status();
-  EXPECT_EQ(Entries(quota->root().path()).size(), 2u);
+  EXPECT_EQ(DirEntries(quota->root().path()).size(), 2u);
   EXPECT_EQ(quota->OwnerBytes("dave"), 0);
 }
 
@@ -145,7 +133,7 @@ TEST(DatasetUploadsTest, PushCopiesToEveryTaskAndChecksTheBytes) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   ASSERT_TRUE(PushDataset(*store, up->dataset_id(), (*cluster)->workers(), {tasks[0], tasks[0]}).ok());
   EXPECT_TRUE((*cache0)->Has(up->dataset_id()));
-  EXPECT_EQ(Entries((*cache0)->root().path()), std::vector<std::string>{up->dataset_id()});
+  EXPECT_EQ(DirEntries((*cache0)->root().path()), std::vector<std::string>{up->dataset_id()});
   // Again: already there.
   ASSERT_TRUE(PushDataset(*store, up->dataset_id(), (*cluster)->workers(), {tasks[0]}).ok());
 
@@ -164,7 +152,7 @@ TEST(DatasetUploadsTest, PushCopiesToEveryTaskAndChecksTheBytes) {
   chunk.set_data("abc");
   absl::Status s = (*cache1)->Put(chunk, &r);
   EXPECT_FALSE(s.ok());
-  EXPECT_TRUE(Entries((*cache1)->root().path()).empty());
+  EXPECT_TRUE(DirEntries((*cache1)->root().path()).empty());
   chunk.set_dataset_id("../x");
   EXPECT_EQ((*cache1)->Put(chunk, &r).code(), absl::StatusCode::kInvalidArgument);
 }

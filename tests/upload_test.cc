@@ -6,7 +6,6 @@
 // messages that name the file and the limit, and leave nothing behind; a
 // user cannot train on another user's upload; only the master may put a
 // dataset on a task.
-#include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -37,18 +36,6 @@ using data::testing::TempPath;
 constexpr absl::Duration kJobDeadline = absl::Seconds(120);
 constexpr int64_t kMaxUpload = 64 << 10;  // --max_upload_bytes
 constexpr int64_t kQuota = 8 << 10;       // --upload_quota_bytes
-
-std::vector<std::string> Entries(const std::string& dir) {
-  std::vector<std::string> out;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return out;
-  while (struct dirent* e = ::readdir(d)) {
-    const std::string n = e->d_name;
-    if (n != "." && n != "..") out.push_back(n);
-  }
-  ::closedir(d);
-  return out;
-}
 
 // One file of an upload: its name, the size declared, the bytes sent.
 struct File {
@@ -161,7 +148,7 @@ class UploadTest : public ::testing::Test {
   }
 
   static void ExpectNothingLeft() {
-    for (const std::string& e : Entries(TempPath("uploads"))) {
+    for (const std::string& e : data::testing::DirEntries(TempPath("uploads"))) {
       EXPECT_FALSE(absl::StartsWith(e, ".tmp")) << "a failed upload left " << e;
     }
   }
@@ -203,7 +190,7 @@ TEST_F(UploadTest, AnUploadTrainsExactlyLikeTheSameFiles) {
   EXPECT_DOUBLE_EQ(results[0].test_accuracy(), results[1].test_accuracy());
   // Each worker holds its own verified copy.
   for (const char* cache : {"cache-0", "cache-1"}) {
-    EXPECT_EQ(Entries(TempPath(cache)), std::vector<std::string>{up.dataset_id()}) << cache;
+    EXPECT_EQ(data::testing::DirEntries(TempPath(cache)), std::vector<std::string>{up.dataset_id()}) << cache;
   }
   // The same arrays again: the same id, nothing new stored.
   UploadDatasetResponse again;
@@ -273,7 +260,7 @@ TEST_F(UploadTest, OnlyTheMasterPutsADatasetOnATask) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
     EXPECT_TRUE(absl::StrContains(s.error_message(), "WorkerService.PutDataset")) << s.error_message();
   }
-  EXPECT_TRUE(Entries(TempPath("cache-0")).size() <= 1u);
+  EXPECT_TRUE(data::testing::DirEntries(TempPath("cache-0")).size() <= 1u);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "common/env.h"
 #include "gtest/gtest.h"
 
 namespace weft {
@@ -65,6 +66,11 @@ std::string Gzip(const std::string& bytes) {
   out.resize(zs.total_out);
   deflateEnd(&zs);
   return out;
+}
+
+std::vector<std::string> DirEntries(const std::string& dir) {
+  absl::StatusOr<std::vector<std::string>> names = Env::Default()->ListDirectory(dir);
+  return names.ok() ? *std::move(names) : std::vector<std::string>();
 }
 
 }  // namespace testing

@@ -26,6 +26,10 @@ std::string ReadFile(const std::string& path);
 std::string IdxBytes(const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data,
                      uint8_t type = 0x08);
 
+// The names in `dir` (Env::ListDirectory: sorted, without . and ..); empty
+// when `dir` does not exist.
+std::vector<std::string> DirEntries(const std::string& dir);
+
 // `bytes` as one gzip member.
 std::string Gzip(const std::string& bytes);
 

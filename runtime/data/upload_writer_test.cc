@@ -1,6 +1,5 @@
 #include "runtime/data/upload_writer.h"
 
-#include <dirent.h>
 
 #include <string>
 #include <vector>
@@ -17,18 +16,7 @@ namespace {
 
 using testing::Gzip;
 using testing::IdxBytes;
-
-std::vector<std::string> Entries(const std::string& dir) {
-  std::vector<std::string> out;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return out;
-  while (struct dirent* e = ::readdir(d)) {
-    const std::string n = e->d_name;
-    if (n != "." && n != "..") out.push_back(n);
-  }
-  ::closedir(d);
-  return out;
-}
+using testing::DirEntries;
 
 ConfinedRoot FreshRoot(const std::string& name) {
   auto root = ConfinedRoot::Open(testing::TempPath(name), /*create=*/true);
@@ -81,7 +69,7 @@ TEST(UploadWriterTest, StoresChecksAndLoadsLikeFiles) {
   auto committed = (*w)->Commit();
   ASSERT_TRUE(committed.ok() && *committed);
   w->reset();
-  EXPECT_EQ(Entries(root.path()), std::vector<std::string>{summary->id});
+  EXPECT_EQ(DirEntries(root.path()), std::vector<std::string>{summary->id});
 
   SetUploadRoot(root);
   DatasetSpec spec;
@@ -107,7 +95,7 @@ TEST(UploadWriterTest, StoresChecksAndLoadsLikeFiles) {
   ASSERT_EQ((*again)->Finish()->id, summary->id);
   EXPECT_FALSE(*(*again)->Commit());
   again->reset();
-  EXPECT_EQ(Entries(root.path()), std::vector<std::string>{summary->id});
+  EXPECT_EQ(DirEntries(root.path()), std::vector<std::string>{summary->id});
   SetUploadRoot(std::nullopt);
 }
 
@@ -163,7 +151,7 @@ TEST(UploadWriterTest, RefusesBadUploadsAndLeavesNothing) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.what << ": " << s;
     EXPECT_NE(s.message().find(c.error), std::string::npos) << c.what << ": " << s;
     w->reset();
-    EXPECT_TRUE(Entries(root.path()).empty()) << c.what;
+    EXPECT_TRUE(DirEntries(root.path()).empty()) << c.what;
   }
 }
 
