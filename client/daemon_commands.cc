@@ -286,6 +286,11 @@ absl::Status TaskQuotas(const Flags& f, worker::WorkerServerOptions* opts) {
                      ParseByteSize(f.Get("max_pending_collective_bytes"), "--max_pending_collective_bytes"));
     opts->max_pending_collective_bytes = bytes > SIZE_MAX ? SIZE_MAX : static_cast<size_t>(bytes);
   }
+  const std::string shm = f.Get("shared_memory", "true");
+  if (shm != "true" && shm != "false") {
+    return absl::InvalidArgumentError(absl::StrCat("--shared_memory must be true or false, not '", shm, "'"));
+  }
+  opts->shared_memory = shm == "true";
   return absl::OkStatus();
 }
 

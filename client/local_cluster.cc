@@ -58,6 +58,7 @@ absl::Status StartTask(const LocalClusterOptions& o, const std::string& name, st
   argv.push_back("--listen=127.0.0.1:0");
   argv.push_back("--port_file=" + t.port_file);
   if (!o.log_level.empty()) argv.push_back("--log_level=" + o.log_level);
+  if (job_name != "master") argv.push_back("--shared_memory=" + o.shared_memory);
   argv.push_back("--checkpoint_root=" + o.checkpoint_root);
   argv.push_back("--data_root=" + o.data_root);
   // Uploaded datasets stay with the run: the master's store and each

@@ -56,6 +56,8 @@ struct LocalClusterOptions {
   // "worker-1"). `metrics_plaintext`: plain HTTP instead of HTTPS.
   int metrics_port = -1;
   bool metrics_plaintext = false;
+  // Every task's --shared_memory ("true" or "false").
+  std::string shared_memory = "true";
   // Identity ("master", "worker-0") -> its --ca/--cert/--key flags; a task
   // missing here runs --insecure.
   std::map<std::string, std::vector<std::string>> tls_flags;

@@ -56,7 +56,8 @@ int Usage(absl::string_view message) {
 int ParseLocalFlags(int argc, char** argv, LocalRun* run) {
   auto f = Flags::Parse(argc, argv, 2,
                         {"workers", "ps", "cpu_devices", "gpus", "output", "log_dir", "log_level", "max_restarts",
-                         "resume_from", "master_wait_seconds", "checkpoint_root", "data_root", "metrics_port"},
+                         "resume_from", "master_wait_seconds", "checkpoint_root", "data_root", "metrics_port",
+                         "shared_memory"},
                         {"insecure", "metrics_plaintext"});
   if (!f.ok()) return Usage(f.status().message());
   auto workers = f->GetInt("workers", 1, 1, 64);
@@ -96,6 +97,10 @@ int ParseLocalFlags(int argc, char** argv, LocalRun* run) {
     return Usage("--metrics_plaintext needs --metrics_port");
   }
   c.metrics_plaintext = f->GetBool("metrics_plaintext");
+  c.shared_memory = f->Get("shared_memory", "true");
+  if (c.shared_memory != "true" && c.shared_memory != "false") {
+    return Usage("--shared_memory must be true or false");
+  }
   run->max_restarts = *max_restarts;
   run->master_wait = absl::Seconds(*master_wait);
   run->json = output == "json";

@@ -32,7 +32,7 @@ WorkerServer::WorkerServer(const WorkerServerOptions& options)
   w.puller = puller_.get();
   collectives_ = std::make_unique<collective::WorkerCollectives>(
       TaskName(options.job, options.task_index), options.cluster, options.collective_timeout, security_,
-      options.max_pending_collective_bytes);
+      options.max_pending_collective_bytes, options.shared_memory);
   w.collectives = collectives_.get();
   // The master's cluster, sent with RegisterGraph, replaces the one given
   // here (which may be empty: a task started without its peers' ports).

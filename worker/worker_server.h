@@ -90,6 +90,9 @@ struct WorkerServerOptions {
   // WorkerOptions::datasets (borrowed; outlives the server).
   DatasetCache* datasets = nullptr;
   size_t max_pending_collective_bytes = collective::CollectiveMailbox::kDefaultMaxBufferedBytes;
+  // Collective chunks to tasks on this host through shared memory
+  // (--shared_memory=false: always the network).
+  bool shared_memory = true;
 };
 
 class WorkerServer {

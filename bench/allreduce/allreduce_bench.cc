@@ -1,8 +1,14 @@
-// One rank of a ring all-reduce benchmark over the gRPC transport.
+// One rank of a ring all-reduce benchmark over weft's transports.
 //
 //   allreduce_bench --rank=R --addresses=h:p,h:p,... --bytes=N --reps=K
 //                   [--warmup=W] [--chunk_bytes=C] [--timeout_s=T]
-//                   [--inline_reduce=true]
+//                   [--inline_reduce=true] [--transport=shm|grpc]
+//                   [--ring_bytes=B] [--spin_us=S]
+//
+// --transport=shm (the default, as a worker runs): chunks through
+// shared-memory rings of --ring_bytes between the ranks (all on this host),
+// waiting sides spinning --spin_us before they sleep; grpc: over gRPC
+// streams only (--shared_memory=false).
 //
 // Serves CollectiveService on addresses[R], then all-reduces a float32
 // tensor of N bytes W + K times. Each repetition starts after a one-element
@@ -38,6 +44,7 @@
 #include "worker/collective/collective_executor.h"
 #include "worker/collective/grpc_collective_service.h"
 #include "worker/collective/grpc_collective_transport.h"
+#include "worker/collective/shm_collective_transport.h"
 
 namespace weft {
 namespace collective {
@@ -51,7 +58,10 @@ struct Flags {
   int warmup = 2;
   int64_t chunk_bytes = kDefaultChunkBytes;
   int timeout_s = 120;
-  bool inline_reduce = true;  // reduce on gRPC's thread, no compute pool
+  bool inline_reduce = true;  // reduce on the receiving thread, no compute pool
+  std::string transport = "shm";
+  int64_t ring_bytes = int64_t{8} << 20;
+  int spin_us = 50;
 };
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
@@ -68,6 +78,9 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     else if (k == "--chunk_bytes") ok = absl::SimpleAtoi(v, &f->chunk_bytes);
     else if (k == "--timeout_s") ok = absl::SimpleAtoi(v, &f->timeout_s);
     else if (k == "--inline_reduce") ok = absl::SimpleAtob(v, &f->inline_reduce);
+    else if (k == "--transport") ok = (f->transport = v) == "shm" || v == "grpc";
+    else if (k == "--ring_bytes") ok = absl::SimpleAtoi(v, &f->ring_bytes);
+    else if (k == "--spin_us") ok = absl::SimpleAtoi(v, &f->spin_us);
     else ok = false;
     if (!ok) {
       std::fprintf(stderr, "allreduce_bench: bad flag %s\n", argv[i]);
@@ -98,6 +111,22 @@ int Run(const Flags& f) {
   const int n = static_cast<int>(f.addresses.size());
   CollectiveMailbox mailbox;
   GrpcCollectiveService service(&mailbox);
+  ThreadPool pool("reduce", 1);
+  auto network = std::make_unique<GrpcCollectiveTransport>();
+  std::unique_ptr<ShmCollectiveTransport> shm;
+  CollectiveTransportInterface* transport = network.get();
+  if (f.transport == "shm") {
+    ShmCollectiveTransport::Options o;
+    o.ring_bytes = static_cast<size_t>(f.ring_bytes);
+    o.spin = absl::Microseconds(f.spin_us);
+    shm = std::make_unique<ShmCollectiveTransport>(network.get(), &mailbox, o);
+    transport = shm.get();
+  }
+  // Served before any rank sends (the server starts below, after this).
+  service.SetAttachHandler([&shm](const std::string& caller, const AttachShmRequest& r) -> absl::StatusOr<AttachShmResponse> {
+    if (shm == nullptr) return absl::FailedPreconditionError("--transport=grpc");
+    return shm->Attach(caller, r);
+  });
   grpc::ServerBuilder builder;
   ConfigureServer(&builder);
   ConfigureCollectiveServer(&builder);
@@ -108,9 +137,7 @@ int Run(const Flags& f) {
     std::fprintf(stderr, "allreduce_bench: rank %d cannot serve on %s\n", f.rank, f.addresses[f.rank].c_str());
     return 1;
   }
-  ThreadPool pool("reduce", 1);
-  auto transport = std::make_unique<GrpcCollectiveTransport>();
-  auto executor = std::make_unique<CollectiveExecutor>(transport.get(), &mailbox, CollectiveExecutor::Options{f.inline_reduce ? nullptr : &pool});
+  auto executor = std::make_unique<CollectiveExecutor>(transport, &mailbox, CollectiveExecutor::Options{f.inline_reduce ? nullptr : &pool});
 
   CollectiveParams params;
   params.group.group_key = 1;
@@ -168,10 +195,10 @@ int Run(const Flags& f) {
   const double median = ms[ms.size() / 2];
   if (f.rank == 0) {
     std::printf(
-        "{\"impl\":\"weft-grpc-ring\",\"ranks\":%d,\"bytes\":%lld,\"chunk_bytes\":%lld,\"reps\":%d,"
+        "{\"impl\":\"weft-%s-ring\",\"ranks\":%d,\"bytes\":%lld,\"chunk_bytes\":%lld,\"reps\":%d,"
         "\"median_ms\":%.3f,\"min_ms\":%.3f,\"max_ms\":%.3f,\"busbw_GBps\":%.3f,\"cpu_ms\":%.3f,"
         "\"ctx_switches\":%.1f}\n",
-        n, static_cast<long long>(f.bytes), static_cast<long long>(f.chunk_bytes), f.reps, median, ms.front(),
+        f.transport.c_str(), n, static_cast<long long>(f.bytes), static_cast<long long>(f.chunk_bytes), f.reps, median, ms.front(),
         ms.back(), f.bytes * 2.0 * (n - 1) / n / (median * 1e-3) / 1e9, all.flat<float>()[n * f.reps] / f.reps,
         all.flat<float>()[n * f.reps + 1] / f.reps);
     std::fflush(stdout);
@@ -180,7 +207,8 @@ int Run(const Flags& f) {
   // needs a chunk from them.
   if (!run(/*instance=*/4, 0, &token)) return 1;
   executor.reset();
-  transport.reset();
+  shm.reset();
+  network.reset();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;
 }

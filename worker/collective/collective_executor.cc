@@ -147,6 +147,7 @@ class CollectiveExecutor::RingAllReduce : public std::enable_shared_from_this<Ri
 
   void OnRecv(int round, int c, const absl::Status& s, ReceivedChunk chunk) {
     if (!s.ok()) return Fail(s);  // an abort's status, or this collective's own failure
+    if (executor_->options_.compute_pool != nullptr && chunk.borrowed) chunk = chunk.Owned();
     auto work = [self = shared_from_this(), round, c, chunk = std::move(chunk)]() mutable {
       self->Reduce(round, c, std::move(chunk));
     };

@@ -37,7 +37,8 @@ absl::Status CollectiveMailbox::Deliver(const ChunkKey& key, ReceivedChunk chunk
             " bytes already wait; the quota (--max_pending_collective_bytes) is ", max_buffered_bytes_));
       }
       buffered_bytes_ += bytes;
-      entries_.emplace(slot, Entry{std::move(chunk), nullptr});
+      // A borrowed chunk's memory goes back to its ring when this returns.
+      entries_.emplace(slot, Entry{chunk.borrowed ? chunk.Owned() : std::move(chunk), nullptr});
       return absl::OkStatus();
     }
     if (!it->second.waiter) return absl::OkStatus();  // a duplicate

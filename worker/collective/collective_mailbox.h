@@ -26,7 +26,9 @@
 // beyond that with RESOURCE_EXHAUSTED (the transport ends the sender's
 // stream with it, failing that collective on the sender) and keeps nothing.
 // A chunk whose receive already waits is always accepted: it is handed over
-// at once, never buffered.
+// at once, never buffered. A borrowed chunk (ReceivedChunk::borrowed) that
+// has to wait is copied first; one whose receive waits is handed over as is,
+// and the receive's callback must copy what it keeps past returning.
 //
 // Thread-safety: thread-safe. Callbacks run outside the lock, on the thread
 // that called Deliver, RecvAsync or an Abort*.

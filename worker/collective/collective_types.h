@@ -88,9 +88,17 @@ struct ChunkKey {
 // A received chunk: its bytes as one or more pieces (however the transport
 // split them; element boundaries may fall inside a piece or between two) and
 // an owner that keeps the pieces alive (gRPC slices, a string, ...).
+//
+// A borrowed chunk (shared-memory rings) has no owner: its pieces point into
+// memory the transport reuses as soon as the call that delivered it returns.
+// Whoever keeps one longer copies it first (Owned()).
 struct ReceivedChunk {
   absl::InlinedVector<absl::string_view, 4> pieces;
   std::shared_ptr<const void> owner;
+  bool borrowed = false;
+
+  // The same bytes in one buffer of its own (a copy), not borrowed.
+  ReceivedChunk Owned() const;
 
   size_t size() const {
     size_t n = 0;

@@ -52,6 +52,27 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* GrpcCollectiveServi
   return new ExchangeReactor(mailbox_, caller->name);
 }
 
+grpc::ServerUnaryReactor* GrpcCollectiveService::AttachShm(grpc::CallbackServerContext* ctx,
+                                                          const AttachShmRequest* request,
+                                                          AttachShmResponse* response) {
+  constexpr char kWhat[] = "CollectiveService.AttachShm";
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  absl::StatusOr<Caller> caller =
+      Authorize(auth_, *ctx, kWhat, [&](const Caller& c) { return RequireClusterMember(c, kWhat); });
+  if (!caller.ok()) {
+    reactor->Finish(ToGrpcStatus(caller.status()));
+    return reactor;
+  }
+  if (!attach_) {
+    reactor->Finish(ToGrpcStatus(absl::FailedPreconditionError("shared-memory transport is off on this task")));
+    return reactor;
+  }
+  absl::StatusOr<AttachShmResponse> attached = attach_(caller->name, *request);
+  if (attached.ok()) *response = std::move(*attached);
+  reactor->Finish(ToGrpcStatus(attached.status()));
+  return reactor;
+}
+
 void ConfigureCollectiveServer(grpc::ServerBuilder* builder) {
   for (const auto& [key, value] : BulkTransferChannelArgs()) builder->AddChannelArgument(key, value);
 }

@@ -27,7 +27,9 @@
 #ifndef WEFT_WORKER_COLLECTIVE_GRPC_COLLECTIVE_SERVICE_H_
 #define WEFT_WORKER_COLLECTIVE_GRPC_COLLECTIVE_SERVICE_H_
 
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "common/grpc_security.h"
 #include "grpcpp/grpcpp.h"
@@ -38,18 +40,31 @@ namespace weft {
 namespace collective {
 
 class GrpcCollectiveService final
-    : public CollectiveService::WithRawCallbackMethod_Exchange<CollectiveService::Service> {
+    : public CollectiveService::WithCallbackMethod_AttachShm<
+          CollectiveService::WithRawCallbackMethod_Exchange<CollectiveService::Service>> {
  public:
+  // Takes a ring a peer offers (ShmCollectiveTransport::Attach): `caller`
+  // is the peer's authenticated identity ("" insecure).
+  using AttachHandler =
+      std::function<absl::StatusOr<AttachShmResponse>(const std::string& caller, const AttachShmRequest& request)>;
+
   // `security` null: insecure.
   explicit GrpcCollectiveService(CollectiveMailbox* mailbox,
                                  std::shared_ptr<const TransportSecurity> security = nullptr)
       : mailbox_(mailbox), auth_(std::move(security)) {}
 
+  // Without one (the default), AttachShm answers FAILED_PRECONDITION and
+  // peers keep to Exchange. Set it before the server starts.
+  void SetAttachHandler(AttachHandler handler) { attach_ = std::move(handler); }
+
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Exchange(grpc::CallbackServerContext* ctx) override;
+  grpc::ServerUnaryReactor* AttachShm(grpc::CallbackServerContext* ctx, const AttachShmRequest* request,
+                                      AttachShmResponse* response) override;
 
  private:
   CollectiveMailbox* const mailbox_;
   const PeerAuthenticator auth_;
+  AttachHandler attach_;
 };
 
 // Server-side HTTP/2 settings for bulk chunks (frame size, flow-control

@@ -19,17 +19,28 @@ GrpcCollectiveTransport::Options TransportOptions(const std::shared_ptr<const Tr
 }  // namespace
 
 WorkerCollectives::WorkerCollectives(std::string task, ClusterDef cluster, absl::Duration timeout,
-                                     std::shared_ptr<const TransportSecurity> security, size_t max_pending_bytes)
+                                     std::shared_ptr<const TransportSecurity> security, size_t max_pending_bytes,
+                                     bool shared_memory)
     : task_(std::move(task)),
       timeout_(timeout),
       cluster_(std::move(cluster)),
       mailbox_(/*check_senders=*/security != nullptr && !security->insecure(), max_pending_bytes),
       service_(&mailbox_, security),
-      transport_(std::make_unique<GrpcCollectiveTransport>(TransportOptions(security))) {
+      network_(std::make_unique<GrpcCollectiveTransport>(TransportOptions(security))) {
+  transport_ = network_.get();
+  if (shared_memory) {
+    ShmCollectiveTransport::Options o;
+    if (security != nullptr) o.credentials = security->ChannelCredentials();
+    shm_ = std::make_unique<ShmCollectiveTransport>(network_.get(), &mailbox_, o);
+    transport_ = shm_.get();
+    service_.SetAttachHandler([shm = shm_.get()](const std::string& caller, const AttachShmRequest& request) {
+      return shm->Attach(caller, request);
+    });
+  }
   // Each chunk is summed on the gRPC thread that received it (no compute
   // pool): a pool hand-off cost a thread wake-up per chunk and round
   // (BENCHMARKS.md, the all-reduce section).
-  executor_ = std::make_unique<CollectiveExecutor>(transport_.get(), &mailbox_, CollectiveExecutor::Options{});
+  executor_ = std::make_unique<CollectiveExecutor>(transport_, &mailbox_, CollectiveExecutor::Options{});
 }
 
 WorkerCollectives::~WorkerCollectives() { Close(absl::CancelledError("collectives destroyed")); }
@@ -42,8 +53,9 @@ void WorkerCollectives::Close(const absl::Status& status) {
   }
   if (executor == nullptr) return;
   executor->Abort(status);
-  executor.reset();    // joins its threads
-  transport_.reset();  // ends the streams to peers
+  executor.reset();  // joins its threads
+  shm_.reset();      // closes the rings (their readers stop delivering)
+  network_.reset();  // ends the streams to peers
 }
 
 void WorkerCollectives::AbortStep(int64_t step_id, const absl::Status& status) {

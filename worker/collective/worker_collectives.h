@@ -1,7 +1,8 @@
-// WorkerCollectives: a task's CollectiveRuntime over gRPC. It owns the
-// mailbox that incoming chunks land in, the CollectiveService that receives
-// them (registered on the task's server), the transport that streams chunks
-// to ring neighbours, and the executor that runs the ring. Group members are
+// WorkerCollectives: a task's CollectiveRuntime. It owns the mailbox that
+// incoming chunks land in, the CollectiveService that receives them
+// (registered on the task's server), the transports that carry chunks to
+// ring neighbours (shared-memory rings to tasks on this host, gRPC streams
+// to the others), and the executor that runs the ring. Group members are
 // named by task; their addresses come from the cluster.
 //
 // Thread-safety: thread-safe. Shutdown order: Abort (wakes every waiting
@@ -20,6 +21,7 @@
 #include "worker/collective/collective_mailbox.h"
 #include "worker/collective/grpc_collective_service.h"
 #include "worker/collective/grpc_collective_transport.h"
+#include "worker/collective/shm_collective_transport.h"
 
 namespace weft {
 namespace collective {
@@ -30,9 +32,13 @@ class WorkerCollectives final : public CollectiveRuntime {
   // only from the task the group expects at each rank.
   // `max_pending_bytes`: the mailbox's quota on chunks that arrive before
   // their receive (CollectiveMailbox).
+  // `shared_memory`: chunks to tasks on this host go through shared-memory
+  // rings (ShmCollectiveTransport), and this task accepts the rings of
+  // others; false: every chunk over gRPC, and offers are refused.
   WorkerCollectives(std::string task, ClusterDef cluster, absl::Duration timeout,
                     std::shared_ptr<const TransportSecurity> security = nullptr,
-                    size_t max_pending_bytes = CollectiveMailbox::kDefaultMaxBufferedBytes);
+                    size_t max_pending_bytes = CollectiveMailbox::kDefaultMaxBufferedBytes,
+                    bool shared_memory = true);
   ~WorkerCollectives() override;
 
   grpc::Service* service() { return &service_; }
@@ -57,7 +63,9 @@ class WorkerCollectives final : public CollectiveRuntime {
   // Declaration order is destruction order, reversed.
   CollectiveMailbox mailbox_;
   GrpcCollectiveService service_;
-  std::unique_ptr<GrpcCollectiveTransport> transport_;
+  std::unique_ptr<GrpcCollectiveTransport> network_;
+  std::unique_ptr<ShmCollectiveTransport> shm_;  // null: shared memory off
+  CollectiveTransportInterface* transport_;      // shm_ or network_
   std::unique_ptr<CollectiveExecutor> executor_ ABSL_GUARDED_BY(mu_);  // null once closed
 };
 

@@ -1,0 +1,281 @@
+// The collectives through shared-memory rings: one gRPC server per rank on
+// 127.0.0.1 (for AttachShm and the network fallback), all in this process,
+// which is one host to itself.
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_util.h"
+#include "common/shm_ring.h"
+#include "common/thread_pool.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "worker/collective/collective_executor.h"
+#include "worker/collective/collective_test_util.h"
+#include "worker/collective/grpc_collective_service.h"
+#include "worker/collective/grpc_collective_transport.h"
+#include "worker/collective/shm_collective_transport.h"
+
+namespace weft {
+namespace collective {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ExpectNear;
+using testing::MakeGroup;
+using testing::RandomFloats;
+using testing::ReferenceSum;
+using testing::RunOnAllRanks;
+
+struct RankOptions {
+  bool accept_shm = true;         // register AttachShm's handler
+  size_t ring_bytes = 256 << 10;  // small: rings fill up and wrap
+  bool reduce_pool = false;       // sum on a pool thread instead of the ring's reader
+};
+
+// One rank. Destruction order: executor, shm transport, gRPC transport,
+// server, mailbox.
+struct ShmRank {
+  CollectiveMailbox mailbox;
+  GrpcCollectiveService service{&mailbox};
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+  ThreadPool pool{"reduce", 1};
+  std::unique_ptr<GrpcCollectiveTransport> network;
+  std::unique_ptr<ShmCollectiveTransport> shm;
+  std::unique_ptr<CollectiveExecutor> executor;
+
+  explicit ShmRank(const RankOptions& o) {
+    network = std::make_unique<GrpcCollectiveTransport>();
+    ShmCollectiveTransport::Options so;
+    so.ring_bytes = o.ring_bytes;
+    shm = std::make_unique<ShmCollectiveTransport>(network.get(), &mailbox, so);
+    if (o.accept_shm) {
+      service.SetAttachHandler([this](const std::string& caller, const AttachShmRequest& r) {
+        return shm->Attach(caller, r);
+      });
+    }
+    grpc::ServerBuilder builder;
+    ConfigureServer(&builder);
+    ConfigureCollectiveServer(&builder);
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service);
+    server = builder.BuildAndStart();
+    address = absl::StrCat("127.0.0.1:", port);
+    executor = std::make_unique<CollectiveExecutor>(shm.get(), &mailbox,
+                                                    CollectiveExecutor::Options{o.reduce_pool ? &pool : nullptr});
+  }
+  void StopSending() {
+    executor.reset();
+    shm.reset();
+    network.reset();
+  }
+  ~ShmRank() {
+    StopSending();
+    if (server != nullptr) server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+};
+
+class ShmRanks {
+ public:
+  ShmRanks(int n, std::vector<std::string>* addresses, const std::vector<RankOptions>& options) {
+    for (int r = 0; r < n; ++r) {
+      ranks_.push_back(std::make_unique<ShmRank>(options[r % options.size()]));
+      addresses->push_back(ranks_.back()->address);
+    }
+  }
+  ~ShmRanks() {
+    for (auto& r : ranks_) r->StopSending();
+  }
+  ShmRank& operator[](int r) { return *ranks_[r]; }
+
+ private:
+  std::vector<std::unique_ptr<ShmRank>> ranks_;
+};
+
+// All-reduces tensors of awkward sizes on every rank and checks each sum.
+void CheckAllReduces(int n, ShmRanks& ranks, const std::vector<std::string>& addresses, size_t chunk_bytes) {
+  int64_t instance = 0;
+  for (int64_t size : {int64_t{1}, int64_t{n + 1}, int64_t{1009}, int64_t{1 << 20}, int64_t{3 << 20}}) {
+    ++instance;
+    std::vector<Tensor> inputs, values;
+    for (int r = 0; r < n; ++r) {
+      inputs.push_back(RandomFloats(size, static_cast<uint32_t>(instance), r));
+      values.push_back(inputs.back().DeepCopy());
+    }
+    const std::vector<double> ref = ReferenceSum(inputs);
+    auto statuses = RunOnAllRanks(n, [&](int r, StatusCallback done) {
+      CollectiveParams p;
+      p.group = MakeGroup(n, r, addresses);
+      p.instance_key = instance;
+      p.step_id = 1;
+      p.chunk_bytes = chunk_bytes;
+      p.timeout = absl::Seconds(30);
+      ranks[r].executor->AllReduceAsync(p, &values[r], std::move(done));
+    });
+    for (int r = 0; r < n; ++r) {
+      ASSERT_TRUE(statuses[r].ok()) << "size " << size << " rank " << r << ": " << statuses[r];
+      ExpectNear(values[r], ref, absl::StrCat("n=", n, " size=", size, " rank ", r));
+    }
+  }
+  for (int r = 0; r < n; ++r) EXPECT_EQ(ranks[r].mailbox.NumEntries(), 0u) << r;
+}
+
+class ShmAllReduceTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShmAllReduceTest, MatchesReferenceSumThroughRings) {
+  const int n = GetParam();
+  std::vector<std::string> addresses;
+  ShmRanks ranks(n, &addresses, {RankOptions{}});
+  // 64 KiB chunks into 256 KiB rings: the 12 MiB tensors fill every ring
+  // many times over, so writers wait for room and payloads wrap.
+  CheckAllReduces(n, ranks, addresses, 64 << 10);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(ranks[r].shm->NumShmPeers(), 1) << "rank " << r << " sends to its next rank through a ring";
+    EXPECT_EQ(ranks[r].shm->NumIncomingRings(), 1) << "rank " << r << " reads its previous rank's ring";
+  }
+}
+
+TEST_P(ShmAllReduceTest, SumsOnAPoolThreadFromCopies) {
+  const int n = GetParam();
+  std::vector<std::string> addresses;
+  RankOptions o;
+  o.reduce_pool = true;  // chunks outlive the reader's call: each is copied
+  ShmRanks ranks(n, &addresses, {o});
+  CheckAllReduces(n, ranks, addresses, 64 << 10);
+}
+
+TEST_P(ShmAllReduceTest, ChunksOverTheRingsLimitTakeTheNetwork) {
+  const int n = GetParam();
+  std::vector<std::string> addresses;
+  ShmRanks ranks(n, &addresses, {RankOptions{}});
+  // 1 MiB chunks do not fit a 256 KiB ring; small tensors' chunks do: both
+  // paths carry chunks of one collective.
+  CheckAllReduces(n, ranks, addresses, 1 << 20);
+}
+
+TEST_P(ShmAllReduceTest, PeersThatRefuseGetEverythingOverTheNetwork) {
+  const int n = GetParam();
+  std::vector<std::string> addresses;
+  RankOptions refuses;
+  refuses.accept_shm = false;
+  // Every other rank refuses rings: the ring mixes both transports.
+  ShmRanks ranks(n, &addresses, {refuses, RankOptions{}});
+  CheckAllReduces(n, ranks, addresses, 64 << 10);
+  for (int r = 0; r < n; ++r) {
+    const bool next_accepts = ((r + 1) % n) % 2 == 1;
+    EXPECT_EQ(ranks[r].shm->NumShmPeers(), next_accepts ? 1 : 0) << "rank " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ShmAllReduceTest, ::testing::Values(2, 3, 4));
+
+// AttachShm's checks, called as the service would with an authenticated
+// caller.
+class AttachTest : public ::testing::Test {
+ protected:
+  AttachTest() : shm_(&network_, &mailbox_, Options()) {}
+  static ShmCollectiveTransport::Options Options() {
+    ShmCollectiveTransport::Options o;
+    o.max_incoming_rings = 2;
+    return o;
+  }
+  AttachShmRequest RequestFor(const ShmRing& ring) {
+    const ShmRing::Handle& h = ring.handle();
+    AttachShmRequest r;
+    r.set_host_id(ShmHostId());
+    r.set_pid(h.pid);
+    r.set_memfd(h.memfd);
+    r.set_capacity(h.capacity);
+    r.set_nonce(reinterpret_cast<const char*>(h.nonce.data()), h.nonce.size());
+    return r;
+  }
+  std::unique_ptr<ShmRing> NewRing() { return std::move(*ShmRing::Create(ShmRing::kMinCapacity)); }
+
+  CollectiveMailbox mailbox_;
+  GrpcCollectiveTransport network_;
+  ShmCollectiveTransport shm_;
+};
+
+TEST_F(AttachTest, AcceptsARingOfThisHost) {
+  auto ring = NewRing();
+  auto attached = shm_.Attach("/job:worker/task:1", RequestFor(*ring));
+  ASSERT_TRUE(attached.ok()) << attached.status();
+  EXPECT_EQ(attached->pid(), getpid());
+  EXPECT_EQ(shm_.NumIncomingRings(), 1);
+  // A chunk through it lands in the mailbox under the caller's name.
+  ShmRing::Tag tag{};
+  ASSERT_TRUE(*ring->TryWrite(tag, "abcd", 4));
+  absl::Notification got;
+  mailbox_.RecvAsync(
+      ChunkKey{},
+      [&](const absl::Status& s, ReceivedChunk c) {
+        EXPECT_TRUE(s.ok()) << s;
+        EXPECT_EQ(c.size(), 4u);
+        got.Notify();
+      },
+      "/job:worker/task:1");
+  EXPECT_TRUE(got.WaitForNotificationWithTimeout(absl::Seconds(30)));
+}
+
+TEST_F(AttachTest, RefusesAnotherHost) {
+  auto ring = NewRing();
+  AttachShmRequest r = RequestFor(*ring);
+  r.set_host_id("another-boot/net:1/pid:1");
+  auto refused = shm_.Attach("/job:worker/task:1", r);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("another host"));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("task /job:worker/task:1"));
+}
+
+TEST_F(AttachTest, RefusesARingThatIsNotTheOneAnnounced) {
+  auto ring = NewRing();
+  AttachShmRequest short_nonce = RequestFor(*ring);
+  short_nonce.set_nonce("abc");
+  EXPECT_EQ(shm_.Attach("t", short_nonce).status().code(), absl::StatusCode::kInvalidArgument);
+
+  AttachShmRequest wrong_nonce = RequestFor(*ring);
+  std::string nonce = wrong_nonce.nonce();
+  nonce[3] ^= 0x10;
+  wrong_nonce.set_nonce(nonce);
+  EXPECT_EQ(shm_.Attach("t", wrong_nonce).status().code(), absl::StatusCode::kPermissionDenied);
+
+  AttachShmRequest huge = RequestFor(*ring);
+  huge.set_capacity(uint64_t{1} << 40);
+  EXPECT_EQ(shm_.Attach("t", huge).status().code(), absl::StatusCode::kInvalidArgument);
+
+  AttachShmRequest no_process = RequestFor(*ring);
+  no_process.set_pid(0);
+  EXPECT_EQ(shm_.Attach("t", no_process).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  AttachShmRequest not_a_ring = RequestFor(*ring);
+  not_a_ring.set_memfd(0);  // stdin
+  EXPECT_FALSE(shm_.Attach("t", not_a_ring).ok());
+  EXPECT_EQ(shm_.NumIncomingRings(), 0);
+}
+
+TEST_F(AttachTest, RefusesRingsBeyondTheLimit) {
+  auto a = NewRing(), b = NewRing(), c = NewRing();
+  ASSERT_TRUE(shm_.Attach("t", RequestFor(*a)).ok());
+  ASSERT_TRUE(shm_.Attach("t", RequestFor(*b)).ok());
+  auto refused = shm_.Attach("t", RequestFor(*c));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  // A ring whose producer closed it frees its place.
+  a->Close();
+  for (int i = 0; i < 3000 && shm_.NumIncomingRings() > 1; ++i) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_TRUE(shm_.Attach("t", RequestFor(*c)).ok());
+}
+
+// The service refuses callers that are not cluster members before the
+// handler sees anything; that check is grpc_collective_test's (Exchange) and
+// the secure-cluster tests'. Here: without a handler, AttachShm is refused
+// and a sender keeps to the network (PeersThatRefuse... above).
+
+}  // namespace
+}  // namespace collective
+}  // namespace weft

@@ -1,0 +1,115 @@
+// ShmCollectiveTransport: sends collective chunks to peers on the same host
+// through shared-memory rings (common/shm_ring.h), and everything else
+// through another transport (the gRPC one).
+//
+// Sending. The first send to a peer creates a ring and offers it with
+// CollectiveService.AttachShm over the cluster's authenticated channel; the
+// chunks sent meanwhile wait. When the peer accepts, chunks go into the ring:
+// the sending thread copies the chunk in itself when there is room and
+// nothing waits before it (one memcpy, no other thread, no system call
+// unless the receiver sleeps), and a writer thread of the peer's takes over
+// when the ring is full. When the peer refuses (another host, shared memory
+// off there, an older weft) every chunk to it goes over the network for good;
+// when the offer fails otherwise (the peer is not up yet), the waiting
+// chunks go over the network and the offer is made again a second later. A
+// chunk too large for the ring always takes the network. The receiver files
+// chunks by key, so chunks that took different paths need no order.
+//
+// Receiving. Attach (AttachShm's handler) opens a peer's ring and starts a
+// reader thread that delivers each chunk to the mailbox as a borrowed chunk,
+// under the identity the peer authenticated with, so a collective sums it
+// straight out of shared memory.
+//
+// Failure. Both ends watch each other's process with a pidfd: when the peer
+// exits, the writer fails every chunk queued for it with UNAVAILABLE naming
+// the peer's task (as a broken gRPC stream does) and the next send offers a
+// new ring (to the restarted task); the reader stops. A ring a peer corrupts
+// fails the same way with DATA_LOSS. A chunk over the mailbox's quota closes
+// the ring, failing the sender's later chunks.
+//
+// Thread-safety: thread-safe. The network transport and mailbox (borrowed)
+// outlive this; the destructor closes every ring, fails what is queued with
+// CANCELLED and joins its threads.
+#ifndef WEFT_WORKER_COLLECTIVE_SHM_COLLECTIVE_TRANSPORT_H_
+#define WEFT_WORKER_COLLECTIVE_SHM_COLLECTIVE_TRANSPORT_H_
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/shm_ring.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/collective_service.grpc.pb.h"
+#include "worker/collective/collective_mailbox.h"
+#include "worker/collective/collective_transport.h"
+
+namespace weft {
+namespace collective {
+
+// This process's host as AttachShm compares it: the boot id and the network
+// and pid namespaces (two network namespaces stand for two hosts, and a pid
+// must name the same process on both sides).
+std::string ShmHostId();
+
+class ShmCollectiveTransport final : public CollectiveTransportInterface {
+ public:
+  struct Options {
+    // Data bytes of each ring this process sends into (a power of two).
+    size_t ring_bytes = size_t{8} << 20;
+    // How long a waiting side spins before it sleeps.
+    absl::Duration spin = absl::Microseconds(50);
+    // Rings other processes may attach to this one at once.
+    int max_incoming_rings = 64;
+    // The process's TLS credentials for AttachShm (null: plaintext).
+    std::shared_ptr<grpc::ChannelCredentials> credentials;
+  };
+
+  // `network`: for peers on other hosts. `mailbox`: where chunks from
+  // incoming rings go.
+  ShmCollectiveTransport(CollectiveTransportInterface* network, CollectiveMailbox* mailbox, Options options);
+  ~ShmCollectiveTransport() override;
+  ShmCollectiveTransport(const ShmCollectiveTransport&) = delete;
+  ShmCollectiveTransport& operator=(const ShmCollectiveTransport&) = delete;
+
+  void SendAsync(const CollectiveGroup& group, int dst, const ChunkKey& key, SendChunk chunk,
+                 StatusCallback done) override;
+
+  // AttachShm's handler. FAILED_PRECONDITION for another host or a sender
+  // that is gone, RESOURCE_EXHAUSTED beyond max_incoming_rings, the ring's
+  // own checks' errors otherwise.
+  absl::StatusOr<AttachShmResponse> Attach(const std::string& caller, const AttachShmRequest& request);
+
+  // For tests and the bench: peers whose chunks go through a ring now, and
+  // rings attached to this process whose readers still run.
+  int NumShmPeers() const;
+  int NumIncomingRings() const;
+
+ private:
+  class OutPeer;
+  struct InRing;
+
+  std::shared_ptr<OutPeer> PeerFor(const CollectiveGroup& group, int dst);
+  void ReadLoop(InRing* in);
+
+  CollectiveTransportInterface* const network_;
+  CollectiveMailbox* const mailbox_;
+  const Options options_;
+  const std::string host_id_;
+
+  mutable absl::Mutex mu_;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_map<std::string, std::shared_ptr<OutPeer>> peers_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<InRing>> incoming_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace collective
+}  // namespace weft
+
+#endif  // WEFT_WORKER_COLLECTIVE_SHM_COLLECTIVE_TRANSPORT_H_
