@@ -482,6 +482,31 @@ class MultihostTest(unittest.TestCase):
         run_cluster(weft_binary())
 
 
+def check_mirrored_over_the_network(cluster, submit, spec, mounts, data):
+    """A MULTI_WORKER_MIRRORED job across the worker pods: each pod is a host of its own (its own network
+    namespace), so the workers' collectives refuse shared memory and take the network, and the job succeeds."""
+    job_path = os.path.join(mounts["/etc/weft"], "mirrored.pbtxt")
+    with open(job_path, "w") as f:
+        f.write('name: "multihost-mirrored" model { input_shape: [12] num_classes: 3 '
+                'layer { dense { units: 16 activation: RELU } } layer { dense { units: 3 } } } '
+                'dataset { dir: "%s" } optimizer { sgd { learning_rate: 0.1 } } seed: 2 intra_op_threads: 1 '
+                'batch_size: 16 steps: 100 strategy { kind: MULTI_WORKER_MIRRORED }\n' % data)
+    argv, env, _ = cluster.command_line(submit, {"command": ["weft"], "args": [
+        "submit", "/etc/weft/mirrored.pbtxt", "--follow"], "env": spec["containers"][0]["env"]})
+    wrapper, full_env = cluster.wrap(submit, argv, env)
+    done = subprocess.run(wrapper, capture_output=True, text=True, env=full_env, timeout=120)
+    assert done.returncode == 0, "the mirrored job failed:\n%s%s" % (done.stdout[-2000:], done.stderr[-2000:])
+    for pod in cluster.pods:
+        if not pod.name.startswith("weft-worker-"):
+            continue
+        with open(pod.log_path) as f:
+            text = f.read()
+        assert "go through shared memory" not in text, "%s used shared memory across hosts" % pod.name
+        assert "another host" in text, "%s never learnt that its peer is on another host:\n%s" % (
+            pod.name, text[-2000:])
+    log("the mirrored job SUCCEEDED with its collectives over the network between hosts")
+
+
 def run_cluster(weft):
     """The cluster of the rendered cpu overlay, run with the binary `weft`; raises on any failure."""
     objects = render.render(os.path.join(ROOT, "deploy", "k8s", "overlays", "cpu"))
@@ -556,6 +581,7 @@ def run_cluster(weft):
         assert st.get("state") == "SUCCEEDED", st
         assert int(st.get("restarts", 0)) >= 1, "the job records no recovery: %s" % st
         log("the job SUCCEEDED across the loss of %s" % victim.name)
+        check_mirrored_over_the_network(cluster, submit, spec, mounts, data)
         check_probes_and_refusals(cluster, submit, spec)
         check_metrics(cluster, submit)
         ok = True

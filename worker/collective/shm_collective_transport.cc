@@ -409,11 +409,14 @@ ShmCollectiveTransport::~ShmCollectiveTransport() {
     closing_ = true;
     for (auto& [address, peer] : peers_) peers.push_back(peer);
     peers_.clear();
+    // Wakes the readers (a reader drops its ring under mu_ when it ends).
+    for (auto& in : incoming_) {
+      if (in->ring != nullptr) in->ring->Close();
+    }
     incoming.swap(incoming_);
   }
   for (auto& peer : peers) peer->Stop();
-  for (auto& in : incoming) in->ring->Close();  // wakes the readers; ~InRing joins them
-  incoming.clear();
+  incoming.clear();  // ~InRing joins each reader
 }
 
 std::shared_ptr<ShmCollectiveTransport::OutPeer> ShmCollectiveTransport::PeerFor(const CollectiveGroup& group,
@@ -525,7 +528,14 @@ void ShmCollectiveTransport::ReadLoop(InRing* in) {
       break;
     }
   }
-  in->finished.store(true);
+  // Unmap now, not at the next Attach: a dead peer's ring is memory
+  // nobody will read again.
+  std::unique_ptr<ShmRing> ring;
+  {
+    absl::MutexLock lock(&mu_);
+    ring = std::move(in->ring);
+    in->finished.store(true);
+  }
 }
 
 int ShmCollectiveTransport::NumShmPeers() const {

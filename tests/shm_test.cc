@@ -1,0 +1,201 @@
+// Collectives between tasks of one host through shared memory, with real
+// daemons: two workers and a master as `weft` processes on loopback over
+// mTLS, as users run them.
+//
+// What must hold (worker/collective/shm_collective_transport.h): a job run
+// with shared memory (the default) ends with exactly the variables of the
+// same job run with --shared_memory=false; each run took the path it says;
+// a worker killed mid-all-reduce fails the step promptly with UNAVAILABLE
+// naming it (not the collective's deadline), the survivor keeps serving, and
+// nothing is left in /dev/shm.
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/grpc_master_client.h"
+#include "client/subprocess.h"
+#include "gtest/gtest.h"
+#include "job/job_spec.h"
+#include "runtime/data/test_files.h"
+#include "tests/test_checkpoints.h"
+#include "tests/test_cluster.h"
+#include "tests/test_tls.h"
+
+namespace weft {
+namespace {
+
+using data::testing::TempPath;
+
+// Bounds on a hang, far beyond what a healthy run takes.
+constexpr absl::Duration kJobDeadline = absl::Seconds(120);
+
+JobSpec MirroredJob(const std::string& data, const std::string& checkpoint_dir, int64_t steps) {
+  auto job = ParseJob(absl::StrCat(R"(name: "shm-job"
+      model { input_shape: [12] num_classes: 3
+              layer { dense { units: 64 activation: RELU } } layer { dense { units: 3 } } }
+      dataset { dir: ")", data, R"(" } optimizer { sgd { learning_rate: 0.1 } } seed: 3 intra_op_threads: 1
+      batch_size: 16 steps: )", steps, R"(
+      strategy { kind: MULTI_WORKER_MIRRORED }
+      checkpoint { dir: ")", checkpoint_dir, R"(" every_steps: )", steps, " }"),
+                      "shm_test");
+  EXPECT_TRUE(job.ok()) << job.status();
+  return *job;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// What /dev/shm holds (names), to compare before and after.
+std::set<std::string> DevShm() {
+  std::set<std::string> names;
+  DIR* d = opendir("/dev/shm");
+  if (d == nullptr) return names;
+  while (dirent* e = readdir(d)) names.insert(e->d_name);
+  closedir(d);
+  return names;
+}
+
+// Two workers and a master; `worker_flags` added to each worker's.
+class ShmCluster {
+ public:
+  ShmCluster(const std::string& tag, const std::vector<std::string>& worker_flags) : tag_(tag) {
+    auto tls = testing::TestTls::Create(TempPath(tag + "-tls"));
+    EXPECT_TRUE(tls.ok()) << tls.status();
+    tls_ = std::make_unique<testing::TestTls>(*std::move(tls));
+    std::vector<std::string> w0 = {"worker", "--task=worker:0"}, w1 = {"worker", "--task=worker:1"};
+    w0.insert(w0.end(), worker_flags.begin(), worker_flags.end());
+    w1.insert(w1.end(), worker_flags.begin(), worker_flags.end());
+    Add("worker-0", w0);
+    Add("worker-1", w1);
+  }
+
+  ::testing::AssertionResult Start() {
+    for (auto& d : daemons_) {
+      if (absl::Status s = d->Launch(); !s.ok()) return ::testing::AssertionFailure() << s;
+    }
+    for (auto& d : daemons_) {
+      if (absl::Status s = d->AwaitPort(); !s.ok()) return ::testing::AssertionFailure() << s;
+    }
+    const std::string cluster = absl::StrCat("worker=", daemons_[0]->address(), ",", daemons_[1]->address());
+    testing::TestDaemon* master = Add("master", {"master", "--cluster=" + cluster});
+    if (absl::Status s = master->Start(); !s.ok()) return ::testing::AssertionFailure() << s;
+    client_ = MasterClient::Create(master->address(), tls_->ClientOptions());
+    std::vector<testing::TestDaemon*> all;
+    for (auto& d : daemons_) all.push_back(d.get());
+    return testing::WaitForCluster(client_.get(), 2, all);
+  }
+
+  // SIGTERM to whatever still runs; each must exit cleanly.
+  void Stop() {
+    for (auto& d : daemons_) {
+      Subprocess* p = d->process();
+      if (!p->Running()) continue;
+      p->Signal(SIGTERM);
+      ASSERT_TRUE(p->WaitFor(absl::Seconds(30))) << d->name() << " did not stop on SIGTERM";
+      EXPECT_TRUE(WIFEXITED(p->exit_status()) && WEXITSTATUS(p->exit_status()) == 0)
+          << d->name() << " " << DescribeExitStatus(p->exit_status());
+    }
+  }
+
+  MasterClient* client() { return client_.get(); }
+  testing::TestDaemon* daemon(int i) { return daemons_[i].get(); }
+  std::string Log(int i) { return ReadFile(daemons_[i]->log()); }
+
+ private:
+  testing::TestDaemon* Add(const std::string& name, std::vector<std::string> args) {
+    for (const std::string& flag : tls_->DaemonFlags(testing::DaemonIdentity(name))) args.push_back(flag);
+    args.push_back("--data_root=" + ::testing::TempDir());
+    args.push_back("--checkpoint_root=" + ::testing::TempDir());
+    daemons_.push_back(
+        std::make_unique<testing::TestDaemon>(name, std::move(args), TempPath(absl::StrCat(tag_, "-", name, ".log"))));
+    return daemons_.back().get();
+  }
+
+  const std::string tag_;
+  std::unique_ptr<testing::TestTls> tls_;
+  std::vector<std::unique_ptr<testing::TestDaemon>> daemons_;
+  std::unique_ptr<MasterClient> client_;
+};
+
+// Runs the job to its end on a fresh cluster; returns its final checkpoint.
+testing::SavedCheckpoint RunToEnd(ShmCluster& cluster, const std::string& data, const std::string& dir) {
+  auto id = cluster.client()->SubmitJob(MirroredJob(data, dir, 120));
+  EXPECT_TRUE(id.ok()) << id.status();
+  if (!id.ok()) return {};
+  JobStatus st = testing::WatchJobToEnd(cluster.client(), *id, kJobDeadline);
+  EXPECT_EQ(st.state(), SUCCEEDED) << st.DebugString();
+  absl::StatusOr<testing::SavedCheckpoint> saved = testing::ReadNewestCheckpoint(dir);
+  EXPECT_TRUE(saved.ok()) << saved.status();
+  return saved.ok() ? *saved : testing::SavedCheckpoint();
+}
+
+TEST(ShmTest, SharedMemoryAndTheNetworkTrainTheSameVariables) {
+  const std::string data = testing::WriteThreeClassData(TempPath("data"), 480);
+  testing::SavedCheckpoint through_shm, through_network;
+  {
+    ShmCluster cluster("shm", {});
+    ASSERT_TRUE(cluster.Start());
+    through_shm = RunToEnd(cluster, data, TempPath("ckpt-shm"));
+    cluster.Stop();
+    for (int w : {0, 1}) {
+      EXPECT_TRUE(absl::StrContains(cluster.Log(w), "go through shared memory"))
+          << "worker-" << w << " sent over the network:\n" << testing::LogTail(cluster.daemon(w)->log());
+    }
+  }
+  {
+    ShmCluster cluster("net", {"--shared_memory=false"});
+    ASSERT_TRUE(cluster.Start());
+    through_network = RunToEnd(cluster, data, TempPath("ckpt-net"));
+    cluster.Stop();
+    for (int w : {0, 1}) {
+      EXPECT_FALSE(absl::StrContains(cluster.Log(w), "go through shared memory"))
+          << "worker-" << w << " used shared memory with --shared_memory=false";
+    }
+  }
+  EXPECT_EQ(through_shm.step, 120);
+  testing::ExpectSameVariables(through_shm, through_network);
+}
+
+TEST(ShmTest, AWorkerKilledMidAllReduceFailsTheStepAndLeavesNothingInDevShm) {
+  const std::set<std::string> before = DevShm();
+  const std::string data = testing::WriteThreeClassData(TempPath("data-kill"), 480);
+  ShmCluster cluster("kill", {});
+  ASSERT_TRUE(cluster.Start());
+  JobSpec job = MirroredJob(data, TempPath("ckpt-kill"), 1000000);
+  job.mutable_recovery()->set_max_restarts(-1);  // the first failure ends the job
+  auto id = cluster.client()->SubmitJob(job);
+  ASSERT_TRUE(id.ok()) << id.status();
+  bool killed = false;
+  JobStatus st = testing::WatchJobToEnd(cluster.client(), *id, kJobDeadline, [&](const JobStatus& s) {
+    // Steps are almost all all-reduce: the kill lands in one, or between two.
+    if (!killed && s.state() == RUNNING && s.step() > 50) {
+      killed = true;
+      cluster.daemon(1)->process()->Signal(SIGKILL);
+    }
+  });
+  ASSERT_TRUE(killed) << st.DebugString();
+  EXPECT_EQ(st.state(), FAILED);
+  EXPECT_EQ(st.error_code(), static_cast<int>(absl::StatusCode::kUnavailable))
+      << "the collective's deadline, not the dead peer, ended the step: " << st.error();
+  EXPECT_TRUE(absl::StrContains(st.error(), "/job:worker/task:1")) << st.error();
+  ASSERT_TRUE(cluster.daemon(1)->process()->WaitFor(absl::Seconds(10)));
+  EXPECT_TRUE(absl::StrContains(cluster.Log(0), "go through shared memory")) << testing::LogTail(cluster.daemon(0)->log());
+  // The survivor still runs, and stops cleanly (Stop checks its exit).
+  EXPECT_TRUE(cluster.daemon(0)->CheckRunning().ok());
+  cluster.Stop();
+  EXPECT_EQ(DevShm(), before) << "segments left in /dev/shm";
+}
+
+}  // namespace
+}  // namespace weft
