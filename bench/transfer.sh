@@ -85,15 +85,40 @@ LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 # 1. The wire.
 echo "bench: loopback TCP stream (iperf3, 4 GiB)" >&2
 port="$(free_port)"
-iperf3 -s -1 -p "$port" > "$TMP/iperf3_server.log" 2>&1 &
-PIDS+=($!)
-ok=""
-for _ in $(seq 50); do
-  if timeout 60 iperf3 -c 127.0.0.1 -p "$port" -n 4G -J > "$TMP/iperf3.json" 2> "$TMP/iperf3.err"; then ok=1; break; fi
-  sleep 0.1  # the server may not listen yet
+# A server that stays up (not -1, where a client that came too early used up
+# its one test), then one client once it listens.
+iperf3 -s -p "$port" > "$TMP/iperf3_server.log" 2>&1 &
+IPERF_PID=$!
+PIDS+=($IPERF_PID)
+for _ in $(seq 100); do
+  grep -q "Server listening" "$TMP/iperf3_server.log" 2> /dev/null && break
+  sleep 0.1
 done
-[ -n "$ok" ] || { tail -n 20 "$TMP/iperf3.json" "$TMP/iperf3.err" >&2; die "iperf3 failed"; }
-echo "iperf3 $("$PYTHON" -c 'import json,sys; e=json.load(open(sys.argv[1]))["end"]; print(json.dumps({"bits_per_second": e["sum_received"]["bits_per_second"]}))' "$TMP/iperf3.json")" >> "$RESULTS"
+timeout 120 iperf3 -c 127.0.0.1 -p "$port" -n 4G -J > "$TMP/iperf3.json" 2> "$TMP/iperf3.err" || true
+kill "$IPERF_PID" 2> /dev/null || true
+# iperf3 reports its own failures inside the JSON ("error"), and has been
+# seen to print text around it: take the outermost object and say what is
+# wrong instead of a traceback.
+wire="$("$PYTHON" - "$TMP/iperf3.json" <<'PY'
+import json, sys
+text = open(sys.argv[1], errors="replace").read()
+start, end = text.find("{"), text.rfind("}")
+try:
+    report = json.loads(text[start:end + 1]) if 0 <= start < end else None
+except ValueError as e:
+    sys.exit("iperf3 printed no readable JSON (%s): %r" % (e, text[:300]))
+if report is None:
+    sys.exit("iperf3 printed no JSON: %r" % text[:300])
+if report.get("error"):
+    sys.exit("iperf3 failed: %s" % report["error"])
+try:
+    bps = report["end"]["sum_received"]["bits_per_second"]
+except (KeyError, TypeError):
+    sys.exit("iperf3's JSON has no end.sum_received.bits_per_second")
+print(json.dumps({"bits_per_second": bps}))
+PY
+)" || { tail -n 20 "$TMP/iperf3.err" "$TMP/iperf3_server.log" >&2; die "iperf3 failed"; }
+echo "iperf3 $wire" >> "$RESULTS"
 
 # 2. The peer.
 echo "bench: torch RPC peer (no-op x$CALLS, 64 MiB pull)" >&2

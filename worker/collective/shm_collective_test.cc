@@ -223,6 +223,26 @@ TEST_F(AttachTest, AcceptsARingOfThisHost) {
   EXPECT_TRUE(got.WaitForNotificationWithTimeout(absl::Seconds(30)));
 }
 
+TEST_F(AttachTest, ChunksWrittenJustBeforeTheSenderClosesArrive) {
+  auto ring = NewRing();
+  ASSERT_TRUE(shm_.Attach("/job:worker/task:1", RequestFor(*ring)).ok());
+  absl::SleepFor(absl::Milliseconds(50));  // the reader has gone to sleep on the empty ring
+  // The last chunk of a collective, then the sender shuts down at once.
+  ShmRing::Tag tag{};
+  ASSERT_TRUE(*ring->TryWrite(tag, "last", 4));
+  ring->Close();
+  absl::Notification got;
+  mailbox_.RecvAsync(
+      ChunkKey{},
+      [&](const absl::Status& s, ReceivedChunk c) {
+        EXPECT_TRUE(s.ok()) << s;
+        EXPECT_EQ(c.size(), 4u);
+        got.Notify();
+      },
+      "/job:worker/task:1");
+  EXPECT_TRUE(got.WaitForNotificationWithTimeout(absl::Seconds(30))) << "a chunk written before Close was dropped";
+}
+
 TEST_F(AttachTest, RefusesAnotherHost) {
   auto ring = NewRing();
   AttachShmRequest r = RequestFor(*ring);

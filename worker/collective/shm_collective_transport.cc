@@ -501,7 +501,11 @@ absl::StatusOr<AttachShmResponse> ShmCollectiveTransport::Attach(const std::stri
 
 void ShmCollectiveTransport::ReadLoop(InRing* in) {
   ShmRing::Message message;
+  bool sender_gone = false;
   while (true) {
+    // Messages written before the sender closed the ring or exited are
+    // still delivered: the last chunks of a collective often come just
+    // before the sender stops. Peek fails once a closed ring is empty.
     absl::StatusOr<bool> got = in->ring->Peek(&message);
     if (!got.ok()) {
       if (got.status().code() == absl::StatusCode::kDataLoss) {
@@ -510,9 +514,9 @@ void ShmCollectiveTransport::ReadLoop(InRing* in) {
       break;
     }
     if (!*got) {
-      if (in->ring->WaitForData(in->pidfd, options_.spin, absl::InfiniteDuration()) != ShmRing::WaitResult::kReady) {
-        break;  // closed, or the sender exited
-      }
+      if (sender_gone) break;
+      sender_gone =
+          in->ring->WaitForData(in->pidfd, options_.spin, absl::InfiniteDuration()) == ShmRing::WaitResult::kPeerGone;
       continue;
     }
     ReceivedChunk chunk;
