@@ -27,20 +27,23 @@ def allreduce(table, out):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) < 5 or not cells[0].isdigit():
             continue
-        rows.append((int(cells[0]), int(cells[1]), float(cells[2]), float(cells[3]), float(cells[4])))
+        # ranks, MiB, weft, weft over gRPC, gloo, mpi
+        rows.append((int(cells[0]), int(cells[1]), *[float(c) for c in cells[2:6]]))
     if not rows:
         return
     labels = [f"{n} ranks\n{mib} MiB" for n, mib, *_ in rows]
     x = range(len(rows))
-    width = 0.27
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for k, (name, color) in enumerate([("weft (gRPC ring)", "#1f77b4"), ("gloo", "#ff7f0e"), ("OpenMPI", "#7f7f7f")]):
-        ax.bar([i + (k - 1) * width for i in x], [r[2 + k] for r in rows], width, label=name, color=color)
+    width = 0.2
+    fig, ax = plt.subplots(figsize=(8, 4))
+    series = [("weft (shared memory)", "#1f77b4"), ("weft over gRPC", "#aec7e8"), ("gloo", "#ff7f0e"),
+              ("OpenMPI", "#7f7f7f")]
+    for k, (name, color) in enumerate(series):
+        ax.bar([i + (k - 1.5) * width for i in x], [r[2 + k] for r in rows], width, label=name, color=color)
     ax.set_xticks(list(x))
     ax.set_xticklabels(labels)
     ax.set_yscale("log")
     ax.set_ylabel("ms per all-reduce (median, log scale)")
-    ax.set_title("float32 all-reduce on loopback (lower is better)")
+    ax.set_title("float32 all-reduce, ranks on one host (lower is better)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(f"{out}/allreduce.png", dpi=100)

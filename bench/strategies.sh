@@ -7,7 +7,8 @@
 #      784-256-128-10, 2 workers, batch 64 per worker, plain SGD at 0.1, one
 #      epoch, each side evaluated on the test set after it; BENCH_ROUNDS rounds,
 #      alternating which goes first. weft runs as `weft local --workers=2`, so
-#      its figure includes the gRPC ring between two worker processes.
+#      its figure includes the ring between two worker processes (through
+#      shared memory) and the master's dispatch of every step.
 #
 # Environment: as bench/run.sh (PEERS_DIR, PYTHON, BENCH_OUT, BENCH_ROUNDS, WEFT),
 # and STRATEGIES_PARTS: the parts to run, default "allreduce mwm" (the other
@@ -38,17 +39,19 @@ if part allreduce; then
 LOAD0="$(cut -d' ' -f1-3 /proc/loadavg)"
 "$BENCH/allreduce.sh" > "$TMP/allreduce.txt"
 {
-  echo "## Ring all-reduce against gloo and OpenMPI (issue 4)"
+  echo "## Ring all-reduce against gloo and OpenMPI (issues 4 and 21)"
   echo
-  echo "float32 on loopback, one process per rank; each figure is the median over"
+  echo "float32, one process per rank, all on this host; each figure is the median over"
   echo "rounds of each implementation's median time per call (the slowest rank's)."
-  echo "busbw = bytes x 2(n-1)/n / time, as nccl-tests. weft/gloo below 1: weft"
-  echo "is faster; the goal is at most 0.7 at every point. The last two columns"
-  echo "are what one weft call costs all its ranks together (user + system CPU"
-  echo "time and context switches, the barrier before each call included, by"
-  echo "getrusage): on this machine a context switch is expensive."
+  echo "weft: the ring over shared-memory rings, as workers on one host run it;"
+  echo "weft over gRPC: \\`--transport=grpc\\`, the path between hosts (here over loopback)."
+  echo "busbw = bytes x 2(n-1)/n / time, as nccl-tests. Ratios below 1: weft"
+  echo "is faster; the goals are weft/gloo at most 0.7 at every point and weft/mpi at"
+  echo "most 1.5 at 4 MiB. The last two columns are what one weft call costs all its"
+  echo "ranks together (user + system CPU time and context switches, the barrier"
+  echo "before each call included, by getrusage)."
   echo
-  grep '^|' "$TMP/allreduce.txt"
+  grep -v '^load ' "$TMP/allreduce.txt"
   echo
   echo "![all-reduce time per call](bench/plots/allreduce.png)"
   echo
@@ -115,12 +118,13 @@ def sps(r): return r.get("samples_per_second", r.get("samples_per_s", 0.0))
 w = [sps(r) for r in rows["weft"]]; d = [sps(r) for r in rows["ddp"]]; w8 = [sps(r) for r in rows["weft8"]]
 wa = [r["test_accuracy"] for r in rows["weft"]]; da = [r["test_accuracy"] for r in rows["ddp"]]
 ratio = statistics.median(w) / statistics.median(d)
-print("## MULTI_WORKER_MIRRORED against PyTorch DDP (issue 4)")
+print("## MULTI_WORKER_MIRRORED against PyTorch DDP (issues 4 and 21)")
 print()
 print("The MLP 784-256-128-10 on Fashion-MNIST, 2 worker processes, batch 64 per worker")
 print("(global 128), SGD at 0.1, one epoch, then the test set. weft: `weft local --workers=2`")
 print("with `strategy { kind: MULTI_WORKER_MIRRORED }` (each worker reads its shard, gradients")
-print("all-reduced over the gRPC ring); PyTorch: `torch_ddp_fmnist.py --workers 2 --batch 64`")
+print("all-reduced through shared-memory rings between the two worker processes); PyTorch:")
+print("`torch_ddp_fmnist.py --workers 2 --batch 64`")
 print("(DistributedDataParallel, gloo). samples/s over the training steps, median of the rounds.")
 print()
 print("| | median samples/s | min | max | test accuracy (median) |")

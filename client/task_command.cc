@@ -31,7 +31,7 @@ struct TaskFlags {
   ClusterConfig config;
   int64_t intra_op_threads = 1;
   int64_t cpu_devices = 1;
-  int64_t inter_op_threads = 2;
+  int64_t inter_op_threads = 0;
   int64_t gpus = -1;
   int64_t drain_seconds = 20;
   std::string port_file;
@@ -60,7 +60,7 @@ int ParseTaskFlags(const Flags& f, const char* job, TaskFlags* t) {
       {"cpu_devices", 1, 1, 64, &t->cpu_devices},
       // Threads that run a step's independent nodes in parallel; 0 runs
       // each step's nodes on the thread that runs the step.
-      {"inter_op_threads", 2, 0, 1024, &t->inter_op_threads},
+      {"inter_op_threads", 0, 0, 1024, &t->inter_op_threads},
       // GPUs the task opens (-1: every visible one); a ps task keeps
       // variables on its CPU, so it opens none unless asked.
       {"gpus", std::string(job) == "ps" ? 0 : -1, -1, 64, &t->gpus},

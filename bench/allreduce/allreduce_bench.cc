@@ -44,6 +44,7 @@
 #include "worker/collective/collective_executor.h"
 #include "worker/collective/grpc_collective_service.h"
 #include "worker/collective/grpc_collective_transport.h"
+#include "worker/collective/grpc_shm_offerer.h"
 #include "worker/collective/shm_collective_transport.h"
 
 namespace weft {
@@ -113,10 +114,12 @@ int Run(const Flags& f) {
   GrpcCollectiveService service(&mailbox);
   ThreadPool pool("reduce", 1);
   auto network = std::make_unique<GrpcCollectiveTransport>();
+  GrpcShmOfferer offerer;
   std::unique_ptr<ShmCollectiveTransport> shm;
   CollectiveTransportInterface* transport = network.get();
   if (f.transport == "shm") {
     ShmCollectiveTransport::Options o;
+    o.offerer = &offerer;
     o.ring_bytes = static_cast<size_t>(f.ring_bytes);
     o.spin = absl::Microseconds(f.spin_us);
     shm = std::make_unique<ShmCollectiveTransport>(network.get(), &mailbox, o);

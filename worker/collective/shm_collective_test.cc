@@ -18,6 +18,7 @@
 #include "worker/collective/collective_test_util.h"
 #include "worker/collective/grpc_collective_service.h"
 #include "worker/collective/grpc_collective_transport.h"
+#include "worker/collective/grpc_shm_offerer.h"
 #include "worker/collective/shm_collective_transport.h"
 
 namespace weft {
@@ -46,12 +47,14 @@ struct ShmRank {
   std::string address;
   ThreadPool pool{"reduce", 1};
   std::unique_ptr<GrpcCollectiveTransport> network;
+  GrpcShmOfferer offerer;
   std::unique_ptr<ShmCollectiveTransport> shm;
   std::unique_ptr<CollectiveExecutor> executor;
 
   explicit ShmRank(const RankOptions& o) {
     network = std::make_unique<GrpcCollectiveTransport>();
     ShmCollectiveTransport::Options so;
+    so.offerer = &offerer;
     so.ring_bytes = o.ring_bytes;
     shm = std::make_unique<ShmCollectiveTransport>(network.get(), &mailbox, so);
     if (o.accept_shm) {

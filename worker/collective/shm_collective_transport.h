@@ -2,9 +2,9 @@
 // through shared-memory rings (common/shm_ring.h), and everything else
 // through another transport (the gRPC one).
 //
-// Sending. The first send to a peer creates a ring and offers it with
-// CollectiveService.AttachShm over the cluster's authenticated channel; the
-// chunks sent meanwhile wait. When the peer accepts, chunks go into the ring:
+// Sending (ShmSender, one per peer). The first send to a peer creates a
+// ring and offers it with CollectiveService.AttachShm over the cluster's
+// authenticated channel (Options::offerer); the chunks sent meanwhile wait. When the peer accepts, chunks go into the ring:
 // the sending thread copies the chunk in itself when there is room and
 // nothing waits before it (one memcpy, no other thread, no system call
 // unless the receiver sleeps), and a writer thread of the peer's takes over
@@ -33,7 +33,6 @@
 #ifndef WEFT_WORKER_COLLECTIVE_SHM_COLLECTIVE_TRANSPORT_H_
 #define WEFT_WORKER_COLLECTIVE_SHM_COLLECTIVE_TRANSPORT_H_
 
-#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
@@ -45,10 +44,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/shm_ring.h"
-#include "grpcpp/grpcpp.h"
-#include "proto/collective_service.grpc.pb.h"
+#include "proto/collective_service.pb.h"
 #include "worker/collective/collective_mailbox.h"
 #include "worker/collective/collective_transport.h"
+#include "worker/collective/shm_offer.h"
+#include "worker/collective/shm_sender.h"
 
 namespace weft {
 namespace collective {
@@ -67,8 +67,9 @@ class ShmCollectiveTransport final : public CollectiveTransportInterface {
     absl::Duration spin = absl::Microseconds(50);
     // Rings other processes may attach to this one at once.
     int max_incoming_rings = 64;
-    // The process's TLS credentials for AttachShm (null: plaintext).
-    std::shared_ptr<grpc::ChannelCredentials> credentials;
+    // Makes the offers (GrpcShmOfferer over the cluster's channels).
+    // Borrowed; outlives the transport.
+    ShmOffererInterface* offerer = nullptr;
   };
 
   // `network`: for peers on other hosts. `mailbox`: where chunks from
@@ -92,20 +93,19 @@ class ShmCollectiveTransport final : public CollectiveTransportInterface {
   int NumIncomingRings() const;
 
  private:
-  class OutPeer;
   struct InRing;
 
-  std::shared_ptr<OutPeer> PeerFor(const CollectiveGroup& group, int dst);
+  std::shared_ptr<ShmSender> PeerFor(const CollectiveGroup& group, int dst);
   void ReadLoop(InRing* in);
 
-  CollectiveTransportInterface* const network_;
   CollectiveMailbox* const mailbox_;
   const Options options_;
   const std::string host_id_;
+  ShmSender::Context context_;  // the senders' (set once)
 
   mutable absl::Mutex mu_;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
-  absl::flat_hash_map<std::string, std::shared_ptr<OutPeer>> peers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<ShmSender>> peers_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<InRing>> incoming_ ABSL_GUARDED_BY(mu_);
 };
 

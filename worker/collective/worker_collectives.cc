@@ -26,11 +26,12 @@ WorkerCollectives::WorkerCollectives(std::string task, ClusterDef cluster, absl:
       cluster_(std::move(cluster)),
       mailbox_(/*check_senders=*/security != nullptr && !security->insecure(), max_pending_bytes),
       service_(&mailbox_, security),
-      network_(std::make_unique<GrpcCollectiveTransport>(TransportOptions(security))) {
+      network_(std::make_unique<GrpcCollectiveTransport>(TransportOptions(security))),
+      offerer_(security != nullptr ? security->ChannelCredentials() : nullptr) {
   transport_ = network_.get();
   if (shared_memory) {
     ShmCollectiveTransport::Options o;
-    if (security != nullptr) o.credentials = security->ChannelCredentials();
+    o.offerer = &offerer_;
     shm_ = std::make_unique<ShmCollectiveTransport>(network_.get(), &mailbox_, o);
     transport_ = shm_.get();
     service_.SetAttachHandler([shm = shm_.get()](const std::string& caller, const AttachShmRequest& request) {

@@ -21,6 +21,7 @@
 #include "worker/collective/collective_mailbox.h"
 #include "worker/collective/grpc_collective_service.h"
 #include "worker/collective/grpc_collective_transport.h"
+#include "worker/collective/grpc_shm_offerer.h"
 #include "worker/collective/shm_collective_transport.h"
 
 namespace weft {
@@ -64,6 +65,7 @@ class WorkerCollectives final : public CollectiveRuntime {
   CollectiveMailbox mailbox_;
   GrpcCollectiveService service_;
   std::unique_ptr<GrpcCollectiveTransport> network_;
+  GrpcShmOfferer offerer_;
   std::unique_ptr<ShmCollectiveTransport> shm_;  // null: shared memory off
   CollectiveTransportInterface* transport_;      // shm_ or network_
   std::unique_ptr<CollectiveExecutor> executor_ ABSL_GUARDED_BY(mu_);  // null once closed

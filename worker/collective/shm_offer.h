@@ -1,0 +1,41 @@
+// How a shared-memory ring is offered to a peer, and how a ring message's
+// tag names a collective chunk: the vocabulary ShmSender (the sending end)
+// and ShmCollectiveTransport (the receiving end) share, free of gRPC. The
+// offer travels as CollectiveService.AttachShm; GrpcShmOfferer is the
+// adapter that makes the call.
+//
+// Thread-safety: implementations are thread-safe; the functions are pure.
+#ifndef WEFT_WORKER_COLLECTIVE_SHM_OFFER_H_
+#define WEFT_WORKER_COLLECTIVE_SHM_OFFER_H_
+
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/shm_ring.h"
+#include "proto/collective_service.pb.h"
+#include "worker/collective/collective_types.h"
+
+namespace weft {
+namespace collective {
+
+class ShmOffererInterface {
+ public:
+  virtual ~ShmOffererInterface() = default;
+  // Offers the ring described by `request` to the task serving `address`,
+  // waiting for it to come up for at most `timeout`. `done` runs once, with
+  // the peer's answer or the call's error. Returns a function that cancels
+  // the offer (`done` still runs).
+  virtual std::function<void()> OfferAsync(const std::string& address, const AttachShmRequest& request,
+                                           absl::Duration timeout,
+                                           std::function<void(absl::StatusOr<AttachShmResponse>)> done) = 0;
+};
+
+// A chunk's key as a ring message's tag, and back.
+ShmRing::Tag EncodeChunkTag(const ChunkKey& key);
+ChunkKey DecodeChunkTag(const ShmRing::Tag& tag);
+
+}  // namespace collective
+}  // namespace weft
+
+#endif  // WEFT_WORKER_COLLECTIVE_SHM_OFFER_H_
