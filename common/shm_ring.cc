@@ -185,11 +185,11 @@ void ShmRing::Close() {
 
 bool ShmRing::closed() const { return control_->closed.load(std::memory_order_acquire) != 0; }
 
-absl::StatusOr<bool> ShmRing::TryWrite(const Tag& tag, const char* data, size_t bytes) {
+absl::StatusOr<bool> ShmRing::TryWrite(const Tag& tag, absl::string_view prefix, const char* data, size_t bytes) {
   if (closed()) return absl::FailedPreconditionError("the shared-memory ring is closed");
-  if (bytes > MaxPayload()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a message of ", bytes, " bytes exceeds the ring's limit of ", MaxPayload()));
+  if (bytes > MaxPayload() || prefix.size() > MaxPayload() - bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("a message of ", prefix.size() + bytes,
+                                                   " bytes exceeds the ring's limit of ", MaxPayload()));
   }
   const uint64_t tail = control_->tail.load(std::memory_order_acquire);
   if (tail > head_ || head_ - tail > capacity_) {
@@ -198,19 +198,24 @@ absl::StatusOr<bool> ShmRing::TryWrite(const Tag& tag, const char* data, size_t 
                                             " is impossible against the producer's ", head_));
   }
   tail_ = tail;
-  const size_t need = kHeaderBytes + RoundUp64(bytes);
+  const size_t total = prefix.size() + bytes;
+  const size_t need = kHeaderBytes + RoundUp64(total);
   if (capacity_ - (head_ - tail) < need) return false;
   const size_t at = head_ & (capacity_ - 1);
   WireHeader header;
   header.magic = kMessageMagic;
   header.reserved = 0;
-  header.payload_bytes = bytes;
+  header.payload_bytes = total;
   std::memcpy(header.tag, tag.data(), kTagBytes);
   std::memcpy(data_ + at, &header, sizeof(header));
-  const size_t payload_at = (at + kHeaderBytes) & (capacity_ - 1);
-  const size_t first = std::min(bytes, capacity_ - payload_at);
-  if (first > 0) std::memcpy(data_ + payload_at, data, first);
-  if (bytes > first) std::memcpy(data_, data + first, bytes - first);
+  // The payload, wrapping at the end of the data area.
+  size_t pos = (at + kHeaderBytes) & (capacity_ - 1);
+  for (absl::string_view piece : {prefix, absl::string_view(data, bytes)}) {
+    const size_t first = std::min(piece.size(), capacity_ - pos);
+    if (first > 0) std::memcpy(data_ + pos, piece.data(), first);
+    if (piece.size() > first) std::memcpy(data_, piece.data() + first, piece.size() - first);
+    pos = (pos + piece.size()) & (capacity_ - 1);
+  }
   head_ += need;
   control_->head.store(head_, std::memory_order_release);
   // Dekker with the consumer's announce-then-recheck: either it sees the new

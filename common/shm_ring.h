@@ -101,7 +101,11 @@ class ShmRing {
   // FAILED_PRECONDITION when the ring is closed, INVALID_ARGUMENT when the
   // payload is over MaxPayload, DATA_LOSS when the consumer corrupted the
   // control block.
-  absl::StatusOr<bool> TryWrite(const Tag& tag, const char* data, size_t bytes);
+  absl::StatusOr<bool> TryWrite(const Tag& tag, const char* data, size_t bytes) {
+    return TryWrite(tag, absl::string_view(), data, bytes);
+  }
+  // The same with the payload made of `prefix` followed by `bytes` at `data`.
+  absl::StatusOr<bool> TryWrite(const Tag& tag, absl::string_view prefix, const char* data, size_t bytes);
   // Consumer. The oldest unreleased message, if any (false: empty). Errors
   // as TryWrite's.
   absl::StatusOr<bool> Peek(Message* message);

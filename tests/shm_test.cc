@@ -38,16 +38,18 @@ using data::testing::TempPath;
 // Bounds on a hang, far beyond what a healthy run takes.
 constexpr absl::Duration kJobDeadline = absl::Seconds(120);
 
-JobSpec MirroredJob(const std::string& data, const std::string& checkpoint_dir, int64_t steps) {
+JobSpec Job(const std::string& data, const std::string& checkpoint_dir, int64_t steps,
+            StrategySpec::Kind kind = StrategySpec::MULTI_WORKER_MIRRORED) {
   auto job = ParseJob(absl::StrCat(R"(name: "shm-job"
       model { input_shape: [12] num_classes: 3
               layer { dense { units: 64 activation: RELU } } layer { dense { units: 3 } } }
       dataset { dir: ")", data, R"(" } optimizer { sgd { learning_rate: 0.1 } } seed: 3 intra_op_threads: 1
       batch_size: 16 steps: )", steps, R"(
-      strategy { kind: MULTI_WORKER_MIRRORED }
       checkpoint { dir: ")", checkpoint_dir, R"(" every_steps: )", steps, " }"),
                       "shm_test");
   EXPECT_TRUE(job.ok()) << job.status();
+  job->mutable_strategy()->set_kind(kind);
+  job->mutable_strategy()->set_sync(true);
   return *job;
 }
 
@@ -66,18 +68,20 @@ std::set<std::string> DevShm() {
   return names;
 }
 
-// Two workers and a master; `worker_flags` added to each worker's.
+// Two workers, a ps and a master; `task_flags` added to each task's.
 class ShmCluster {
  public:
-  ShmCluster(const std::string& tag, const std::vector<std::string>& worker_flags) : tag_(tag) {
+  ShmCluster(const std::string& tag, const std::vector<std::string>& task_flags) : tag_(tag) {
     auto tls = testing::TestTls::Create(TempPath(tag + "-tls"));
     EXPECT_TRUE(tls.ok()) << tls.status();
     tls_ = std::make_unique<testing::TestTls>(*std::move(tls));
-    std::vector<std::string> w0 = {"worker", "--task=worker:0"}, w1 = {"worker", "--task=worker:1"};
-    w0.insert(w0.end(), worker_flags.begin(), worker_flags.end());
-    w1.insert(w1.end(), worker_flags.begin(), worker_flags.end());
-    Add("worker-0", w0);
-    Add("worker-1", w1);
+    for (std::vector<std::string> args : {std::vector<std::string>{"worker", "--task=worker:0"},
+                                          std::vector<std::string>{"worker", "--task=worker:1"},
+                                          std::vector<std::string>{"ps", "--task=ps:0"}}) {
+      args.insert(args.end(), task_flags.begin(), task_flags.end());
+      const std::string name = args[0] == "ps" ? "ps-0" : absl::StrCat("worker-", std::string(1, args[1].back()));
+      Add(name, args);
+    }
   }
 
   ::testing::AssertionResult Start() {
@@ -87,13 +91,14 @@ class ShmCluster {
     for (auto& d : daemons_) {
       if (absl::Status s = d->AwaitPort(); !s.ok()) return ::testing::AssertionFailure() << s;
     }
-    const std::string cluster = absl::StrCat("worker=", daemons_[0]->address(), ",", daemons_[1]->address());
+    const std::string cluster = absl::StrCat("worker=", daemons_[0]->address(), ",", daemons_[1]->address(),
+                                             ";ps=", daemons_[2]->address());
     testing::TestDaemon* master = Add("master", {"master", "--cluster=" + cluster});
     if (absl::Status s = master->Start(); !s.ok()) return ::testing::AssertionFailure() << s;
     client_ = MasterClient::Create(master->address(), tls_->ClientOptions());
     std::vector<testing::TestDaemon*> all;
     for (auto& d : daemons_) all.push_back(d.get());
-    return testing::WaitForCluster(client_.get(), 2, all);
+    return testing::WaitForCluster(client_.get(), 3, all);
   }
 
   // SIGTERM to whatever still runs; each must exit cleanly.
@@ -128,9 +133,10 @@ class ShmCluster {
   std::unique_ptr<MasterClient> client_;
 };
 
-// Runs the job to its end on a fresh cluster; returns its final checkpoint.
-testing::SavedCheckpoint RunToEnd(ShmCluster& cluster, const std::string& data, const std::string& dir) {
-  auto id = cluster.client()->SubmitJob(MirroredJob(data, dir, 120));
+// Runs the job to its end; returns its final checkpoint.
+testing::SavedCheckpoint RunToEnd(ShmCluster& cluster, const std::string& data, const std::string& dir,
+                                  StrategySpec::Kind kind) {
+  auto id = cluster.client()->SubmitJob(Job(data, dir, 120, kind));
   EXPECT_TRUE(id.ok()) << id.status();
   if (!id.ok()) return {};
   JobStatus st = testing::WatchJobToEnd(cluster.client(), *id, kJobDeadline);
@@ -140,31 +146,43 @@ testing::SavedCheckpoint RunToEnd(ShmCluster& cluster, const std::string& data, 
   return saved.ok() ? *saved : testing::SavedCheckpoint();
 }
 
+// All-reduces (MULTI_WORKER_MIRRORED) and RecvTensor pulls and pushes
+// (synchronous PARAMETER_SERVER) through the rings, then over the network.
 TEST(ShmTest, SharedMemoryAndTheNetworkTrainTheSameVariables) {
   const std::string data = testing::WriteThreeClassData(TempPath("data"), 480);
-  testing::SavedCheckpoint through_shm, through_network;
+  const std::vector<StrategySpec::Kind> kinds = {StrategySpec::MULTI_WORKER_MIRRORED, StrategySpec::PARAMETER_SERVER};
+  std::vector<testing::SavedCheckpoint> through_shm, through_network;
   {
     ShmCluster cluster("shm", {});
     ASSERT_TRUE(cluster.Start());
-    through_shm = RunToEnd(cluster, data, TempPath("ckpt-shm"));
+    for (StrategySpec::Kind kind : kinds) {
+      through_shm.push_back(RunToEnd(cluster, data, TempPath(absl::StrCat("ckpt-shm-", kind)), kind));
+    }
     cluster.Stop();
-    for (int w : {0, 1}) {
-      EXPECT_TRUE(absl::StrContains(cluster.Log(w), "go through shared memory"))
-          << "worker-" << w << " sent over the network:\n" << testing::LogTail(cluster.daemon(w)->log());
+    // Every task sent something to another through a ring: the workers
+    // their chunks and pushes, the ps its variables.
+    for (int t : {0, 1, 2}) {
+      EXPECT_TRUE(absl::StrContains(cluster.Log(t), "go through shared memory"))
+          << cluster.daemon(t)->name() << " sent over the network:\n" << testing::LogTail(cluster.daemon(t)->log());
     }
   }
   {
     ShmCluster cluster("net", {"--shared_memory=false"});
     ASSERT_TRUE(cluster.Start());
-    through_network = RunToEnd(cluster, data, TempPath("ckpt-net"));
+    for (StrategySpec::Kind kind : kinds) {
+      through_network.push_back(RunToEnd(cluster, data, TempPath(absl::StrCat("ckpt-net-", kind)), kind));
+    }
     cluster.Stop();
-    for (int w : {0, 1}) {
-      EXPECT_FALSE(absl::StrContains(cluster.Log(w), "go through shared memory"))
-          << "worker-" << w << " used shared memory with --shared_memory=false";
+    for (int t : {0, 1, 2}) {
+      EXPECT_FALSE(absl::StrContains(cluster.Log(t), "go through shared memory"))
+          << cluster.daemon(t)->name() << " used shared memory with --shared_memory=false";
     }
   }
-  EXPECT_EQ(through_shm.step, 120);
-  testing::ExpectSameVariables(through_shm, through_network);
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    SCOPED_TRACE(StrategySpec::Kind_Name(kinds[k]));
+    EXPECT_EQ(through_shm[k].step, 120);
+    testing::ExpectSameVariables(through_shm[k], through_network[k]);
+  }
 }
 
 TEST(ShmTest, AWorkerKilledMidAllReduceFailsTheStepAndLeavesNothingInDevShm) {
@@ -172,7 +190,7 @@ TEST(ShmTest, AWorkerKilledMidAllReduceFailsTheStepAndLeavesNothingInDevShm) {
   const std::string data = testing::WriteThreeClassData(TempPath("data-kill"), 480);
   ShmCluster cluster("kill", {});
   ASSERT_TRUE(cluster.Start());
-  JobSpec job = MirroredJob(data, TempPath("ckpt-kill"), 1000000);
+  JobSpec job = Job(data, TempPath("ckpt-kill"), 1000000);
   job.mutable_recovery()->set_max_restarts(-1);  // the first failure ends the job
   auto id = cluster.client()->SubmitJob(job);
   ASSERT_TRUE(id.ok()) << id.status();

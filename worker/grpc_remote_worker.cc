@@ -1,8 +1,8 @@
 #include "worker/grpc_remote_worker.h"
 
-#include <chrono>
-
 #include <algorithm>
+#include <chrono>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +10,7 @@
 #include "common/peer_metrics.h"
 #include "common/status_macros.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "worker/collective/shm_offer.h"
 #include "worker/grpc_tensor_coding.h"
 
 namespace weft {
@@ -141,13 +142,94 @@ void GrpcTensorPuller::SetCluster(ClusterDef cluster) {
 
 namespace {
 
-// One RecvTensor call; shared by its completion callback and its canceller.
+// One RecvTensor call; shared by its completion callback, its canceller and
+// (through shared memory) the mailbox receive of its reply.
 struct PullCall {
   grpc::ClientContext ctx;
   std::unique_ptr<grpc::GenericStub> stub;  // holds the channel
   grpc::ByteBuffer request;
   grpc::ByteBuffer response;
+
+  // The reply may come two ways; `done` runs once, for whichever settles
+  // it: the RPC's error, the tensor in the RPC's reply, or the tensor in
+  // the mailbox after the reply said it went there (or before).
+  Rendezvous::DoneCallback done;
+  std::string task;
+  PeerSeries* series = nullptr;
+  std::chrono::steady_clock::time_point start;
+  int64_t step_id = 0;
+  collective::CollectiveMailbox* mailbox = nullptr;  // set with pull_id
+  uint64_t pull_id = 0;                              // 0: no reply through shared memory
+  absl::Mutex mu;
+  bool finished ABSL_GUARDED_BY(mu) = false;
+  bool reply_in_shm ABSL_GUARDED_BY(mu) = false;      // the RPC said "in shared memory"
+  std::optional<absl::Status> mailbox_failed ABSL_GUARDED_BY(mu);  // the receive was aborted
+
+  // Takes `done` if nobody has yet.
+  Rendezvous::DoneCallback TakeDone() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (finished) return nullptr;
+    finished = true;
+    return std::move(done);
+  }
 };
+
+
+void Deliver(const std::shared_ptr<PullCall>& call, Rendezvous::DoneCallback done,
+             absl::StatusOr<ReceivedTensor> got) {
+  if (!got.ok()) return done(got.status(), Tensor(), false);
+  call->series->recv_tensor_seconds->Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - call->start).count());
+  done(absl::OkStatus(), got->value, got->is_dead);
+}
+
+// The reply through shared memory (or the receive's abort).
+void OnReplyInMailbox(const std::shared_ptr<PullCall>& call, const absl::Status& s,
+                      const collective::ReceivedChunk& chunk) {
+  // Decoding copies the tensor out of the ring.
+  absl::StatusOr<ReceivedTensor> got =
+      s.ok() ? DecodeRecvTensorResponse(chunk.pieces) : absl::StatusOr<ReceivedTensor>(s);
+  if (!got.ok() && s.ok()) got = Annotate(got.status(), "task " + call->task);
+  Rendezvous::DoneCallback done;
+  {
+    absl::MutexLock lock(&call->mu);
+    if (!s.ok() && !call->reply_in_shm) {
+      call->mailbox_failed = s;  // the RPC's reply settles it
+      return;
+    }
+    done = call->TakeDone();
+  }
+  if (done) Deliver(call, std::move(done), std::move(got));
+}
+
+// The RPC's reply: the tensor, or word that it went through shared memory.
+void OnRecvTensorReply(const std::shared_ptr<PullCall>& call, const grpc::Status& s) {
+  absl::StatusOr<ReceivedTensor> got = absl::StatusOr<ReceivedTensor>(absl::UnknownError("unset"));
+  if (!s.ok()) {
+    got = FromGrpcStatus(s, call->task);
+  } else {
+    call->series->received->Increment(static_cast<double>(call->response.Length()));
+    got = DecodeRecvTensorResponse(call->response);
+    call->response.Clear();  // the received slices
+    if (!got.ok()) got = Annotate(got.status(), "task " + call->task);
+  }
+  const bool in_shm = got.ok() && got->in_shm;
+  Rendezvous::DoneCallback done;
+  {
+    absl::MutexLock lock(&call->mu);
+    if (in_shm && !call->mailbox_failed.has_value()) {
+      call->reply_in_shm = true;  // the mailbox receive finishes the pull
+      return;
+    }
+    if (in_shm) got = *call->mailbox_failed;
+    done = call->TakeDone();
+  }
+  // Withdraw the receive the reply did not use (a no-op once it is done).
+  if (call->pull_id != 0) {
+    call->mailbox->AbortCollective(collective::RecvTensorChunkKey(call->pull_id, call->step_id),
+                                   absl::CancelledError("the RecvTensor reply came over gRPC"));
+  }
+  if (done) Deliver(call, std::move(done), std::move(got));
+}
 
 }  // namespace
 
@@ -167,25 +249,30 @@ std::function<void()> GrpcTensorPuller::PullAsync(const std::string& task, int64
     return nullptr;
   }
   auto call = std::make_shared<PullCall>();
+  call->done = std::move(done);
   call->stub = std::make_unique<grpc::GenericStub>(channels_->Get(*address));
   RecvTensorRequest request;
   request.set_step_id(step_id);
   request.set_rendezvous_key(key);
+  call->task = task;
+  call->series = series;
+  call->start = std::chrono::steady_clock::now();
+  call->step_id = step_id;
+  call->mailbox = shm_mailbox_;
+  if (call->mailbox != nullptr) {
+    // Waits before asking, so the reply never arrives unexpected; only
+    // `task` (authenticated by its ring) can satisfy it.
+    call->pull_id = next_pull_id_.fetch_add(1, std::memory_order_relaxed);
+    request.set_shm_pull_id(call->pull_id);
+    call->mailbox->RecvAsync(
+        collective::RecvTensorChunkKey(call->pull_id, step_id),
+        [call](const absl::Status& s, collective::ReceivedChunk chunk) { OnReplyInMailbox(call, s, chunk); }, task);
+  }
   grpc::Slice slice(request.SerializeAsString());
   call->request = grpc::ByteBuffer(&slice, 1);
   SetDeadline(&call->ctx, timeout_);
   call->stub->UnaryCall(&call->ctx, kRecvTensorMethod, grpc::StubOptions(), &call->request, &call->response,
-                        [call, task, series, start = std::chrono::steady_clock::now(),
-                         done = std::move(done)](grpc::Status s) {
-                          if (!s.ok()) return done(FromGrpcStatus(s, task), Tensor(), false);
-                          series->received->Increment(static_cast<double>(call->response.Length()));
-                          series->recv_tensor_seconds->Observe(
-                              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-                          auto got = DecodeRecvTensorResponse(call->response);
-                          call->response.Clear();  // the received slices
-                          if (!got.ok()) return done(Annotate(got.status(), "task " + task), Tensor(), false);
-                          done(absl::OkStatus(), got->value, got->is_dead);
-                        });
+                        [call](grpc::Status s) { OnRecvTensorReply(call, s); });
   return [call] { call->ctx.TryCancel(); };
 }
 

@@ -15,6 +15,7 @@
 #ifndef WEFT_WORKER_GRPC_REMOTE_WORKER_H_
 #define WEFT_WORKER_GRPC_REMOTE_WORKER_H_
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -28,6 +29,7 @@
 #include "proto/cluster.pb.h"
 #include "proto/ps_service.grpc.pb.h"
 #include "proto/worker_service.grpc.pb.h"
+#include "worker/collective/collective_mailbox.h"
 #include "worker/grpc_channel_cache.h"
 #include "worker/remote_rendezvous.h"
 #include "worker/worker_interface.h"
@@ -92,9 +94,17 @@ class GrpcTensorPuller final : public TensorPullerInterface {
   // their ports). Pulls already started keep their channel.
   void SetCluster(ClusterDef cluster);
 
+  // Asks every pull's peer for the tensor through shared memory as well
+  // (RecvTensorRequest.shm_pull_id), waiting for it in `mailbox`, where the
+  // task's rings deliver (collective::WorkerCollectives::shm_mailbox; null:
+  // never). Set before the first pull.
+  void SetShmMailbox(collective::CollectiveMailbox* mailbox) { shm_mailbox_ = mailbox; }
+
  private:
   ChannelCache* const channels_;
   const absl::Duration timeout_;
+  collective::CollectiveMailbox* shm_mailbox_ = nullptr;
+  std::atomic<uint64_t> next_pull_id_{1};
   absl::Mutex mu_;
   ClusterDef cluster_ ABSL_GUARDED_BY(mu_);
   // Per peer task: bytes pulled and time per pull (common/peer_metrics.h).

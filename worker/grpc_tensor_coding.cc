@@ -89,6 +89,19 @@ grpc::ByteBuffer EncodeRecvTensorResponse(const Tensor& value, bool is_dead) {
   return grpc::ByteBuffer(slices, 2);
 }
 
+grpc::ByteBuffer EncodeInShmRecvTensorResponse() {
+  RecvTensorResponse header;
+  header.set_in_shm(true);
+  const std::string body = header.SerializeAsString();
+  std::string out;
+  out.resize(google::protobuf::io::CodedOutputStream::VarintSize32(static_cast<uint32_t>(body.size())));
+  google::protobuf::io::CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(body.size()),
+                                                              reinterpret_cast<uint8_t*>(&out[0]));
+  out += body;
+  grpc::Slice slice(out);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
 absl::StatusOr<ReceivedTensor> DecodeRecvTensorResponse(absl::Span<const absl::string_view> pieces,
                                                         Allocator* allocator) {
   PieceReader reader(pieces);
@@ -110,10 +123,18 @@ absl::StatusOr<ReceivedTensor> DecodeRecvTensorResponse(absl::Span<const absl::s
   RecvTensorResponse header;
   if (!header.ParseFromString(header_bytes)) return Corrupt("header does not parse");
 
+  if (header.in_shm()) {
+    if (header.has_tensor() || header.is_dead() || reader.remaining() != 0) {
+      return Corrupt("a reply sent through shared memory that carries a tensor too");
+    }
+    ReceivedTensor out;
+    out.in_shm = true;
+    return out;
+  }
   if (!header.has_tensor()) {
     if (!header.is_dead()) return Corrupt("a live tensor without dtype and shape");
     if (reader.remaining() != 0) return Corrupt("payload after a dead tensor without a value");
-    return ReceivedTensor{Tensor(), true};
+    return ReceivedTensor{Tensor(), true, false};
   }
   auto dtype = DTypeFromProto(header.tensor().dtype());
   if (!dtype.ok()) return Corrupt(dtype.status().message());
@@ -126,7 +147,7 @@ absl::StatusOr<ReceivedTensor> DecodeRecvTensorResponse(absl::Span<const absl::s
     return Corrupt(absl::StrCat(DTypeName(*dtype), shape->DebugString(), " needs ", bytes,
                                 " payload bytes, got ", reader.remaining()));
   }
-  ReceivedTensor out{Tensor(*dtype, *shape, allocator), header.is_dead()};
+  ReceivedTensor out{Tensor(*dtype, *shape, allocator), header.is_dead(), false};
   reader.Copy(static_cast<char*>(out.value.raw_data()), bytes);
   if (*dtype == DType::kBool) {  // a peer's garbage must not become an invalid bool
     for (bool& b : out.value.flat<bool>()) b = reinterpret_cast<const uint8_t&>(b) != 0;

@@ -37,6 +37,7 @@ inline constexpr size_t kMaxRecvTensorHeaderBytes = 64 << 10;
 struct ReceivedTensor {
   Tensor value;  // uninitialised for a dead tensor sent without a value
   bool is_dead = false;
+  bool in_shm = false;  // the reply says the tensor went through shared memory
 };
 
 // The varint-prefixed header for `value`.
@@ -44,6 +45,8 @@ std::string EncodeRecvTensorHeader(const Tensor& value, bool is_dead);
 
 // Header slice + payload slice pinning `value`'s buffer (no payload copy).
 grpc::ByteBuffer EncodeRecvTensorResponse(const Tensor& value, bool is_dead);
+// The reply whose tensor went through shared memory: a header with in_shm.
+grpc::ByteBuffer EncodeInShmRecvTensorResponse();
 
 // Decodes a reply split into arbitrary pieces (the received slices).
 absl::StatusOr<ReceivedTensor> DecodeRecvTensorResponse(absl::Span<const absl::string_view> pieces,

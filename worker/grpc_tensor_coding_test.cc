@@ -3,6 +3,7 @@
 #include <numeric>
 #include <vector>
 
+#include "common/tensor_proto_coding.h"
 #include "gtest/gtest.h"
 #include "proto/worker_service.pb.h"
 
@@ -128,6 +129,37 @@ TEST(TensorCodingTest, CorruptOrShortInputIsDataLoss) {
   body = bad.SerializeAsString();
   EXPECT_EQ(DecodeString(std::string(1, static_cast<char>(body.size())) + body).code(),
             absl::StatusCode::kDataLoss);
+}
+
+// A reply whose tensor went through shared memory carries nothing else; the
+// ring's message (header and payload as pieces) decodes like a gRPC reply.
+TEST(TensorCodingTest, InShmRepliesAndRingMessages) {
+  auto in_shm = DecodeRecvTensorResponse(EncodeInShmRecvTensorResponse());
+  ASSERT_TRUE(in_shm.ok()) << in_shm.status();
+  EXPECT_TRUE(in_shm->in_shm);
+  EXPECT_FALSE(in_shm->value.IsInitialized());
+
+  Tensor t(DType::kFloat32, TensorShape{3});
+  t.flat<float>()[0] = 1.5f;
+  t.flat<float>()[1] = -2.f;
+  t.flat<float>()[2] = 4.f;
+  const std::string header = EncodeRecvTensorHeader(t, false);
+  const std::vector<absl::string_view> pieces = {header, absl::string_view(static_cast<const char*>(t.raw_data()), 7),
+                                                 absl::string_view(static_cast<const char*>(t.raw_data()) + 7, 5)};
+  auto got = DecodeRecvTensorResponse(pieces);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_FALSE(got->in_shm);
+  EXPECT_EQ(got->value.flat<float>()[1], -2.f);
+
+  // "In shared memory" with a tensor beside it is a corrupt reply.
+  RecvTensorResponse both;
+  both.set_in_shm(true);
+  both.mutable_tensor()->set_dtype(DTypeToProto(DType::kFloat32));
+  std::string body = both.SerializeAsString();
+  std::string framed(1, static_cast<char>(body.size()));
+  framed += body;
+  auto corrupt = DecodeRecvTensorResponse(std::vector<absl::string_view>{framed});
+  EXPECT_EQ(corrupt.status().code(), absl::StatusCode::kDataLoss);
 }
 
 }  // namespace

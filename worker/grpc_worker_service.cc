@@ -26,7 +26,10 @@ class RecvTensorReactor final : public grpc::ServerUnaryReactor {
     state_->response = response;
   }
 
-  void Start(Worker* worker, const grpc::ByteBuffer* raw_request) {
+  // `caller`: the authenticated task asking ("" insecure); `shm_reply`:
+  // GrpcWorkerService::ShmReply, or null.
+  void Start(Worker* worker, const grpc::ByteBuffer* raw_request, const std::string& caller,
+             const GrpcWorkerService::ShmReply* shm_reply) {
     RecvTensorRequest request;
     grpc::Slice slice;
     if (!raw_request->DumpToSingleSlice(&slice).ok() ||
@@ -34,8 +37,22 @@ class RecvTensorReactor final : public grpc::ServerUnaryReactor {
       state_->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "RecvTensorRequest does not parse"), nullptr);
       return;
     }
-    worker->RecvTensorAsync(&request, [state = state_](const absl::Status& s, const Tensor& value, bool is_dead) {
+    // Through shared memory only to a caller that asked, under its own
+    // authenticated name (never a name from the request).
+    const uint64_t pull_id = request.shm_pull_id();
+    const int64_t step_id = request.step_id();
+    const bool via_shm = pull_id != 0 && shm_reply != nullptr && *shm_reply && !caller.empty();
+    worker->RecvTensorAsync(&request, [state = state_, via_shm, pull_id, step_id, caller, shm_reply](
+                                          const absl::Status& s, const Tensor& value, bool is_dead) {
       if (!s.ok()) return state->Finish(ToGrpcStatus(s), nullptr);
+      if (via_shm) {
+        StatusCallback done = [state, value, is_dead](const absl::Status& sent) {
+          // A ring that broke first: the tensor goes in the reply after all.
+          grpc::ByteBuffer reply = sent.ok() ? EncodeInShmRecvTensorResponse() : EncodeRecvTensorResponse(value, is_dead);
+          state->Finish(grpc::Status::OK, &reply);
+        };
+        if ((*shm_reply)(caller, step_id, pull_id, value, EncodeRecvTensorHeader(value, is_dead), done)) return;
+      }
       grpc::ByteBuffer reply = EncodeRecvTensorResponse(value, is_dead);
       state->Finish(grpc::Status::OK, &reply);
     });
@@ -119,7 +136,7 @@ grpc::ServerUnaryReactor* GrpcWorkerService::RecvTensor(grpc::CallbackServerCont
     return reactor;
   }
   auto* reactor = new RecvTensorReactor(response);
-  reactor->Start(worker_, request);
+  reactor->Start(worker_, request, caller->name, &shm_reply_);
   return reactor;
 }
 

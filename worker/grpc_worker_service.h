@@ -19,9 +19,13 @@
 #ifndef WEFT_WORKER_GRPC_WORKER_SERVICE_H_
 #define WEFT_WORKER_GRPC_WORKER_SERVICE_H_
 
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "common/grpc_security.h"
+#include "common/tensor.h"
 #include "proto/worker_service.grpc.pb.h"
 #include "worker/worker.h"
 
@@ -43,6 +47,15 @@ class GrpcWorkerService final : public GrpcWorkerServiceWithDatasets {
   // `security` null: insecure (every caller may do everything).
   explicit GrpcWorkerService(Worker* worker, std::shared_ptr<const TransportSecurity> security = nullptr)
       : worker_(worker), auth_(std::move(security)) {}
+
+  // Sends a RecvTensor reply through shared memory when the caller asked
+  // for it (shm_pull_id) and has a ring from this task: the arguments of
+  // collective::WorkerCollectives::SendTensorThroughRing. Unset (the
+  // default), or returning false: the reply goes over gRPC. Set it before
+  // the server starts.
+  using ShmReply = std::function<bool(const std::string& task, int64_t step_id, uint64_t pull_id,
+                                      const Tensor& value, std::string header, StatusCallback& done)>;
+  void SetShmReply(ShmReply reply) { shm_reply_ = std::move(reply); }
 
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx, const GetStatusRequest* request,
                                       GetStatusResponse* response) override;
@@ -68,6 +81,7 @@ class GrpcWorkerService final : public GrpcWorkerServiceWithDatasets {
                                        PutDatasetResponse* response) override;
 
  private:
+  ShmReply shm_reply_;
   Worker* const worker_;
   const PeerAuthenticator auth_;
 };

@@ -34,11 +34,19 @@ WorkerServer::WorkerServer(const WorkerServerOptions& options)
       TaskName(options.job, options.task_index), options.cluster, options.collective_timeout, security_,
       options.max_pending_collective_bytes, options.shared_memory);
   w.collectives = collectives_.get();
+  // RecvTensor replies between tasks of this host through the same rings.
+  puller_->SetShmMailbox(collectives_->shm_mailbox());
   // The master's cluster, sent with RegisterGraph, replaces the one given
   // here (which may be empty: a task started without its peers' ports).
   w.set_cluster = [this](const ClusterDef& cluster) { SetCluster(cluster); };
   worker_ = std::make_unique<Worker>(w);
   service_ = std::make_unique<GrpcWorkerService>(worker_.get(), security_);
+  if (options.shared_memory) {
+    service_->SetShmReply([c = collectives_.get()](const std::string& task, int64_t step_id, uint64_t pull_id,
+                                                   const Tensor& value, std::string header, StatusCallback& done) {
+      return c->SendTensorThroughRing(task, step_id, pull_id, value, std::move(header), done);
+    });
+  }
   for (const ExtraServiceFactory& make : options.extra_services) {
     extra_services_.push_back(make(worker_.get(), security_));
   }

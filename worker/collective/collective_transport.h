@@ -9,6 +9,7 @@
 #define WEFT_WORKER_COLLECTIVE_COLLECTIVE_TRANSPORT_H_
 
 #include <cstddef>
+#include <string>
 
 #include "common/tensor.h"
 #include "worker/collective/collective_types.h"
@@ -22,6 +23,10 @@ struct SendChunk {
   Tensor pin;
   const char* data = nullptr;
   size_t size = 0;
+  // Bytes that go before `data` in the same message. Only the shared-memory
+  // path takes them (ShmCollectiveTransport::TrySendThroughRing, for
+  // RecvTensor replies); every other send refuses a chunk that has them.
+  std::string prefix;
 };
 
 class CollectiveTransportInterface {

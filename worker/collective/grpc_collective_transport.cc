@@ -182,6 +182,9 @@ void GrpcCollectiveTransport::SendAsync(const CollectiveGroup& group, int dst, c
   if (dst < 0 || dst >= group.size()) {
     return done(absl::InvalidArgumentError(absl::StrCat("collective send to ", group.Describe(dst))));
   }
+  if (!chunk.prefix.empty()) {
+    return done(absl::InternalError("a chunk with a prefix goes only through shared memory"));
+  }
   std::shared_ptr<PeerStream> stream = StreamTo(group.members[dst].address, group.Describe(dst), group.members[dst].task);
   if (stream == nullptr) {
     return done(absl::CancelledError(absl::StrCat("collective send to ", group.Describe(dst), ": transport closing")));

@@ -80,13 +80,19 @@ ShmCollectiveTransport::~ShmCollectiveTransport() {
   incoming.clear();  // ~InRing joins each reader
 }
 
-std::shared_ptr<ShmSender> ShmCollectiveTransport::PeerFor(const CollectiveGroup& group, int dst) {
-  const CollectiveMember& m = group.members[dst];
+std::shared_ptr<ShmSender> ShmCollectiveTransport::PeerFor(const std::string& address, const std::string& task,
+                                                           const std::string& describe) {
   absl::MutexLock lock(&mu_);
   if (closing_) return nullptr;
-  std::shared_ptr<ShmSender>& peer = peers_[m.address];
-  if (peer == nullptr) peer = ShmSender::Create(&context_, m.address, m.task, group.Describe(dst));
+  std::shared_ptr<ShmSender>& peer = peers_[address];
+  if (peer == nullptr) peer = ShmSender::Create(&context_, address, task, describe);
   return peer;
+}
+
+bool ShmCollectiveTransport::TrySendThroughRing(const std::string& address, const std::string& task,
+                                                const ChunkKey& key, SendChunk chunk, StatusCallback& done) {
+  std::shared_ptr<ShmSender> peer = PeerFor(address, task, absl::StrCat("task ", task));
+  return peer != nullptr && peer->TrySend(key, std::move(chunk), done);
 }
 
 void ShmCollectiveTransport::SendAsync(const CollectiveGroup& group, int dst, const ChunkKey& key, SendChunk chunk,
@@ -94,7 +100,8 @@ void ShmCollectiveTransport::SendAsync(const CollectiveGroup& group, int dst, co
   if (dst < 0 || dst >= group.size()) {
     return done(absl::InvalidArgumentError(absl::StrCat("collective send to ", group.Describe(dst))));
   }
-  std::shared_ptr<ShmSender> peer = PeerFor(group, dst);
+  std::shared_ptr<ShmSender> peer =
+      PeerFor(group.members[dst].address, group.members[dst].task, group.Describe(dst));
   if (peer == nullptr) {
     return done(absl::CancelledError(absl::StrCat("collective send to ", group.Describe(dst), ": transport closing")));
   }

@@ -82,6 +82,12 @@ class ShmCollectiveTransport final : public CollectiveTransportInterface {
   void SendAsync(const CollectiveGroup& group, int dst, const ChunkKey& key, SendChunk chunk,
                  StatusCallback done) override;
 
+  // ShmSender::TrySend to the task `task` serving `address` (its sender is
+  // made, and a ring offered, on first use). For RecvTensor replies: the
+  // caller answers over gRPC when this returns false.
+  bool TrySendThroughRing(const std::string& address, const std::string& task, const ChunkKey& key, SendChunk chunk,
+                          StatusCallback& done);
+
   // AttachShm's handler. FAILED_PRECONDITION for another host or a sender
   // that is gone, RESOURCE_EXHAUSTED beyond max_incoming_rings, the ring's
   // own checks' errors otherwise.
@@ -95,7 +101,8 @@ class ShmCollectiveTransport final : public CollectiveTransportInterface {
  private:
   struct InRing;
 
-  std::shared_ptr<ShmSender> PeerFor(const CollectiveGroup& group, int dst);
+  std::shared_ptr<ShmSender> PeerFor(const std::string& address, const std::string& task,
+                                     const std::string& describe);
   void ReadLoop(InRing* in);
 
   CollectiveMailbox* const mailbox_;

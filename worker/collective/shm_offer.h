@@ -31,6 +31,15 @@ class ShmOffererInterface {
                                            std::function<void(absl::StatusOr<AttachShmResponse>)> done) = 0;
 };
 
+// RecvTensor replies through the rings (WorkerService.RecvTensor with
+// shm_pull_id): the reply to pull `pull_id` of RunGraph step `step_id` is
+// the chunk under this key, its bytes the reply's header and payload. No
+// collective has this group key (the master's are positive).
+inline constexpr int64_t kRecvTensorGroupKey = -1;
+inline ChunkKey RecvTensorChunkKey(uint64_t pull_id, int64_t step_id) {
+  return ChunkKey{kRecvTensorGroupKey, static_cast<int64_t>(pull_id), step_id, 0, 0, 0};
+}
+
 // A chunk's key as a ring message's tag, and back.
 ShmRing::Tag EncodeChunkTag(const ChunkKey& key);
 ChunkKey DecodeChunkTag(const ShmRing::Tag& tag);

@@ -69,7 +69,7 @@ class ShmSenderImpl final : public ShmSender, public std::enable_shared_from_thi
       case State::kShm:
         break;
     }
-    if (chunk.size > ring_->MaxPayload()) {
+    if (chunk.size + chunk.prefix.size() > ring_->MaxPayload()) {
       mu_.Unlock();
       return ctx_.network->SendAsync(group, dst, key, std::move(chunk), std::move(done));
     }
@@ -89,10 +89,10 @@ class ShmSenderImpl final : public ShmSender, public std::enable_shared_from_thi
     if (queue_.empty()) {
       // The common case: room in the ring, so this thread copies the chunk
       // in and is done; no other thread is involved.
-      absl::StatusOr<bool> wrote = ring_->TryWrite(EncodeChunkTag(key), chunk.data, chunk.size);
+      absl::StatusOr<bool> wrote = ring_->TryWrite(EncodeChunkTag(key), chunk.prefix, chunk.data, chunk.size);
       if (wrote.ok() && *wrote) {
         mu_.Unlock();
-        sent_->Increment(static_cast<double>(chunk.size));
+        sent_->Increment(static_cast<double>(chunk.size + chunk.prefix.size()));
         return done(absl::OkStatus());
       }
       if (!wrote.ok()) {
@@ -107,6 +107,52 @@ class ShmSenderImpl final : public ShmSender, public std::enable_shared_from_thi
     const bool start_writer = !writer_.joinable();
     if (start_writer) writer_ = std::thread([this] { WriterLoop(); });
     mu_.Unlock();
+  }
+
+  bool TrySend(const ChunkKey& key, SendChunk chunk, StatusCallback& done) override {
+    mu_.Lock();
+    if (stopping_ || state_ == State::kAttaching || (state_ == State::kNetwork && (refused_ || absl::Now() < retry_after_))) {
+      mu_.Unlock();
+      return false;
+    }
+    if (state_ != State::kShm || PeerExitedLocked()) {
+      // No ring yet (or a dead one): offer one for the sends after this.
+      std::vector<Pending> failed;
+      absl::Status status;
+      if (state_ == State::kShm) {
+        failed = BreakLocked(absl::UnavailableError("its process exited"));
+        status = status_of_break_;
+      }
+      state_ = State::kAttaching;
+      mu_.Unlock();
+      for (Pending& p : failed) p.done(status);
+      StartAttach();
+      return false;
+    }
+    if (chunk.size + chunk.prefix.size() > ring_->MaxPayload()) {
+      mu_.Unlock();
+      return false;
+    }
+    if (queue_.empty()) {
+      absl::StatusOr<bool> wrote = ring_->TryWrite(EncodeChunkTag(key), chunk.prefix, chunk.data, chunk.size);
+      if (wrote.ok() && *wrote) {
+        mu_.Unlock();
+        sent_->Increment(static_cast<double>(chunk.size + chunk.prefix.size()));
+        std::move(done)(absl::OkStatus());
+        return true;
+      }
+      if (!wrote.ok()) {
+        std::vector<Pending> failed = BreakLocked(wrote.status());
+        const absl::Status status = status_of_break_;
+        mu_.Unlock();
+        for (Pending& p : failed) p.done(status);
+        return false;
+      }
+    }
+    queue_.push_back(Pending{nullptr, 0, key, std::move(chunk), std::move(done)});
+    if (!writer_.joinable()) writer_ = std::thread([this] { WriterLoop(); });
+    mu_.Unlock();
+    return true;
   }
 
   // Fails what waits, closes the ring and joins the writer. Returns once no
@@ -208,7 +254,7 @@ class ShmSenderImpl final : public ShmSender, public std::enable_shared_from_thi
         pidfd_ = pidfd;
         state_ = State::kShm;
         if (!queue_.empty() && !writer_.joinable()) writer_ = std::thread([this] { WriterLoop(); });
-        Logger("worker")->info("collective chunks to {} go through shared memory ({} MiB ring)", describe_,
+        Logger("worker")->info("tensors and collective chunks to {} go through shared memory ({} MiB ring)", describe_,
                                ring_->capacity() >> 20);
       } else {
         // The peer refused for good (another host, shared memory off there)
@@ -222,7 +268,7 @@ class ShmSenderImpl final : public ShmSender, public std::enable_shared_from_thi
         for (Pending& p : queue_) to_network.push_back(std::move(p));
         queue_.clear();
         if (refused_) {
-          Logger("worker")->info("collective chunks to {} go over the network: {}", describe_,
+          Logger("worker")->info("tensors and collective chunks to {} go over the network: {}", describe_,
                                  status.ok() ? std::string("its process cannot be watched from here")
                                              : std::string(status.message()));
         }
@@ -246,7 +292,7 @@ class ShmSenderImpl final : public ShmSender, public std::enable_shared_from_thi
       if (stopping_) return;
       Pending& front = queue_.front();
       std::shared_ptr<ShmRing> ring = ring_;
-      if (front.chunk.size > ring->MaxPayload()) {
+      if (front.chunk.size + front.chunk.prefix.size() > ring->MaxPayload()) {
         Pending p = std::move(front);
         queue_.pop_front();
         mu_.Unlock();
@@ -256,10 +302,11 @@ class ShmSenderImpl final : public ShmSender, public std::enable_shared_from_thi
       }
       absl::StatusOr<bool> wrote = PeerExitedLocked()
                                        ? absl::StatusOr<bool>(absl::UnavailableError("its process exited"))
-                                       : ring->TryWrite(EncodeChunkTag(front.key), front.chunk.data, front.chunk.size);
+                                       : ring->TryWrite(EncodeChunkTag(front.key), front.chunk.prefix, front.chunk.data,
+                                                        front.chunk.size);
       if (wrote.ok() && *wrote) {
         StatusCallback done = std::move(front.done);
-        const size_t size = front.chunk.size;
+        const size_t size = front.chunk.size + front.chunk.prefix.size();
         queue_.pop_front();
         mu_.Unlock();
         sent_->Increment(static_cast<double>(size));
@@ -269,7 +316,7 @@ class ShmSenderImpl final : public ShmSender, public std::enable_shared_from_thi
       }
       absl::Status broken = wrote.status();
       if (broken.ok()) {
-        const size_t size = front.chunk.size;
+        const size_t size = front.chunk.size + front.chunk.prefix.size();
         const int pidfd = pidfd_;
         mu_.Unlock();
         const ShmRing::WaitResult w = ring->WaitForSpace(size, pidfd, ctx_.spin, absl::InfiniteDuration());

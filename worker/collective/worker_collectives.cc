@@ -27,16 +27,21 @@ WorkerCollectives::WorkerCollectives(std::string task, ClusterDef cluster, absl:
       mailbox_(/*check_senders=*/security != nullptr && !security->insecure(), max_pending_bytes),
       service_(&mailbox_, security),
       network_(std::make_unique<GrpcCollectiveTransport>(TransportOptions(security))),
-      offerer_(security != nullptr ? security->ChannelCredentials() : nullptr) {
+      offerer_(security != nullptr ? security->ChannelCredentials() : nullptr),
+      shared_memory_(shared_memory) {
   transport_ = network_.get();
   if (shared_memory) {
     ShmCollectiveTransport::Options o;
     o.offerer = &offerer_;
+    absl::MutexLock lock(&shm_mu_);
     shm_ = std::make_unique<ShmCollectiveTransport>(network_.get(), &mailbox_, o);
     transport_ = shm_.get();
-    service_.SetAttachHandler([shm = shm_.get()](const std::string& caller, const AttachShmRequest& request) {
-      return shm->Attach(caller, request);
-    });
+    service_.SetAttachHandler(
+        [this](const std::string& caller, const AttachShmRequest& request) -> absl::StatusOr<AttachShmResponse> {
+          absl::ReaderMutexLock lock(&shm_mu_);
+          if (shm_ == nullptr) return absl::UnavailableError(absl::StrCat("task ", task_, " is shutting down"));
+          return shm_->Attach(caller, request);
+        });
   }
   // Each chunk is summed on the gRPC thread that received it (no compute
   // pool): a pool hand-off cost a thread wake-up per chunk and round
@@ -55,7 +60,10 @@ void WorkerCollectives::Close(const absl::Status& status) {
   if (executor == nullptr) return;
   executor->Abort(status);
   executor.reset();  // joins its threads
-  shm_.reset();      // closes the rings (their readers stop delivering)
+  {
+    absl::MutexLock lock(&shm_mu_);
+    shm_.reset();  // closes the rings (their readers stop delivering)
+  }
   network_.reset();  // ends the streams to peers
 }
 
@@ -72,6 +80,25 @@ void WorkerCollectives::CleanupStep(int64_t step_id) {
 std::vector<CollectiveWait> WorkerCollectives::Pending() const {
   absl::MutexLock lock(&mu_);
   return executor_ != nullptr ? executor_->Pending() : std::vector<CollectiveWait>();
+}
+
+bool WorkerCollectives::SendTensorThroughRing(const std::string& task, int64_t step_id, uint64_t pull_id,
+                                              const Tensor& value, std::string header, StatusCallback& done) {
+  if (value.IsInitialized() && !value.on_host()) return false;
+  absl::StatusOr<std::string> address;
+  {
+    absl::MutexLock lock(&mu_);
+    address = worker::TaskAddress(cluster_, task);
+  }
+  if (!address.ok()) return false;
+  absl::ReaderMutexLock lock(&shm_mu_);
+  if (shm_ == nullptr) return false;
+  SendChunk chunk;
+  chunk.pin = value;
+  chunk.data = value.IsInitialized() ? static_cast<const char*>(value.raw_data()) : nullptr;
+  chunk.size = value.IsInitialized() ? value.TotalBytes() : 0;
+  chunk.prefix = std::move(header);
+  return shm_->TrySendThroughRing(*address, task, RecvTensorChunkKey(pull_id, step_id), std::move(chunk), done);
 }
 
 void WorkerCollectives::SetCluster(ClusterDef cluster) {

@@ -43,6 +43,16 @@ class WorkerCollectives final : public CollectiveRuntime {
   ~WorkerCollectives() override;
 
   grpc::Service* service() { return &service_; }
+  // Where chunks to this task land (RecvTensor replies through shared
+  // memory wait here too); null when shared memory is off.
+  CollectiveMailbox* shm_mailbox() { return shared_memory_ ? &mailbox_ : nullptr; }
+  // Sends the RecvTensor reply `header` + `value` for pull `pull_id` of
+  // `step_id` to task `task` through its shared-memory ring, if it has one
+  // now: true, and `done` taken (it runs once the bytes are in the ring, or
+  // with the error that kept them out). False, `done` untouched, when the
+  // reply must go over gRPC.
+  bool SendTensorThroughRing(const std::string& task, int64_t step_id, uint64_t pull_id, const Tensor& value,
+                             std::string header, StatusCallback& done);
   void SetCluster(ClusterDef cluster);
 
   void AllReduceAsync(const AllReduceArgs& args, std::vector<Tensor*> tensors,
@@ -66,7 +76,10 @@ class WorkerCollectives final : public CollectiveRuntime {
   GrpcCollectiveService service_;
   std::unique_ptr<GrpcCollectiveTransport> network_;
   GrpcShmOfferer offerer_;
-  std::unique_ptr<ShmCollectiveTransport> shm_;  // null: shared memory off
+  const bool shared_memory_;
+  // Guards shm_'s reset (Close) against the RecvTensor and AttachShm paths.
+  mutable absl::Mutex shm_mu_;
+  std::unique_ptr<ShmCollectiveTransport> shm_ ABSL_GUARDED_BY(shm_mu_);  // null: off, or closed
   CollectiveTransportInterface* transport_;      // shm_ or network_
   std::unique_ptr<CollectiveExecutor> executor_ ABSL_GUARDED_BY(mu_);  // null once closed
 };
