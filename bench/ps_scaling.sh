@@ -41,7 +41,7 @@ done
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/weft-ps-scaling.XXXXXX")"
 trap 'rm -rf "$TMP"' EXIT
 cp "$WEFT_BIN" "$TMP/weft"  # a concurrent build cannot swap it mid-run
-COMMIT="$(git -C "$REPO" rev-parse --short HEAD)$([ -n "$(git -C "$REPO" status --porcelain)" ] && echo ' (with local changes)')"
+COMMIT="$(git -C "$REPO" rev-parse --short HEAD)$(if [ -n "$(git -C "$REPO" status --porcelain)" ]; then echo ' (with local changes)'; fi)"
 
 # job FILE WORKERS EPOCHS SEED STRATEGY-TEXT
 job() {

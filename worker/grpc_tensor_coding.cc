@@ -62,13 +62,10 @@ absl::Status Corrupt(absl::string_view why) {
 
 }  // namespace
 
-std::string EncodeRecvTensorHeader(const Tensor& value, bool is_dead) {
-  RecvTensorResponse header;
-  header.set_is_dead(is_dead);
-  if (value.IsInitialized()) {
-    header.mutable_tensor()->set_dtype(DTypeToProto(value.dtype()));
-    ShapeToProto(value.shape(), header.mutable_tensor()->mutable_shape());
-  }
+namespace {
+
+// varint32 length | serialized header.
+std::string Framed(const RecvTensorResponse& header) {
   const std::string body = header.SerializeAsString();
   std::string out;
   out.resize(google::protobuf::io::CodedOutputStream::VarintSize32(static_cast<uint32_t>(body.size())));
@@ -76,6 +73,18 @@ std::string EncodeRecvTensorHeader(const Tensor& value, bool is_dead) {
                                                               reinterpret_cast<uint8_t*>(&out[0]));
   out += body;
   return out;
+}
+
+}  // namespace
+
+std::string EncodeRecvTensorHeader(const Tensor& value, bool is_dead) {
+  RecvTensorResponse header;
+  header.set_is_dead(is_dead);
+  if (value.IsInitialized()) {
+    header.mutable_tensor()->set_dtype(DTypeToProto(value.dtype()));
+    ShapeToProto(value.shape(), header.mutable_tensor()->mutable_shape());
+  }
+  return Framed(header);
 }
 
 grpc::ByteBuffer EncodeRecvTensorResponse(const Tensor& value, bool is_dead) {
@@ -92,13 +101,7 @@ grpc::ByteBuffer EncodeRecvTensorResponse(const Tensor& value, bool is_dead) {
 grpc::ByteBuffer EncodeInShmRecvTensorResponse() {
   RecvTensorResponse header;
   header.set_in_shm(true);
-  const std::string body = header.SerializeAsString();
-  std::string out;
-  out.resize(google::protobuf::io::CodedOutputStream::VarintSize32(static_cast<uint32_t>(body.size())));
-  google::protobuf::io::CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(body.size()),
-                                                              reinterpret_cast<uint8_t*>(&out[0]));
-  out += body;
-  grpc::Slice slice(out);
+  grpc::Slice slice(Framed(header));
   return grpc::ByteBuffer(&slice, 1);
 }
 

@@ -199,6 +199,20 @@ class AttachTest : public ::testing::Test {
     return r;
   }
   std::unique_ptr<ShmRing> NewRing() { return std::move(*ShmRing::Create(ShmRing::kMinCapacity)); }
+  // Whether the chunk under the zero key, of `bytes` bytes from `sender`,
+  // reaches the mailbox.
+  bool ChunkArrives(size_t bytes, const std::string& sender) {
+    auto got = std::make_shared<absl::Notification>();  // outlives a timed-out wait
+    mailbox_.RecvAsync(
+        ChunkKey{},
+        [got, bytes](const absl::Status& s, ReceivedChunk c) {
+          EXPECT_TRUE(s.ok()) << s;
+          EXPECT_EQ(c.size(), bytes);
+          got->Notify();
+        },
+        sender);
+    return got->WaitForNotificationWithTimeout(absl::Seconds(30));
+  }
 
   CollectiveMailbox mailbox_;
   GrpcCollectiveTransport network_;
@@ -214,16 +228,7 @@ TEST_F(AttachTest, AcceptsARingOfThisHost) {
   // A chunk through it lands in the mailbox under the caller's name.
   ShmRing::Tag tag{};
   ASSERT_TRUE(*ring->TryWrite(tag, "abcd", 4));
-  absl::Notification got;
-  mailbox_.RecvAsync(
-      ChunkKey{},
-      [&](const absl::Status& s, ReceivedChunk c) {
-        EXPECT_TRUE(s.ok()) << s;
-        EXPECT_EQ(c.size(), 4u);
-        got.Notify();
-      },
-      "/job:worker/task:1");
-  EXPECT_TRUE(got.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(ChunkArrives(4, "/job:worker/task:1"));
 }
 
 TEST_F(AttachTest, ChunksWrittenJustBeforeTheSenderClosesArrive) {
@@ -234,16 +239,7 @@ TEST_F(AttachTest, ChunksWrittenJustBeforeTheSenderClosesArrive) {
   ShmRing::Tag tag{};
   ASSERT_TRUE(*ring->TryWrite(tag, "last", 4));
   ring->Close();
-  absl::Notification got;
-  mailbox_.RecvAsync(
-      ChunkKey{},
-      [&](const absl::Status& s, ReceivedChunk c) {
-        EXPECT_TRUE(s.ok()) << s;
-        EXPECT_EQ(c.size(), 4u);
-        got.Notify();
-      },
-      "/job:worker/task:1");
-  EXPECT_TRUE(got.WaitForNotificationWithTimeout(absl::Seconds(30))) << "a chunk written before Close was dropped";
+  EXPECT_TRUE(ChunkArrives(4, "/job:worker/task:1")) << "a chunk written before Close was dropped";
 }
 
 TEST_F(AttachTest, RefusesAnotherHost) {
