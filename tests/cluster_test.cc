@@ -78,14 +78,7 @@ class ClusterTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    for (auto& d : daemons_) {
-      Subprocess* p = d->process();
-      if (!p->Running()) continue;
-      p->Signal(SIGTERM);
-      ASSERT_TRUE(p->WaitFor(absl::Seconds(30))) << d->name() << " did not stop on SIGTERM";
-      EXPECT_TRUE(WIFEXITED(p->exit_status()) && WEXITSTATUS(p->exit_status()) == 0)
-          << d->name() << " " << DescribeExitStatus(p->exit_status());
-    }
+    for (auto& d : daemons_) testing::ExpectStopsOnSigterm(d.get());
   }
 
   // A daemon (not yet started) with its identity's certificate, datasets

@@ -156,14 +156,7 @@ class FaultTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    for (auto& [name, d] : daemons_) {
-      Subprocess* p = d->process();
-      if (!p->Running()) continue;
-      p->Signal(SIGTERM);
-      ASSERT_TRUE(p->WaitFor(absl::Seconds(30))) << name << " did not stop on SIGTERM";
-      EXPECT_TRUE(WIFEXITED(p->exit_status()) && WEXITSTATUS(p->exit_status()) == 0)
-          << name << " " << DescribeExitStatus(p->exit_status());
-    }
+    for (auto& [name, d] : daemons_) testing::ExpectStopsOnSigterm(d.get());
   }
 
   // A fresh path of this test's run.

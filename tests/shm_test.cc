@@ -103,14 +103,7 @@ class ShmCluster {
 
   // SIGTERM to whatever still runs; each must exit cleanly.
   void Stop() {
-    for (auto& d : daemons_) {
-      Subprocess* p = d->process();
-      if (!p->Running()) continue;
-      p->Signal(SIGTERM);
-      ASSERT_TRUE(p->WaitFor(absl::Seconds(30))) << d->name() << " did not stop on SIGTERM";
-      EXPECT_TRUE(WIFEXITED(p->exit_status()) && WEXITSTATUS(p->exit_status()) == 0)
-          << d->name() << " " << DescribeExitStatus(p->exit_status());
-    }
+    for (auto& d : daemons_) testing::ExpectStopsOnSigterm(d.get());
   }
 
   MasterClient* client() { return client_.get(); }

@@ -1,6 +1,8 @@
 #include "tests/test_cluster.h"
 
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <atomic>
 #include <cerrno>
@@ -187,6 +189,18 @@ JobStatus WatchJobToEnd(MasterClient* client, const std::string& id, absl::Durat
   EXPECT_FALSE(timed_out) << "job " << id << " still ran after " << timeout << " and was cancelled: "
                           << last.DebugString();
   return last;
+}
+
+void ExpectStopsOnSigterm(TestDaemon* daemon, absl::Duration timeout) {
+  Subprocess* p = daemon->process();
+  if (p == nullptr || !p->Running()) return;
+  p->Signal(SIGTERM);
+  if (!p->WaitFor(timeout)) {
+    ADD_FAILURE() << daemon->name() << " did not stop on SIGTERM";
+    return;
+  }
+  EXPECT_TRUE(WIFEXITED(p->exit_status()) && WEXITSTATUS(p->exit_status()) == 0)
+      << daemon->name() << " " << DescribeExitStatus(p->exit_status());
 }
 
 }  // namespace testing

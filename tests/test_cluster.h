@@ -99,6 +99,11 @@ class TestDaemon {
 // the master streams, and returns the last. A job still running after
 // `timeout` is cancelled, which ends the watch, and the test fails saying
 // so; a watch that fails fails the test too.
+// A daemon still running gets SIGTERM and must exit, cleanly (status 0),
+// within `timeout`; the test fails naming it otherwise. How the tests stop
+// their clusters.
+void ExpectStopsOnSigterm(TestDaemon* daemon, absl::Duration timeout = absl::Seconds(30));
+
 JobStatus WatchJobToEnd(MasterClient* client, const std::string& id, absl::Duration timeout,
                         const std::function<void(const JobStatus&)>& on_status = nullptr);
 

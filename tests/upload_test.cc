@@ -73,13 +73,7 @@ class UploadTest : public ::testing::Test {
   }
 
   static void TearDownTestSuite() {
-    for (auto& d : *daemons_) {
-      Subprocess* p = d->process();
-      if (!p->Running()) continue;
-      p->Signal(SIGTERM);
-      EXPECT_TRUE(p->WaitFor(absl::Seconds(30))) << d->name() << " did not stop on SIGTERM";
-      EXPECT_TRUE(WIFEXITED(p->exit_status()) && WEXITSTATUS(p->exit_status()) == 0) << d->name();
-    }
+    for (auto& d : *daemons_) testing::ExpectStopsOnSigterm(d.get());
     delete daemons_;
     delete tls_;
   }

@@ -14,6 +14,7 @@ namespace weft {
 namespace collective {
 namespace {
 
+using testing::ExpectAllReduceMatchesReference;
 using testing::ExpectNear;
 using testing::MakeGroup;
 using testing::RandomFloats;
@@ -58,22 +59,14 @@ TEST_P(RingAllReduceTest, MatchesReferenceSumForAwkwardSizes) {
   for (int64_t size : {int64_t{0}, int64_t{1}, int64_t{n - 1}, int64_t{n + 1}, int64_t{1009}, int64_t{1 << 20}}) {
     for (size_t chunk_bytes : {size_t{4096}, kDefaultChunkBytes}) {
       ++instance;
-      std::vector<Tensor> inputs, values;
-      for (int r = 0; r < n; ++r) {
-        inputs.push_back(RandomFloats(size, static_cast<uint32_t>(instance), r));
-        values.push_back(inputs.back().DeepCopy());
-      }
-      const std::vector<double> ref = ReferenceSum(inputs);
-      auto statuses = RunOnAllRanks(n, [&](int r, StatusCallback done) {
-        CollectiveParams p = ranks.Params(r, instance);
-        p.chunk_bytes = chunk_bytes;
-        ranks.executor(r)->AllReduceAsync(p, &values[r], std::move(done));
-      });
-      const std::string what = absl::StrCat("n=", n, " size=", size, " chunk_bytes=", chunk_bytes);
-      for (int r = 0; r < n; ++r) {
-        ASSERT_TRUE(statuses[r].ok()) << what << " rank " << r << ": " << statuses[r];
-        ExpectNear(values[r], ref, absl::StrCat(what, " rank ", r));
-      }
+      ExpectAllReduceMatchesReference(
+          n, size, static_cast<uint32_t>(instance), absl::StrCat("n=", n, " size=", size, " chunk_bytes=", chunk_bytes),
+          [&](int r, Tensor* t, StatusCallback done) {
+            CollectiveParams p = ranks.Params(r, instance);
+            p.chunk_bytes = chunk_bytes;
+            ranks.executor(r)->AllReduceAsync(p, t, std::move(done));
+          });
+      if (::testing::Test::HasFatalFailure()) return;
     }
   }
   for (int r = 0; r < n; ++r) EXPECT_EQ(ranks.network()->mailbox(r)->NumEntries(), 0u) << "rank " << r;

@@ -98,6 +98,25 @@ inline std::vector<absl::Status> RunOnAllRanks(int n, const std::function<void(i
   return statuses;
 }
 
+// All-reduces random float32 tensors of `size` elements (seeded by `seed`
+// and the rank) on all n ranks, starting each with start(rank, tensor,
+// done), and checks every rank's status and sum against the reference.
+// `what` names the case in failures.
+inline void ExpectAllReduceMatchesReference(int n, int64_t size, uint32_t seed, const std::string& what,
+                                            const std::function<void(int, Tensor*, StatusCallback)>& start) {
+  std::vector<Tensor> inputs, values;
+  for (int r = 0; r < n; ++r) {
+    inputs.push_back(RandomFloats(size, seed, r));
+    values.push_back(inputs.back().DeepCopy());
+  }
+  const std::vector<double> ref = ReferenceSum(inputs);
+  auto statuses = RunOnAllRanks(n, [&](int r, StatusCallback done) { start(r, &values[r], std::move(done)); });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(statuses[r].ok()) << what << " rank " << r << ": " << statuses[r];
+    ExpectNear(values[r], ref, absl::StrCat(what, " rank ", r));
+  }
+}
+
 }  // namespace testing
 }  // namespace collective
 }  // namespace weft

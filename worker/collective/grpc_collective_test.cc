@@ -19,6 +19,7 @@ namespace weft {
 namespace collective {
 namespace {
 
+using testing::ExpectAllReduceMatchesReference;
 using testing::ExpectNear;
 using testing::MakeGroup;
 using testing::RandomFloats;
@@ -93,25 +94,18 @@ TEST_P(GrpcAllReduceTest, MatchesReferenceSum) {
   int64_t instance = 0;
   for (int64_t size : {int64_t{0}, int64_t{1}, int64_t{n - 1}, int64_t{n + 1}, int64_t{1009}, int64_t{1 << 20}}) {
     ++instance;
-    std::vector<Tensor> inputs, values;
-    for (int r = 0; r < n; ++r) {
-      inputs.push_back(RandomFloats(size, static_cast<uint32_t>(instance), r));
-      values.push_back(inputs.back().DeepCopy());
-    }
-    const std::vector<double> ref = ReferenceSum(inputs);
-    auto statuses = RunOnAllRanks(n, [&](int r, StatusCallback done) {
-      CollectiveParams p;
-      p.group = MakeGroup(n, r, addresses);
-      p.instance_key = instance;
-      p.step_id = 1;
-      p.chunk_bytes = 64 << 10;  // segments of 1M floats / n span many chunks: pipelined
-      p.timeout = absl::Seconds(30);
-      ranks[r]->executor->AllReduceAsync(p, &values[r], std::move(done));
-    });
-    for (int r = 0; r < n; ++r) {
-      ASSERT_TRUE(statuses[r].ok()) << "size " << size << " rank " << r << ": " << statuses[r];
-      ExpectNear(values[r], ref, absl::StrCat("n=", n, " size=", size, " rank ", r));
-    }
+    ExpectAllReduceMatchesReference(n, size, static_cast<uint32_t>(instance), absl::StrCat("n=", n, " size=", size),
+                                    [&](int r, Tensor* t, StatusCallback done) {
+                                      CollectiveParams p;
+                                      p.group = MakeGroup(n, r, addresses);
+                                      p.instance_key = instance;
+                                      p.step_id = 1;
+                                      // Segments of 1M floats / n span many chunks: pipelined.
+                                      p.chunk_bytes = 64 << 10;
+                                      p.timeout = absl::Seconds(30);
+                                      ranks[r]->executor->AllReduceAsync(p, t, std::move(done));
+                                    });
+    if (::testing::Test::HasFatalFailure()) return;
   }
   for (int r = 0; r < n; ++r) EXPECT_EQ(ranks[r]->mailbox.NumEntries(), 0u);
 }

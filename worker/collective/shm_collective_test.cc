@@ -26,6 +26,7 @@ namespace collective {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::ExpectAllReduceMatchesReference;
 using testing::ExpectNear;
 using testing::MakeGroup;
 using testing::RandomFloats;
@@ -106,25 +107,17 @@ void CheckAllReduces(int n, ShmRanks& ranks, const std::vector<std::string>& add
   int64_t instance = 0;
   for (int64_t size : {int64_t{1}, int64_t{n + 1}, int64_t{1009}, int64_t{1 << 20}, int64_t{3 << 20}}) {
     ++instance;
-    std::vector<Tensor> inputs, values;
-    for (int r = 0; r < n; ++r) {
-      inputs.push_back(RandomFloats(size, static_cast<uint32_t>(instance), r));
-      values.push_back(inputs.back().DeepCopy());
-    }
-    const std::vector<double> ref = ReferenceSum(inputs);
-    auto statuses = RunOnAllRanks(n, [&](int r, StatusCallback done) {
-      CollectiveParams p;
-      p.group = MakeGroup(n, r, addresses);
-      p.instance_key = instance;
-      p.step_id = 1;
-      p.chunk_bytes = chunk_bytes;
-      p.timeout = absl::Seconds(30);
-      ranks[r].executor->AllReduceAsync(p, &values[r], std::move(done));
-    });
-    for (int r = 0; r < n; ++r) {
-      ASSERT_TRUE(statuses[r].ok()) << "size " << size << " rank " << r << ": " << statuses[r];
-      ExpectNear(values[r], ref, absl::StrCat("n=", n, " size=", size, " rank ", r));
-    }
+    ExpectAllReduceMatchesReference(n, size, static_cast<uint32_t>(instance), absl::StrCat("n=", n, " size=", size),
+                                    [&](int r, Tensor* t, StatusCallback done) {
+                                      CollectiveParams p;
+                                      p.group = MakeGroup(n, r, addresses);
+                                      p.instance_key = instance;
+                                      p.step_id = 1;
+                                      p.chunk_bytes = chunk_bytes;
+                                      p.timeout = absl::Seconds(30);
+                                      ranks[r].executor->AllReduceAsync(p, t, std::move(done));
+                                    });
+    if (::testing::Test::HasFatalFailure()) return;
   }
   for (int r = 0; r < n; ++r) EXPECT_EQ(ranks[r].mailbox.NumEntries(), 0u) << r;
 }

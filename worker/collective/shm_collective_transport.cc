@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/ascii.h"

@@ -4,7 +4,8 @@
 //
 // Sending (ShmSender, one per peer). The first send to a peer creates a
 // ring and offers it with CollectiveService.AttachShm over the cluster's
-// authenticated channel (Options::offerer); the chunks sent meanwhile wait. When the peer accepts, chunks go into the ring:
+// authenticated channel (Options::offerer); the chunks sent meanwhile wait.
+// When the peer accepts, chunks go into the ring:
 // the sending thread copies the chunk in itself when there is room and
 // nothing waits before it (one memcpy, no other thread, no system call
 // unless the receiver sleeps), and a writer thread of the peer's takes over
@@ -14,6 +15,8 @@
 // chunks go over the network and the offer is made again a second later. A
 // chunk too large for the ring always takes the network. The receiver files
 // chunks by key, so chunks that took different paths need no order.
+// RecvTensor replies take the same rings (TrySendThroughRing), never the
+// network fallback: their caller answers over gRPC instead.
 //
 // Receiving. Attach (AttachShm's handler) opens a peer's ring and starts a
 // reader thread that delivers each chunk to the mailbox as a borrowed chunk,
@@ -35,7 +38,6 @@
 
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
