@@ -92,14 +92,7 @@ class SecurityTest : public ::testing::Test {
   }
 
   static void TearDownTestSuite() {
-    for (auto& d : *daemons_) {
-      Subprocess* p = d->process();
-      if (!p->Running()) continue;
-      p->Signal(SIGTERM);
-      EXPECT_TRUE(p->WaitFor(absl::Seconds(30))) << d->name() << " did not stop on SIGTERM";
-      EXPECT_TRUE(WIFEXITED(p->exit_status()) && WEXITSTATUS(p->exit_status()) == 0)
-          << d->name() << " " << DescribeExitStatus(p->exit_status());
-    }
+    for (auto& d : *daemons_) testing::ExpectStopsOnSigterm(d.get());
     delete daemons_;
     delete tls_;
     delete other_ca_;
@@ -340,6 +333,27 @@ TEST_F(SecurityTest, CollectiveStreamsAdmitOnlyClusterTasks) {
   while (stream->Read(&ignored)) {
   }
   ExpectRefused(stream->Finish(), grpc::StatusCode::PERMISSION_DENIED, "CollectiveService.Exchange");
+}
+
+// A shared-memory ring is offered only by a cluster task, and only from
+// this host.
+TEST_F(SecurityTest, ShmOffersAdmitOnlyClusterTasksOfThisHost) {
+  AttachShmRequest offer;
+  offer.set_host_id("another-boot/net:1/pid:1");
+  offer.set_pid(1);
+  offer.set_memfd(3);
+  offer.set_capacity(1 << 20);
+  offer.set_nonce(std::string(16, 'x'));
+  auto offer_as = [&](std::shared_ptr<grpc::ChannelCredentials> creds) {
+    auto stub = CollectiveService::NewStub(NewChannel(worker0_, std::move(creds)));
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(10));
+    AttachShmResponse resp;
+    return stub->AttachShm(&ctx, offer, &resp);
+  };
+  ExpectRefused(offer_as(AsUser("alice")), grpc::StatusCode::PERMISSION_DENIED, "CollectiveService.AttachShm");
+  ExpectRefused(offer_as(AsDaemon(tls_, "/job:worker/task:1")), grpc::StatusCode::FAILED_PRECONDITION,
+                "another host");
 }
 
 TEST_F(SecurityTest, UsersSeeAndControlOnlyTheirOwnJobs) {
