@@ -164,6 +164,8 @@ struct PullCall {
   bool finished ABSL_GUARDED_BY(mu) = false;
   bool reply_in_shm ABSL_GUARDED_BY(mu) = false;      // the RPC said "in shared memory"
   std::optional<absl::Status> mailbox_failed ABSL_GUARDED_BY(mu);  // the receive was aborted
+  // The reply's parts so far (used by one mailbox callback at a time).
+  RecvTensorAssembler assembler;
 
   // Takes `done` if nobody has yet.
   Rendezvous::DoneCallback TakeDone() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
@@ -182,13 +184,20 @@ void Deliver(const std::shared_ptr<PullCall>& call, Rendezvous::DoneCallback don
   done(absl::OkStatus(), got->value, got->is_dead);
 }
 
-// The reply through shared memory (or the receive's abort).
-void OnReplyInMailbox(const std::shared_ptr<PullCall>& call, const absl::Status& s,
+void ReceiveReplyPart(const std::shared_ptr<PullCall>& call, int32_t part);
+
+// Part `part` of the reply through shared memory (or the receive's abort).
+// Decoding copies the tensor out of the ring; a reply over half a ring
+// comes in parts (collective::SplitMessage), each asked for once the one
+// before it is in.
+void OnReplyInMailbox(const std::shared_ptr<PullCall>& call, int32_t part, const absl::Status& s,
                       const collective::ReceivedChunk& chunk) {
-  // Decoding copies the tensor out of the ring.
-  absl::StatusOr<ReceivedTensor> got =
-      s.ok() ? DecodeRecvTensorResponse(chunk.pieces) : absl::StatusOr<ReceivedTensor>(s);
-  if (!got.ok() && s.ok()) got = Annotate(got.status(), "task " + call->task);
+  absl::Status decoded;
+  if (s.ok()) {
+    decoded = part == 0 ? call->assembler.Begin(chunk.pieces, /*more_parts=*/true) : call->assembler.Add(chunk.pieces);
+    if (decoded.ok() && !call->assembler.complete()) return ReceiveReplyPart(call, part + 1);
+    if (!decoded.ok()) decoded = Annotate(decoded, "task " + call->task);
+  }
   Rendezvous::DoneCallback done;
   {
     absl::MutexLock lock(&call->mu);
@@ -198,7 +207,20 @@ void OnReplyInMailbox(const std::shared_ptr<PullCall>& call, const absl::Status&
     }
     done = call->TakeDone();
   }
-  if (done) Deliver(call, std::move(done), std::move(got));
+  if (!done) return;
+  if (!s.ok()) return Deliver(call, std::move(done), s);
+  if (!decoded.ok()) return Deliver(call, std::move(done), decoded);
+  Deliver(call, std::move(done), call->assembler.Take());
+}
+
+void ReceiveReplyPart(const std::shared_ptr<PullCall>& call, int32_t part) {
+  collective::ChunkKey key = collective::RecvTensorChunkKey(call->pull_id, call->step_id);
+  key.chunk = part;
+  // Only `task` (authenticated by its ring) can satisfy it.
+  call->mailbox->RecvAsync(
+      key,
+      [call, part](const absl::Status& s, collective::ReceivedChunk chunk) { OnReplyInMailbox(call, part, s, chunk); },
+      call->task);
 }
 
 // The RPC's reply: the tensor, or word that it went through shared memory.
@@ -260,13 +282,10 @@ std::function<void()> GrpcTensorPuller::PullAsync(const std::string& task, int64
   call->step_id = step_id;
   call->mailbox = shm_mailbox_;
   if (call->mailbox != nullptr) {
-    // Waits before asking, so the reply never arrives unexpected; only
-    // `task` (authenticated by its ring) can satisfy it.
+    // Waits before asking, so the reply never arrives unexpected.
     call->pull_id = next_pull_id_.fetch_add(1, std::memory_order_relaxed);
     request.set_shm_pull_id(call->pull_id);
-    call->mailbox->RecvAsync(
-        collective::RecvTensorChunkKey(call->pull_id, step_id),
-        [call](const absl::Status& s, collective::ReceivedChunk chunk) { OnReplyInMailbox(call, s, chunk); }, task);
+    ReceiveReplyPart(call, 0);
   }
   grpc::Slice slice(request.SerializeAsString());
   call->request = grpc::ByteBuffer(&slice, 1);

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "common/tensor_proto_coding.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -105,8 +106,8 @@ grpc::ByteBuffer EncodeInShmRecvTensorResponse() {
   return grpc::ByteBuffer(&slice, 1);
 }
 
-absl::StatusOr<ReceivedTensor> DecodeRecvTensorResponse(absl::Span<const absl::string_view> pieces,
-                                                        Allocator* allocator) {
+absl::Status RecvTensorAssembler::Begin(absl::Span<const absl::string_view> pieces, bool more_parts,
+                                        Allocator* allocator) {
   PieceReader reader(pieces);
   uint32_t header_len = 0;
   for (int shift = 0;; shift += 7) {
@@ -130,14 +131,14 @@ absl::StatusOr<ReceivedTensor> DecodeRecvTensorResponse(absl::Span<const absl::s
     if (header.has_tensor() || header.is_dead() || reader.remaining() != 0) {
       return Corrupt("a reply sent through shared memory that carries a tensor too");
     }
-    ReceivedTensor out;
-    out.in_shm = true;
-    return out;
+    out_.in_shm = true;
+    return absl::OkStatus();
   }
   if (!header.has_tensor()) {
     if (!header.is_dead()) return Corrupt("a live tensor without dtype and shape");
     if (reader.remaining() != 0) return Corrupt("payload after a dead tensor without a value");
-    return ReceivedTensor{Tensor(), true, false};
+    out_.is_dead = true;
+    return absl::OkStatus();
   }
   auto dtype = DTypeFromProto(header.tensor().dtype());
   if (!dtype.ok()) return Corrupt(dtype.status().message());
@@ -145,17 +146,50 @@ absl::StatusOr<ReceivedTensor> DecodeRecvTensorResponse(absl::Span<const absl::s
   if (!shape.ok()) return Corrupt(shape.status().message());
   if (!shape->IsFullyDefined()) return Corrupt(absl::StrCat("shape ", shape->DebugString(), " is not concrete"));
   if (!header.tensor().content().empty()) return Corrupt("payload inside the header");
-  const size_t bytes = static_cast<size_t>(shape->num_elements()) * DTypeSize(*dtype);
-  if (reader.remaining() != bytes) {
-    return Corrupt(absl::StrCat(DTypeName(*dtype), shape->DebugString(), " needs ", bytes,
-                                " payload bytes, got ", reader.remaining()));
+  what_ = absl::StrCat(DTypeName(*dtype), shape->DebugString());
+  absl::StatusOr<int64_t> elements = CheckedNumElements(shape->dims(), what_);
+  if (!elements.ok()) return Corrupt(elements.status().message());
+  absl::StatusOr<size_t> total = CheckedByteSize(*elements, DTypeSize(*dtype), what_);
+  if (!total.ok()) return Corrupt(total.status().message());
+  total_ = *total;
+  if (reader.remaining() > total_ || (!more_parts && reader.remaining() != total_)) {
+    return SizeMismatch(reader.remaining());
   }
-  ReceivedTensor out{Tensor(*dtype, *shape, allocator), header.is_dead(), false};
-  reader.Copy(static_cast<char*>(out.value.raw_data()), bytes);
-  if (*dtype == DType::kBool) {  // a peer's garbage must not become an invalid bool
-    for (bool& b : out.value.flat<bool>()) b = reinterpret_cast<const uint8_t&>(b) != 0;
+  absl::StatusOr<Tensor> value = Tensor::Allocate(*dtype, *shape, allocator);
+  if (!value.ok()) return value.status();
+  out_.value = std::move(*value);
+  out_.is_dead = header.is_dead();
+  filled_ = reader.remaining();
+  reader.Copy(static_cast<char*>(out_.value.raw_data()), filled_);
+  return absl::OkStatus();
+}
+
+absl::Status RecvTensorAssembler::Add(absl::Span<const absl::string_view> pieces) {
+  PieceReader reader(pieces);
+  const size_t n = reader.remaining();
+  if (n > total_ - filled_) return SizeMismatch(filled_ + n);
+  reader.Copy(static_cast<char*>(out_.value.raw_data()) + filled_, n);
+  filled_ += n;
+  return absl::OkStatus();
+}
+
+absl::Status RecvTensorAssembler::SizeMismatch(size_t got) const {
+  return Corrupt(absl::StrCat(what_, " needs ", total_, " payload bytes, got ", got));
+}
+
+ReceivedTensor RecvTensorAssembler::Take() {
+  if (out_.value.IsInitialized() && out_.value.dtype() == DType::kBool) {
+    // A peer's garbage must not become an invalid bool.
+    for (bool& b : out_.value.flat<bool>()) b = reinterpret_cast<const uint8_t&>(b) != 0;
   }
-  return out;
+  return std::move(out_);
+}
+
+absl::StatusOr<ReceivedTensor> DecodeRecvTensorResponse(absl::Span<const absl::string_view> pieces,
+                                                        Allocator* allocator) {
+  RecvTensorAssembler assembler;
+  RETURN_IF_ERROR(assembler.Begin(pieces, /*more_parts=*/false, allocator));
+  return assembler.Take();
 }
 
 absl::StatusOr<ReceivedTensor> DecodeRecvTensorResponse(const grpc::ByteBuffer& buffer, Allocator* allocator) {

@@ -48,6 +48,32 @@ grpc::ByteBuffer EncodeRecvTensorResponse(const Tensor& value, bool is_dead);
 // The reply whose tensor went through shared memory: a header with in_shm.
 grpc::ByteBuffer EncodeInShmRecvTensorResponse();
 
+// A reply that arrives as consecutive parts (a large one through shared
+// memory, collective::SplitMessage): Begin with the first part (the header
+// and the payload's first bytes), Add the others in order until complete.
+// Each part's bytes are copied once, straight into the tensor. Payload
+// beyond what the header's dtype and shape need is DATA_LOSS, and so is
+// less when `more_parts` is false; a tensor over the process's memory
+// budget is RESOURCE_EXHAUSTED before anything is allocated.
+class RecvTensorAssembler {
+ public:
+  absl::Status Begin(absl::Span<const absl::string_view> pieces, bool more_parts,
+                     Allocator* allocator = CpuAllocator());
+  absl::Status Add(absl::Span<const absl::string_view> pieces);
+  bool complete() const { return filled_ == total_; }
+  size_t filled() const { return filled_; }
+  // The DATA_LOSS for a payload of `got` bytes, not the tensor's size.
+  absl::Status SizeMismatch(size_t got) const;
+  // REQUIRES: complete().
+  ReceivedTensor Take();
+
+ private:
+  ReceivedTensor out_;
+  std::string what_;  // dtype and shape, for errors
+  size_t total_ = 0;
+  size_t filled_ = 0;
+};
+
 // Decodes a reply split into arbitrary pieces (the received slices).
 absl::StatusOr<ReceivedTensor> DecodeRecvTensorResponse(absl::Span<const absl::string_view> pieces,
                                                         Allocator* allocator = CpuAllocator());

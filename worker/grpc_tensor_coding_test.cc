@@ -162,6 +162,47 @@ TEST(TensorCodingTest, InShmRepliesAndRingMessages) {
   EXPECT_EQ(corrupt.status().code(), absl::StatusCode::kDataLoss);
 }
 
+// A reply in parts, as a large one comes through shared memory: the header
+// and the payload's start, then the rest in order.
+TEST(TensorCodingTest, AssemblesAReplyFromParts) {
+  const Tensor t = Iota(TensorShape{1000});
+  const std::string header = EncodeRecvTensorHeader(t, false);
+  const char* payload = static_cast<const char*>(t.raw_data());
+  RecvTensorAssembler a;
+  ASSERT_TRUE(a.Begin({header, absl::string_view(payload, 100)}, /*more_parts=*/true).ok());
+  EXPECT_FALSE(a.complete());
+  EXPECT_EQ(a.filled(), 100u);
+  ASSERT_TRUE(a.Add({absl::string_view(payload + 100, 1900)}).ok());
+  EXPECT_FALSE(a.complete());
+  ASSERT_TRUE(a.Add({absl::string_view(payload + 2000, 1000), absl::string_view(payload + 3000, 1000)}).ok());
+  ASSERT_TRUE(a.complete());
+  ReceivedTensor got = a.Take();
+  ExpectSameTensor(got.value, t);
+
+  // A part past the tensor's end is refused, naming what was expected.
+  RecvTensorAssembler over;
+  ASSERT_TRUE(over.Begin({header, absl::string_view(payload, 3999)}, true).ok());
+  absl::Status s = over.Add({absl::string_view(payload, 2)});
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("needs 4000 payload bytes, got 4001"), absl::string_view::npos) << s;
+
+  // A header claiming more than this process may hold is refused before
+  // anything is allocated, even though parts are still to come.
+  RecvTensorResponse huge;
+  huge.mutable_tensor()->set_dtype(DTypeToProto(DType::kFloat32));
+  TensorShape shape{int64_t{1} << 20, 1 << 19};  // 2 TiB of floats
+  ShapeToProto(shape, huge.mutable_tensor()->mutable_shape());
+  const std::string body = huge.SerializeAsString();
+  std::string framed(1, static_cast<char>(body.size()));
+  framed += body;
+  RecvTensorAssembler big;
+  s = big.Begin({framed}, true);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  // And a whole reply (no parts to come) that is short is DATA_LOSS.
+  RecvTensorAssembler whole;
+  EXPECT_EQ(whole.Begin({header, absl::string_view(payload, 100)}, false).code(), absl::StatusCode::kDataLoss);
+}
+
 }  // namespace
 }  // namespace worker
 }  // namespace weft

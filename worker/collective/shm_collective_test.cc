@@ -3,11 +3,14 @@
 // which is one host to itself.
 #include <unistd.h>
 
+#include <cstring>
+
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/grpc_util.h"
 #include "common/shm_ring.h"
 #include "common/thread_pool.h"
@@ -170,6 +173,64 @@ TEST_P(ShmAllReduceTest, PeersThatRefuseGetEverythingOverTheNetwork) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, ShmAllReduceTest, ::testing::Values(2, 3, 4));
+
+// A RecvTensor reply over half a ring (TrySendThroughRing) goes as parts
+// under chunk 0, 1, 2, ... that together are the prefix and the payload.
+TEST(ShmMessagePartsTest, AMessageOverHalfARingArrivesAsPartsInOrder) {
+  std::vector<std::string> addresses;
+  ShmRanks ranks(2, &addresses, {RankOptions{}});
+  const Tensor value = RandomFloats(180 << 10, 7, 0);  // 720 KiB through 256 KiB rings
+  const std::string prefix = "a header";
+  const ChunkKey key = RecvTensorChunkKey(/*pull_id=*/9, /*step_id=*/4);
+  auto sent = std::make_shared<absl::Notification>();
+  auto sent_status = std::make_shared<absl::Status>(absl::UnknownError("unset"));
+  // The first try only offers the ring; the reply would take gRPC.
+  bool through_ring = false;
+  for (int attempt = 0; attempt < 500 && !through_ring; ++attempt) {
+    SendChunk chunk;
+    chunk.pin = value;
+    chunk.data = static_cast<const char*>(value.raw_data());
+    chunk.size = value.TotalBytes();
+    chunk.prefix = prefix;
+    StatusCallback done = [sent, sent_status](const absl::Status& s) {
+      EXPECT_FALSE(sent->HasBeenNotified()) << "done ran twice";
+      *sent_status = s;
+      sent->Notify();
+    };
+    through_ring = ranks[0].shm->TrySendThroughRing(addresses[1], "/job:worker/task:1", key, std::move(chunk), done);
+    if (!through_ring) {
+      EXPECT_NE(done, nullptr) << "done taken by a send that returned false";
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  }
+  ASSERT_TRUE(through_ring) << "the ring was never accepted";
+  std::string received;
+  const size_t max_part = (size_t{256} << 10) / 2 - ShmRing::kHeaderBytes;
+  int parts = 0;
+  for (bool more = true; more; ++parts) {
+    ChunkKey part_key = key;
+    part_key.chunk = parts;
+    absl::Notification got;
+    ranks[1].mailbox.RecvAsync(
+        part_key,
+        [&](const absl::Status& s, ReceivedChunk c) {
+          EXPECT_TRUE(s.ok()) << s;
+          EXPECT_LE(c.size(), max_part) << "part " << parts << " is larger than a ring message";
+          for (absl::string_view p : c.pieces) received.append(p.data(), p.size());
+          got.Notify();
+        },
+        "");
+    ASSERT_TRUE(got.WaitForNotificationWithTimeout(absl::Seconds(30))) << "part " << parts << " never arrived";
+    more = received.size() < prefix.size() + value.TotalBytes();
+  }
+  EXPECT_EQ(parts, 6) << "720 KiB and a header in parts of at most " << max_part << " bytes";
+  ASSERT_EQ(received.size(), prefix.size() + value.TotalBytes());
+  EXPECT_EQ(received.substr(0, prefix.size()), prefix);
+  EXPECT_EQ(std::memcmp(received.data() + prefix.size(), value.raw_data(), value.TotalBytes()), 0);
+  ASSERT_TRUE(sent->WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(sent_status->ok()) << *sent_status;
+  EXPECT_EQ(ranks[1].mailbox.NumEntries(), 0u);
+}
 
 // AttachShm's checks, called as the service would with an authenticated
 // caller.

@@ -16,7 +16,8 @@
 // chunk too large for the ring always takes the network. The receiver files
 // chunks by key, so chunks that took different paths need no order.
 // RecvTensor replies take the same rings (TrySendThroughRing), never the
-// network fallback: their caller answers over gRPC instead.
+// network fallback: their caller answers over gRPC instead. A reply over
+// half a ring goes as consecutive parts, which the puller reassembles.
 //
 // Receiving. Attach (AttachShm's handler) opens a peer's ring and starts a
 // reader thread that delivers each chunk to the mailbox as a borrowed chunk,

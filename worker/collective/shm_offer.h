@@ -8,12 +8,15 @@
 #ifndef WEFT_WORKER_COLLECTIVE_SHM_OFFER_H_
 #define WEFT_WORKER_COLLECTIVE_SHM_OFFER_H_
 
+#include <cstddef>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/shm_ring.h"
 #include "proto/collective_service.pb.h"
+#include "worker/collective/collective_transport.h"
 #include "worker/collective/collective_types.h"
 
 namespace weft {
@@ -43,6 +46,23 @@ inline ChunkKey RecvTensorChunkKey(uint64_t pull_id, int64_t step_id) {
 // A chunk's key as a ring message's tag, and back.
 ShmRing::Tag EncodeChunkTag(const ChunkKey& key);
 ChunkKey DecodeChunkTag(const ShmRing::Tag& tag);
+
+// A message larger than a ring takes (a RecvTensor reply over half the
+// ring) goes as consecutive parts of at most `max_part` bytes each, under
+// `key` with chunk = 0, 1, 2, ...; the first part holds the whole prefix.
+// The receiver asks for part i + 1 once it has part i, and knows from the
+// prefix (the reply's header) how many bytes are still to come. One part,
+// `key` unchanged, when the message fits.
+// REQUIRES: chunk.prefix.size() < max_part.
+struct MessagePart {
+  ChunkKey key;
+  SendChunk chunk;  // pins the message's tensor
+};
+std::vector<MessagePart> SplitMessage(const ChunkKey& key, SendChunk chunk, size_t max_part);
+
+// `n` callbacks that together run `done` once, after the last of them has
+// run, with the first error any of them saw (OK when none did).
+std::vector<StatusCallback> JoinCallbacks(size_t n, StatusCallback done);
 
 }  // namespace collective
 }  // namespace weft

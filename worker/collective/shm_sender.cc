@@ -24,13 +24,6 @@ constexpr absl::Duration kAttachTimeout = absl::Seconds(10);
 // sooner than this.
 constexpr absl::Duration kAttachRetry = absl::Seconds(1);
 
-// A chunk's key in a ring message's tag.
-struct TagKey {
-  int64_t group_key, instance_key, step_id;
-  int32_t round, chunk, src_rank;
-};
-static_assert(sizeof(TagKey) <= ShmRing::kTagBytes);
-
 class ShmSenderImpl final : public ShmSender, public std::enable_shared_from_this<ShmSenderImpl> {
  public:
   ShmSenderImpl(const Context* context, std::string address, const std::string& task, std::string describe)
@@ -129,18 +122,17 @@ class ShmSenderImpl final : public ShmSender, public std::enable_shared_from_thi
       StartAttach();
       return false;
     }
-    if (chunk.size + chunk.prefix.size() > ring_->MaxPayload()) {
+    if (chunk.prefix.size() >= ring_->MaxPayload()) {
       mu_.Unlock();
       return false;
     }
+    // A message over the ring's largest goes in parts (SplitMessage): the
+    // first is written here when there is room, the others by the writer.
+    std::vector<MessagePart> parts = SplitMessage(key, std::move(chunk), ring_->MaxPayload());
+    size_t written = 0;
     if (queue_.empty()) {
-      absl::StatusOr<bool> wrote = ring_->TryWrite(EncodeChunkTag(key), chunk.prefix, chunk.data, chunk.size);
-      if (wrote.ok() && *wrote) {
-        mu_.Unlock();
-        sent_->Increment(static_cast<double>(chunk.size + chunk.prefix.size()));
-        std::move(done)(absl::OkStatus());
-        return true;
-      }
+      const SendChunk& first = parts.front().chunk;
+      absl::StatusOr<bool> wrote = ring_->TryWrite(EncodeChunkTag(parts.front().key), first.prefix, first.data, first.size);
       if (!wrote.ok()) {
         std::vector<Pending> failed = BreakLocked(wrote.status());
         const absl::Status status = status_of_break_;
@@ -148,10 +140,18 @@ class ShmSenderImpl final : public ShmSender, public std::enable_shared_from_thi
         for (Pending& p : failed) p.done(status);
         return false;
       }
+      if (*wrote) {
+        written = 1;
+        sent_->Increment(static_cast<double>(first.size + first.prefix.size()));
+      }
     }
-    queue_.push_back(Pending{nullptr, 0, key, std::move(chunk), std::move(done)});
-    if (!writer_.joinable()) writer_ = std::thread([this] { WriterLoop(); });
+    std::vector<StatusCallback> dones = JoinCallbacks(parts.size(), std::move(done));
+    for (size_t i = written; i < parts.size(); ++i) {
+      queue_.push_back(Pending{nullptr, 0, parts[i].key, std::move(parts[i].chunk), std::move(dones[i])});
+    }
+    if (written < parts.size() && !writer_.joinable()) writer_ = std::thread([this] { WriterLoop(); });
     mu_.Unlock();
+    if (written == 1) dones[0](absl::OkStatus());
     return true;
   }
 
@@ -390,19 +390,6 @@ class ShmSenderImpl final : public ShmSender, public std::enable_shared_from_thi
 };
 
 }  // namespace
-
-ShmRing::Tag EncodeChunkTag(const ChunkKey& k) {
-  ShmRing::Tag tag{};
-  const TagKey t{k.group_key, k.instance_key, k.step_id, k.round, k.chunk, k.src_rank};
-  std::memcpy(tag.data(), &t, sizeof(t));
-  return tag;
-}
-
-ChunkKey DecodeChunkTag(const ShmRing::Tag& tag) {
-  TagKey t;
-  std::memcpy(&t, tag.data(), sizeof(t));
-  return ChunkKey{t.group_key, t.instance_key, t.step_id, t.round, t.chunk, t.src_rank};
-}
 
 std::shared_ptr<ShmSender> ShmSender::Create(const Context* context, std::string address, const std::string& task,
                                              std::string describe) {

@@ -45,10 +45,11 @@ class ShmSender {
                     StatusCallback done) = 0;
   // Puts `chunk` (prefix included) into the ring if this destination is
   // on shared memory now, taking `done` (which then runs once, OK when the
-  // bytes are in the ring, an error when the ring broke first). False, with
-  // `done` untouched, when it is not (no ring yet, refused, too large): the
-  // caller sends another way. A destination never offered a ring gets an
-  // offer, for the sends after this one.
+  // bytes are in the ring, an error when the ring broke first). A chunk over
+  // the ring's largest message goes as parts (SplitMessage, shm_offer.h).
+  // False, with `done` untouched, when it is not (no ring yet, refused, a
+  // prefix too large): the caller sends another way. A destination never
+  // offered a ring gets an offer, for the sends after this one.
   virtual bool TrySend(const ChunkKey& key, SendChunk chunk, StatusCallback& done) = 0;
   // Fails what waits with CANCELLED, cancels an offer in flight, closes the
   // ring and joins the writer thread.
