@@ -291,6 +291,13 @@ absl::Status TaskQuotas(const Flags& f, worker::WorkerServerOptions* opts) {
     return absl::InvalidArgumentError(absl::StrCat("--shared_memory must be true or false, not '", shm, "'"));
   }
   opts->shared_memory = shm == "true";
+  const std::string transport = f.Get("collective_transport", "socket");
+  if (transport != "socket" && transport != "grpc") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--collective_transport must be socket or grpc, not '", transport, "'"));
+  }
+  opts->collective_sockets = transport == "socket";
+  ASSIGN_OR_RETURN(opts->collective_port, f.GetInt("collective_port", 0, 0, 65535));
   return absl::OkStatus();
 }
 

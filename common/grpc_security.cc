@@ -68,6 +68,7 @@ absl::StatusOr<std::shared_ptr<const TransportSecurity>> TransportSecurity::ForD
       files.key, files.cert, files.ca, static_cast<unsigned int>(std::max(files.refresh_seconds, 1)));
   s->has_identity_ = true;
   s->identity_ = id->name;
+  s->files_ = files;
   return std::shared_ptr<const TransportSecurity>(std::move(s));
 }
 

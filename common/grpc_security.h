@@ -61,6 +61,9 @@ class TransportSecurity {
   bool insecure() const { return provider_ == nullptr; }
   // The certificate's name ("" insecure or certificate-less client).
   const std::string& identity() const { return identity_; }
+  // A daemon's files (ForDaemon), for connections it makes outside gRPC
+  // (common/tls_socket.h); empty otherwise.
+  const TlsFiles& files() const { return files_; }
 
   // `require_client_certificate`: the data plane's ports require and verify
   // one; the master's port verifies one when offered and also admits
@@ -73,6 +76,7 @@ class TransportSecurity {
   std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider_;
   bool has_identity_ = false;
   std::string identity_;
+  TlsFiles files_;
 };
 
 class PeerAuthenticator {

@@ -423,9 +423,42 @@ def service_selecting_other_pods(o):
     find(o, "Service", "weft-ps")["spec"]["selector"]["app.kubernetes.io/component"] = "worker"
 
 
-@CROSSREF.overlay("Service/weft-worker: port 2223 (targetPort grpc) does not reach weft's port 2222")
+@CROSSREF.overlay("Service/weft-worker: port 2224 (targetPort grpc) does not reach weft's port 2222")
 def service_port_not_weft_port(o):
-    find(o, "Service", "weft-worker")["spec"]["ports"][0]["port"] = 2223
+    find(o, "Service", "weft-worker")["spec"]["ports"][0]["port"] = 2224
+
+
+# The workers' collective socket (crossref.collective_errors).
+@CROSSREF.overlay("StatefulSet/weft-worker: container worker: no --collective_port: the worker would take any free "
+                  "port for its collective socket")
+def worker_without_collective_port(o):
+    set_flag(container(o, "weft-worker")["args"], "collective_port", None)
+
+
+@CROSSREF.overlay("StatefulSet/weft-worker: container worker: --collective_port=0: the NetworkPolicies and the "
+                  "container port need a fixed port number")
+def worker_collective_port_any_free_one(o):
+    set_flag(container(o, "weft-worker")["args"], "collective_port", "0")
+
+
+# The Service's collective port resolves to nothing, too.
+@CROSSREF.overlay("StatefulSet/weft-worker: container worker: no port named collective at 2223 (--collective_port)",
+                  also=[rule_with("does not reach the collective port of")])
+def worker_collective_port_undeclared(o):
+    c = container(o, "weft-worker")
+    c["ports"] = [p for p in c["ports"] if p["name"] != "collective"]
+
+
+@CROSSREF.overlay("StatefulSet/weft-ps: container ps: port collective (2223) is served by no collective socket: only a "
+                  "worker opens one")
+def ps_declaring_a_collective_port(o):
+    container(o, "weft-ps")["ports"].append({"name": "collective", "containerPort": 2223})
+
+
+@CROSSREF.overlay("Service/weft-worker: port collective 2224 (targetPort collective) does not reach the collective port "
+                  "of StatefulSet/weft-worker (--collective_port=2223)")
+def service_collective_port_not_the_workers(o):
+    next(p for p in find(o, "Service", "weft-worker")["spec"]["ports"] if p["name"] == "collective")["port"] = 2224
 
 
 @CROSSREF.overlay("StatefulSet/weft-worker: volumeMount scratch: no volume or volumeClaimTemplate of that name")
@@ -816,11 +849,11 @@ def health_port_closed(o):
 @NETPOL.overlay("StatefulSet/weft-master: its NetworkPolicy egress does not let it reach port 2222 of "
                 "StatefulSet/weft-worker")
 def egress_to_tasks_closed(o):
-    policy(o, "weft")["egress"][0]["ports"][0]["port"] = 2223
+    policy(o, "weft")["egress"][0]["ports"][0]["port"] = 2224
 
 
 @NETPOL.overlay("StatefulSet/weft-worker: NetworkPolicy/weft-tasks admits the pods of StatefulSet/weft-ps to port 1; "
-                "weft serves only port 2222, the health port 8081 and the metrics port 9464")
+                "weft serves only port 2222, the health port 8081, the metrics port 9464 and the collective port 2223")
 def every_port_open_between_tasks(o):
     policy(o, "weft-tasks")["ingress"][0].pop("ports")
 
@@ -886,6 +919,33 @@ def metrics_open_to_prometheus_anywhere(o):
 def prometheus_reaches_the_master_api(o):
     # Its certificate is an admin's: the master's API must stay out of its reach.
     policy(o, "weft-master")["ingress"][0]["from"].append(copy.deepcopy(policy(o, "weft-metrics")["ingress"][0]["from"][0]))
+
+
+@NETPOL.overlay("StatefulSet/weft-worker: no NetworkPolicy admits the pods of StatefulSet/weft-worker to port 2223; "
+                "worker -> worker on the collective port must be allowed")
+def workers_shut_out_of_the_collective_port(o):
+    policy(o, "weft-collective")["ingress"][0]["ports"][0]["port"] = 2224
+
+
+@NETPOL.overlay("StatefulSet/weft-worker: its NetworkPolicy egress does not let it reach port 2223 of "
+                "StatefulSet/weft-worker; worker -> worker on the collective port must be allowed")
+def collective_egress_closed(o):
+    policy(o, "weft-collective").pop("egress")
+
+
+@NETPOL.overlay("StatefulSet/weft-worker: NetworkPolicy/weft-collective admits the pods of StatefulSet/weft-ps to port "
+                "2223; only workers take part in collectives")
+def collective_port_open_to_every_daemon(o):
+    policy(o, "weft-collective")["ingress"][0]["from"][0]["podSelector"]["matchLabels"].pop(
+        "app.kubernetes.io/component")
+
+
+@NETPOL.overlay("StatefulSet/weft-worker: NetworkPolicy/weft-collective admits Prometheus (app.kubernetes.io/name="
+                "prometheus in namespace monitoring) to port 2223; only the other workers may reach a worker's "
+                "collective port")
+def collective_port_open_to_prometheus(o):
+    policy(o, "weft-collective")["ingress"][0]["from"].append(
+        copy.deepcopy(policy(o, "weft-metrics")["ingress"][0]["from"][0]))
 
 
 NetworkPolicyRulesTest = NETPOL.test_case("NetworkPolicyRulesTest", "netpol.py, one broken variant per rule.")
@@ -1259,6 +1319,19 @@ def tasks_open_to_any_pod(tfjob, others):
     next(p for p in others if p["metadata"]["name"] == "weft-fmnist-tasks")["spec"]["ingress"][0].pop("from")
 
 
+# Its egress, which the job's policy weft-fmnist shuts, loses the port too.
+@TFJOB.tfjob("TFJob Worker: no NetworkPolicy admits the pods of TFJob Worker to port 2223; worker -> worker on the "
+             "collective port must be allowed", also=[rule_with("its NetworkPolicy egress does not let it reach")])
+def replicas_without_the_collective_policy(tfjob, others):
+    others[:] = [p for p in others if p["metadata"]["name"] != "weft-fmnist-collective"]
+
+
+@TFJOB.tfjob("TFJob Worker: container tensorflow: no --collective_port")
+def replica_without_collective_port(tfjob, others):
+    set_flag(tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["args"],
+             "collective_port", None)
+
+
 TfJobRulesTest = TFJOB.test_case("TfJobRulesTest", "crossref.check_tfjob, one broken variant per rule.")
 
 
@@ -1414,6 +1487,29 @@ class ManifestsTest(unittest.TestCase):
             drop_metrics(objects, name)
         self.assertEqual(check_manifests.check_objects("overlays/cpu", objects, weft_flags()), [])
 
+    def test_only_workers_open_a_collective_port(self):
+        for label, objects in overlays().items():
+            c = container(objects, "weft-worker")
+            self.assertIn("--collective_port=2223", c["args"], label)
+            self.assertIn({"name": "collective", "containerPort": 2223}, c["ports"], label)
+            self.assertIn({"name": "collective", "port": 2223, "targetPort": "collective"},
+                          find(objects, "Service", "weft-worker")["spec"]["ports"], label)
+            for name in ("weft-master", "weft-ps"):
+                self.assertFalse([a for a in container(objects, name)["args"] if a.startswith("--collective_")],
+                                 "%s %s" % (label, name))
+                self.assertNotIn("collective", [p["name"] for p in container(objects, name)["ports"]], name)
+
+    def test_collective_socket_is_optional(self):
+        # --collective_transport=grpc: no socket, so no port to fix, declare or admit.
+        objects = rendered("overlays/cpu")
+        c = container(objects, "weft-worker")
+        set_flag(c["args"], "collective_port", None)
+        c["args"].append("--collective_transport=grpc")
+        c["ports"] = [p for p in c["ports"] if p["name"] != "collective"]
+        svc = find(objects, "Service", "weft-worker")
+        svc["spec"]["ports"] = [p for p in svc["spec"]["ports"] if p["name"] != "collective"]
+        self.assertEqual(check_manifests.check_objects("overlays/cpu", objects, weft_flags()), [])
+
     def test_accepts_plaintext_metrics_on_the_loopback(self):
         # The sidecar layout of deploy/README.md: plain HTTP on 127.0.0.1, not announced, not in the Service.
         objects = rendered("overlays/cpu")
@@ -1482,12 +1578,13 @@ class ManifestsTest(unittest.TestCase):
         policy(objects, "weft-master")["ingress"][0]["ports"][0]["port"] = "grpc"
         policy(objects, "weft-tasks")["ingress"][0]["ports"][0]["port"] = "grpc"
         policy(objects, "weft-metrics")["ingress"][0]["ports"][0]["port"] = "metrics"
+        policy(objects, "weft-collective")["ingress"][0]["ports"][0]["port"] = "collective"
         self.assertEqual(check_manifests.check_objects("overlays/cpu", objects, weft_flags()), [])
 
     def test_tfjob_is_valid(self):
         tfjobs, others = check_manifests.load_kubeflow(DEPLOY)
         self.assertEqual(check_manifests.check_tfjob(tfjobs[0], rendered("overlays/cpu"), others, weft_flags()), [])
-        self.assertEqual(sorted(o["kind"] for o in others), ["NetworkPolicy"] * 3)
+        self.assertEqual(sorted(o["kind"] for o in others), ["NetworkPolicy"] * 4)
 
     def test_dockerfiles_pass(self):
         for name in ("Dockerfile", "Dockerfile.cuda"):
@@ -1611,7 +1708,7 @@ class WeftFlagsTest(unittest.TestCase):
         r = subprocess.run([sys.executable, "-B", script, "--weft=" + weft_binary(), DEPLOY],
                            capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("3 rendering(s), 29 object(s), 0 error(s)", r.stderr)
+        self.assertIn("3 rendering(s), 31 object(s), 0 error(s)", r.stderr)
         r = subprocess.run([sys.executable, "-B", script, DEPLOY], capture_output=True, text=True,
                            env=dict(os.environ, PATH=os.path.dirname(sys.executable), WEFT=""))
         self.assertEqual(r.returncode, 2)

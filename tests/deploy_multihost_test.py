@@ -484,7 +484,7 @@ class MultihostTest(unittest.TestCase):
 
 def check_mirrored_over_the_network(cluster, submit, spec, mounts, data):
     """A MULTI_WORKER_MIRRORED job across the worker pods: each pod is a host of its own (its own network
-    namespace), so the workers' collectives refuse shared memory and take the network, and the job succeeds."""
+    namespace), so the workers' collectives refuse shared memory and take their TLS sockets, and the job succeeds."""
     job_path = os.path.join(mounts["/etc/weft"], "mirrored.pbtxt")
     with open(job_path, "w") as f:
         f.write('name: "multihost-mirrored" model { input_shape: [12] num_classes: 3 '
@@ -504,7 +504,9 @@ def check_mirrored_over_the_network(cluster, submit, spec, mounts, data):
         assert "go through shared memory" not in text, "%s used shared memory across hosts" % pod.name
         assert "another host" in text, "%s never learnt that its peer is on another host:\n%s" % (
             pod.name, text[-2000:])
-    log("the mirrored job SUCCEEDED with its collectives over the network between hosts")
+        assert "go over a TLS socket" in text, "%s sent its chunks other than over its own TLS socket:\n%s" % (
+            pod.name, text[-2000:])
+    log("the mirrored job SUCCEEDED with its collectives over TLS sockets between hosts")
 
 
 def run_cluster(weft):

@@ -20,6 +20,7 @@
 #include "client/subprocess.h"
 #include "common/grpc_security.h"
 #include "common/grpc_util.h"
+#include "common/tls_socket.h"
 #include "gtest/gtest.h"
 #include "job/job_spec.h"
 #include "proto/collective_service.grpc.pb.h"
@@ -354,6 +355,58 @@ TEST_F(SecurityTest, ShmOffersAdmitOnlyClusterTasksOfThisHost) {
   ExpectRefused(offer_as(AsUser("alice")), grpc::StatusCode::PERMISSION_DENIED, "CollectiveService.AttachShm");
   ExpectRefused(offer_as(AsDaemon(tls_, "/job:worker/task:1")), grpc::StatusCode::FAILED_PRECONDITION,
                 "another host");
+}
+
+// The collective socket: its port only for tasks, and its handshake only
+// for cluster members; a task reaching it sees the worker's own name.
+TEST_F(SecurityTest, CollectiveSocketsAdmitOnlyClusterTasks) {
+  auto endpoint_as = [&](std::shared_ptr<grpc::ChannelCredentials> creds, SocketEndpointResponse* resp) {
+    auto stub = CollectiveService::NewStub(NewChannel(worker0_, std::move(creds)));
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(10));
+    return stub->SocketEndpoint(&ctx, SocketEndpointRequest(), resp);
+  };
+  SocketEndpointResponse resp;
+  ExpectRefused(endpoint_as(AsUser("alice"), &resp), grpc::StatusCode::PERMISSION_DENIED,
+                "CollectiveService.SocketEndpoint");
+  grpc::Status s = endpoint_as(AsDaemon(tls_, "/job:worker/task:1"), &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_GT(resp.port(), 0);
+  auto context_for = [&](const std::string& name, Role role) -> std::shared_ptr<const TlsSocketContext> {
+    auto files = tls_->Issue(name, role);
+    EXPECT_TRUE(files.ok()) << files.status();
+    TlsFiles f;
+    f.ca = tls_->ca();
+    f.cert = files->first;
+    f.key = files->second;
+    auto ctx = TlsSocketContext::FromFiles(f);
+    EXPECT_TRUE(ctx.ok()) << ctx.status();
+    return ctx.ok() ? *ctx : nullptr;
+  };
+  // A task that expects another task there refuses to go on.
+  auto wrong = TlsSocket::Connect(context_for("/job:worker/task:1", Role::kCluster).get(), "127.0.0.1", resp.port(),
+                                  "/job:ps/task:0", absl::Seconds(10));
+  ExpectRefused(wrong.status(), absl::StatusCode::kUnauthenticated, "/job:worker/task:0");
+  // A user's certificate is refused by the worker: the connection ends.
+  auto user = TlsSocket::Connect(context_for("alice", Role::kUser).get(), "127.0.0.1", resp.port(),
+                                 "/job:worker/task:0", absl::Seconds(10));
+  if (user.ok()) {
+    char byte;
+    EXPECT_FALSE((*user)->ReadFull(&byte, 1).ok()) << "the worker kept a user's connection";
+  }
+  // Plaintext gets nowhere either.
+  auto plain = TlsSocket::Connect(nullptr, "127.0.0.1", resp.port(), "", absl::Seconds(10));
+  if (plain.ok()) {
+    const char junk[64] = {};
+    (void)(*plain)->WriteAll({absl::string_view(junk, sizeof junk)});
+    char byte;
+    EXPECT_FALSE((*plain)->ReadFull(&byte, 1).ok()) << "the worker kept a plaintext connection";
+  }
+  // A task's own certificate gets through.
+  auto task = TlsSocket::Connect(context_for("/job:worker/task:1", Role::kCluster).get(), "127.0.0.1", resp.port(),
+                                 "/job:worker/task:0", absl::Seconds(10));
+  ASSERT_TRUE(task.ok()) << task.status();
+  EXPECT_EQ((*task)->peer(), "/job:worker/task:0");
 }
 
 TEST_F(SecurityTest, UsersSeeAndControlOnlyTheirOwnJobs) {

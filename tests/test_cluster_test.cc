@@ -1,6 +1,6 @@
 // The daemon helpers themselves: a daemon on port 0 reports its port, comes
 // back on it after a kill, and every failure names the daemon, how it ended
-// and its log.
+// and its log (a bad data-plane flag's among them).
 #include "tests/test_cluster.h"
 
 #include <netinet/in.h>
@@ -41,6 +41,13 @@ class PortHolder {
     if (fd_ >= 0) ::close(fd_);
   }
   bool ok() const { return ok_; }
+  // The port bound (the one given, or the kernel's choice for 0).
+  int port() const {
+    sockaddr_in addr{};
+    socklen_t len = sizeof(addr);
+    if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return 0;
+    return ntohs(addr.sin_port);
+  }
 
  private:
   const int fd_;
@@ -87,6 +94,34 @@ TEST(TestDaemonTest, ADaemonThatExitsAtStartNamesItselfAndItsLog) {
   EXPECT_TRUE(absl::StrContains(s.message(), "exit status 2")) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), log)) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "task index 'x'")) << s;  // the log's end, quoted
+}
+
+// The data plane's flags: a bad value, or a collective port another
+// process holds, stops the worker at start, naming the flag.
+TEST(TestDaemonTest, BadDataPlaneFlagsStopTheWorkerNamingThem) {
+  PortHolder held(0);  // another process's port: any free one
+  ASSERT_TRUE(held.ok());
+  const int taken_port = held.port();
+  struct Case {
+    std::string flag;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"--shared_memory=maybe", "--shared_memory must be true or false, not 'maybe'"},
+      {"--collective_transport=udp", "--collective_transport must be socket or grpc, not 'udp'"},
+      {"--collective_port=70000", "collective_port"},
+      {absl::StrCat("--collective_port=", taken_port), absl::StrCat("--collective_port=", taken_port)},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = WorkerArgs("worker:0");
+    args.push_back(c.flag);
+    const std::string log = TempPath("bad-flag-worker.log");
+    TestDaemon d("worker-0", args, log);
+    absl::Status s = d.Start();
+    ASSERT_FALSE(s.ok()) << c.flag << " was accepted";
+    EXPECT_TRUE(absl::StrContains(s.message(), "worker-0 did not start")) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), c.says)) << c.flag << ": " << s;
+  }
 }
 
 }  // namespace

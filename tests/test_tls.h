@@ -39,10 +39,12 @@ class TestTls {
   absl::StatusOr<std::pair<std::string, std::string>> User(const std::string& name, Role role = Role::kUser);
   // MasterClient options that authenticate as `user` (an admin by default).
   MasterClientOptions ClientOptions(const std::string& user = "tester", Role role = Role::kAdmin);
+  // The cert and key of `name` in `role` (issued once): for connections
+  // made outside gRPC (common/tls_socket.h).
+  absl::StatusOr<std::pair<std::string, std::string>> Issue(const std::string& name, Role role);
 
  private:
   explicit TestTls(std::string dir) : dir_(std::move(dir)) {}
-  absl::StatusOr<std::pair<std::string, std::string>> Issue(const std::string& name, Role role);
   std::string dir_;
   std::set<std::string> issued_;  // by this CA
 };

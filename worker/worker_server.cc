@@ -1,5 +1,7 @@
 #include "worker/worker_server.h"
 
+#include <arpa/inet.h>
+
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +14,21 @@
 
 namespace weft {
 namespace worker {
+namespace {
+
+// The IP address part of a listen address, for the collective sockets:
+// "" (every address) for a name or an empty host.
+std::string ListenHost(const std::string& listen_address) {
+  const size_t colon = listen_address.rfind(':');
+  std::string host = listen_address.substr(0, colon == std::string::npos ? 0 : colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  in6_addr addr6;
+  in_addr addr4;
+  if (inet_pton(AF_INET, host.c_str(), &addr4) == 1 || inet_pton(AF_INET6, host.c_str(), &addr6) == 1) return host;
+  return "";
+}
+
+}  // namespace
 
 WorkerServer::WorkerServer(const WorkerServerOptions& options)
     : shutdown_grace_(options.shutdown_grace),
@@ -30,9 +47,16 @@ WorkerServer::WorkerServer(const WorkerServerOptions& options)
   w.rendezvous_limits = options.rendezvous_limits;
   w.datasets = options.datasets;
   w.puller = puller_.get();
-  collectives_ = std::make_unique<collective::WorkerCollectives>(
-      TaskName(options.job, options.task_index), options.cluster, options.collective_timeout, security_,
-      options.max_pending_collective_bytes, options.shared_memory);
+  collective::WorkerCollectives::Options c;
+  c.timeout = options.collective_timeout;
+  c.security = security_;
+  c.max_pending_bytes = options.max_pending_collective_bytes;
+  c.shared_memory = options.shared_memory;
+  c.sockets = options.collective_sockets;
+  c.socket_host = ListenHost(options.listen_address);
+  c.socket_port = options.collective_port;
+  collectives_ =
+      std::make_unique<collective::WorkerCollectives>(TaskName(options.job, options.task_index), options.cluster, c);
   w.collectives = collectives_.get();
   // RecvTensor replies between tasks of this host through the same rings.
   puller_->SetShmMailbox(collectives_->shm_mailbox());
@@ -56,6 +80,10 @@ WorkerServer::~WorkerServer() { Shutdown(); }
 
 absl::StatusOr<std::unique_ptr<WorkerServer>> StartWorkerServer(const WorkerServerOptions& options) {
   std::unique_ptr<WorkerServer> s(new WorkerServer(options));
+  if (!s->collectives_->start_status().ok()) {
+    s->worker_->Shutdown();
+    return s->collectives_->start_status();
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   ConfigureServer(&builder);
@@ -75,8 +103,10 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> StartWorkerServer(const WorkerServ
   const size_t colon = options.listen_address.rfind(':');
   s->address_ = absl::StrCat(options.listen_address.substr(0, colon), ":", s->port_);
   s->server_->GetHealthCheckService()->SetServingStatus(true);
-  Logger("worker")->info("task {} serving on {} ({})", s->task(), s->address_,
-                         s->security_->insecure() ? "insecure" : "mTLS");
+  Logger("worker")->info("task {} serving on {} ({}); collective sockets {}", s->task(), s->address_,
+                         s->security_->insecure() ? "insecure" : "mTLS",
+                         s->collectives_->socket_port() != 0 ? absl::StrCat("on port ", s->collectives_->socket_port())
+                                                             : std::string("off"));
   return s;
 }
 

@@ -93,6 +93,11 @@ struct WorkerServerOptions {
   // Collective chunks to tasks on this host through shared memory
   // (--shared_memory=false: always the network).
   bool shared_memory = true;
+  // Collective chunks to tasks on other hosts over sockets of the task's
+  // own, accepted on the listen address's host at collective_port (0: any
+  // free port) (--collective_transport=grpc: gRPC streams).
+  bool collective_sockets = true;
+  int collective_port = 0;
 };
 
 class WorkerServer {

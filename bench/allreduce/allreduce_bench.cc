@@ -2,13 +2,16 @@
 //
 //   allreduce_bench --rank=R --addresses=h:p,h:p,... --bytes=N --reps=K
 //                   [--warmup=W] [--chunk_bytes=C] [--timeout_s=T]
-//                   [--inline_reduce=true] [--transport=shm|grpc]
-//                   [--ring_bytes=B] [--spin_us=S]
+//                   [--inline_reduce=true] [--transport=shm|grpc|socket]
+//                   [--ring_bytes=B] [--spin_us=S] [--tls_dir=DIR]
 //
 // --transport=shm (the default, as a worker runs): chunks through
 // shared-memory rings of --ring_bytes between the ranks (all on this host),
 // waiting sides spinning --spin_us before they sleep; grpc: over gRPC
-// streams only (--shared_memory=false).
+// streams only (--shared_memory=false --collective_transport=grpc); socket:
+// over the sockets workers on different hosts use (--shared_memory=false),
+// with TLS when --tls_dir holds the CA (ca.crt) and each rank's
+// certificate and key (`weft certs issue DIR --name=/job:worker/task:R`).
 //
 // Serves CollectiveService on addresses[R], then all-reduces a float32
 // tensor of N bytes W + K times. Each repetition starts after a one-element
@@ -37,6 +40,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "common/certs.h"
+#include "common/grpc_security.h"
 #include "common/grpc_util.h"
 #include "common/tensor.h"
 #include "common/thread_pool.h"
@@ -46,6 +51,7 @@
 #include "worker/collective/grpc_collective_transport.h"
 #include "worker/collective/grpc_shm_offerer.h"
 #include "worker/collective/shm_collective_transport.h"
+#include "worker/collective/socket_collective_transport.h"
 
 namespace weft {
 namespace collective {
@@ -63,6 +69,7 @@ struct Flags {
   std::string transport = "shm";
   int64_t ring_bytes = int64_t{8} << 20;
   int spin_us = 50;
+  std::string tls_dir;
 };
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
@@ -79,7 +86,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     else if (k == "--chunk_bytes") ok = absl::SimpleAtoi(v, &f->chunk_bytes);
     else if (k == "--timeout_s") ok = absl::SimpleAtoi(v, &f->timeout_s);
     else if (k == "--inline_reduce") ok = absl::SimpleAtob(v, &f->inline_reduce);
-    else if (k == "--transport") ok = (f->transport = v) == "shm" || v == "grpc";
+    else if (k == "--transport") ok = (f->transport = v) == "shm" || v == "grpc" || v == "socket";
+    else if (k == "--tls_dir") f->tls_dir = v;
     else if (k == "--ring_bytes") ok = absl::SimpleAtoi(v, &f->ring_bytes);
     else if (k == "--spin_us") ok = absl::SimpleAtoi(v, &f->spin_us);
     else ok = false;
@@ -108,6 +116,27 @@ Usage GetUsage() {
   return Usage{ms(u.ru_utime) + ms(u.ru_stime), static_cast<double>(u.ru_nvcsw + u.ru_nivcsw)};
 }
 
+absl::StatusOr<std::unique_ptr<SocketCollectiveTransport>> StartSockets(const Flags& f,
+                                                                          CollectiveTransportInterface* network,
+                                                                          CollectiveMailbox* mailbox,
+                                                                          SocketEndpointsInterface* endpoints) {
+  SocketCollectiveTransport::Options o;
+  if (!f.tls_dir.empty()) {
+    absl::StatusOr<std::string> base = CertFileBase(absl::StrCat("/job:worker/task:", f.rank));
+    if (!base.ok()) return base.status();
+    TlsFiles files;
+    files.ca = f.tls_dir + "/ca.crt";
+    files.cert = absl::StrCat(f.tls_dir, "/", *base, ".crt");
+    files.key = absl::StrCat(f.tls_dir, "/", *base, ".key");
+    absl::StatusOr<std::shared_ptr<const TlsSocketContext>> tls = TlsSocketContext::FromFiles(files);
+    if (!tls.ok()) return tls.status();
+    o.tls = *std::move(tls);
+  }
+  o.listen_host = "127.0.0.1";
+  o.endpoints = endpoints;
+  return SocketCollectiveTransport::Create(network, mailbox, std::move(o));
+}
+
 int Run(const Flags& f) {
   const int n = static_cast<int>(f.addresses.size());
   CollectiveMailbox mailbox;
@@ -117,6 +146,17 @@ int Run(const Flags& f) {
   GrpcShmOfferer offerer;
   std::unique_ptr<ShmCollectiveTransport> shm;
   CollectiveTransportInterface* transport = network.get();
+  std::unique_ptr<SocketCollectiveTransport> sockets;
+  if (f.transport == "socket") {
+    absl::StatusOr<std::unique_ptr<SocketCollectiveTransport>> made = StartSockets(f, network.get(), &mailbox, &offerer);
+    if (!made.ok()) {
+      std::fprintf(stderr, "allreduce_bench: rank %d: %s\n", f.rank, made.status().ToString().c_str());
+      return 1;
+    }
+    sockets = *std::move(made);
+    service.SetSocketPort(sockets->port());
+    transport = sockets.get();
+  }
   if (f.transport == "shm") {
     ShmCollectiveTransport::Options o;
     o.offerer = &offerer;

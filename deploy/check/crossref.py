@@ -18,7 +18,12 @@ certificate from its role's Secret, probes on the plaintext health port)
 hold for every pod, and the NetworkPolicies admit exactly weft's flows
 (netpol.py). The metrics port (monitoring.py): --metrics_port, the container
 port named metrics and the pod's prometheus.io annotations agree, no plain
-HTTP off the loopback, and the Services' metrics port reaches it.
+HTTP off the loopback, and the Services' metrics port reaches it. The
+workers' collective socket (collective_errors): a fixed --collective_port
+(unless --collective_transport=grpc), the container port named collective
+at it and no such port on a daemon that opens none, the Services'
+collective port reaching it, and the NetworkPolicies admitting it from the
+other workers alone (netpol.py).
 """
 import posixpath
 import re
@@ -55,6 +60,50 @@ def read_weft_flags(weft, commands=DAEMONS + CLIENT_COMMANDS):
                                  "them: %s" % (" ".join(cmd), r.returncode, (r.stdout + r.stderr).strip()[-300:]))
         out[sub] = flags
     return out
+
+
+# The container (and Service) port of a worker's collective socket.
+COLLECTIVE_PORT_NAME = "collective"
+
+
+def opens_collective_socket(role, flags):
+    """Whether the daemon's peers dial it on a collective socket: workers do, unless --collective_transport=grpc;
+    the master and the ps take part in no collectives."""
+    return role == "worker" and flags.get("collective_transport", "socket") != "grpc"
+
+
+def collective_port(role, flags):
+    """The port of a worker's collective socket (--collective_port) where it is a fixed one its peers can be let
+    through to; None where it opens none (opens_collective_socket) or the port is not fixed (0 takes any free
+    one)."""
+    if not opens_collective_socket(role, flags):
+        return None
+    value = flags.get("collective_port", "0")
+    return int(value) if value.isdigit() and 0 < int(value) <= 65535 else None
+
+
+def collective_errors(container, role, flags):
+    """A daemon container's collective socket: a worker that opens one needs a fixed --collective_port (the
+    NetworkPolicies open a port number) and a container port named collective at it; no other declares one."""
+    name = container.get("name")
+    ports = {p.get("name"): p.get("containerPort") for p in container.get("ports") or []}
+    opens, port = opens_collective_socket(role, flags), collective_port(role, flags)
+    errors = []
+    if opens and port is None:
+        if "collective_port" not in flags:
+            errors.append("container %s: no --collective_port: the worker would take any free port for its "
+                          "collective socket, which no NetworkPolicy can open to the other workers; pass a fixed one "
+                          "(or --collective_transport=grpc to keep the chunks on the gRPC port)" % name)
+        else:
+            errors.append("container %s: --collective_port=%s: the NetworkPolicies and the container port need a "
+                          "fixed port number, 1 to 65535 (0 takes any free one)" % (name, flags["collective_port"]))
+    if port is not None and ports.get(COLLECTIVE_PORT_NAME) != port:
+        errors.append("container %s: no port named collective at %d (--collective_port)" % (name, port))
+    if not opens and COLLECTIVE_PORT_NAME in ports:
+        errors.append("container %s: port collective (%s) is served by no collective socket: only a worker opens "
+                      "one, at a fixed --collective_port, unless --collective_transport=grpc"
+                      % (name, ports[COLLECTIVE_PORT_NAME]))
+    return errors
 
 
 # The Secrets of the StatefulSets are weft-tls-<role>; a TFJob's <name>-tls-<role>.
@@ -302,6 +351,9 @@ class Checker:
         for e in monitoring.daemon(c, annotations, flags, listen, health):
             self.error(sts, e)
         metrics = monitoring.exposed_port(flags)
+        for e in collective_errors(c, role, flags):
+            self.error(sts, e)
+        collective = collective_port(role, flags)
         for e in security.daemon_tls(pod, c, role, flags, SECRET_PREFIX):
             self.error(sts, e)
         # The headless Service.
@@ -325,6 +377,13 @@ class Checker:
                         self.error(svc, "port %s %s (targetPort %s) does not reach the metrics port of %s "
                                         "(--metrics_port=%s)" % (sp.get("name"), sp.get("port"), target, name_of(sts),
                                                                  flags.get("metrics_port")))
+                elif COLLECTIVE_PORT_NAME in (sp.get("name"), target):
+                    if collective is None and opens_collective_socket(role, flags):
+                        continue  # no fixed port: reported as such
+                    if collective is None or resolved != collective or sp.get("port") != collective:
+                        self.error(svc, "port %s %s (targetPort %s) does not reach the collective port of %s "
+                                        "(--collective_port=%s)" % (sp.get("name"), sp.get("port"), target,
+                                                                    name_of(sts), flags.get("collective_port")))
                 elif resolved != listen or sp.get("port") != listen:
                     self.error(svc, "port %s (targetPort %s) does not reach weft's port %s" % (sp.get("port"), target, listen))
         # Volumes.
@@ -474,7 +533,7 @@ class Checker:
             main = self.listen_port(sts, role, flags) or ports.get("grpc")
             health = int(flags["health_port"]) if flags.get("health_port", "").isdigit() else None
             endpoints.append(netpol.Endpoint(name_of(sts), role, labels, ports, main, health,
-                                             monitoring.exposed_port(flags)))
+                                             monitoring.exposed_port(flags), collective_port(role, flags)))
         # The submit Job is the weft client whose pods must reach the master.
         clients = [("the weft client pods of %s" % name_of(j),
                     (pod_template(j).get("metadata") or {}).get("labels") or {})
@@ -637,9 +696,11 @@ def check_tfjob(tfjob, base_objects, policies, weft_flags):
         annotations = ((spec.get("template") or {}).get("metadata") or {}).get("annotations") or {}
         errors += ["%s: %s" % (where, e) for e in monitoring.daemon(c, annotations, flags, ports.get("tfjob-port"),
                                                                     health)]
+        errors += ["%s: %s" % (where, e) for e in collective_errors(c, role, flags)]
         if "tfjob-port" in ports:  # else reported above
             endpoints.append(netpol.Endpoint(where, role, tfjob_labels(tfjob, rtype, spec.get("template") or {}),
-                                             ports, ports["tfjob-port"], health, monitoring.exposed_port(flags)))
+                                             ports, ports["tfjob-port"], health, monitoring.exposed_port(flags),
+                                             collective_port(role, flags)))
         clients = [f for sub, f in commands if sub in CLIENT_COMMANDS]
         if clients:
             client_flags = {}

@@ -11,6 +11,8 @@ What weft needs (every one must be admitted):
   clients -> the master's port      master -> every task's port
   task -> task, on the task's port  anywhere -> every health port (the
   DNS from every daemon             kubelet's probes come from the node)
+  worker -> worker, on a worker's collective port (--collective_port: its
+  TLS socket for all-reduce chunks between hosts)
   Prometheus (pods labelled app.kubernetes.io/name: prometheus in the
   namespace `monitoring`) -> every daemon's metrics port
 What it must not have (none may be admitted): tasks -> the master's port;
@@ -18,7 +20,9 @@ clients -> a task's port; Prometheus, any other pod, of this namespace or
 another, or any address, -> the master's or a task's port; anyone but
 Prometheus -> a metrics port (weft's own pods and clients, the other pods
 of `monitoring`, a pod labelled as Prometheus in another namespace);
-anything -> any other port.
+anyone but a worker -> a worker's collective port (the master, the ps,
+clients, Prometheus, any other pod, any address); anything -> any other
+port.
 
 Peers the check cannot place exactly are taken at their most open for the
 "must not" rules (an ipBlock may hold pod addresses; a namespaceSelector with
@@ -28,7 +32,10 @@ rules, so that neither can pass by luck.
 import collections
 
 # `metrics`: the port Prometheus scrapes (--metrics_port), None if the daemon serves none off its loopback.
-Endpoint = collections.namedtuple("Endpoint", "name role labels ports main health metrics", defaults=(None,))
+# `collective`: a worker's collective socket (--collective_port), None if it opens none (the master, the ps,
+# --collective_transport=grpc).
+Endpoint = collections.namedtuple("Endpoint", "name role labels ports main health metrics collective",
+                                  defaults=(None, None))
 CLIENT_LABELS = {"app.kubernetes.io/name": "weft-client"}
 OTHER_PORT = 1  # stands for every port weft does not serve
 
@@ -193,9 +200,22 @@ def check(policies, endpoints, client=None):
                                                              PROMETHEUS_ELSEWHERE]:
                 refuse(dst, src, dst.metrics, "only Prometheus may reach a metrics port (the master's serves the "
                                               "dashboard too: reach it with kubectl port-forward)")
+        if dst.collective is not None:
+            # Only workers take part in collectives: they alone dial a peer's collective socket.
+            for e in endpoints:
+                if e.role == "worker":
+                    need(dst, pod_source(e), e.name, dst.collective,
+                         "worker -> worker on the collective port must be allowed")
+                else:
+                    refuse(dst, pod_source(e), dst.collective, "only workers take part in collectives, so only they "
+                                                               "may reach a worker's collective port")
+            for src in (client, STRANGER, ELSEWHERE, WORLD, PROMETHEUS):
+                refuse(dst, src, dst.collective, "only the other workers may reach a worker's collective port")
+        served = ["port %d" % dst.main, "the health port %s" % dst.health, "the metrics port %s" % dst.metrics]
+        if dst.collective is not None:
+            served.append("the collective port %d" % dst.collective)
         for src in [pod_source(e) for e in endpoints] + [client, STRANGER, WORLD, PROMETHEUS]:
-            refuse(dst, src, OTHER_PORT, "weft serves only port %d, the health port %s and the metrics port %s"
-                   % (dst.main, dst.health, dst.metrics))
+            refuse(dst, src, OTHER_PORT, "weft serves only %s and %s" % (", ".join(served[:-1]), served[-1]))
     for e in endpoints:
         dns = admitted_by(policies, "Egress", e.labels, WORLD, 53, "UDP", {}, widest=True)
         if dns == []:

@@ -73,6 +73,26 @@ grpc::ServerUnaryReactor* GrpcCollectiveService::AttachShm(grpc::CallbackServerC
   return reactor;
 }
 
+grpc::ServerUnaryReactor* GrpcCollectiveService::SocketEndpoint(grpc::CallbackServerContext* ctx,
+                                                               const SocketEndpointRequest* /*request*/,
+                                                               SocketEndpointResponse* response) {
+  constexpr char kWhat[] = "CollectiveService.SocketEndpoint";
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  absl::StatusOr<Caller> caller =
+      Authorize(auth_, *ctx, kWhat, [&](const Caller& c) { return RequireClusterMember(c, kWhat); });
+  if (!caller.ok()) {
+    reactor->Finish(ToGrpcStatus(caller.status()));
+    return reactor;
+  }
+  if (socket_port_ == 0) {
+    reactor->Finish(ToGrpcStatus(absl::FailedPreconditionError("the socket transport is off on this task")));
+    return reactor;
+  }
+  response->set_port(socket_port_);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
 void ConfigureCollectiveServer(grpc::ServerBuilder* builder) {
   for (const auto& [key, value] : BulkTransferChannelArgs()) builder->AddChannelArgument(key, value);
 }

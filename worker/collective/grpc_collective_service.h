@@ -40,8 +40,8 @@ namespace weft {
 namespace collective {
 
 class GrpcCollectiveService final
-    : public CollectiveService::WithCallbackMethod_AttachShm<
-          CollectiveService::WithRawCallbackMethod_Exchange<CollectiveService::Service>> {
+    : public CollectiveService::WithCallbackMethod_SocketEndpoint<CollectiveService::WithCallbackMethod_AttachShm<
+          CollectiveService::WithRawCallbackMethod_Exchange<CollectiveService::Service>>> {
  public:
   // Takes a ring a peer offers (ShmCollectiveTransport::Attach): `caller`
   // is the peer's authenticated identity ("" insecure).
@@ -56,15 +56,21 @@ class GrpcCollectiveService final
   // Without one (the default), AttachShm answers FAILED_PRECONDITION and
   // peers keep to Exchange. Set it before the server starts.
   void SetAttachHandler(AttachHandler handler) { attach_ = std::move(handler); }
+  // The port SocketEndpoint answers (0, the default: FAILED_PRECONDITION,
+  // and peers keep to Exchange). Set it before the server starts.
+  void SetSocketPort(int port) { socket_port_ = port; }
 
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Exchange(grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* AttachShm(grpc::CallbackServerContext* ctx, const AttachShmRequest* request,
                                       AttachShmResponse* response) override;
+  grpc::ServerUnaryReactor* SocketEndpoint(grpc::CallbackServerContext* ctx, const SocketEndpointRequest* request,
+                                           SocketEndpointResponse* response) override;
 
  private:
   CollectiveMailbox* const mailbox_;
   const PeerAuthenticator auth_;
   AttachHandler attach_;
+  int socket_port_ = 0;
 };
 
 // Server-side HTTP/2 settings for bulk chunks (frame size, flow-control

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
 
 namespace weft {
@@ -36,6 +37,20 @@ std::function<void()> GrpcShmOfferer::OfferAsync(const std::string& address, con
                                          done(std::move(call->response));
                                        });
   return [call] { call->ctx.TryCancel(); };
+}
+
+absl::StatusOr<int> GrpcShmOfferer::SocketPort(const std::string& address, absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_wait_for_ready(true);  // the peer may not be serving yet
+  SetDeadline(&ctx, timeout);
+  SocketEndpointRequest request;
+  SocketEndpointResponse response;
+  grpc::Status s = StubFor(address)->SocketEndpoint(&ctx, request, &response);
+  if (!s.ok()) return FromGrpcStatus(s, address);
+  if (response.port() <= 0 || response.port() > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("task at ", address, " answered socket port ", response.port()));
+  }
+  return response.port();
 }
 
 }  // namespace collective

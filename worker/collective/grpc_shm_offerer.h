@@ -1,6 +1,7 @@
-// GrpcShmOfferer: offers shared-memory rings to peers with
-// CollectiveService.AttachShm over the cluster's authenticated channels
-// (one per peer address, opened on first use).
+// GrpcShmOfferer: the data plane's gRPC calls to peers, over the cluster's
+// authenticated channels (one per peer address, opened on first use): it
+// offers shared-memory rings (CollectiveService.AttachShm) and asks for a
+// peer's socket port (CollectiveService.SocketEndpoint).
 //
 // Thread-safety: thread-safe. Outlives the offers it made: destroy it after
 // the transport that uses it.
@@ -16,11 +17,12 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/collective_service.grpc.pb.h"
 #include "worker/collective/shm_offer.h"
+#include "worker/collective/socket_collective_transport.h"
 
 namespace weft {
 namespace collective {
 
-class GrpcShmOfferer final : public ShmOffererInterface {
+class GrpcShmOfferer final : public ShmOffererInterface, public SocketEndpointsInterface {
  public:
   // `credentials`: the process's TLS credentials (null: plaintext).
   explicit GrpcShmOfferer(std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr)
@@ -29,6 +31,7 @@ class GrpcShmOfferer final : public ShmOffererInterface {
   std::function<void()> OfferAsync(const std::string& address, const AttachShmRequest& request,
                                    absl::Duration timeout,
                                    std::function<void(absl::StatusOr<AttachShmResponse>)> done) override;
+  absl::StatusOr<int> SocketPort(const std::string& address, absl::Duration timeout) override;
 
  private:
   CollectiveService::Stub* StubFor(const std::string& address);

@@ -18,23 +18,26 @@ GrpcCollectiveTransport::Options TransportOptions(const std::shared_ptr<const Tr
 }
 }  // namespace
 
-WorkerCollectives::WorkerCollectives(std::string task, ClusterDef cluster, absl::Duration timeout,
-                                     std::shared_ptr<const TransportSecurity> security, size_t max_pending_bytes,
-                                     bool shared_memory)
+WorkerCollectives::WorkerCollectives(std::string task, ClusterDef cluster, Options options)
     : task_(std::move(task)),
-      timeout_(timeout),
+      timeout_(options.timeout),
       cluster_(std::move(cluster)),
-      mailbox_(/*check_senders=*/security != nullptr && !security->insecure(), max_pending_bytes),
-      service_(&mailbox_, security),
-      network_(std::make_unique<GrpcCollectiveTransport>(TransportOptions(security))),
-      offerer_(security != nullptr ? security->ChannelCredentials() : nullptr),
-      shared_memory_(shared_memory) {
+      mailbox_(/*check_senders=*/options.security != nullptr && !options.security->insecure(),
+               options.max_pending_bytes),
+      service_(&mailbox_, options.security),
+      network_(std::make_unique<GrpcCollectiveTransport>(TransportOptions(options.security))),
+      offerer_(options.security != nullptr ? options.security->ChannelCredentials() : nullptr),
+      shared_memory_(options.shared_memory) {
   transport_ = network_.get();
-  if (shared_memory) {
+  if (options.sockets) {
+    start_status_ = StartSockets(options);
+    if (socket_ != nullptr) transport_ = socket_.get();
+  }
+  if (shared_memory_) {
     ShmCollectiveTransport::Options o;
     o.offerer = &offerer_;
     absl::MutexLock lock(&shm_mu_);
-    shm_ = std::make_unique<ShmCollectiveTransport>(network_.get(), &mailbox_, o);
+    shm_ = std::make_unique<ShmCollectiveTransport>(transport_, &mailbox_, o);
     transport_ = shm_.get();
     service_.SetAttachHandler(
         [this](const std::string& caller, const AttachShmRequest& request) -> absl::StatusOr<AttachShmResponse> {
@@ -47,6 +50,27 @@ WorkerCollectives::WorkerCollectives(std::string task, ClusterDef cluster, absl:
   // pool): a pool hand-off cost a thread wake-up per chunk and round
   // (BENCHMARKS.md, the all-reduce section).
   executor_ = std::make_unique<CollectiveExecutor>(transport_, &mailbox_, CollectiveExecutor::Options{});
+}
+
+absl::Status WorkerCollectives::StartSockets(const Options& options) {
+  SocketCollectiveTransport::Options o;
+  if (options.security != nullptr && !options.security->insecure()) {
+    absl::StatusOr<std::shared_ptr<const TlsSocketContext>> tls = TlsSocketContext::FromFiles(options.security->files());
+    if (!tls.ok()) return tls.status();
+    o.tls = *std::move(tls);
+  }
+  o.listen_host = options.socket_host;
+  o.listen_port = options.socket_port;
+  o.endpoints = &offerer_;
+  absl::StatusOr<std::unique_ptr<SocketCollectiveTransport>> made =
+      SocketCollectiveTransport::Create(network_.get(), &mailbox_, std::move(o));
+  if (!made.ok()) {
+    return absl::Status(made.status().code(), absl::StrCat("task ", task_, ": collective sockets (--collective_port=",
+                                                           options.socket_port, "): ", made.status().message()));
+  }
+  socket_ = *std::move(made);
+  service_.SetSocketPort(socket_->port());
+  return absl::OkStatus();
 }
 
 WorkerCollectives::~WorkerCollectives() { Close(absl::CancelledError("collectives destroyed")); }
@@ -64,6 +88,7 @@ void WorkerCollectives::Close(const absl::Status& status) {
     absl::MutexLock lock(&shm_mu_);
     shm_.reset();  // closes the rings (their readers stop delivering)
   }
+  socket_.reset();  // shuts the sockets and joins their threads
   network_.reset();  // ends the streams to peers
 }
 

@@ -1,8 +1,9 @@
 // WorkerCollectives: a task's CollectiveRuntime. It owns the mailbox that
 // incoming chunks land in, the CollectiveService that receives them
 // (registered on the task's server), the transports that carry chunks to
-// ring neighbours (shared-memory rings to tasks on this host, gRPC streams
-// to the others), and the executor that runs the ring. Group members are
+// ring neighbours (shared-memory rings to tasks on this host, sockets of
+// its own to the others, gRPC streams to a peer that takes neither), and
+// the executor that runs the ring. Group members are
 // named by task; their addresses come from the cluster.
 //
 // Thread-safety: thread-safe. Shutdown order: Abort (wakes every waiting
@@ -23,26 +24,44 @@
 #include "worker/collective/grpc_collective_transport.h"
 #include "worker/collective/grpc_shm_offerer.h"
 #include "worker/collective/shm_collective_transport.h"
+#include "worker/collective/socket_collective_transport.h"
 
 namespace weft {
 namespace collective {
 
 class WorkerCollectives final : public CollectiveRuntime {
  public:
-  // `security`: the task's mTLS (null: insecure); chunks are then accepted
-  // only from the task the group expects at each rank.
-  // `max_pending_bytes`: the mailbox's quota on chunks that arrive before
-  // their receive (CollectiveMailbox).
-  // `shared_memory`: chunks to tasks on this host go through shared-memory
-  // rings (ShmCollectiveTransport), and this task accepts the rings of
-  // others; false: every chunk over gRPC, and offers are refused.
-  WorkerCollectives(std::string task, ClusterDef cluster, absl::Duration timeout,
-                    std::shared_ptr<const TransportSecurity> security = nullptr,
-                    size_t max_pending_bytes = CollectiveMailbox::kDefaultMaxBufferedBytes,
-                    bool shared_memory = true);
+  struct Options {
+    // How long a collective may take.
+    absl::Duration timeout = absl::Seconds(60);
+    // The task's mTLS (null: insecure); chunks are then accepted only from
+    // the task the group expects at each rank.
+    std::shared_ptr<const TransportSecurity> security;
+    // The mailbox's quota on chunks that arrive before their receive
+    // (CollectiveMailbox).
+    size_t max_pending_bytes = CollectiveMailbox::kDefaultMaxBufferedBytes;
+    // Chunks to tasks on this host go through shared-memory rings
+    // (ShmCollectiveTransport), and this task accepts the rings of others;
+    // false: never.
+    bool shared_memory = true;
+    // Chunks to tasks on other hosts go over sockets this task owns
+    // (SocketCollectiveTransport), and it accepts them on
+    // socket_host:socket_port (port 0: any free one); false: gRPC Exchange
+    // streams.
+    bool sockets = true;
+    std::string socket_host;
+    int socket_port = 0;
+  };
+
+  WorkerCollectives(std::string task, ClusterDef cluster, Options options);
   ~WorkerCollectives() override;
 
   grpc::Service* service() { return &service_; }
+  // Why the socket listener could not start (the task must not serve
+  // then); OK otherwise, or with sockets off.
+  const absl::Status& start_status() const { return start_status_; }
+  // The port sockets are accepted on; 0 with sockets off.
+  int socket_port() const { return socket_ != nullptr ? socket_->port() : 0; }
   // Where chunks to this task land (RecvTensor replies through shared
   // memory wait here too); null when shared memory is off.
   CollectiveMailbox* shm_mailbox() { return shared_memory_ ? &mailbox_ : nullptr; }
@@ -67,6 +86,8 @@ class WorkerCollectives final : public CollectiveRuntime {
   void Close(const absl::Status& status);
 
  private:
+  absl::Status StartSockets(const Options& options);
+
   const std::string task_;
   const absl::Duration timeout_;
   mutable absl::Mutex mu_;
@@ -76,6 +97,8 @@ class WorkerCollectives final : public CollectiveRuntime {
   GrpcCollectiveService service_;
   std::unique_ptr<GrpcCollectiveTransport> network_;
   GrpcShmOfferer offerer_;
+  std::unique_ptr<SocketCollectiveTransport> socket_;  // null: off, or not listening
+  absl::Status start_status_;
   const bool shared_memory_;
   // Guards shm_'s reset (Close) against the RecvTensor and AttachShm paths.
   mutable absl::Mutex shm_mu_;
