@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Ring all-reduce benchmark: weft's ring (bench/allreduce/allreduce_bench, one
 # process per rank) over shared-memory rings, as workers on one host run it,
-# over TLS sockets (--transport=socket, the path between hosts, on loopback
+# over its sockets (--transport=socket, the path between hosts, on loopback
 # here) and over gRPC alone (--transport=grpc, --collective_transport=grpc),
+# both with mutual TLS unless ALLREDUCE_TLS=0,
 # against torch.distributed gloo and OpenMPI, all-reducing float32 on one
 # host, in the same run.
 #
-# For 2 and 4 ranks and 4 and 64 MiB, each round runs weft, weft over TLS
+# For 2 and 4 ranks and 4 and 64 MiB, each round runs weft, weft over its
 # sockets, weft over gRPC, gloo and MPI (the order rotates per round), each
 # reporting the median over
 # its reps of the slowest rank's time per call. Prints a table: median ms,
@@ -21,6 +22,8 @@
 #   ALLREDUCE_RANKS  default "2 4";  ALLREDUCE_BYTES  default "4194304 67108864"
 #   ALLREDUCE_REPS   reps per measurement, default 10;  ALLREDUCE_ROUNDS  default 3
 #   ALLREDUCE_CHUNK  weft's chunk bytes, default 1048576
+#   ALLREDUCE_TLS    1 (default): weft's sockets and gRPC use mutual TLS, as
+#                    between hosts in a cluster; 0: plaintext, like the peers
 #   ALLREDUCE_BENCH  the weft binary; default: built here
 #   WEFT             the weft client that makes the sockets' certificates;
 #                    default: built here
@@ -35,6 +38,7 @@ SIZES="${ALLREDUCE_BYTES:-4194304 67108864}"
 REPS="${ALLREDUCE_REPS:-10}"
 ROUNDS="${ALLREDUCE_ROUNDS:-3}"
 CHUNK="${ALLREDUCE_CHUNK:-1048576}"
+TLS="${ALLREDUCE_TLS:-1}"
 RUN_TIMEOUT=180  # seconds per measured program
 
 die() { echo "allreduce.sh: $*" >&2; exit 1; }
@@ -61,17 +65,19 @@ if [ -z "${ALLREDUCE_BENCH:-}" ]; then
   ALLREDUCE_BENCH="$TMP/allreduce_bench"
 fi
 [ -x "$ALLREDUCE_BENCH" ] || die "no bench binary at $ALLREDUCE_BENCH"
-if [ -z "${WEFT:-}" ]; then
+if [ "$TLS" = 1 ] && [ -z "${WEFT:-}" ]; then
   (cd "$REPO" && "${BAZEL:-bazel}" build ${BAZEL_FLAGS:-} //client:weft) >&2 || die "cannot build //client:weft"
   WEFT="$REPO/bazel-bin/client/weft"
 fi
-# The sockets' certificates: a throwaway CA and one per rank, as a cluster has.
-"$WEFT" certs init "$TMP/tls" > /dev/null || die "weft certs init failed"
-max_rank=0
-for n in $RANKS; do [ "$n" -gt "$max_rank" ] && max_rank=$n; done
-for ((r = 0; r < max_rank; r++)); do
-  "$WEFT" certs issue "$TMP/tls" --name="/job:worker/task:$r" > /dev/null || die "weft certs issue failed"
-done
+# The certificates: a throwaway CA and one per rank, as a cluster has.
+if [ "$TLS" = 1 ]; then
+  "$WEFT" certs init "$TMP/tls" > /dev/null || die "weft certs init failed"
+  max_rank=0
+  for n in $RANKS; do if [ "$n" -gt "$max_rank" ]; then max_rank=$n; fi; done
+  for ((r = 0; r < max_rank; r++)); do
+    "$WEFT" certs issue "$TMP/tls" --name="/job:worker/task:$r" > /dev/null || die "weft certs issue failed"
+  done
+fi
 mpicc -O2 -o "$TMP/mpi_allreduce" "$PEERS_DIR/mpi_allreduce.c" || die "mpicc failed"
 
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -90,7 +96,7 @@ free_port() { free_addresses 1 | cut -d: -f2; }
 # its per-call CPU ms and context switches in $TMP/weft_usage.
 run_weft() {  # N BYTES [TRANSPORT]
   local n=$1 bytes=$2 transport=${3:-shm} addrs r out tls=()
-  [ "$transport" = socket ] && tls=(--tls_dir="$TMP/tls")
+  [ "$transport" != shm ] && [ "$TLS" = 1 ] && tls=(--tls_dir="$TMP/tls")
   addrs="$(free_addresses "$n")"
   PIDS=()
   for r in $(seq 1 $((n - 1))); do
@@ -150,7 +156,7 @@ for ((round = 0; round < ROUNDS; round++)); do
 done
 echo "load after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 
-"$PYTHON" - "$RESULTS" <<'PY'
+"$PYTHON" - "$RESULTS" "$TLS" <<'PY'
 import collections, statistics, sys
 runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
@@ -158,7 +164,8 @@ for line in open(sys.argv[1]):
     if ms != "nan": runs[(int(n), int(b), impl)].append(float(ms))
 def med(key): return statistics.median(runs[key]) if runs.get(key) else float("nan")
 def bw(n, b, ms): return b * 2 * (n - 1) / n / (ms / 1e3) / 1e9
-print("| ranks | MiB | weft ms | weft over TLS sockets ms | weft over gRPC ms | gloo ms | mpi ms | weft busbw GB/s "
+tls = "TLS " if sys.argv[2] == "1" else "plaintext "
+print(f"| ranks | MiB | weft ms | weft over {tls}sockets ms | weft over {tls}gRPC ms | gloo ms | mpi ms | weft busbw GB/s "
       "| gloo busbw | mpi busbw | weft/gloo | weft/mpi | sockets/gloo | sockets/gRPC | weft CPU ms per call "
       "| weft context switches per call |")
 print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")

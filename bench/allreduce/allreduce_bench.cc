@@ -9,9 +9,10 @@
 // shared-memory rings of --ring_bytes between the ranks (all on this host),
 // waiting sides spinning --spin_us before they sleep; grpc: over gRPC
 // streams only (--shared_memory=false --collective_transport=grpc); socket:
-// over the sockets workers on different hosts use (--shared_memory=false),
-// with TLS when --tls_dir holds the CA (ca.crt) and each rank's
-// certificate and key (`weft certs issue DIR --name=/job:worker/task:R`).
+// over the sockets workers on different hosts use (--shared_memory=false).
+// With --tls_dir, holding the CA (ca.crt) and each rank's certificate and
+// key (`weft certs issue DIR --name=/job:worker/task:R`), gRPC and the
+// sockets use mutual TLS, as a cluster does; without, plaintext.
 //
 // Serves CollectiveService on addresses[R], then all-reduces a float32
 // tensor of N bytes W + K times. Each repetition starts after a one-element
@@ -116,19 +117,34 @@ Usage GetUsage() {
   return Usage{ms(u.ru_utime) + ms(u.ru_stime), static_cast<double>(u.ru_nvcsw + u.ru_nivcsw)};
 }
 
+// This rank's certificate files in --tls_dir.
+absl::StatusOr<TlsFiles> FilesFor(const Flags& f) {
+  absl::StatusOr<std::string> base = CertFileBase(absl::StrCat("/job:worker/task:", f.rank));
+  if (!base.ok()) return base.status();
+  TlsFiles files;
+  files.ca = f.tls_dir + "/ca.crt";
+  files.cert = absl::StrCat(f.tls_dir, "/", *base, ".crt");
+  files.key = absl::StrCat(f.tls_dir, "/", *base, ".key");
+  return files;
+}
+
+// gRPC's security: mTLS with --tls_dir (as a cluster runs), else plaintext.
+absl::StatusOr<std::shared_ptr<const TransportSecurity>> SecurityFor(const Flags& f) {
+  if (f.tls_dir.empty()) return TransportSecurity::Insecure();
+  absl::StatusOr<TlsFiles> files = FilesFor(f);
+  if (!files.ok()) return files.status();
+  return TransportSecurity::ForDaemon(*files, absl::StrCat("/job:worker/task:", f.rank));
+}
+
 absl::StatusOr<std::unique_ptr<SocketCollectiveTransport>> StartSockets(const Flags& f,
                                                                           CollectiveTransportInterface* network,
                                                                           CollectiveMailbox* mailbox,
                                                                           SocketEndpointsInterface* endpoints) {
   SocketCollectiveTransport::Options o;
   if (!f.tls_dir.empty()) {
-    absl::StatusOr<std::string> base = CertFileBase(absl::StrCat("/job:worker/task:", f.rank));
-    if (!base.ok()) return base.status();
-    TlsFiles files;
-    files.ca = f.tls_dir + "/ca.crt";
-    files.cert = absl::StrCat(f.tls_dir, "/", *base, ".crt");
-    files.key = absl::StrCat(f.tls_dir, "/", *base, ".key");
-    absl::StatusOr<std::shared_ptr<const TlsSocketContext>> tls = TlsSocketContext::FromFiles(files);
+    absl::StatusOr<TlsFiles> files = FilesFor(f);
+    if (!files.ok()) return files.status();
+    absl::StatusOr<std::shared_ptr<const TlsSocketContext>> tls = TlsSocketContext::FromFiles(*files);
     if (!tls.ok()) return tls.status();
     o.tls = *std::move(tls);
   }
@@ -139,11 +155,18 @@ absl::StatusOr<std::unique_ptr<SocketCollectiveTransport>> StartSockets(const Fl
 
 int Run(const Flags& f) {
   const int n = static_cast<int>(f.addresses.size());
+  absl::StatusOr<std::shared_ptr<const TransportSecurity>> security = SecurityFor(f);
+  if (!security.ok()) {
+    std::fprintf(stderr, "allreduce_bench: rank %d: %s\n", f.rank, security.status().ToString().c_str());
+    return 1;
+  }
   CollectiveMailbox mailbox;
-  GrpcCollectiveService service(&mailbox);
+  GrpcCollectiveService service(&mailbox, *security);
   ThreadPool pool("reduce", 1);
-  auto network = std::make_unique<GrpcCollectiveTransport>();
-  GrpcShmOfferer offerer;
+  GrpcCollectiveTransport::Options network_options;
+  network_options.credentials = (*security)->ChannelCredentials();
+  auto network = std::make_unique<GrpcCollectiveTransport>(network_options);
+  GrpcShmOfferer offerer((*security)->ChannelCredentials());
   std::unique_ptr<ShmCollectiveTransport> shm;
   CollectiveTransportInterface* transport = network.get();
   std::unique_ptr<SocketCollectiveTransport> sockets;
@@ -173,7 +196,7 @@ int Run(const Flags& f) {
   grpc::ServerBuilder builder;
   ConfigureServer(&builder);
   ConfigureCollectiveServer(&builder);
-  builder.AddListeningPort(f.addresses[f.rank], grpc::InsecureServerCredentials());
+  builder.AddListeningPort(f.addresses[f.rank], (*security)->ServerCredentials(/*require_client_certificate=*/true));
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) {

@@ -19,10 +19,10 @@
 //
 // Receiving. A listener thread accepts connections, at most
 // Options::max_connections at once; each gets a reader thread that
-// handshakes (cluster members only), reads each frame into a buffer of the
-// connection's own, reused from frame to frame, and delivers it to the
-// mailbox as a borrowed chunk under the name on the peer's certificate, so
-// a collective waiting for it sums it on that thread without a copy. A
+// handshakes (cluster members only), reads each frame into a buffer of its
+// own from the caching allocator and delivers it to the mailbox under the
+// name on the peer's certificate: a collective waiting for it sums it on
+// that thread, and one that arrives early waits as it is, uncopied. A
 // frame with a bad header or a length over Options::max_frame_bytes is
 // DATA_LOSS: the connection is closed (and logged) before anything is
 // allocated, and the daemon goes on. A chunk over the mailbox's quota
@@ -56,19 +56,10 @@
 #include "common/tls_socket.h"
 #include "worker/collective/collective_mailbox.h"
 #include "worker/collective/collective_transport.h"
+#include "worker/collective/socket_sender.h"
 
 namespace weft {
 namespace collective {
-
-// Finds a peer's socket port (GrpcShmOfferer asks CollectiveService.
-// SocketEndpoint).
-class SocketEndpointsInterface {
- public:
-  virtual ~SocketEndpointsInterface() = default;
-  // The port the task serving `address` accepts sockets on, waiting at most
-  // `timeout` for it to come up. FAILED_PRECONDITION when it has none.
-  virtual absl::StatusOr<int> SocketPort(const std::string& address, absl::Duration timeout) = 0;
-};
 
 class SocketCollectiveTransport final : public CollectiveTransportInterface {
  public:
@@ -110,7 +101,6 @@ class SocketCollectiveTransport final : public CollectiveTransportInterface {
   int NumIncomingConnections() const;
 
  private:
-  class Peer;
   struct InConn;
 
   SocketCollectiveTransport(CollectiveTransportInterface* fallback, CollectiveMailbox* mailbox, Options options,
@@ -121,12 +111,13 @@ class SocketCollectiveTransport final : public CollectiveTransportInterface {
   CollectiveTransportInterface* const fallback_;
   CollectiveMailbox* const mailbox_;
   const Options options_;
+  SocketSender::Context context_;  // the senders' (set once)
   const std::unique_ptr<TlsListener> listener_;
   std::thread acceptor_;
 
   mutable absl::Mutex mu_;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
-  absl::flat_hash_map<std::string, std::shared_ptr<Peer>> peers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<SocketSender>> peers_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<InConn>> incoming_ ABSL_GUARDED_BY(mu_);
 };
 
