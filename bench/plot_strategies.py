@@ -27,18 +27,18 @@ def allreduce(table, out):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) < 5 or not cells[0].isdigit():
             continue
-        # ranks, MiB, weft, weft over gRPC, gloo, mpi
-        rows.append((int(cells[0]), int(cells[1]), *[float(c) for c in cells[2:6]]))
+        # ranks, MiB, weft, weft over sockets, weft over gRPC, gloo, mpi
+        rows.append((int(cells[0]), int(cells[1]), *[float(c) for c in cells[2:7]]))
     if not rows:
         return
     labels = [f"{n} ranks\n{mib} MiB" for n, mib, *_ in rows]
     x = range(len(rows))
-    width = 0.2
-    fig, ax = plt.subplots(figsize=(8, 4))
-    series = [("weft (shared memory)", "#1f77b4"), ("weft over gRPC", "#aec7e8"), ("gloo", "#ff7f0e"),
-              ("OpenMPI", "#7f7f7f")]
+    width = 0.16
+    fig, ax = plt.subplots(figsize=(9, 4))
+    series = [("weft (shared memory)", "#1f77b4"), ("weft over its sockets", "#6baed6"), ("weft over gRPC", "#c6dbef"),
+              ("gloo", "#ff7f0e"), ("OpenMPI", "#7f7f7f")]
     for k, (name, color) in enumerate(series):
-        ax.bar([i + (k - 1.5) * width for i in x], [r[2 + k] for r in rows], width, label=name, color=color)
+        ax.bar([i + (k - 2) * width for i in x], [r[2 + k] for r in rows], width, label=name, color=color)
     ax.set_xticks(list(x))
     ax.set_xticklabels(labels)
     ax.set_yscale("log")

@@ -105,6 +105,9 @@ absl::Status TaskServerOptions(const Flags& f, const TaskFlags& t, std::shared_p
   opts->inter_op_threads = static_cast<int>(t.inter_op_threads);
   opts->max_gpus = static_cast<int>(t.gpus);
   RETURN_IF_ERROR(daemon::TaskQuotas(f, opts));
+  // A ps takes part in no collective: it opens no collective socket unless
+  // told which port to use.
+  if (opts->job == "ps" && !f.Has("collective_port")) opts->collective_sockets = false;
   ps::PsHandlerOptions ps_options;
   ps_options.checkpoint_root = checkpoint_root;
   opts->extra_services.push_back(ps::PsServiceFactory(ps_options));

@@ -1,6 +1,7 @@
 #include "worker/worker_server.h"
 
-#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
 
 #include <chrono>
 
@@ -16,16 +17,24 @@ namespace weft {
 namespace worker {
 namespace {
 
-// The IP address part of a listen address, for the collective sockets:
-// "" (every address) for a name or an empty host.
+// The IP address the collective sockets listen on: the listen address's
+// host, a name resolved to its first address ("localhost": 127.0.0.1), so
+// the socket is never reachable where the gRPC port is not; "" (every
+// address) only for an empty host or 0.0.0.0.
 std::string ListenHost(const std::string& listen_address) {
   const size_t colon = listen_address.rfind(':');
   std::string host = listen_address.substr(0, colon == std::string::npos ? 0 : colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  in6_addr addr6;
-  in_addr addr4;
-  if (inet_pton(AF_INET, host.c_str(), &addr4) == 1 || inet_pton(AF_INET6, host.c_str(), &addr6) == 1) return host;
-  return "";
+  if (host.empty() || host == "0.0.0.0") return "";
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return host;  // Listen says why
+  char numeric[NI_MAXHOST];
+  const bool ok =
+      getnameinfo(found->ai_addr, found->ai_addrlen, numeric, sizeof(numeric), nullptr, 0, NI_NUMERICHOST) == 0;
+  freeaddrinfo(found);
+  return ok ? std::string(numeric) : host;
 }
 
 }  // namespace
