@@ -23,7 +23,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 def allreduce(table, out):
     rows = []
+    tls = ""
     for line in open(table):
+        if "over TLS sockets" in line:  # the header: weft's sockets and gRPC ran with mutual TLS
+            tls = " (TLS)"
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) < 5 or not cells[0].isdigit():
             continue
@@ -35,8 +38,8 @@ def allreduce(table, out):
     x = range(len(rows))
     width = 0.16
     fig, ax = plt.subplots(figsize=(9, 4))
-    series = [("weft (shared memory)", "#1f77b4"), ("weft over its sockets", "#6baed6"), ("weft over gRPC", "#c6dbef"),
-              ("gloo", "#ff7f0e"), ("OpenMPI", "#7f7f7f")]
+    series = [("weft (shared memory)", "#1f77b4"), (f"weft over its sockets{tls}", "#6baed6"),
+              (f"weft over gRPC{tls}", "#c6dbef"), ("gloo", "#ff7f0e"), ("OpenMPI", "#7f7f7f")]
     for k, (name, color) in enumerate(series):
         ax.bar([i + (k - 2) * width for i in x], [r[2 + k] for r in rows], width, label=name, color=color)
     ax.set_xticks(list(x))
