@@ -1,5 +1,6 @@
 // Helpers shared by the collective tests: seeded random inputs, the
-// reference sum (computed in double), groups and async fan-out over ranks.
+// reference sum (computed in double), groups, async fan-out over ranks and
+// all-reduces checked against the reference.
 //
 // Thread-safety: test-only helpers; RunOnAllRanks is called from one thread.
 #ifndef WEFT_WORKER_COLLECTIVE_COLLECTIVE_TEST_UTIL_H_
@@ -18,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/tensor.h"
+#include "worker/collective/collective_executor.h"
 #include "common/test_util.h"
 #include "gtest/gtest.h"
 #include "worker/collective/collective_types.h"
@@ -114,6 +116,32 @@ inline void ExpectAllReduceMatchesReference(int n, int64_t size, uint32_t seed, 
   for (int r = 0; r < n; ++r) {
     ASSERT_TRUE(statuses[r].ok()) << what << " rank " << r << ": " << statuses[r];
     ExpectNear(values[r], ref, absl::StrCat(what, " rank ", r));
+  }
+}
+
+// All-reduces tensors of each of `sizes` elements on the n ranks of
+// `addresses` through executor(rank), with chunks of `chunk_bytes`, one
+// collective (instance first_instance + 1, + 2, ...) per size, and checks
+// every sum against the reference.
+inline void ExpectAllReducesThroughExecutors(const std::vector<std::string>& addresses, size_t chunk_bytes,
+                                             const std::vector<int64_t>& sizes,
+                                             const std::function<CollectiveExecutor*(int)>& executor,
+                                             int64_t first_instance = 0) {
+  const int n = static_cast<int>(addresses.size());
+  int64_t instance = first_instance;
+  for (int64_t size : sizes) {
+    ++instance;
+    ExpectAllReduceMatchesReference(n, size, static_cast<uint32_t>(instance), absl::StrCat("n=", n, " size=", size),
+                                    [&](int r, Tensor* t, StatusCallback done) {
+                                      CollectiveParams p;
+                                      p.group = MakeGroup(n, r, addresses);
+                                      p.instance_key = instance;
+                                      p.step_id = 1;
+                                      p.chunk_bytes = chunk_bytes;
+                                      p.timeout = absl::Seconds(30);
+                                      executor(r)->AllReduceAsync(p, t, std::move(done));
+                                    });
+    if (::testing::Test::HasFatalFailure()) return;
   }
 }
 

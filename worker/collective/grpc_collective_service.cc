@@ -41,6 +41,16 @@ class ExchangeReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
   grpc::ByteBuffer message_;
 };
 
+// The caller of a unary call that cluster members alone may make; a refusal
+// has finished `reactor` with its status.
+absl::StatusOr<Caller> ClusterCaller(const PeerAuthenticator& auth, grpc::CallbackServerContext* ctx,
+                                     const char* what, grpc::ServerUnaryReactor* reactor) {
+  absl::StatusOr<Caller> caller =
+      Authorize(auth, *ctx, what, [&](const Caller& c) { return RequireClusterMember(c, what); });
+  if (!caller.ok()) reactor->Finish(ToGrpcStatus(caller.status()));
+  return caller;
+}
+
 }  // namespace
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* GrpcCollectiveService::Exchange(
@@ -55,14 +65,9 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* GrpcCollectiveServi
 grpc::ServerUnaryReactor* GrpcCollectiveService::AttachShm(grpc::CallbackServerContext* ctx,
                                                           const AttachShmRequest* request,
                                                           AttachShmResponse* response) {
-  constexpr char kWhat[] = "CollectiveService.AttachShm";
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  absl::StatusOr<Caller> caller =
-      Authorize(auth_, *ctx, kWhat, [&](const Caller& c) { return RequireClusterMember(c, kWhat); });
-  if (!caller.ok()) {
-    reactor->Finish(ToGrpcStatus(caller.status()));
-    return reactor;
-  }
+  absl::StatusOr<Caller> caller = ClusterCaller(auth_, ctx, "CollectiveService.AttachShm", reactor);
+  if (!caller.ok()) return reactor;
   if (!attach_) {
     reactor->Finish(ToGrpcStatus(absl::FailedPreconditionError("shared-memory transport is off on this task")));
     return reactor;
@@ -76,14 +81,8 @@ grpc::ServerUnaryReactor* GrpcCollectiveService::AttachShm(grpc::CallbackServerC
 grpc::ServerUnaryReactor* GrpcCollectiveService::SocketEndpoint(grpc::CallbackServerContext* ctx,
                                                                const SocketEndpointRequest* /*request*/,
                                                                SocketEndpointResponse* response) {
-  constexpr char kWhat[] = "CollectiveService.SocketEndpoint";
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  absl::StatusOr<Caller> caller =
-      Authorize(auth_, *ctx, kWhat, [&](const Caller& c) { return RequireClusterMember(c, kWhat); });
-  if (!caller.ok()) {
-    reactor->Finish(ToGrpcStatus(caller.status()));
-    return reactor;
-  }
+  if (!ClusterCaller(auth_, ctx, "CollectiveService.SocketEndpoint", reactor).ok()) return reactor;
   if (socket_port_ == 0) {
     reactor->Finish(ToGrpcStatus(absl::FailedPreconditionError("the socket transport is off on this task")));
     return reactor;

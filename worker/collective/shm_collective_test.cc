@@ -29,7 +29,7 @@ namespace collective {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::ExpectAllReduceMatchesReference;
+using testing::ExpectAllReducesThroughExecutors;
 using testing::ExpectNear;
 using testing::MakeGroup;
 using testing::RandomFloats;
@@ -107,21 +107,9 @@ class ShmRanks {
 
 // All-reduces tensors of awkward sizes on every rank and checks each sum.
 void CheckAllReduces(int n, ShmRanks& ranks, const std::vector<std::string>& addresses, size_t chunk_bytes) {
-  int64_t instance = 0;
-  for (int64_t size : {int64_t{1}, int64_t{n + 1}, int64_t{1009}, int64_t{1 << 20}, int64_t{3 << 20}}) {
-    ++instance;
-    ExpectAllReduceMatchesReference(n, size, static_cast<uint32_t>(instance), absl::StrCat("n=", n, " size=", size),
-                                    [&](int r, Tensor* t, StatusCallback done) {
-                                      CollectiveParams p;
-                                      p.group = MakeGroup(n, r, addresses);
-                                      p.instance_key = instance;
-                                      p.step_id = 1;
-                                      p.chunk_bytes = chunk_bytes;
-                                      p.timeout = absl::Seconds(30);
-                                      ranks[r].executor->AllReduceAsync(p, t, std::move(done));
-                                    });
-    if (::testing::Test::HasFatalFailure()) return;
-  }
+  ExpectAllReducesThroughExecutors(addresses, chunk_bytes, {1, n + 1, 1009, 1 << 20, 3 << 20},
+                                   [&](int r) { return ranks[r].executor.get(); });
+  if (::testing::Test::HasFatalFailure()) return;
   for (int r = 0; r < n; ++r) EXPECT_EQ(ranks[r].mailbox.NumEntries(), 0u) << r;
 }
 

@@ -28,7 +28,7 @@ namespace weft {
 namespace collective {
 namespace {
 
-using testing::ExpectAllReduceMatchesReference;
+using testing::ExpectAllReducesThroughExecutors;
 using testing::MakeGroup;
 using weft::testing::WaitUntil;
 
@@ -119,22 +119,9 @@ class Ranks {
 
   // All-reduces tensors of awkward sizes on every rank; checks each sum.
   void CheckAllReduces(size_t chunk_bytes, int64_t first_instance = 1) {
-    const int n = static_cast<int>(ranks_.size());
-    int64_t instance = first_instance;
-    for (int64_t size : {int64_t{1}, int64_t{n + 1}, int64_t{1009}, int64_t{3 << 20}}) {
-      ++instance;
-      ExpectAllReduceMatchesReference(n, size, static_cast<uint32_t>(instance), absl::StrCat("n=", n, " size=", size),
-                                      [&](int r, Tensor* t, StatusCallback done) {
-                                        CollectiveParams p;
-                                        p.group = MakeGroup(n, r, addresses_);
-                                        p.instance_key = instance;
-                                        p.step_id = 1;
-                                        p.chunk_bytes = chunk_bytes;
-                                        p.timeout = absl::Seconds(30);
-                                        ranks_[r]->executor->AllReduceAsync(p, t, std::move(done));
-                                      });
-      if (::testing::Test::HasFatalFailure()) return;
-    }
+    const int64_t n = static_cast<int64_t>(ranks_.size());
+    ExpectAllReducesThroughExecutors(addresses_, chunk_bytes, {1, n + 1, 1009, 3 << 20},
+                                     [&](int r) { return ranks_[r]->executor.get(); }, first_instance);
   }
 
  private:
