@@ -19,7 +19,7 @@ namespace weft {
 namespace collective {
 namespace {
 
-using testing::ExpectAllReduceMatchesReference;
+using testing::ExpectAllReducesThroughExecutors;
 using testing::ExpectNear;
 using testing::MakeGroup;
 using testing::RandomFloats;
@@ -91,22 +91,10 @@ TEST_P(GrpcAllReduceTest, MatchesReferenceSum) {
   const int n = GetParam();
   std::vector<std::string> addresses;
   GrpcRanks ranks(n, &addresses);
-  int64_t instance = 0;
-  for (int64_t size : {int64_t{0}, int64_t{1}, int64_t{n - 1}, int64_t{n + 1}, int64_t{1009}, int64_t{1 << 20}}) {
-    ++instance;
-    ExpectAllReduceMatchesReference(n, size, static_cast<uint32_t>(instance), absl::StrCat("n=", n, " size=", size),
-                                    [&](int r, Tensor* t, StatusCallback done) {
-                                      CollectiveParams p;
-                                      p.group = MakeGroup(n, r, addresses);
-                                      p.instance_key = instance;
-                                      p.step_id = 1;
-                                      // Segments of 1M floats / n span many chunks: pipelined.
-                                      p.chunk_bytes = 64 << 10;
-                                      p.timeout = absl::Seconds(30);
-                                      ranks[r]->executor->AllReduceAsync(p, t, std::move(done));
-                                    });
-    if (::testing::Test::HasFatalFailure()) return;
-  }
+  // Segments of 1M floats / n span many 64 KiB chunks: pipelined.
+  ExpectAllReducesThroughExecutors(addresses, 64 << 10, {0, 1, n - 1, n + 1, 1009, 1 << 20},
+                                   [&](int r) { return ranks[r]->executor.get(); });
+  if (::testing::Test::HasFatalFailure()) return;
   for (int r = 0; r < n; ++r) EXPECT_EQ(ranks[r]->mailbox.NumEntries(), 0u);
 }
 
