@@ -90,13 +90,20 @@ void SocketSender::FailAll(std::deque<Pending>* pending, const absl::Status& s) 
 }
 
 // Asks the peer for its port and connects, in attempts of at most a
-// second so that Stop is never kept waiting longer, until
-// Context::connect_timeout. Sets refused_ when the peer will never take
-// a socket.
+// second (so that Stop is never kept waiting longer) spaced by a backoff
+// from 50 ms to 1 s, until Context::connect_timeout. Sets refused_ when
+// the peer will never take a socket.
 absl::StatusOr<std::unique_ptr<TlsSocket>> SocketSender::Connect() {
   const absl::Time deadline = absl::Now() + ctx_.connect_timeout;
   absl::Status last = absl::DeadlineExceededError("no attempt");
-  while (!Stopping()) {
+  absl::Duration backoff = absl::Milliseconds(50);  // between attempts that failed at once (a refused port)
+  for (bool first = true; !Stopping(); first = false) {
+    if (!first) {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), std::min(backoff, deadline - absl::Now()));
+      backoff = std::min(2 * backoff, absl::Seconds(1));
+      if (stopping_) break;
+    }
     const absl::Duration attempt = std::min(absl::Seconds(1), deadline - absl::Now());
     if (attempt <= absl::ZeroDuration()) break;
     absl::StatusOr<int> port = ctx_.endpoints->SocketPort(address_, attempt);
