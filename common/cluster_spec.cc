@@ -42,6 +42,13 @@ JobDef* AddJob(ClusterDef* cluster, absl::string_view name) {
 
 }  // namespace
 
+std::string AddressHost(absl::string_view address) {
+  const size_t colon = address.rfind(':');
+  absl::string_view host = address.substr(0, colon == absl::string_view::npos ? address.size() : colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return std::string(host);
+}
+
 std::string TaskSpec::Name() const { return absl::StrCat("/job:", job, "/task:", index); }
 
 absl::StatusOr<ClusterDef> ParseClusterFlag(absl::string_view flag) {

@@ -49,6 +49,8 @@ absl::Status CheckClusterDef(const ClusterDef& cluster, absl::string_view where)
 
 // The address of a task; NOT_FOUND naming the task when the cluster has none.
 absl::StatusOr<std::string> TaskAddress(const ClusterDef& cluster, const TaskSpec& task);
+// The host of "host:port" or "[v6]:port" (brackets removed).
+std::string AddressHost(absl::string_view address);
 // Number of tasks in `job` (0 when absent).
 int NumTasks(const ClusterDef& cluster, absl::string_view job);
 // "worker=h:p,h:p;ps=h:p" (jobs in the order given).

@@ -42,6 +42,13 @@ TEST(ClusterSpecTest, RejectsMalformedFlagsNamingThePiece) {
   }
 }
 
+TEST(ClusterSpecTest, AddressHostDropsThePortAndV6Brackets) {
+  EXPECT_EQ(AddressHost("10.0.0.2:2222"), "10.0.0.2");
+  EXPECT_EQ(AddressHost("weft-worker-0.weft-worker:2222"), "weft-worker-0.weft-worker");
+  EXPECT_EQ(AddressHost("[::1]:2222"), "::1");
+  EXPECT_EQ(AddressHost("localhost"), "localhost");
+}
+
 TEST(ClusterSpecTest, ParsesTaskFlagsInBothForms) {
   EXPECT_EQ(ParseTaskFlag("worker:3")->Name(), "/job:worker/task:3");
   EXPECT_EQ(ParseTaskFlag("/job:ps/task:0")->Name(), "/job:ps/task:0");

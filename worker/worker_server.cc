@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/cluster_spec.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
 #include "graph/device_name.h"
@@ -22,9 +23,7 @@ namespace {
 // the socket is never reachable where the gRPC port is not; "" (every
 // address) only for an empty host or 0.0.0.0.
 std::string ListenHost(const std::string& listen_address) {
-  const size_t colon = listen_address.rfind(':');
-  std::string host = listen_address.substr(0, colon == std::string::npos ? 0 : colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const std::string host = listen_address.find(':') == std::string::npos ? "" : AddressHost(listen_address);
   if (host.empty() || host == "0.0.0.0") return "";
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;

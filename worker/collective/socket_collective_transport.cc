@@ -82,6 +82,9 @@ void SocketCollectiveTransport::SendAsync(const CollectiveGroup& group, int dst,
   if (dst < 0 || dst >= group.size()) {
     return done(absl::InvalidArgumentError(absl::StrCat("collective send to ", group.Describe(dst))));
   }
+  if (!chunk.prefix.empty()) {
+    return done(absl::InternalError("a chunk with a prefix goes only through shared memory"));
+  }
   const CollectiveMember& m = group.members[dst];
   std::shared_ptr<SocketSender> peer;
   {

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/cluster_spec.h"
 #include "common/logging.h"
 #include "common/peer_metrics.h"
 
@@ -25,14 +26,6 @@ SocketFrameHeader HeaderFor(const ChunkKey& k, size_t bytes) {
   h.chunk = k.chunk;
   h.src_rank = k.src_rank;
   return h;
-}
-
-// "host" of "host:port" or "[v6]:port".
-std::string HostOf(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  std::string host = address.substr(0, colon == std::string::npos ? address.size() : colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return host;
 }
 
 // Whether a SocketEndpoint error means "never over a socket" (not "not yet").
@@ -111,7 +104,7 @@ absl::StatusOr<std::unique_ptr<TlsSocket>> SocketSender::Connect() {
       // With TLS the server's certificate must name the task the group
       // expects; in plaintext there is nobody to check.
       absl::StatusOr<std::unique_ptr<TlsSocket>> made =
-          TlsSocket::Connect(ctx_.tls.get(), HostOf(address_), *port, task_, attempt);
+          TlsSocket::Connect(ctx_.tls.get(), AddressHost(address_), *port, task_, attempt);
       if (made.ok() || made.status().code() == absl::StatusCode::kUnauthenticated) return made;
       last = made.status();
     } else if (RefusedForGood(port.status())) {
@@ -180,7 +173,7 @@ void SocketSender::WriterLoop() {
 absl::Status SocketSender::WriteBatch(TlsSocket* socket, std::deque<Pending>* batch) {
   while (!batch->empty()) {
     Pending& p = batch->front();
-    const size_t bytes = p.chunk.prefix.size() + p.chunk.size;
+    const size_t bytes = p.chunk.size;
     const SocketFrameHeader header = HeaderFor(p.key, bytes);
     const absl::string_view head(reinterpret_cast<const char*>(&header), sizeof(header));
     const absl::string_view payload(p.chunk.data, p.chunk.size);
@@ -189,11 +182,10 @@ absl::Status SocketSender::WriteBatch(TlsSocket* socket, std::deque<Pending>* ba
       // A small frame goes out as one write (one TLS record, one segment);
       // a large one's payload is written from the tensor itself.
       small_.assign(head.data(), head.size());
-      small_.append(p.chunk.prefix);
       small_.append(payload.data(), payload.size());
       s = socket->WriteAll({absl::string_view(small_)});
     } else {
-      const absl::string_view pieces[3] = {head, p.chunk.prefix, payload};
+      const absl::string_view pieces[2] = {head, payload};
       s = socket->WriteAll(pieces);
     }
     if (!s.ok()) {
