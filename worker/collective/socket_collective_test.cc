@@ -56,6 +56,7 @@ struct RankOptions {
   std::shared_ptr<const TlsSocketContext> tls;  // null: plaintext
   SocketEndpointsInterface* endpoints = nullptr;  // null: gRPC
   size_t max_frame_bytes = size_t{64} << 20;
+  int max_connections = 256;
 };
 
 // One rank. Destruction order: executor, socket transport, gRPC
@@ -78,6 +79,7 @@ struct SocketRank {
     so.endpoints = o.endpoints != nullptr ? o.endpoints : &offerer;
     so.connect_timeout = absl::Seconds(5);
     so.max_frame_bytes = o.max_frame_bytes;
+    so.max_connections = o.max_connections;
     auto made = SocketCollectiveTransport::Create(network.get(), &mailbox, so);
     EXPECT_TRUE(made.ok()) << made.status();
     socket = *std::move(made);
@@ -191,6 +193,24 @@ TEST(SocketTransportTest, BadFramesCloseTheConnectionAndTheRankGoesOn) {
   }
   EXPECT_EQ(ranks[1].mailbox.NumEntries(), 0u);
   ranks.CheckAllReduces(256 << 10);
+}
+
+// Connections beyond the limit are closed at once; those within it stay.
+TEST(SocketTransportTest, ConnectionsBeyondTheLimitAreClosed) {
+  RankOptions o;
+  o.max_connections = 2;
+  Ranks ranks(1, {o});
+  std::vector<std::unique_ptr<TlsSocket>> kept;
+  for (int i = 0; i < 2; ++i) {
+    kept.push_back(RawConnection(ranks[0]));
+    ASSERT_NE(kept.back(), nullptr);
+  }
+  ASSERT_TRUE(WaitUntil(absl::Seconds(10), "two readers", [&] { return ranks[0].socket->NumIncomingConnections() == 2; }));
+  std::unique_ptr<TlsSocket> extra = RawConnection(ranks[0]);
+  ASSERT_NE(extra, nullptr);
+  char byte;
+  EXPECT_FALSE(extra->ReadFull(&byte, 1).ok()) << "a third connection was kept";
+  EXPECT_EQ(ranks[0].socket->NumIncomingConnections(), 2);
 }
 
 // A peer that goes away fails the sends to it with UNAVAILABLE naming it,
