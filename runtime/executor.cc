@@ -291,6 +291,8 @@ Executor::~Executor() = default;
 
 int Executor::num_nodes() const { return static_cast<int>(impl_->items.size()); }
 
+bool Executor::MayWait() const { return impl_->num_async > 0 || !impl_->device->host_memory(); }
+
 void Executor::RunningKernels(std::vector<RunningKernel>* out) const {
   Impl& m = *impl_;
   const int64_t now = CoarseMonotonicNanos();

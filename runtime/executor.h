@@ -90,6 +90,12 @@ class Executor {
 
   // Number of nodes the pruned graph runs each step.
   int num_nodes() const;
+  // True when a step can wait for something other than its own kernels'
+  // compute: an asynchronous kernel (a _Recv, a collective, a parked push)
+  // or a device with its own memory, whose work Run waits for. A step
+  // without either only computes, so a caller may run it on a thread that
+  // must not block (RunGraph on its RPC thread).
+  bool MayWait() const;
 
   // Appends the kernels of the steps running now that have started and not
   // finished: an asynchronous one (a _Recv, a collective) counts until its

@@ -76,6 +76,10 @@ struct GraphMgrLimits {
   // Container stores, one per (container, device), held at once
   // (--max_containers).
   int max_containers = 1024;
+  // A step whose last run took less than this may run on the thread that
+  // received its RunGraph (RunsInline); 0 runs every step on a compute
+  // thread.
+  int64_t inline_run_budget_nanos = 200 * 1000;
 };
 
 class GraphMgr {
@@ -114,6 +118,13 @@ class GraphMgr {
   std::vector<SessionResources> ListSessionResources(const std::string& session_handle) const;
   // REQUIRES: rendezvous outlives the call.
   absl::Status Run(const RunGraphRequest& request, Rendezvous* rendezvous, RunGraphResponse* response);
+  // Whether `request` may run on the thread that received it, one that must
+  // not block: its graph only computes (no kernel that waits for a peer, no
+  // device work to wait for), its last run took under limits.inline_run_budget_nanos, and
+  // it asks for one untraced iteration. A graph's first run is measured on
+  // a compute thread. False for a handle that is not registered (Run then
+  // reports it).
+  bool RunsInline(const RunGraphRequest& request) const;
 
   // The task's variable containers, which outlive sessions.
   ResourceContainers& containers() { return containers_; }
@@ -150,6 +161,9 @@ class GraphMgr {
     std::vector<std::shared_ptr<ResourceMgr>> containers;
     uint64_t master_incarnation = 0;  // of the master that registered it (0: unknown)
     std::unique_ptr<Executor> executor;  // declared after the graph it runs
+    // How long the last one-iteration run took, for a graph whose executor
+    // cannot wait (-1: none yet, or the executor may wait). RunsInline.
+    std::atomic<int64_t> last_run_nanos{-1};
   };
 
   absl::StatusOr<std::shared_ptr<Item>> Find(const std::string& session_handle, const std::string& handle) const;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "common/tensor_proto_coding.h"
 #include "graph/attr.h"
@@ -139,8 +140,11 @@ absl::Status GraphMgr::Run(const RunGraphRequest& request, Rendezvous* rendezvou
   std::optional<TraceRecorder> trace;
   const int64_t arrived_us = request.trace() ? TraceRecorder::NowMicros() : 0;
   if (request.trace()) trace.emplace(response->mutable_trace());
+  const bool timed = iterations == 1 && !item->executor->MayWait();
+  const int64_t started_ns = timed ? absl::GetCurrentTimeNanos() : 0;
   absl::Status ran = RunIterations(*item, feeds, request.step_id(), iterations, rendezvous, &fetched,
                                    trace.has_value() ? &*trace : nullptr);
+  if (timed) item->last_run_nanos.store(absl::GetCurrentTimeNanos() - started_ns, std::memory_order_relaxed);
   if (trace.has_value()) {
     const int64_t now = TraceRecorder::NowMicros();
     trace->Record("RunGraph " + item->handle, "RunGraph", task_, arrived_us, now, request.step_id());
@@ -154,6 +158,14 @@ absl::Status GraphMgr::Run(const RunGraphRequest& request, Rendezvous* rendezvou
     TensorToProto(fetched[i], out->mutable_tensor());
   }
   return absl::OkStatus();
+}
+
+bool GraphMgr::RunsInline(const RunGraphRequest& request) const {
+  if (request.iterations() > 1 || request.trace()) return false;
+  absl::StatusOr<std::shared_ptr<Item>> item = Find(request.session_handle(), request.graph_handle());
+  if (!item.ok() || (*item)->executor->MayWait()) return false;
+  const int64_t last = (*item)->last_run_nanos.load(std::memory_order_relaxed);
+  return last >= 0 && last < limits_.inline_run_budget_nanos;
 }
 
 void GraphMgr::RunningOps(google::protobuf::RepeatedPtrField<RunningOp>* out) const {

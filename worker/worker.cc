@@ -95,6 +95,11 @@ void Worker::Shutdown() {
   if (collectives_ != nullptr) {
     for (int64_t step : graph_mgr_->RunningSteps()) collectives_->AbortStep(step, ShuttingDown());
   }
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int* n) { return *n == 0; }, &inline_runs_));
+  }
   compute_pool_.reset();
 }
 
@@ -163,24 +168,40 @@ void Worker::DeregisterGraphAsync(const DeregisterGraphRequest* request, Deregis
 
 void Worker::RunGraphAsync(const RunGraphRequest* request, RunGraphResponse* response, StatusCallback done) {
   for (int64_t id : request->cleanup_step_id()) CleanupStepState(id);
-  Schedule(
-      [this, request, response, done] {
-        const int64_t step_id = request->step_id();
-        const uint64_t record = step_ring_.Begin(step_id, request->iterations());
-        std::shared_ptr<Rendezvous> rendezvous = rendezvous_mgr_.Find(step_id);
-        absl::Status s = graph_mgr_->Run(*request, rendezvous.get(), response);
-        step_ring_.End(record, s);
-        if (!s.ok()) {
-          // Peers pulling this step's values, and its other partitions here,
-          // must not wait for values that will never come.
-          rendezvous_mgr_.AbortStep(step_id, s);
-          if (collectives_ != nullptr) collectives_->AbortStep(step_id, s);
-          Logger("worker")->info("step {} failed: {}; the last steps here: {}", step_id, s.ToString(),
-                                 step_ring_.Dump());
-        }
-        done(s);
-      },
-      done);
+  if (graph_mgr_->RunsInline(*request)) {
+    // A short step that cannot wait runs here, on the RPC's thread: a hop
+    // to the compute pool would cost it more than it computes.
+    {
+      absl::MutexLock lock(&mu_);
+      if (shutting_down_) return done(ShuttingDown());
+      ++inline_runs_;
+    }
+    RunGraphNow(request, response, [this, &done](const absl::Status& s) {
+      {
+        absl::MutexLock lock(&mu_);
+        --inline_runs_;
+      }
+      done(s);
+    });
+    return;
+  }
+  Schedule([this, request, response, done] { RunGraphNow(request, response, done); }, done);
+}
+
+void Worker::RunGraphNow(const RunGraphRequest* request, RunGraphResponse* response, const StatusCallback& done) {
+  const int64_t step_id = request->step_id();
+  const uint64_t record = step_ring_.Begin(step_id, request->iterations());
+  std::shared_ptr<Rendezvous> rendezvous = rendezvous_mgr_.Find(step_id);
+  absl::Status s = graph_mgr_->Run(*request, rendezvous.get(), response);
+  step_ring_.End(record, s);
+  if (!s.ok()) {
+    // Peers pulling this step's values, and its other partitions here, must
+    // not wait for values that will never come.
+    rendezvous_mgr_.AbortStep(step_id, s);
+    if (collectives_ != nullptr) collectives_->AbortStep(step_id, s);
+    Logger("worker")->info("step {} failed: {}; the last steps here: {}", step_id, s.ToString(), step_ring_.Dump());
+  }
+  done(s);
 }
 
 void Worker::AbortStepAsync(const AbortStepRequest* request, AbortStepResponse*, StatusCallback done) {

@@ -168,6 +168,8 @@ class Worker {
   // worker is shutting down.
   void Schedule(std::function<void()> fn, const StatusCallback& done);
   absl::Status ShuttingDown() const;
+  // RunGraph's step, on whichever thread runs it.
+  void RunGraphNow(const RunGraphRequest* request, RunGraphResponse* response, const StatusCallback& done);
   // Drops a finished step's rendezvous and collective state.
   void CleanupStepState(int64_t step_id);
   // Checks the cluster a RegisterGraph carries and hands it to
@@ -196,6 +198,9 @@ class Worker {
   absl::Mutex shutdown_mu_;  // serialises Shutdown; taken before mu_
   absl::Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  // RunGraphs running on the threads that received them (GraphMgr::
+  // RunsInline); Shutdown waits for them as it joins the pool.
+  int inline_runs_ ABSL_GUARDED_BY(mu_) = 0;
   // Set in the constructor; reset (joined) by Shutdown under shutdown_mu_.
   // Schedule uses it under mu_ only while !shutting_down_.
   std::unique_ptr<ThreadPool> compute_pool_;

@@ -182,6 +182,100 @@ TEST_F(SingleTaskGraph, UnknownOrDeregisteredHandleIsNotFound) {
             absl::StatusCode::kNotFound);
 }
 
+// The thread RunGraph's `done` ran on, and the step's status.
+std::pair<std::thread::id, absl::Status> RunOnWhichThread(WorkerInterface* w, const RunGraphRequest& req) {
+  RunGraphResponse resp;
+  absl::Notification finished;
+  std::pair<std::thread::id, absl::Status> got;
+  w->RunGraphAsync(&req, &resp, absl::InfiniteDuration(), [&](const absl::Status& s) {
+    got = {std::this_thread::get_id(), s};
+    finished.Notify();
+  });
+  finished.WaitForNotification();
+  return got;
+}
+
+// One task whose steps count as short (or never, with a budget of 0), so
+// that a slow machine cannot move a step between threads; it has the graph
+// r = Relu(x).
+class InlineBudgetTest : public ::testing::Test {
+ protected:
+  void Start(int64_t budget_nanos) {
+    WorkerOptions o = Options(0);
+    o.limits.inline_run_budget_nanos = budget_nanos;
+    worker_ = std::make_unique<Worker>(o);
+    local_ = std::make_unique<LocalWorker>(worker_.get());
+    Graph g;
+    GraphBuilder b(&g);
+    b.set_device(kTask0Cpu);
+    Output x = b.Placeholder(DType::kFloat32, {2, 2}, "x");
+    b.Op("Relu", {x}, {}, "r");
+    ASSERT_TRUE(b.status().ok()) << b.status();
+    const RegisterGraphRequest reg = MakeRegisterRequest(g.ToGraphDef(), {"x"}, {"r"});
+    RegisterGraphResponse resp;
+    ASSERT_TRUE(WaitFor([&](StatusCallback d) { local_->RegisterGraphAsync(&reg, &resp, d); }).ok());
+    req_.set_graph_handle(resp.graph_handle());
+    req_.set_step_id(1);
+    AddFeed(&req_, "x", weft::testing::FloatTensor({2, 2}, {1, 0, 0, -1}));
+  }
+  ~InlineBudgetTest() override {
+    if (worker_ != nullptr) worker_->Shutdown();
+  }
+
+  std::unique_ptr<Worker> worker_;
+  std::unique_ptr<LocalWorker> local_;
+  RunGraphRequest req_;
+  const std::thread::id here_ = std::this_thread::get_id();
+};
+
+// A short step that only computes is served on the thread that received it
+// once one run has measured it; the first run, several iterations and a
+// traced step go to the compute pool.
+TEST_F(InlineBudgetTest, AShortComputeOnlyStepRunsOnTheCallersThreadOnceMeasured) {
+  Start(std::numeric_limits<int64_t>::max());
+  auto [first, s1] = RunOnWhichThread(local_.get(), req_);
+  ASSERT_TRUE(s1.ok()) << s1;
+  EXPECT_NE(first, here_);
+  auto [second, s2] = RunOnWhichThread(local_.get(), req_);
+  ASSERT_TRUE(s2.ok()) << s2;
+  EXPECT_EQ(second, here_);
+
+  RunGraphRequest many = req_;
+  many.set_iterations(2);
+  auto [iterated, s3] = RunOnWhichThread(local_.get(), many);
+  ASSERT_TRUE(s3.ok()) << s3;
+  EXPECT_NE(iterated, here_);
+  RunGraphRequest traced = req_;
+  traced.set_trace(true);
+  auto [traced_on, s4] = RunOnWhichThread(local_.get(), traced);
+  ASSERT_TRUE(s4.ok()) << s4;
+  EXPECT_NE(traced_on, here_);
+
+  // Bad input is refused inline too, and the task serves on.
+  RunGraphRequest bad = req_;
+  bad.clear_send();
+  auto [bad_on, s5] = RunOnWhichThread(local_.get(), bad);
+  EXPECT_EQ(s5.code(), absl::StatusCode::kInvalidArgument) << s5;
+  EXPECT_EQ(bad_on, here_);
+  auto [again, s6] = RunOnWhichThread(local_.get(), req_);
+  EXPECT_TRUE(s6.ok()) << s6;
+  EXPECT_EQ(again, here_);
+
+  // After Shutdown an inline step is refused as a pooled one is.
+  worker_->Shutdown();
+  auto [late, s7] = RunOnWhichThread(local_.get(), req_);
+  EXPECT_EQ(s7.code(), absl::StatusCode::kUnavailable) << s7;
+}
+
+TEST_F(InlineBudgetTest, NoStepRunsOnTheCallersThreadWithoutABudget) {
+  Start(0);
+  for (int i = 0; i < 3; ++i) {
+    auto [on, s] = RunOnWhichThread(local_.get(), req_);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_NE(on, here_) << "run " << i;
+  }
+}
+
 TEST_F(WorkerTest, RegisterRejectsAnotherTasksDevice) {
   Graph g;
   GraphBuilder b(&g);
@@ -325,6 +419,7 @@ class TwoTasks : public WorkerTest {
 
   testing::SplitGraph split_;
   RunGraphRequest req0_, req1_;
+  RunGraphResponse r1_;
 };
 
 TEST_F(TwoTasks, PartitionedStepMatchesTheWholeGraph) {
@@ -369,6 +464,25 @@ TEST_F(TwoTasks, RunGraphDropsTheStepsItIsToldToCleanUp) {
   ASSERT_TRUE(s0.ok() && s1.ok()) << s0 << s1;
   EXPECT_EQ(w0_->rendezvous_mgr()->NumSteps(), 1);  // step 3's own
   EXPECT_EQ(w1_->rendezvous_mgr()->NumSteps(), 1);
+}
+
+// A partition with a _Recv can wait for its peer: it never runs on the
+// thread that received RunGraph, however short its runs.
+TEST_F(TwoTasks, APartitionThatCanWaitNeverRunsOnTheCallersThread) {
+  const std::thread::id here = std::this_thread::get_id();
+  for (int64_t step = 1; step <= 3; ++step) {
+    req0_.set_step_id(step);
+    req1_.set_step_id(step);
+    req0_.clear_send();
+    AddFeed(&req0_, "x", weft::testing::RandomTensor({3, 4}, step));
+    absl::Status s1;
+    std::thread t1([&] { s1 = Run(lw1_.get(), req1_, &r1_); });
+    auto [on, s0] = RunOnWhichThread(lw0_.get(), req0_);
+    t1.join();
+    ASSERT_TRUE(s0.ok()) << s0;
+    ASSERT_TRUE(s1.ok()) << s1;
+    EXPECT_NE(on, here) << "step " << step;
+  }
 }
 
 // The round trip x -> task 1 -> task 0 with no inter-op threads and one
