@@ -92,25 +92,56 @@ void Master::ExtendSessionAsync(const Caller& caller, const ExtendSessionRequest
   });
 }
 
+namespace {
+
+absl::Status DecodeFeeds(const RunStepRequest& request, std::vector<std::pair<std::string, Tensor>>* feeds) {
+  for (const NamedTensorProto& f : request.feed()) {
+    auto t = TensorFromProto(f.tensor());
+    if (!t.ok()) return Annotate(t.status(), absl::StrCat("feed '", f.name(), "'"));
+    feeds->emplace_back(f.name(), *std::move(t));
+  }
+  return absl::OkStatus();
+}
+
+void FillFetches(const RunStepRequest& request, std::vector<Tensor>& outputs, RunStepResponse* response) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    NamedTensorProto* t = response->add_tensor();
+    t->set_name(request.fetch(static_cast<int>(i)));
+    TensorToProto(outputs[i], t->mutable_tensor());
+  }
+}
+
+}  // namespace
+
 void Master::RunStepAsync(const Caller& caller, const RunStepRequest* request, RunStepResponse* response,
                           StatusCallback done) {
-  Schedule(std::move(done), [this, caller, request, response]() -> absl::Status {
-    ASSIGN_OR_RETURN(std::shared_ptr<MasterSession> s, FindSession(caller, request->session_handle()));
-    std::vector<std::pair<std::string, Tensor>> feeds;
-    for (const NamedTensorProto& f : request->feed()) {
-      auto t = TensorFromProto(f.tensor());
-      if (!t.ok()) return Annotate(t.status(), absl::StrCat("feed '", f.name(), "'"));
-      feeds.emplace_back(f.name(), *std::move(t));
-    }
-    const std::vector<std::string> fetches(request->fetch().begin(), request->fetch().end());
-    const std::vector<std::string> targets(request->target().begin(), request->target().end());
+  // A step whose plan is built takes no thread of the master's: it starts on
+  // this (the RPC's) thread and answers from the thread of the last task's
+  // answer. Only a step that must first register its partitions, and so
+  // wait, goes to the pool.
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) return done(absl::UnavailableError("the master is shutting down"));
+  }
+  absl::StatusOr<std::shared_ptr<MasterSession>> session = FindSession(caller, request->session_handle());
+  if (!session.ok()) return done(session.status());
+  std::vector<std::pair<std::string, Tensor>> feeds;
+  if (absl::Status s = DecodeFeeds(*request, &feeds); !s.ok()) return done(s);
+  const std::vector<std::string> fetches(request->fetch().begin(), request->fetch().end());
+  const std::vector<std::string> targets(request->target().begin(), request->target().end());
+  // The callback holds the session, so it outlives the step's end.
+  const bool started = (*session)->RunAsync(
+      feeds, fetches, targets, 1,
+      [request, response, done, held = *session](absl::Status s, std::vector<Tensor> outputs) {
+        if (s.ok()) FillFetches(*request, outputs, response);
+        done(s);
+      });
+  if (started) return;
+  Schedule(std::move(done), [request, response, session = *std::move(session), feeds = std::move(feeds), fetches,
+                             targets]() -> absl::Status {
     std::vector<Tensor> outputs;
-    RETURN_IF_ERROR(s->Run(feeds, fetches, targets, &outputs));
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      NamedTensorProto* t = response->add_tensor();
-      t->set_name(fetches[i]);
-      TensorToProto(outputs[i], t->mutable_tensor());
-    }
+    RETURN_IF_ERROR(session->Run(feeds, fetches, targets, &outputs));
+    FillFetches(*request, outputs, response);
     return absl::OkStatus();
   });
 }

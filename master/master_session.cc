@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "graph/device_name.h"
@@ -169,21 +170,15 @@ absl::Status MasterSession::Extend(const GraphDef& graph_def) {
   return absl::OkStatus();
 }
 
-absl::Status MasterSession::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
-                                const std::vector<std::string>& fetches, const std::vector<std::string>& targets,
-                                std::vector<Tensor>* outputs, int iterations) {
+absl::StatusOr<std::vector<std::string>> MasterSession::AdmitRun(
+    const std::vector<std::pair<std::string, Tensor>>& feeds, int iterations) {
   if (iterations < 1) return absl::InvalidArgumentError(absl::StrCat("iterations must be positive, got ", iterations));
   std::shared_ptr<const Graph> graph;
   {
     absl::MutexLock lock(&mu_);
     if (closed_) return absl::FailedPreconditionError(absl::StrCat("session ", handle_, " is closed"));
-    ++active_runs_;
     graph = graph_;
   }
-  absl::Cleanup done = [this] {
-    absl::MutexLock lock(&mu_);
-    --active_runs_;
-  };
   std::vector<std::string> feed_names;
   std::set<std::string> seen;
   for (const auto& [name, value] : feeds) {
@@ -191,8 +186,53 @@ absl::Status MasterSession::Run(const std::vector<std::pair<std::string, Tensor>
     RETURN_IF_ERROR(CheckFeed(*graph, name, value));
     feed_names.push_back(name);
   }
-  ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, GetPlan(feed_names, fetches, targets));
-  return RunPlan(*plan, feeds, outputs, iterations, !targets.empty());
+  absl::MutexLock lock(&mu_);
+  if (closed_) return absl::FailedPreconditionError(absl::StrCat("session ", handle_, " is closed"));
+  ++active_runs_;
+  return feed_names;
+}
+
+void MasterSession::EndRun() {
+  absl::MutexLock lock(&mu_);
+  --active_runs_;
+}
+
+absl::Status MasterSession::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
+                                const std::vector<std::string>& fetches, const std::vector<std::string>& targets,
+                                std::vector<Tensor>* outputs, int iterations) {
+  ASSIGN_OR_RETURN(const std::vector<std::string> feed_names, AdmitRun(feeds, iterations));
+  absl::StatusOr<std::shared_ptr<const Plan>> plan = GetPlan(feed_names, fetches, targets);
+  if (!plan.ok()) {
+    EndRun();
+    return plan.status();
+  }
+  absl::Notification finished;
+  absl::Status status;
+  StartPlan(*std::move(plan), feeds, iterations, !targets.empty(),
+            [&](absl::Status s, std::vector<Tensor> values) {
+              status = std::move(s);
+              *outputs = std::move(values);
+              finished.Notify();
+            });
+  finished.WaitForNotification();
+  return status;
+}
+
+bool MasterSession::RunAsync(const std::vector<std::pair<std::string, Tensor>>& feeds,
+                             const std::vector<std::string>& fetches, const std::vector<std::string>& targets,
+                             int iterations, RunCallback done) {
+  absl::StatusOr<std::vector<std::string>> feed_names = AdmitRun(feeds, iterations);
+  if (!feed_names.ok()) {
+    done(feed_names.status(), {});
+    return true;
+  }
+  std::shared_ptr<const Plan> plan = BuiltPlan(*feed_names, fetches, targets);
+  if (plan == nullptr) {
+    EndRun();
+    return false;
+  }
+  StartPlan(std::move(plan), feeds, iterations, !targets.empty(), std::move(done));
+  return true;
 }
 
 absl::Status MasterSession::Prepare(const std::vector<std::string>& fetches, const std::vector<std::string>& targets) {

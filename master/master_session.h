@@ -30,6 +30,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -120,6 +121,17 @@ class MasterSession {
   absl::Status Run(const std::vector<std::pair<std::string, Tensor>>& feeds, const std::vector<std::string>& fetches,
                    const std::vector<std::string>& targets, std::vector<Tensor>* outputs, int iterations = 1);
 
+  // Run without a thread that waits: when the signature's plan is built, the
+  // step starts on the calling thread and `done` gets its status and outputs
+  // on the thread of the last task's answer (or of the last AbortStep's, or
+  // this one when every call failed at once), and RunAsync returns true.
+  // When the plan is not built yet, which means registering partitions and
+  // waiting, it returns false and calls nothing: use Run on a thread that
+  // may wait. A bad feed or a closed session is reported through `done`.
+  using RunCallback = std::function<void(absl::Status, std::vector<Tensor>)>;
+  bool RunAsync(const std::vector<std::pair<std::string, Tensor>>& feeds, const std::vector<std::string>& fetches,
+                const std::vector<std::string>& targets, int iterations, RunCallback done);
+
   // Traces the next steps this session runs (`weft trace`): while
   // `collector` takes steps, each RunGraph asks its task for a trace and the
   // step's calls go to the collector. Replaces an earlier collector.
@@ -182,9 +194,22 @@ class MasterSession {
   absl::Status Deregister(const Plan& plan);
   // The collector when this step is traced (it takes the step), else null.
   std::shared_ptr<TraceCollector> TraceThisStep();
-  // `trains`: the step runs targets (for the observer).
-  absl::Status RunPlan(const Plan& plan, const std::vector<std::pair<std::string, Tensor>>& feeds,
-                       std::vector<Tensor>* outputs, int iterations, bool trains);
+  // The plan of a signature when it is built, else null; never waits.
+  std::shared_ptr<const Plan> BuiltPlan(const std::vector<std::string>& feeds, const std::vector<std::string>& fetches,
+                                        const std::vector<std::string>& targets) const;
+  // Checks a run's iteration count and feeds and counts it as active (Close
+  // waits for it, until EndRun); returns the feed names.
+  absl::StatusOr<std::vector<std::string>> AdmitRun(const std::vector<std::pair<std::string, Tensor>>& feeds,
+                                                    int iterations);
+  void EndRun();
+  // Sends a step of an admitted run and returns; `done` is called by EndStep
+  // on the thread that ends it, after EndRun. `trains`: the step runs targets
+  // (for the observer).
+  void StartPlan(std::shared_ptr<const Plan> plan, const std::vector<std::pair<std::string, Tensor>>& feeds,
+                 int iterations, bool trains, RunCallback done);
+  void EndStep(Step* step, std::shared_ptr<TraceCollector> trace, RunCallback done);
+  // The fetched values from a finished step's answers, in fetch order.
+  absl::Status TakeFetches(const Plan& plan, const Step& step, std::vector<Tensor>* outputs) const;
   // A finished step's cleanup rides on the next RunGraph to each of its tasks
   // (RunGraphRequest.cleanup_step_id), so a task holds at most the steps that
   // ended since its last RunGraph; Close sends the rest as CleanupStep, as

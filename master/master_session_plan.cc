@@ -115,6 +115,16 @@ void RouteFeeds(const PartOfNode& part_of_node, const std::vector<int>& new_inde
 
 }  // namespace
 
+std::shared_ptr<const MasterSession::Plan> MasterSession::BuiltPlan(const std::vector<std::string>& feeds,
+                                                                   const std::vector<std::string>& fetches,
+                                                                   const std::vector<std::string>& targets) const {
+  const std::string key = SignatureKey(feeds, fetches, targets);
+  absl::MutexLock lock(&mu_);
+  auto it = plans_.find(key);
+  if (it == plans_.end() || !it->second->ready.HasBeenNotified()) return nullptr;
+  return it->second->plan;  // null when building it failed
+}
+
 absl::StatusOr<std::shared_ptr<const MasterSession::Plan>> MasterSession::GetPlan(
     const std::vector<std::string>& feeds, const std::vector<std::string>& fetches,
     const std::vector<std::string>& targets) {

@@ -2,6 +2,7 @@
 // when one fails, and the cleanup of finished steps on their tasks.
 #include "master/master_session.h"
 
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -24,17 +25,19 @@ namespace session_internal {
 
 // One step in flight: its RunGraph calls and the AbortStep calls that a
 // failure or AbortRunningSteps sends. Callbacks hold a reference, so the
-// state outlives every call it issued.
+// state outlives every call it issued. Nothing here waits: the thread of
+// the last answer carries the step on (OnRunsDone, WhenAbortsDone).
 class Step : public std::enable_shared_from_this<Step> {
  public:
-  Step(int64_t step_id, const Plan* plan, StepObserver* observer)
+  Step(int64_t step_id, std::shared_ptr<const Plan> plan, StepObserver* observer)
       : step_id_(step_id),
-        plan_(plan),
+        plan_(std::move(plan)),
         observer_(observer),
-        requests_(plan->parts.size()),
-        responses_(plan->parts.size()) {}
+        requests_(plan_->parts.size()),
+        responses_(plan_->parts.size()) {}
 
   int64_t step_id() const { return step_id_; }
+  const Plan& plan() const { return *plan_; }
   RunGraphRequest* request(int i) { return &requests_[i]; }
   const RunGraphResponse& response(int i) const { return responses_[i]; }
 
@@ -57,6 +60,11 @@ class Step : public std::enable_shared_from_this<Step> {
     return calls;
   }
 
+  // Called once, on the thread of the last RunGraph answer, after any
+  // AbortStep that a failure among them sends has been issued. Set before
+  // Start.
+  void OnRunsDone(std::function<void()> fn) { on_runs_done_ = std::move(fn); }
+
   void Start(absl::Duration timeout, absl::Time now) {
     start_ = now;
     if (traced_) sent_us_ = TraceRecorder::NowMicros();
@@ -78,6 +86,7 @@ class Step : public std::enable_shared_from_this<Step> {
     std::vector<std::pair<WorkerInterface*, Abortion*>> calls;
     {
       absl::MutexLock lock(&mu_);
+      if (ended_) return;  // WhenAbortsDone: too late, the cleanup may be under way
       for (const Partition& p : plan_->parts) {
         if (p.task == except_task || !aborted_.insert(p.task).second) continue;
         auto a = std::make_unique<Abortion>();
@@ -94,19 +103,28 @@ class Step : public std::enable_shared_from_this<Step> {
     for (auto& [worker, a] : calls) {
       worker->AbortStepAsync(&a->request, &a->response, [self, a = a](const absl::Status& s) {
         if (!s.ok()) Logger("master")->debug("AbortStep on {}: {}", a->task, s.ToString());
-        absl::MutexLock lock(&self->mu_);
-        --self->pending_aborts_;
+        std::function<void()> then;
+        {
+          absl::MutexLock lock(&self->mu_);
+          if (--self->pending_aborts_ == 0) then = std::move(self->after_aborts_);
+        }
+        if (then) then();
       });
     }
   }
 
-  void WaitRuns() {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(+[](int* n) { return *n == 0; }, &pending_runs_));
-  }
-  void WaitAborts() {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(+[](int* n) { return *n == 0; }, &pending_aborts_));
+  // Runs `fn` once no AbortStep call of this step is under way: now, or on
+  // the thread of the last one's answer. Later Abort calls send nothing.
+  void WhenAbortsDone(std::function<void()> fn) {
+    {
+      absl::MutexLock lock(&mu_);
+      ended_ = true;
+      if (pending_aborts_ > 0) {
+        after_aborts_ = std::move(fn);
+        return;
+      }
+    }
+    fn();
   }
   // The root cause among the partitions' errors: one that neither an abort
   // nor a failed pull from a peer caused, else the first to arrive.
@@ -143,21 +161,25 @@ class Step : public std::enable_shared_from_this<Step> {
     if (traced_) answered_us_[i] = TraceRecorder::NowMicros();
     if (observer_ != nullptr) observer_->RunGraphDone(step_id_, p.task, absl::Now() - start_, s);
     absl::Status error;
-    {
+    if (!s.ok()) {
       absl::MutexLock lock(&mu_);
-      if (!s.ok()) {
-        errors_.push_back(WithTask(s, p.task));
-        if (errors_.size() == 1) error = errors_.back();
-      }
-      --pending_runs_;
+      errors_.push_back(WithTask(s, p.task));
+      if (errors_.size() == 1) error = errors_.back();
     }
     // The step cannot finish on the other tasks: their _Recv nodes may wait
-    // for tensors this partition will never send.
+    // for tensors this partition will never send. Issued before this answer
+    // counts, so the step's end sees the AbortStep calls under way.
     if (!error.ok()) Abort(error, p.task);
+    bool last = false;
+    {
+      absl::MutexLock lock(&mu_);
+      last = --pending_runs_ == 0;
+    }
+    if (last) on_runs_done_();
   }
 
   const int64_t step_id_;
-  const Plan* const plan_;  // outlives the step: Run holds the plan
+  const std::shared_ptr<const Plan> plan_;
   StepObserver* const observer_;  // may be null
   absl::Time start_;              // set by Start, before any RunGraph
   bool traced_ = false;           // TraceThisStep, before Start
@@ -165,12 +187,15 @@ class Step : public std::enable_shared_from_this<Step> {
   std::vector<int64_t> answered_us_;  // traced: when each answered
   std::vector<RunGraphRequest> requests_;
   std::vector<RunGraphResponse> responses_;
+  std::function<void()> on_runs_done_;  // set before Start
   mutable absl::Mutex mu_;
   int pending_runs_ ABSL_GUARDED_BY(mu_) = 0;
   int pending_aborts_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<absl::Status> errors_ ABSL_GUARDED_BY(mu_);  // in arrival order
   std::set<std::string> aborted_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Abortion>> abortions_ ABSL_GUARDED_BY(mu_);
+  std::function<void()> after_aborts_ ABSL_GUARDED_BY(mu_);  // WhenAbortsDone
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;                   // WhenAbortsDone was called
 };
 
 }  // namespace session_internal
@@ -190,25 +215,26 @@ std::shared_ptr<TraceCollector> MasterSession::TraceThisStep() {
   return nullptr;
 }
 
-absl::Status MasterSession::RunPlan(const Plan& plan, const std::vector<std::pair<std::string, Tensor>>& feeds,
-                                    std::vector<Tensor>* outputs, int iterations, bool trains) {
+void MasterSession::StartPlan(std::shared_ptr<const Plan> plan,
+                              const std::vector<std::pair<std::string, Tensor>>& feeds, int iterations, bool trains,
+                              RunCallback done) {
   // Iteration i of the run uses step id step_id + i on every task.
   const int64_t step_id = static_cast<int64_t>(step_id_base_ + step_counter_.fetch_add(iterations));
   StepObserver* const observer = options_.observer;
-  auto step = std::make_shared<Step>(step_id, &plan, observer);
-  for (size_t i = 0; i < plan.parts.size(); ++i) {
+  auto step = std::make_shared<Step>(step_id, plan, observer);
+  for (size_t i = 0; i < plan->parts.size(); ++i) {
     RunGraphRequest* r = step->request(static_cast<int>(i));
     r->set_session_handle(handle_);
-    r->set_graph_handle(plan.parts[i].graph_handle);
+    r->set_graph_handle(plan->parts[i].graph_handle);
     r->set_step_id(step_id);
     r->set_iterations(iterations);
-    for (const std::string& f : plan.parts[i].fetches) r->add_recv_key(f);
-    if (plan.carries_cleanup[i]) {
-      for (int64_t id : TakeDeferredCleanup(plan.parts[i].task)) r->add_cleanup_step_id(id);
+    for (const std::string& f : plan->parts[i].fetches) r->add_recv_key(f);
+    if (plan->carries_cleanup[i]) {
+      for (int64_t id : TakeDeferredCleanup(plan->parts[i].task)) r->add_cleanup_step_id(id);
     }
   }
   for (size_t k = 0; k < feeds.size(); ++k) {
-    const auto& [part, name] = plan.feed_routes[k];
+    const auto& [part, name] = plan->feed_routes[k];
     if (part < 0) continue;
     NamedTensorProto* send = step->request(part)->add_send();
     send->set_name(name);
@@ -222,25 +248,45 @@ absl::Status MasterSession::RunPlan(const Plan& plan, const std::vector<std::pai
       trace_armed_.load(std::memory_order_relaxed) ? TraceThisStep() : nullptr;
   if (trace != nullptr) step->TraceThisStep();
   const absl::Time start = absl::Now();
-  if (observer != nullptr) observer->StepStarted({step_id, iterations, trains, &plan.tasks, start});
+  if (observer != nullptr) observer->StepStarted({step_id, iterations, trains, &plan->tasks, start});
+  // The step holds itself through its calls; this callback holds nothing of
+  // the step's but its id, so the two do not keep each other alive.
+  Step* const raw = step.get();
+  step->OnRunsDone([this, raw, trace = std::move(trace), done = std::move(done)]() mutable {
+    EndStep(raw, std::move(trace), std::move(done));
+  });
   step->Start(options_.step_timeout, start);
-  step->WaitRuns();
+}
+
+void MasterSession::EndStep(Step* step, std::shared_ptr<TraceCollector> trace, RunCallback done) {
+  const int64_t step_id = step->step_id();
   if (trace != nullptr) trace->AddStep(step->TracedCalls());
-  if (observer != nullptr) observer->StepEnded(step_id, step->status());
+  if (options_.observer != nullptr) options_.observer->StepEnded(step_id, step->status());
+  std::shared_ptr<Step> held;
   {
     absl::MutexLock lock(&mu_);
-    running_.erase(step_id);
+    auto it = running_.find(step_id);
+    held = std::move(it->second);
+    running_.erase(it);
   }
-  // No AbortStep can start now; wait for those under way so none reaches a
-  // task after its CleanupStep.
-  step->WaitAborts();
-  DeferCleanup(plan, step_id);
-  RETURN_IF_ERROR(step->status());
+  // No AbortStep can start now; those under way end before the cleanup, so
+  // none reaches a task after its CleanupStep.
+  held->WhenAbortsDone([this, held, done = std::move(done)] {
+    const Plan& plan = held->plan();
+    DeferCleanup(plan, held->step_id());
+    std::vector<Tensor> outputs;
+    absl::Status status = held->status();
+    if (status.ok()) status = TakeFetches(plan, *held, &outputs);
+    EndRun();
+    done(std::move(status), std::move(outputs));
+  });
+}
 
+absl::Status MasterSession::TakeFetches(const Plan& plan, const Step& step, std::vector<Tensor>* outputs) const {
   outputs->clear();
   for (size_t k = 0; k < plan.fetch_routes.size(); ++k) {
     const auto& [part, name] = plan.fetch_routes[k];
-    const RunGraphResponse& resp = step->response(part);
+    const RunGraphResponse& resp = step.response(part);
     const NamedTensorProto* found = nullptr;
     for (const NamedTensorProto& t : resp.recv()) {
       if (t.name() == name) found = &t;
@@ -304,10 +350,15 @@ void MasterSession::SendCleanup(const std::string& task, std::vector<int64_t> st
 }
 
 void MasterSession::AbortRunningSteps(const absl::Status& reason) {
-  absl::MutexLock lock(&mu_);
-  // Abort only issues asynchronous calls, so holding mu_ is brief; it keeps
-  // a step from leaving running_ (and cleaning up) between the two.
-  for (auto& [id, step] : running_) step->Abort(reason, "");
+  // Aborted outside mu_: an abort can end a step at once (a task that fails
+  // its RunGraph as it takes the AbortStep), and the step's end takes mu_. A
+  // step that ends meanwhile ignores the abort (Step::WhenAbortsDone).
+  std::vector<std::shared_ptr<Step>> steps;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, step] : running_) steps.push_back(step);
+  }
+  for (auto& step : steps) step->Abort(reason, "");
 }
 
 }  // namespace master

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/tensor_proto_coding.h"
 #include "common/test_util.h"
 #include "graph/builder.h"
@@ -309,6 +310,61 @@ TEST(MasterSessionTest, AbortRunningStepsUnblocksARun) {
     ASSERT_EQ(c[t]->aborts().size(), 1u) << t;
     EXPECT_EQ(c[t]->aborts()[0].code(), static_cast<int>(absl::StatusCode::kCancelled));
   }
+}
+
+// RunAsync never builds a plan (that waits for every task's RegisterGraph);
+// once one is built, a step starts on the caller's thread and ends on the
+// thread of the answer that completes it, with or without a failure.
+TEST(MasterSessionTest, RunAsyncStartsOnlyBuiltPlansAndEndsOnTheLastAnswersThread) {
+  FakeCluster c({kPs, kW0, kW1});
+  auto s = *MasterSession::Create("s", ThreeTaskGraph(), c.cache.get());
+  const std::vector<std::pair<std::string, Tensor>> feeds = {{"x", Ones({2, 3})}};
+  bool called = false;
+  EXPECT_FALSE(s->RunAsync(feeds, {"out"}, {}, 1, [&](absl::Status, std::vector<Tensor>) { called = true; }));
+  EXPECT_FALSE(called);
+  EXPECT_TRUE(c[kW0]->registered().empty());
+  EXPECT_TRUE(c[kW0]->runs().empty());
+
+  std::vector<Tensor> out;
+  ASSERT_TRUE(s->Run(feeds, {"out"}, {}, &out).ok());
+  // These workers answer at once, on the caller's thread.
+  absl::Status status = absl::UnknownError("not called");
+  std::thread::id answered_on;
+  ASSERT_TRUE(s->RunAsync(feeds, {"out"}, {}, 1, [&](absl::Status st, std::vector<Tensor> values) {
+    status = st;
+    out = std::move(values);
+    answered_on = std::this_thread::get_id();
+  }));
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(answered_on, std::this_thread::get_id());
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].data<float>()[0], 7.0f);
+  EXPECT_EQ(c[kW0]->registered().size(), 1u);  // registered once, by Run
+
+  // A step whose tasks hold it ends on the thread that aborts it, after the
+  // aborts are answered; then the session closes without waiting.
+  for (const char* t : {kPs, kW0, kW1}) c[t]->block_run = true;
+  absl::Notification ended;
+  ASSERT_TRUE(s->RunAsync(feeds, {"out"}, {}, 1, [&](absl::Status st, std::vector<Tensor>) {
+    status = st;
+    answered_on = std::this_thread::get_id();
+    ended.Notify();
+  }));
+  EXPECT_FALSE(ended.HasBeenNotified());
+  ASSERT_EQ(c[kPs]->blocked() + c[kW0]->blocked() + c[kW1]->blocked(), 3);
+  std::thread::id aborter;
+  std::thread t([&] {
+    aborter = std::this_thread::get_id();
+    s->AbortRunningSteps(absl::CancelledError("job cancelled"));
+  });
+  t.join();
+  ASSERT_TRUE(ended.HasBeenNotified());
+  EXPECT_EQ(answered_on, aborter);
+  EXPECT_TRUE(absl::StrContains(status.message(), "job cancelled")) << status;
+  for (const char* t : {kPs, kW0, kW1}) EXPECT_EQ(c[t]->aborts().size(), 1u) << t;
+  EXPECT_TRUE(s->Close().ok());
+  EXPECT_TRUE(s->RunAsync(feeds, {"out"}, {}, 1, [&](absl::Status st, std::vector<Tensor>) { status = st; }));
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
 }
 
 TEST(MasterSessionTest, FetchingAFedTensorAndUnusedFeeds) {

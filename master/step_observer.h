@@ -1,10 +1,11 @@
 // StepObserver: what a MasterSession tells about its steps as they run, for
 // whoever times them and watches for hangs (master/step_watch.h).
 //
-// StepStarted and StepEnded run on the thread that called MasterSession::Run,
-// RunGraphDone on whichever thread completes a task's RunGraph (an RPC
-// thread): an implementation must return at once, never blocking, and
-// allocate nothing in steady state.
+// StepStarted runs on the thread that starts the step (MasterSession::Run or
+// RunAsync), RunGraphDone on whichever thread completes a task's RunGraph (an
+// RPC thread), and StepEnded on the thread of the step's last answer: an
+// implementation must return at once, never blocking, and allocate nothing
+// in steady state.
 //
 // Thread-safety: implementations are thread-safe; concurrent Runs report
 // concurrently.
