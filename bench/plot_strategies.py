@@ -53,7 +53,7 @@ def allreduce(table, out):
 
 
 def mwm(results, out):
-    runs = {"weft": [], "weft8": [], "ddp": []}
+    runs = {"weft": [], "weft8": [], "ddp": [], "ddpm": []}
     for line in open(results):
         who, js = line.split(" ", 1)
         r = json.loads(js)
@@ -61,11 +61,13 @@ def mwm(results, out):
     if not runs["weft"] or not runs["ddp"]:
         return
     fig, ax = plt.subplots(figsize=(5, 4))
-    order = [w for w in ["weft", "weft8", "ddp"] if runs[w]]
-    label = {"weft": "weft MWM", "weft8": "weft MWM\n8 steps/dispatch", "ddp": "PyTorch DDP\n(gloo)"}
+    order = [w for w in ["weft", "weft8", "ddp", "ddpm"] if runs[w]]
+    label = {"weft": "weft MWM", "weft8": "weft MWM\n8 steps/dispatch", "ddp": "PyTorch DDP\n(gloo)",
+             "ddpm": "DDP, glibc\nmmap threshold up"}
     names = [label[w] for w in order]
     meds = [statistics.median(runs[w]) for w in order]
-    ax.bar(range(len(order)), meds, 0.5, color=["#1f77b4", "#aec7e8", "#ff7f0e"][: len(order)])
+    color = {"weft": "#1f77b4", "weft8": "#aec7e8", "ddp": "#ff7f0e", "ddpm": "#ffbb78"}
+    ax.bar(range(len(order)), meds, 0.5, color=[color[w] for w in order])
     for i, who in enumerate(order):
         ax.scatter([i] * len(runs[who]), runs[who], color="black", s=12, zorder=3)
     ax.set_xticks(range(len(order)))
