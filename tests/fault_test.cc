@@ -179,9 +179,12 @@ class FaultTest : public ::testing::Test {
   }
   Subprocess* Proc(const std::string& name) { return daemons_.at(name)->process(); }
 
-  // A step past the first checkpoint and before the last, drawn from the
-  // test's seeded generator.
-  int RandomKillStep() { return std::uniform_int_distribution<int>(kEvery + 1, kSteps - kEvery)(rng_); }
+  // A step past the first checkpoint, drawn from the test's seeded
+  // generator, and early enough that the job is still running when the
+  // signal lands: the fastest strategies run a step in well under a
+  // millisecond, and a poll that sees the target sleeps up to 50 ms between
+  // looks (the rest of the job, 250 steps or more, takes longer).
+  int RandomKillStep() { return std::uniform_int_distribution<int>(kEvery + 1, kSteps * 3 / 8)(rng_); }
 
   // SIGKILL, and reap it.
   void Kill(const std::string& name) {

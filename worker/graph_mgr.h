@@ -120,7 +120,8 @@ class GraphMgr {
   absl::Status Run(const RunGraphRequest& request, Rendezvous* rendezvous, RunGraphResponse* response);
   // Whether `request` may run on the thread that received it, one that must
   // not block: its graph only computes (no kernel that waits for a peer, no
-  // device work to wait for), its last run took under limits.inline_run_budget_nanos, and
+  // device work to wait for), its last successful call (feeds decoded and
+  // fetches encoded included) took under limits.inline_run_budget_nanos, and
   // it asks for one untraced iteration. A graph's first run is measured on
   // a compute thread. False for a handle that is not registered (Run then
   // reports it).
