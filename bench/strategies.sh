@@ -34,6 +34,15 @@ die() { echo "strategies.sh: $*" >&2; exit 1; }
 [ -f "$PEERS_DIR/torch_ddp_fmnist.py" ] || die "no DDP peer in $PEERS_DIR: set PEERS_DIR"
 "$REPO/tools/install_deps.sh" python3-matplotlib python3-torch libopenblas0-pthread
 
+free_port() { "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+ENV=(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1)
+# PyTorch frees and re-allocates its large tensors every step, and glibc
+# serves those from fresh mmap()s that fault in page by page, which this
+# kind of VM makes dear. weft's caching allocator avoids that, so the DDP
+# peers also run with glibc told to keep such memory in its heap ("ddpm"),
+# and the goals' ratios are taken against the faster of the two.
+TUNED=(MALLOC_MMAP_THRESHOLD_=2000000000 MALLOC_TRIM_THRESHOLD_=4000000000)
+
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/weft-strategies.XXXXXX")"
 trap 'rm -rf "$TMP"' EXIT
 cp "$WEFT_BIN" "$TMP/weft"
@@ -89,14 +98,6 @@ strategy { kind: MULTI_WORKER_MIRRORED }
 JOB
 sed 's/strategy { kind: MULTI_WORKER_MIRRORED }/strategy { kind: MULTI_WORKER_MIRRORED steps_per_execution: 8 }/' \
   "$TMP/mwm.pbtxt" > "$TMP/mwm8.pbtxt"
-free_port() { "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-ENV=(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1)
-# PyTorch frees and re-allocates its large tensors every step, and glibc
-# serves those from fresh mmap()s that fault in page by page, which this
-# kind of VM makes dear. weft's caching allocator avoids that, so the peer
-# also runs with glibc told to keep such memory in its heap ("ddpm"), and the
-# goal's ratio is taken against the faster of the two.
-TUNED=(MALLOC_MMAP_THRESHOLD_=2000000000 MALLOC_TRIM_THRESHOLD_=4000000000)
 : > "$TMP/mwm_results.txt"
 LOAD0="$(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 0; r < ROUNDS; r++)); do
@@ -176,22 +177,19 @@ if part cnn; then
 sed -e 's/^batch_size: .*/batch_size: 128/' -e 's/^epochs: .*/epochs: 1/' "$REPO/examples/fmnist_cnn.pbtxt" \
   > "$TMP/cnn.pbtxt"
 printf 'intra_op_threads: 1\nstrategy { kind: MULTI_WORKER_MIRRORED }\n' >> "$TMP/cnn.pbtxt"
-cnn_port() { "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-CNN_ENV=(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1)
 : > "$TMP/cnn_results.txt"
 LOAD0="$(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 0; r < ROUNDS; r++)); do
   for k in 0 1 2; do
     if (((k + r) % 3 == 0)); then
-      line="$(env "${CNN_ENV[@]}" timeout 900 "$TMP/weft" local --workers=2 "$TMP/cnn.pbtxt" --output=json \
+      line="$(env "${ENV[@]}" timeout 900 "$TMP/weft" local --workers=2 "$TMP/cnn.pbtxt" --output=json \
         2> "$TMP/weft_cnn.err" | grep '^{' | tail -n1)" || { tail -n 20 "$TMP/weft_cnn.err" >&2; die "weft local (CNN) failed"; }
       echo "weft $line" >> "$TMP/cnn_results.txt"
     else
-      # As in part 2: DDP as it comes, and with glibc's mmap threshold raised.
       who=ddp; tuned=()
-      if (((k + r) % 3 == 2)); then who=ddpm; tuned=(MALLOC_MMAP_THRESHOLD_=2000000000 MALLOC_TRIM_THRESHOLD_=4000000000); fi
-      line="$(env "${CNN_ENV[@]}" "${tuned[@]}" timeout 900 "$PYTHON" "$BENCH/torch_ddp_cnn.py" --workers 2 --batch 64 \
-        --epochs 1 --threads 1 --port "$(cnn_port)" 2> "$TMP/ddp_cnn.err" | grep '^{' | tail -n1)" ||
+      if (((k + r) % 3 == 2)); then who=ddpm; tuned=("${TUNED[@]}"); fi
+      line="$(env "${ENV[@]}" "${tuned[@]}" timeout 900 "$PYTHON" "$BENCH/torch_ddp_cnn.py" --workers 2 --batch 64 \
+        --epochs 1 --threads 1 --port "$(free_port)" 2> "$TMP/ddp_cnn.err" | grep '^{' | tail -n1)" ||
         { tail -n 20 "$TMP/ddp_cnn.err" >&2; die "the DDP CNN peer failed"; }
       echo "$who $line" >> "$TMP/cnn_results.txt"
     fi

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <set>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -177,18 +176,21 @@ absl::StatusOr<std::vector<std::string>> MasterSession::AdmitRun(
   {
     absl::MutexLock lock(&mu_);
     if (closed_) return absl::FailedPreconditionError(absl::StrCat("session ", handle_, " is closed"));
+    ++active_runs_;
     graph = graph_;
   }
   std::vector<std::string> feed_names;
   std::set<std::string> seen;
   for (const auto& [name, value] : feeds) {
-    if (!seen.insert(name).second) return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' is fed twice"));
-    RETURN_IF_ERROR(CheckFeed(*graph, name, value));
+    absl::Status s = seen.insert(name).second
+                         ? CheckFeed(*graph, name, value)
+                         : absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' is fed twice"));
+    if (!s.ok()) {
+      EndRun();
+      return s;
+    }
     feed_names.push_back(name);
   }
-  absl::MutexLock lock(&mu_);
-  if (closed_) return absl::FailedPreconditionError(absl::StrCat("session ", handle_, " is closed"));
-  ++active_runs_;
   return feed_names;
 }
 

@@ -250,8 +250,8 @@ void MasterSession::StartPlan(std::shared_ptr<const Plan> plan,
   if (trace != nullptr) step->TraceThisStep();
   const absl::Time start = absl::Now();
   if (observer != nullptr) observer->StepStarted({step_id, iterations, trains, &plan->tasks, start});
-  // The step holds itself through its calls; this callback holds nothing of
-  // the step's but its id, so the two do not keep each other alive.
+  // The step holds itself through its calls; this callback, which the step
+  // holds, points at it without owning it, so the two form no cycle.
   Step* const raw = step.get();
   step->OnRunsDone([this, raw, trace = std::move(trace), done = std::move(done)]() mutable {
     EndStep(raw, std::move(trace), std::move(done));

@@ -176,13 +176,9 @@ void Worker::RunGraphAsync(const RunGraphRequest* request, RunGraphResponse* res
       if (shutting_down_) return done(ShuttingDown());
       ++inline_runs_;
     }
-    RunGraphNow(request, response, [this, &done](const absl::Status& s) {
-      {
-        absl::MutexLock lock(&mu_);
-        --inline_runs_;
-      }
-      done(s);
-    });
+    RunGraphNow(request, response, done);
+    absl::MutexLock lock(&mu_);
+    --inline_runs_;
     return;
   }
   Schedule([this, request, response, done] { RunGraphNow(request, response, done); }, done);
