@@ -169,6 +169,7 @@ TrainResult ResultFromStatus(const JobStatus& s) {
   r.test_loss = s.test_loss();
   r.test_examples = s.test_examples();
   r.samples_per_second = s.samples_per_second();
+  r.warmup_seconds = s.warmup_seconds();
   r.wall_seconds = s.wall_seconds();
   return r;
 }

@@ -66,6 +66,7 @@ void RecordResult(const absl::StatusOr<TrainResult>& result, bool cancelled, Job
   s->set_test_loss(result->test_loss);
   s->set_test_examples(result->test_examples);
   s->set_samples_per_second(result->samples_per_second);
+  s->set_warmup_seconds(result->warmup_seconds);
   s->set_wall_seconds(result->wall_seconds);
 }
 

@@ -130,6 +130,7 @@ TEST_F(JobManagerTest, TrainsToSucceededWithTheFiguresOfALocalRun) {
   EXPECT_EQ(st->step(), 3 * (240 / 16));
   EXPECT_EQ(st->epoch(), 3);
   EXPECT_GT(st->samples_per_second(), 0);
+  EXPECT_GT(st->warmup_seconds(), 0);  // the first call of steps, timed apart
   EXPECT_GT(st->wall_seconds(), 0);
   EXPECT_EQ(st->name(), "tiny");
   // The finished job's session released its variables on every task.

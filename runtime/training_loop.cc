@@ -14,6 +14,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+double Between(Clock::time_point from, Clock::time_point to) { return std::chrono::duration<double>(to - from).count(); }
 
 }  // namespace
 
@@ -21,9 +22,10 @@ double Seconds(Clock::time_point since) { return std::chrono::duration<double>(C
 std::string TrainResult::ToJson() const {
   return absl::StrFormat(
       "{\"state\": %s, \"job\": %s, \"steps\": %d, \"epochs\": %d, \"train_loss\": %.6f, \"test_accuracy\": %.4f, "
-      "\"test_loss\": %.6f, \"test_examples\": %d, \"samples_per_second\": %.1f, \"wall_seconds\": %.3f}",
+      "\"test_loss\": %.6f, \"test_examples\": %d, \"samples_per_second\": %.1f, \"warmup_seconds\": %.3f, "
+      "\"wall_seconds\": %.3f}",
       JsonString(JobState_Name(state)), JsonString(job), steps, epochs, train_loss, test_accuracy, test_loss,
-      test_examples, samples_per_second, wall_seconds);
+      test_examples, samples_per_second, warmup_seconds, wall_seconds);
 }
 
 absl::StatusOr<EvalResult> EvaluateDataset(const JobSpec& job, const data::InMemoryDataset& test,
@@ -104,6 +106,8 @@ class Loop {
 
  private:
   bool cancelled() const { return cancelled_ != nullptr && cancelled_->load(); }
+  Clock::time_point Now() const { return source_.now ? source_.now() : Clock::now(); }
+  double Since(Clock::time_point t) const { return Between(t, Now()); }
 
   absl::Status Start() {
     if (per_epoch_ < 1) {
@@ -130,7 +134,7 @@ class Loop {
       log->info("training '{}': {} steps, {} examples per epoch, batch {}", job_.name(), p_.total_steps,
                 source_.examples, job_.batch_size());
     }
-    t0_ = Clock::now();
+    t0_ = Now();
     return absl::OkStatus();
   }
 
@@ -156,10 +160,17 @@ class Loop {
     epoch_steps_ += step->steps;
     loss_steps_ += step->steps;
     epoch_loss_ += static_cast<double>(step->loss) * step->steps;  // the last step's loss stands for the run
-    samples_ += step->examples;
+    if (!warmed_up_ && p_.step < p_.total_steps) {
+      // The run's first call carries its setup; the throughput starts after it.
+      result_.warmup_seconds = Since(t0_);
+      t0_ = Now();
+    } else {
+      samples_ += step->examples;
+    }
+    warmed_up_ = true;
     p_.loss = epoch_loss_ / static_cast<double>(loss_steps_);
     p_.elapsed_seconds = Seconds(started_);
-    const double t = train_seconds_ + Seconds(t0_);
+    const double t = train_seconds_ + Since(t0_);
     p_.samples_per_second = t > 0 ? samples_ / t : 0;
     if (on_progress_) on_progress_(p_);
     if (epoch_steps_ == per_epoch_) RETURN_IF_ERROR(EndEpoch());
@@ -168,7 +179,7 @@ class Loop {
   }
 
   absl::Status EndEpoch() {
-    train_seconds_ += Seconds(t0_);
+    train_seconds_ += Since(t0_);
     last_epoch_loss_ = loss_steps_ > 0 ? epoch_loss_ / loss_steps_ : 0;
     p_.epoch_end = true;
     p_.test_accuracy = -1;
@@ -186,7 +197,7 @@ class Loop {
     epoch_loss_ = 0;
     epoch_steps_ = 0;
     loss_steps_ = 0;
-    t0_ = Clock::now();
+    t0_ = Now();
     return absl::OkStatus();
   }
 
@@ -198,7 +209,7 @@ class Loop {
 
   absl::StatusOr<TrainResult> Finish() {
     if (loss_steps_ > 0) {  // a run counted in steps (or cancelled) can stop mid-epoch
-      train_seconds_ += Seconds(t0_);
+      train_seconds_ += Since(t0_);
       last_epoch_loss_ = epoch_loss_ / loss_steps_;
     }
     if (result_.state == JOB_STATE_UNSPECIFIED) result_.state = SUCCEEDED;
@@ -233,6 +244,7 @@ class Loop {
   int64_t samples_ = 0;
   double train_seconds_ = 0;
   bool evaluated_last_ = false;
+  bool warmed_up_ = false;  // the run's first call of steps is behind it
   Clock::time_point t0_;  // when the current epoch's training resumed
 };
 

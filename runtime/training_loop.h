@@ -56,7 +56,12 @@ struct TrainResult {
   double test_accuracy = -1;       // -1 when evaluation was skipped
   double test_loss = -1;
   int64_t test_examples = 0;
-  double samples_per_second = 0;   // training steps only
+  // Training steps only, and not the run's first call of steps when more
+  // follow: that call pays for the run's setup (a distributed job registers
+  // its partitions, its workers load their shards and initialise variables),
+  // which a peer such as PyTorch DDP does before its timed loop.
+  double samples_per_second = 0;
+  double warmup_seconds = 0;       // the first call's time, left out of samples_per_second
   double wall_seconds = 0;         // the whole run, loading and evaluation included
 
   // One JSON object with every field above.
@@ -96,6 +101,8 @@ struct StepSource {
   // closes an epoch), with the steps done so far: the place for checkpoints.
   // An error ends the loop with it. May be null.
   std::function<absl::Status(int64_t step)> after_steps;
+  // The loop's clock for its throughput; null: std::chrono::steady_clock.
+  std::function<std::chrono::steady_clock::time_point()> now;
 };
 
 // The loop over steps from `source`: epochs, progress, evaluation, cancel.
