@@ -11,18 +11,23 @@
 #       Python environment holds), data/ Fashion-MNIST, jobs/ the example jobs.
 #
 #   bench/gpu.sh --run DIR [--out FILE.md] [--mlp_epochs N] [--cnn_epochs N] [--rounds N]
-#       On the GPU machine (one GPU, CUDA driver, PyTorch; no Bazel, no
+#                [--skip_tests] [--no_local]
+#       On the GPU machine (one GPU, CUDA driver, PyTorch 2; no Bazel, no
 #       network): finds cuBLAS/cuDNN/NCCL (PyTorch's nvidia-* packages, then
 #       /usr/local/cuda), runs every GPU test binary, trains
 #       examples/fmnist_mlp.pbtxt and examples/fmnist_cnn.pbtxt on GPU:0 with
 #       `weft train` (the CNN also with WEFT_CUDNN=0, cuDNN's fallback, and
 #       with WEFT_CUDNN_AUTOTUNE=0, cuDNN's heuristic choice everywhere),
-#       trains the same models with PyTorch eager on the same GPU
-#       (bench/gpu/torch_fmnist.py), each N rounds (default 3, the median
-#       reported), runs `weft local` across processes on the
+#       trains the same models with PyTorch on the same GPU
+#       (bench/gpu/torch_fmnist.py): eager, torch.compile's default mode and
+#       its mode="reduce-overhead" (CUDA graphs), each N rounds (default 3,
+#       the median reported), runs `weft local` across processes on the
 #       GPU, and MIRRORED over NCCL when the machine has two GPUs or more, and
 #       prints samples/s side by side; the table is also written as markdown
 #       (FILE.md, default DIR/gpu_bench.md).
+#       --skip_tests leaves out the GPU test binaries and --no_local the
+#       `weft local` and NCCL runs, so that a short session on a GPU spends
+#       its time on the training figures.
 #
 # Environment: PYTHON (default python3), BAZEL (default bazel), DATA_DIR
 # (default /usr/share/datasets/fashion-mnist, used when building).
@@ -111,8 +116,9 @@ cuda_library_path() {
 }
 
 run() {
-  local bundle out mlp_epochs cnn_epochs rounds data
+  local bundle out mlp_epochs cnn_epochs rounds data skip_tests no_local
   data="$(cd "$1/data" && pwd -P)"; out="$2"; mlp_epochs="$3"; cnn_epochs="$4"; rounds="$5"
+  skip_tests="$6"; no_local="$7"
   [ -f "$1/binaries.tar.xz" ] || die "$1 holds no binaries.tar.xz: build it with bench/gpu.sh --bundle $1"
   local work
   work="$(mktemp -d "${TMPDIR:-/tmp}/weft-gpu.XXXXXX")"
@@ -122,6 +128,9 @@ run() {
   cp -r "$1/jobs" "$1/COMMIT" "$work/bundle/"
   ln -s "$data" "$work/bundle/data"
   bundle="$work/bundle"
+  # PyTorch runs with the machine's own library path, not the bundle's.
+  local torch_env=(env -u LD_LIBRARY_PATH)
+  [ -z "${LD_LIBRARY_PATH:-}" ] || torch_env=(env "LD_LIBRARY_PATH=$LD_LIBRARY_PATH")
   export LD_LIBRARY_PATH="$bundle/lib:$(cuda_library_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "== GPU machine" >&2
   nvidia-smi -L 2>/dev/null || echo "(no nvidia-smi)"
@@ -133,15 +142,20 @@ run() {
   [ "$missing" = 0 ] || die "libraries missing on this machine (see above)"
   "$bundle/tests/cuda_util_test" --gtest_filter='*Version*' 2>&1 | grep -E "CUDA runtime|OK|FAIL" || true
 
-  echo "== GPU tests" >&2
-  # A GPU run must not pass by skipping: every GPU test that would skip for
-  # want of as many GPUs as this machine has fails instead.
-  local gpus
-  gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
-  export WEFT_TEST_REQUIRE_GPUS="$(( gpus > 0 ? gpus : 1 ))"
   local failed=0 line results="$work/tests.txt"
   : > "$results"
+  local gpus
+  gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
+  if [ "$skip_tests" = 1 ]; then
+    echo "== GPU tests: skipped (--skip_tests)" >&2
+  else
+    echo "== GPU tests" >&2
+  fi
+  # A GPU run must not pass by skipping: every GPU test that would skip for
+  # want of as many GPUs as this machine has fails instead.
+  export WEFT_TEST_REQUIRE_GPUS="$(( gpus > 0 ? gpus : 1 ))"
   for f in "$bundle"/tests/*; do
+    [ "$skip_tests" = 1 ] && break
     local name log
     name="$(basename "$f")"; log="$work/$name.log"
     if WEFT_FMNIST_DIR="$bundle/data" timeout 600 "$f" > "$log" 2>&1; then status=PASS; else status=FAIL; failed=1; fi
@@ -156,7 +170,7 @@ run() {
     if [ "$skipped" != 0 ]; then grep '^\[  SKIPPED \]' "$log" | head -10; fi
   done
 
-  echo "== training: weft vs PyTorch eager, one GPU, batch 64, $rounds round(s)" >&2
+  echo "== training: weft vs PyTorch eager and torch.compile, one GPU, batch 64, $rounds round(s)" >&2
   local runs="$work/runs.txt"
   : > "$runs"
   local model epochs job round
@@ -170,6 +184,28 @@ run() {
     else
       echo "$system $model ($*) failed:"; tail -20 "$work/$system.$model.err"; failed=1
     fi
+  }
+  # peer SYSTEM MODEL EPOCHS COMPILE: one bench/gpu/torch_fmnist.py run
+  # (COMPILE: none, default or reduce-overhead), its JSON line appended to
+  # $runs; a failure appends {"state": "FAILED", "error": ...} so that the
+  # table says failed. Only the eager peer's failure fails the benchmark:
+  # torch.compile needs PyTorch 2 and a working Triton, and without them the
+  # table says so.
+  peer() {
+    local system="$1" model="$2" epochs="$3" compile="$4" rc=0 error
+    "${torch_env[@]}" timeout 600 "$PYTHON" "$REPO/bench/gpu/torch_fmnist.py" --model "$model" \
+      --data "$bundle/data" --epochs "$epochs" --compile "$compile" \
+      > "$work/$system.$model.json" 2> "$work/$system.$model.err" || rc=$?
+    if [ "$rc" = 0 ] && grep -q '^{' "$work/$system.$model.json"; then
+      echo "$system $model $(grep -m1 '^{' "$work/$system.$model.json")" | tee -a "$runs"
+      return 0
+    fi
+    echo "$system $model failed (exit status $rc):"; tail -20 "$work/$system.$model.err"
+    error="$(grep -v '^[[:space:]]*$' "$work/$system.$model.err" | tail -1 | cut -c1-300 || true)"
+    [ -n "$error" ] || error="exit status $rc"
+    echo "$system $model $("$PYTHON" -c 'import json, sys; print(json.dumps({"state": "FAILED", "error": sys.argv[1]}))' \
+      "$error")" >> "$runs"
+    [ "$compile" != none ] || failed=1
   }
   for round in $(seq 1 "$rounds"); do
     for model in mlp cnn; do
@@ -187,14 +223,27 @@ run() {
         train weft-im2col "$model" "$job" WEFT_CUDNN=0
         train weft-cudnn "$model" "$job" WEFT_CUDNN_AUTOTUNE=0
       fi
-      if "$PYTHON" "$REPO/bench/gpu/torch_fmnist.py" --model "$model" --data "$bundle/data" --epochs "$epochs" \
-          > "$work/torch.$model.json" 2> "$work/torch.$model.err"; then
-        echo "torch $model $(grep -m1 '^{' "$work/torch.$model.json")" | tee -a "$runs"
-      else
-        echo "torch $model failed:"; tail -20 "$work/torch.$model.err"; failed=1
-      fi
+      peer torch "$model" "$epochs" none
+      peer torch-compile "$model" "$epochs" default
+      peer torch-compile-ro "$model" "$epochs" reduce-overhead
     done
   done
+  if [ "$no_local" = 1 ]; then
+    echo "== distributed and NCCL: skipped (--no_local)" >&2
+  else
+    local_runs
+  fi
+  "$PYTHON" "$REPO/bench/gpu/gpu_md.py" --runs "$runs" --tests "$results" --commit "$(cat "$bundle/COMMIT")" \
+    --markdown "$out" || failed=1
+  echo "gpu.sh: markdown in $out" >&2
+  return $failed
+}
+
+# `weft local` across processes on the GPU, and MIRRORED over NCCL where there
+# are two GPUs or more; run()'s locals ($work, $bundle, $data, $runs, $failed)
+# are visible here.
+local_runs() {
+  local job
   echo "== distributed: weft local on the GPU (tensors crossing processes)" >&2
   # Each worker opens GPU:0 (here both share the one GPU): the replicas'
   # compute goes there, the ps keeps the variables on its CPU, so gradients
@@ -237,14 +286,10 @@ run() {
   else
     echo "== MIRRORED over NCCL: skipped, this machine has ${gpus:-0} GPU(s) and it needs two" >&2
   fi
-  "$PYTHON" "$REPO/bench/gpu/gpu_md.py" --runs "$runs" --tests "$results" --commit "$(cat "$bundle/COMMIT")" \
-    --markdown "$out" || failed=1
-  echo "gpu.sh: markdown in $out" >&2
-  return $failed
 }
 
 # ---------------------------------------------------------------------- main
-mode=build bundle="$REPO/gpu-bundle" out="" mlp_epochs=3 cnn_epochs=2 rounds=3
+mode=build bundle="$REPO/gpu-bundle" out="" mlp_epochs=3 cnn_epochs=2 rounds=3 skip_tests=0 no_local=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) bundle="$2"; shift 2 ;;
@@ -253,12 +298,14 @@ while [ $# -gt 0 ]; do
     --mlp_epochs) mlp_epochs="$2"; shift 2 ;;
     --cnn_epochs) cnn_epochs="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    --skip_tests) skip_tests=1; shift ;;
+    --no_local) no_local=1; shift ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
 if [ "$mode" = build ]; then
   build "$bundle"
 else
-  run "$bundle" "${out:-$bundle/gpu_bench.md}" "$mlp_epochs" "$cnn_epochs" "$rounds"
+  run "$bundle" "${out:-$bundle/gpu_bench.md}" "$mlp_epochs" "$cnn_epochs" "$rounds" "$skip_tests" "$no_local"
 fi

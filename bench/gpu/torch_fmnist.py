@@ -1,24 +1,38 @@
 #!/usr/bin/env python3
-"""PyTorch eager on one GPU: the Fashion-MNIST models of examples/fmnist_mlp.pbtxt
-and examples/fmnist_cnn.pbtxt, trained the way `weft train` trains them (same
-layers, optimizer, learning rate, batch), for bench/gpu.sh.
+"""PyTorch on one GPU, eager or compiled: the Fashion-MNIST models of
+examples/fmnist_mlp.pbtxt and examples/fmnist_cnn.pbtxt, trained the way
+`weft train` trains them (same layers, optimizer, learning rate, batch), for
+bench/gpu.sh.
 
 Usage: torch_fmnist.py --model mlp|cnn --data DIR [--epochs N] [--batch 64]
                        [--lr LR] [--device cuda]
-Prints one JSON line: samples/s over the training steps (loading and the final
-evaluation excluded, the first epoch's first steps included as in weft),
-the final train loss and the test accuracy.
+                       [--compile none|default|reduce-overhead] [--warmup N]
+Prints one JSON line: samples/s over the training steps, the final train loss
+and the test accuracy. Loading, the final evaluation and the warm-up steps
+are left out of samples/s: the first --warmup steps (default 1; with
+--compile at least 3, so that compilation and CUDA-graph recording happen
+there) train on the first epoch's first batches before the clock starts, as
+weft leaves its run's first call of steps out (its "warmup_seconds"). They
+still count as training: the run trains the same steps either way, and the
+JSON reports them as "warmup_steps" and "warmup_seconds".
+
+--compile none is PyTorch eager. --compile default or reduce-overhead wraps
+one training step (forward, loss, backward, Adam step, zero_grad) in one
+function compiled with torch.compile(fn, mode=...) (graph breaks allowed, as
+at backward); reduce-overhead also replays CUDA graphs. Needs PyTorch 2 or
+newer: without torch.compile it exits non-zero, saying so.
 
 The whole training split sits on the GPU as float32 (scaled by 1/255) and
 each epoch draws a fresh permutation there, so the loop measures the model's
-steps, not a data loader: the strongest ordinary eager loop. The loss is read
-back once per epoch, not per step.
+steps, not a data loader: the strongest ordinary loop. The loss is read back
+once per epoch, not per step.
 """
 import argparse
 import gzip
 import json
 import os
 import struct
+import sys
 import time
 
 import numpy as np
@@ -48,6 +62,11 @@ def cnn():
         nn.Flatten(), nn.Linear(32 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
+def sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", choices=["mlp", "cnn"], required=True)
@@ -56,7 +75,12 @@ def main():
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--device", default="cuda")
+    p.add_argument("--compile", choices=["none", "default", "reduce-overhead"], default="none")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps first (with --compile at least 3)")
     a = p.parse_args()
+    if a.compile != "none" and not hasattr(torch, "compile"):
+        sys.exit(f"torch_fmnist.py: --compile {a.compile} needs torch.compile (PyTorch 2 or newer); "
+                 f"this is PyTorch {torch.__version__}")
     lr = a.lr if a.lr is not None else (0.0005 if a.model == "mlp" else 0.001)
     dev = torch.device(a.device)
     torch.manual_seed(1)
@@ -71,34 +95,70 @@ def main():
     lossf = nn.CrossEntropyLoss()
     n = xs.shape[0]
     steps_per_epoch = n // a.batch
+    total_steps = steps_per_epoch * a.epochs
+    warmup = max(a.warmup, 3) if a.compile != "none" else max(a.warmup, 0)
+    warmup = min(warmup, max(total_steps - 1, 0))  # leave at least one timed step
 
-    torch.cuda.synchronize(dev)
-    t0, seen, last_loss = time.perf_counter(), 0, float("nan")
+    if a.compile == "none":
+        def step(x, y):
+            opt.zero_grad(set_to_none=True)
+            loss = lossf(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+    else:
+        def train_step(x, y):
+            loss = lossf(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss.detach()
+
+        compiled = torch.compile(train_step, mode=a.compile)
+        # CUDA graphs (reduce-overhead) reuse their output buffers: each call
+        # is a new step whose loss is consumed (added to the epoch's total)
+        # before the next call.
+        mark = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
+        if a.compile == "reduce-overhead" and mark is not None:
+            def step(x, y):
+                mark()
+                return compiled(x, y)
+        else:
+            step = compiled
+
+    sync(dev)
+    t_start = time.perf_counter()
+    t0, done, seen, last_loss, warmup_seconds = t_start, 0, 0, float("nan"), 0.0
     for ep in range(a.epochs):
         g = torch.Generator(device=dev).manual_seed(ep)
         perm = torch.randperm(n, device=dev, generator=g)
         total = torch.zeros((), device=dev)
         for s in range(steps_per_epoch):
             b = perm[s * a.batch:(s + 1) * a.batch]
-            opt.zero_grad(set_to_none=True)
-            loss = lossf(model(xs[b]), ys[b])
-            loss.backward()
-            opt.step()
-            total += loss.detach()
-            seen += a.batch
+            total += step(xs[b], ys[b])
+            done += 1
+            if done == warmup:
+                # The warm-up ends: the clock starts after its last step.
+                sync(dev)
+                t0 = time.perf_counter()
+                warmup_seconds = t0 - t_start
+            elif done > warmup:
+                seen += a.batch
         last_loss = (total / steps_per_epoch).item()  # one sync per epoch
-    torch.cuda.synchronize(dev)
+    sync(dev)
     dt = time.perf_counter() - t0
 
     tx = torch.from_numpy(idx(os.path.join(a.data, "t10k-images-idx3-ubyte.gz")).copy()).to(dev).float() / 255.0
     ty = torch.from_numpy(idx(os.path.join(a.data, "t10k-labels-idx1-ubyte.gz")).astype(np.int64)).to(dev)
     with torch.no_grad():
         acc = (model(tx.reshape(shape)).argmax(1) == ty).float().mean().item()
-    print(json.dumps({"system": "torch", "model": a.model, "torch": torch.__version__,
-                      "gpu": torch.cuda.get_device_name(dev), "batch": a.batch, "epochs": a.epochs,
-                      "steps": seen // a.batch, "seconds": round(dt, 3),
-                      "samples_per_second": round(seen / dt, 1), "train_loss": round(last_loss, 4),
-                      "test_accuracy": round(acc, 4)}))
+    system = {"none": "torch", "default": "torch-compile", "reduce-overhead": "torch-compile-ro"}[a.compile]
+    gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" else str(dev)
+    print(json.dumps({"system": system, "model": a.model, "torch": torch.__version__, "gpu": gpu,
+                      "compile": a.compile, "batch": a.batch, "epochs": a.epochs, "steps": done,
+                      "warmup_steps": warmup, "warmup_seconds": round(warmup_seconds, 3),
+                      "seconds": round(dt, 3), "samples_per_second": round(seen / dt, 1) if dt > 0 else 0,
+                      "train_loss": round(last_loss, 4), "test_accuracy": round(acc, 4)}))
 
 
 if __name__ == "__main__":
