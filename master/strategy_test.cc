@@ -350,6 +350,63 @@ TEST(StrategyTest, ParameterServerSpreadsVariablesByBytesAndKeepsSlotsTogether) 
   EXPECT_LT(std::abs(load[0] - load[1]), 192);
 }
 
+// Each update's control inputs are the model's reads of its variable. A
+// replica in another task reads one transferred copy, which the gradient
+// already follows, so on a ps those edges (a transfer per replica and step
+// each) go; a control input that is no such read stays, and so do the reads
+// of a replica in the variable's own task.
+TEST(StrategyTest, ParameterServerUpdatesDropOnlyTheControlInputsTheirGradientsImply) {
+  auto tg = LowerJob(MlpJob("optimizer { adam { learning_rate: 0.01 } }"));
+  ASSERT_TRUE(tg.ok());
+  ASSERT_FALSE(tg->correct.empty());
+  // A control input that reads no variable: the accuracy metric, on one update.
+  GraphDef def = tg->graph->ToGraphDef();
+  const std::string metric(absl::string_view(tg->correct).substr(0, tg->correct.find(':')));
+  int reads = 0;
+  std::string marked;
+  for (NodeDef& n : *def.mutable_node()) {
+    if (!absl::StartsWith(n.op(), "Apply")) continue;
+    for (const std::string& in : n.input()) reads += absl::StartsWith(in, "^") ? 1 : 0;
+    if (marked.empty()) {
+      marked = n.name();
+      n.add_input("^" + metric);
+    }
+  }
+  ASSERT_GT(reads, 0) << "the one-replica graph's updates follow their reads";
+  auto g = Graph::FromGraphDef(def);
+  ASSERT_TRUE(g.ok()) << g.status();
+  tg->graph = *std::move(g);
+  auto control_inputs = [&](const Layout& s, bool metric_only) {
+    auto rg = ApplyStrategy(*tg, s.options);
+    EXPECT_TRUE(rg.ok()) << rg.status();
+    int kept = 0;
+    if (!rg.ok()) return kept;
+    for (const auto& n : rg->graph->nodes()) {
+      if (!absl::StartsWith(n->op(), "Apply")) continue;
+      for (const std::string& in : n->def().input()) {
+        if (!absl::StartsWith(in, "^")) continue;
+        ++kept;
+        if (!metric_only) continue;
+        EXPECT_TRUE(absl::EndsWith(n->name(), marked)) << n->name() << " keeps " << in;
+        EXPECT_TRUE(absl::EndsWith(in, "/" + metric)) << n->name() << " keeps " << in;
+      }
+    }
+    return kept;
+  };
+  for (bool sync : {true, false}) {
+    Layout s = For(StrategySpec::PARAMETER_SERVER, 2);
+    s.options.sync = sync;
+    // Sync: the one update follows both replicas' metric; async: each
+    // replica's update follows its own.
+    EXPECT_EQ(control_inputs(s, /*metric_only=*/true), 2) << (sync ? "sync" : "async");
+  }
+  // CENTRAL_STORAGE: replica 0 computes on the variables' own device, so its
+  // reads that no gradient follows (each layer's input gradient reads the
+  // kernel) must stay.
+  const int kept = control_inputs(For(StrategySpec::CENTRAL_STORAGE, 2), /*metric_only=*/false);
+  EXPECT_GT(kept, 2);
+}
+
 TEST(StrategyTest, BadOptionsAreInvalidArgument) {
   auto tg = LowerJob(MlpJob("optimizer { sgd { learning_rate: 0.3 } }"));
   ASSERT_TRUE(tg.ok());

@@ -54,7 +54,7 @@ void AddPushes(Rewrite* rw, int r, const Shared& sh, const Rename& rename) {
     for (int i = 0; i < u.grad_input; ++i) c->add_input(u.node->input(i));
     c->add_input(RenameInputNode(u.grad, rename));
     c->add_input(StepNode(r, u));
-    AddControlInputs(*u.node, rename, c);
+    AddControlInputs(*rw, u, r, sh.device_of.at(u.vars[0]), rename, c);
     train->add_input("^" + c->name());
     outcomes.push_back(c->name() + ":1");
   }

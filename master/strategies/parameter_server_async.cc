@@ -23,7 +23,7 @@ absl::Status RewriteParameterServerAsync(Rewrite* rw) {
     for (const Update& u : rw->updates) {
       NodeDef* c = AddUpdate(rw, ReplicaName(r, u.node->name()), u, device_of.at(u.vars[0]));
       c->add_input(RenameInputNode(u.grad, rename));
-      AddControlInputs(*u.node, rename, c);
+      AddControlInputs(*rw, u, r, device_of.at(u.vars[0]), rename, c);
       train->add_input("^" + c->name());
     }
     rw->replica_train.push_back(train->name());

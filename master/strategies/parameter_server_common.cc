@@ -1,6 +1,11 @@
 #include "master/strategies/parameter_server_common.h"
 
+#include <optional>
+#include <vector>
+
 #include "absl/strings/match.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/string_view.h"
 
 namespace weft {
 namespace master {
@@ -30,9 +35,64 @@ NodeDef* AddUpdate(Rewrite* rw, const std::string& name, const Update& u, const 
   return c;
 }
 
-void AddControlInputs(const NodeDef& update, const Rename& rename, NodeDef* out) {
-  for (const std::string& in : update.input()) {
-    if (absl::StartsWith(in, "^")) out->add_input(RenameInputNode(in, rename));
+namespace {
+
+// "name" of "^name", "name:1" or "name".
+absl::string_view NodeOf(absl::string_view input) {
+  absl::ConsumePrefix(&input, "^");
+  return input.substr(0, input.find(':'));
+}
+
+bool Reads(const NodeDef& n, absl::string_view var) {
+  for (const std::string& in : n.input()) {
+    if (!absl::StartsWith(in, "^") && NodeOf(in) == var) return true;
+  }
+  return false;
+}
+
+// What `tensor` depends on in rw.in_def: its node's ancestors (itself
+// included), and the nodes they read directly.
+struct Before {
+  absl::flat_hash_set<absl::string_view> nodes;
+  absl::flat_hash_set<absl::string_view> read;
+};
+
+Before BeforeTensor(const Rewrite& rw, absl::string_view tensor) {
+  Before b;
+  std::vector<absl::string_view> stack = {NodeOf(tensor)};
+  while (!stack.empty()) {
+    const absl::string_view name = stack.back();
+    stack.pop_back();
+    if (!b.nodes.insert(name).second) continue;
+    auto it = rw.by_name.find(name);
+    if (it == rw.by_name.end()) continue;
+    for (const std::string& in : it->second->input()) {
+      stack.push_back(NodeOf(in));
+      if (!absl::StartsWith(in, "^")) b.read.insert(NodeOf(in));
+    }
+  }
+  return b;
+}
+
+}  // namespace
+
+void AddControlInputs(const Rewrite& rw, const Update& u, int r, const std::string& var_device,
+                      const Rename& rename, NodeDef* out) {
+  const std::string replica_task = TaskOf(rw.options.replica_devices[r]);
+  const bool transferred = !replica_task.empty() && replica_task != TaskOf(var_device);
+  std::optional<Before> before;
+  for (const std::string& in : u.node->input()) {
+    if (!absl::StartsWith(in, "^")) continue;
+    if (!before.has_value()) before = BeforeTensor(rw, u.grad);
+    const absl::string_view reader = NodeOf(in);
+    if (before->nodes.contains(reader)) continue;  // the gradient waits for it
+    auto it = rw.by_name.find(reader);
+    bool follows_transfer = false;
+    for (const std::string& var : u.vars) {
+      follows_transfer |= transferred && it != rw.by_name.end() && Reads(*it->second, var) && before->read.contains(var);
+    }
+    if (follows_transfer) continue;  // it reads the copy the gradient's reads read
+    out->add_input(RenameInputNode(in, rename));
   }
 }
 

@@ -29,8 +29,18 @@ void CopyReplicaBody(Rewrite* rw, int r, const NameSet& shared, const Rename& re
 // control inputs.
 NodeDef* AddUpdate(Rewrite* rw, const std::string& name, const Update& u, const std::string& device);
 
-// The control inputs of `update` (reads it must follow), renamed, on `out`.
-void AddControlInputs(const NodeDef& update, const Rename& rename, NodeDef* out);
+// The control inputs of u.node, the reads of its variable that the update
+// must follow, as replica r's on `out` (the update on `var_device`), but
+// for those the update follows anyway:
+//   - a read the replica's gradient depends on (the update waits for it);
+//   - on a replica in another task than the variable, every read: there all
+//     of them read the one copy that the variable's transfer to the replica
+//     made (graph/partition.cc gives a tensor one _Recv per device), and
+//     that transfer precedes the gradient whenever any read does.
+// Each edge kept from a replica's task costs a transfer per step, so a
+// training graph on a ps keeps none.
+void AddControlInputs(const Rewrite& rw, const Update& u, int r, const std::string& var_device,
+                      const Rename& rename, NodeDef* out);
 
 }  // namespace strategies
 }  // namespace master

@@ -28,7 +28,7 @@ absl::Status RewriteParameterServerSync(Rewrite* rw) {
     const std::string mean = rw->Mean(absl::StrCat("aggregate/", u.node->name()), dev, terms);
     NodeDef* c = AddUpdate(rw, u.node->name(), u, dev);
     c->add_input(mean);
-    for (int r = 0; r < rw->n; ++r) AddControlInputs(*u.node, SharedRename(shared, r), c);
+    for (int r = 0; r < rw->n; ++r) AddControlInputs(*rw, u, r, dev, SharedRename(shared, r), c);
     train->add_input("^" + u.node->name());
     rw->train_targets.push_back(u.node->name());
   }
