@@ -49,7 +49,7 @@ void AsyncReplicas::Loop(const ReplicaNames& names, const std::string& task) {
       remaining_ -= n;  // tickets: exactly total_steps steps run
       ++active_;
     }
-    absl::Status s = session_->Run({}, {names.loss}, {names.train_op}, &out, static_cast<int>(n));
+    absl::Status s = session_->Run({}, {names.loss}, ReplicaTargets(names), &out, static_cast<int>(n));
     if (!s.ok() && recover_ != nullptr && !cancelled_->load()) {
       {
         // The steps go back to the pool, and a checkpoint (Quiesce) need
@@ -174,7 +174,7 @@ void AccumulatingReplicas::Loop(const ReplicaNames& names) {
       ++active_;
       paused_at_start = paused_;
     }
-    absl::Status s = session_->Run({}, fetches, {names.train_op}, &out);
+    absl::Status s = session_->Run({}, fetches, ReplicaTargets(names), &out);
     absl::MutexLock lock(&mu_);
     --active_;
     if (!s.ok() && paused_ && !paused_at_start) continue;  // aborted for a checkpoint: not applied

@@ -28,14 +28,14 @@ std::vector<Signature> TrainingSignatures(const DistributedPlan& plan) {
     for (const ReplicaNames& r : rg.replicas) {
       std::vector<std::string> fetches = {r.loss};
       fetches.insert(fetches.end(), r.push_outcomes.begin(), r.push_outcomes.end());
-      signatures.push_back({fetches, {r.train_op}});
+      signatures.push_back({fetches, ReplicaTargets(r)});
     }
   } else if (plan.sync) {
     std::vector<std::string> losses;
     for (const ReplicaNames& r : rg.replicas) losses.push_back(r.loss);
     signatures.push_back({losses, rg.train_targets});
   } else {
-    for (const ReplicaNames& r : rg.replicas) signatures.push_back({{r.loss}, {r.train_op}});
+    for (const ReplicaNames& r : rg.replicas) signatures.push_back({{r.loss}, ReplicaTargets(r)});
   }
   return signatures;
 }

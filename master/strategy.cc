@@ -89,6 +89,10 @@ absl::Status RunStrategy(Rewrite* rw) {
 
 std::string ReplicaName(int r, const std::string& name) { return absl::StrCat("replica_", r, "/", name); }
 
+std::vector<std::string> ReplicaTargets(const ReplicaNames& names) {
+  return names.train_targets.empty() ? std::vector<std::string>{names.train_op} : names.train_targets;
+}
+
 absl::StatusOr<ReplicatedGraph> ApplyStrategy(const TrainingGraph& training, const StrategyOptions& options) {
   if (training.graph == nullptr) return absl::InvalidArgumentError("strategy: no training graph");
   RETURN_IF_ERROR(CheckOptions(options));

@@ -120,11 +120,20 @@ struct ReplicaNames {
   std::string labels;
   std::string loss;
   std::string train_op;  // runs this replica's step (async PS: alone)
+  // The same step as train_op, as the nodes to target directly, each on the
+  // task that runs it: for async and k-of-N PS the replica's updates (or
+  // pushes) on the ps, so that no control signal crosses from the ps to the
+  // replica's train op, one transfer per update and step. Empty: target
+  // train_op (ReplicaTargets).
+  std::vector<std::string> train_targets;
   // replicas_to_aggregate > 0: each update's push outcome (int64 scalar: -1
   // refused as stale, 0 applied by another push, 1 applied by this one), in
   // the same update order for every replica.
   std::vector<std::string> push_outcomes;
 };
+
+// What a step of one replica targets: names.train_targets, or train_op.
+std::vector<std::string> ReplicaTargets(const ReplicaNames& names);
 
 struct ReplicatedGraph {
   std::unique_ptr<Graph> graph;

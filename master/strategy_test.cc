@@ -407,6 +407,42 @@ TEST(StrategyTest, ParameterServerUpdatesDropOnlyTheControlInputsTheirGradientsI
   EXPECT_GT(kept, 2);
 }
 
+// An async or k-of-N replica's step targets its updates where they run, on
+// the ps, so that no control signal crosses back to the replica's train op
+// (one transfer per update and step); that op still names the same step.
+TEST(StrategyTest, AsyncAndKOfNReplicasTargetTheirUpdatesOnThePs) {
+  auto tg = LowerJob(MlpJob("optimizer { sgd { learning_rate: 0.1 } }"));
+  ASSERT_TRUE(tg.ok());
+  for (int k : {0, 1}) {
+    Layout s = For(StrategySpec::PARAMETER_SERVER, 2);
+    s.options.sync = k > 0;
+    s.options.replicas_to_aggregate = k;
+    auto rg = ApplyStrategy(*tg, s.options);
+    ASSERT_TRUE(rg.ok()) << rg.status();
+    ASSERT_EQ(rg->replicas.size(), 2u);
+    for (size_t r = 0; r < rg->replicas.size(); ++r) {
+      const ReplicaNames& names = rg->replicas[r];
+      const std::vector<std::string> targets = ReplicaTargets(names);
+      ASSERT_EQ(targets, names.train_targets) << "k=" << k;
+      const Node* train = rg->graph->FindNode(names.train_op);
+      ASSERT_NE(train, nullptr);
+      // The targets are exactly what the train op waits for.
+      std::set<std::string> waited;
+      for (const Node* c : train->control_inputs()) waited.insert(c->name());
+      EXPECT_EQ(std::set<std::string>(targets.begin(), targets.end()), waited) << "k=" << k << " replica " << r;
+      for (const std::string& t : targets) {
+        const Node* n = rg->graph->FindNode(t);
+        ASSERT_NE(n, nullptr) << t;
+        EXPECT_TRUE(absl::StartsWith(n->def().device(), "/job:ps/")) << t << " on " << n->def().device();
+      }
+    }
+  }
+  // Strategies without such targets step through train_op.
+  ReplicaNames plain;
+  plain.train_op = "train";
+  EXPECT_EQ(ReplicaTargets(plain), std::vector<std::string>{"train"});
+}
+
 TEST(StrategyTest, BadOptionsAreInvalidArgument) {
   auto tg = LowerJob(MlpJob("optimizer { sgd { learning_rate: 0.3 } }"));
   ASSERT_TRUE(tg.ok());

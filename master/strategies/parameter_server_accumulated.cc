@@ -45,6 +45,7 @@ void AddPushes(Rewrite* rw, int r, const Shared& sh, const Rename& rename) {
   const int64_t k = rw->options.replicas_to_aggregate;
   NodeDef* train = rw->Add(ReplicaName(r, "train"), "NoOp", rw->options.replica_devices[r], {});
   std::vector<std::string> outcomes;
+  std::vector<std::string> targets;
   for (const Update& u : rw->updates) {
     NodeDef* c =
         rw->Add(ReplicaName(r, u.node->name()), "Accumulate" + u.node->op(), sh.device_of.at(u.vars[0]), {});
@@ -56,9 +57,11 @@ void AddPushes(Rewrite* rw, int r, const Shared& sh, const Rename& rename) {
     c->add_input(StepNode(r, u));
     AddControlInputs(*rw, u, r, sh.device_of.at(u.vars[0]), rename, c);
     train->add_input("^" + c->name());
+    targets.push_back(c->name());
     outcomes.push_back(c->name() + ":1");
   }
   rw->replica_train.push_back(train->name());
+  rw->replica_targets.push_back(std::move(targets));
   rw->push_outcomes.push_back(std::move(outcomes));
 }
 

@@ -20,13 +20,16 @@ absl::Status RewriteParameterServerAsync(Rewrite* rw) {
   for (int r = 0; r < rw->n; ++r) {
     const Rename rename = SharedRename(shared, r);
     NodeDef* train = rw->Add(ReplicaName(r, "train"), "NoOp", rw->options.replica_devices[r], {});
+    std::vector<std::string> targets;
     for (const Update& u : rw->updates) {
       NodeDef* c = AddUpdate(rw, ReplicaName(r, u.node->name()), u, device_of.at(u.vars[0]));
       c->add_input(RenameInputNode(u.grad, rename));
       AddControlInputs(*rw, u, r, device_of.at(u.vars[0]), rename, c);
       train->add_input("^" + c->name());
+      targets.push_back(c->name());
     }
     rw->replica_train.push_back(train->name());
+    rw->replica_targets.push_back(std::move(targets));
   }
   return absl::OkStatus();
 }

@@ -162,6 +162,7 @@ absl::StatusOr<ReplicatedGraph> Rewrite::Finish() {
     names.labels = ReplicaName(r, training.labels);
     names.loss = RenameInputNode(training.loss, ReplicaRename(r));
     names.train_op = replica_train[r];
+    if (static_cast<size_t>(r) < replica_targets.size()) names.train_targets = replica_targets[r];
     if (!push_outcomes.empty()) names.push_outcomes = push_outcomes[r];
     out.replicas.push_back(std::move(names));
   }

@@ -103,6 +103,7 @@ struct Rewrite {
   // What the strategy records for Finish.
   std::map<std::string, std::string> variable_node;
   std::vector<std::string> replica_train;
+  std::vector<std::vector<std::string>> replica_targets;  // per replica; may be empty
   std::vector<std::vector<std::string>> push_outcomes;  // per replica (replicas_to_aggregate)
   std::map<std::string, std::vector<std::string>> sharded;  // split variable -> its shard variables
   std::string train_op;
