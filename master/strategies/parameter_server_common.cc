@@ -89,7 +89,8 @@ void AddControlInputs(const Rewrite& rw, const Update& u, int r, const std::stri
     auto it = rw.by_name.find(reader);
     bool follows_transfer = false;
     for (const std::string& var : u.vars) {
-      follows_transfer |= transferred && it != rw.by_name.end() && Reads(*it->second, var) && before->read.contains(var);
+      if (!transferred || it == rw.by_name.end()) break;
+      follows_transfer |= Reads(*it->second, var) && before->read.contains(var);
     }
     if (follows_transfer) continue;  // it reads the copy the gradient's reads read
     out->add_input(RenameInputNode(in, rename));
