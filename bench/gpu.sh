@@ -91,7 +91,7 @@ build() {
   git -C "$REPO" rev-parse --short HEAD > "$bundle/COMMIT" 2>/dev/null || echo unknown > "$bundle/COMMIT"
   # Binaries and libraries compress about 3x; the data is gzip already.
   tar -cJf "$bundle/binaries.tar.xz" -C "$bundle" bin tests lib
-  rm -rf "$bundle/bin" "$bundle/tests" "$bundle/lib"
+  rm -rf "${bundle:?}/bin" "${bundle:?}/tests" "${bundle:?}/lib"
   local mib
   mib=$(( $(du -sb "$bundle" | cut -f1) / 1048576 ))
   echo "gpu.sh: bundle $bundle: ${mib} MiB ($(echo "$tests" | wc -w) test binaries; $(ls "$bundle")" >&2
@@ -146,29 +146,28 @@ run() {
   : > "$results"
   local gpus
   gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
+  # A GPU run must not pass by skipping: every GPU test that would skip for
+  # want of as many GPUs as this machine has fails instead.
+  export WEFT_TEST_REQUIRE_GPUS="$(( gpus > 0 ? gpus : 1 ))"
   if [ "$skip_tests" = 1 ]; then
     echo "== GPU tests: skipped (--skip_tests)" >&2
   else
     echo "== GPU tests" >&2
+    for f in "$bundle"/tests/*; do
+      local name log
+      name="$(basename "$f")"; log="$work/$name.log"
+      if WEFT_FMNIST_DIR="$bundle/data" timeout 600 "$f" > "$log" 2>&1; then status=PASS; else status=FAIL; failed=1; fi
+      local passed skipped failures
+      passed=$(grep -c '^\[       OK \]' "$log" || true)
+      # Per-case lines end in "(N ms)"; gtest's closing summary repeats names without.
+      skipped=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$log" || true)
+      failures=$(grep -cE '^\[  FAILED  \] .* \([0-9]+ ms\)$' "$log" || true)
+      line="$name $status passed=$passed skipped=$skipped failed=$failures"
+      echo "$line" | tee -a "$results"
+      if [ "$status" = FAIL ]; then grep -E "Failure|FAILED|error|Expected|Which is|actual" "$log" | head -40; fi
+      if [ "$skipped" != 0 ]; then grep '^\[  SKIPPED \]' "$log" | head -10; fi
+    done
   fi
-  # A GPU run must not pass by skipping: every GPU test that would skip for
-  # want of as many GPUs as this machine has fails instead.
-  export WEFT_TEST_REQUIRE_GPUS="$(( gpus > 0 ? gpus : 1 ))"
-  for f in "$bundle"/tests/*; do
-    [ "$skip_tests" = 1 ] && break
-    local name log
-    name="$(basename "$f")"; log="$work/$name.log"
-    if WEFT_FMNIST_DIR="$bundle/data" timeout 600 "$f" > "$log" 2>&1; then status=PASS; else status=FAIL; failed=1; fi
-    local passed skipped failures
-    passed=$(grep -c '^\[       OK \]' "$log" || true)
-    # Per-case lines end in "(N ms)"; gtest's closing summary repeats names without.
-    skipped=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$log" || true)
-    failures=$(grep -cE '^\[  FAILED  \] .* \([0-9]+ ms\)$' "$log" || true)
-    line="$name $status passed=$passed skipped=$skipped failed=$failures"
-    echo "$line" | tee -a "$results"
-    if [ "$status" = FAIL ]; then grep -E "Failure|FAILED|error|Expected|Which is|actual" "$log" | head -40; fi
-    if [ "$skipped" != 0 ]; then grep '^\[  SKIPPED \]' "$log" | head -10; fi
-  done
 
   echo "== training: weft vs PyTorch eager and torch.compile, one GPU, batch 64, $rounds round(s)" >&2
   local runs="$work/runs.txt"

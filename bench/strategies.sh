@@ -43,6 +43,18 @@ ENV=(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1)
 # and the goals' ratios are taken against the faster of the two.
 TUNED=(MALLOC_MMAP_THRESHOLD_=2000000000 MALLOC_TRIM_THRESHOLD_=4000000000)
 
+# ddp_run OUT SCRIPT TIMEOUT WHO: one run of the DDP peer SCRIPT (2 workers,
+# batch 64, one epoch, one thread each), appended to OUT as "WHO <json>";
+# WHO ddpm runs it with glibc tuned.
+ddp_run() {
+  local out="$1" script="$2" limit="$3" who="$4" tuned=() line
+  if [ "$who" = ddpm ]; then tuned=("${TUNED[@]}"); fi
+  line="$(env "${ENV[@]}" "${tuned[@]}" timeout "$limit" "$PYTHON" "$script" --workers 2 --batch 64 \
+    --epochs 1 --threads 1 --port "$(free_port)" 2> "$TMP/ddp.err" | grep '^{' | tail -n1)" ||
+    { tail -n 20 "$TMP/ddp.err" >&2; die "the DDP peer $(basename "$script") failed"; }
+  echo "$who $line" >> "$out"
+}
+
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/weft-strategies.XXXXXX")"
 trap 'rm -rf "$TMP"' EXIT
 cp "$WEFT_BIN" "$TMP/weft"
@@ -111,12 +123,8 @@ for ((r = 0; r < ROUNDS; r++)); do
       echo "$who $line" >> "$TMP/mwm_results.txt"
       ;;
     *)
-      who=ddp; tuned=()
-      if (((k + r) % 4 == 3)); then who=ddpm; tuned=("${TUNED[@]}"); fi
-      line="$(env "${ENV[@]}" "${tuned[@]}" timeout 600 "$PYTHON" "$PEERS_DIR/torch_ddp_fmnist.py" --workers 2 --batch 64 \
-        --epochs 1 --threads 1 --port "$(free_port)" 2> "$TMP/ddp.err" | grep '^{' | tail -n1)" ||
-        { tail -n 20 "$TMP/ddp.err" >&2; die "the DDP peer failed"; }
-      echo "$who $line" >> "$TMP/mwm_results.txt"
+      who=ddp; if (((k + r) % 4 == 3)); then who=ddpm; fi
+      ddp_run "$TMP/mwm_results.txt" "$PEERS_DIR/torch_ddp_fmnist.py" 600 "$who"
       ;;
     esac
     echo "strategies.sh: round $r: $(tail -n1 "$TMP/mwm_results.txt" | cut -c1-160)" >&2
@@ -187,12 +195,8 @@ for ((r = 0; r < ROUNDS; r++)); do
         2> "$TMP/weft_cnn.err" | grep '^{' | tail -n1)" || { tail -n 20 "$TMP/weft_cnn.err" >&2; die "weft local (CNN) failed"; }
       echo "weft $line" >> "$TMP/cnn_results.txt"
     else
-      who=ddp; tuned=()
-      if (((k + r) % 3 == 2)); then who=ddpm; tuned=("${TUNED[@]}"); fi
-      line="$(env "${ENV[@]}" "${tuned[@]}" timeout 900 "$PYTHON" "$BENCH/torch_ddp_cnn.py" --workers 2 --batch 64 \
-        --epochs 1 --threads 1 --port "$(free_port)" 2> "$TMP/ddp_cnn.err" | grep '^{' | tail -n1)" ||
-        { tail -n 20 "$TMP/ddp_cnn.err" >&2; die "the DDP CNN peer failed"; }
-      echo "$who $line" >> "$TMP/cnn_results.txt"
+      who=ddp; if (((k + r) % 3 == 2)); then who=ddpm; fi
+      ddp_run "$TMP/cnn_results.txt" "$BENCH/torch_ddp_cnn.py" 900 "$who"
     fi
     echo "strategies.sh: CNN round $r: $(tail -n1 "$TMP/cnn_results.txt" | cut -c1-160)" >&2
   done
