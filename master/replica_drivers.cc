@@ -36,6 +36,8 @@ AsyncReplicas::~AsyncReplicas() {
 }
 
 void AsyncReplicas::Loop(const ReplicaNames& names, const std::string& task) {
+  const std::vector<std::string> fetches = {names.loss};
+  const std::vector<std::string> targets = ReplicaTargets(names);
   std::vector<Tensor> out;
   for (;;) {
     int64_t n = 0;
@@ -49,7 +51,7 @@ void AsyncReplicas::Loop(const ReplicaNames& names, const std::string& task) {
       remaining_ -= n;  // tickets: exactly total_steps steps run
       ++active_;
     }
-    absl::Status s = session_->Run({}, {names.loss}, ReplicaTargets(names), &out, static_cast<int>(n));
+    absl::Status s = session_->Run({}, fetches, targets, &out, static_cast<int>(n));
     if (!s.ok() && recover_ != nullptr && !cancelled_->load()) {
       {
         // The steps go back to the pool, and a checkpoint (Quiesce) need
@@ -162,6 +164,7 @@ int64_t AccumulatingReplicas::refused_steps() const {
 void AccumulatingReplicas::Loop(const ReplicaNames& names) {
   std::vector<std::string> fetches = {names.loss};
   for (const std::string& o : names.push_outcomes) fetches.push_back(o);
+  const std::vector<std::string> targets = ReplicaTargets(names);
   std::vector<Tensor> out;
   for (;;) {
     bool paused_at_start = false;
@@ -174,7 +177,7 @@ void AccumulatingReplicas::Loop(const ReplicaNames& names) {
       ++active_;
       paused_at_start = paused_;
     }
-    absl::Status s = session_->Run({}, fetches, ReplicaTargets(names), &out);
+    absl::Status s = session_->Run({}, fetches, targets, &out);
     absl::MutexLock lock(&mu_);
     --active_;
     if (!s.ok() && paused_ && !paused_at_start) continue;  // aborted for a checkpoint: not applied
