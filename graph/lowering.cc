@@ -7,201 +7,10 @@
 #include "graph/attr.h"
 #include "graph/builder.h"
 #include "graph/gradients.h"
+#include "graph/model_lowering.h"
 
 namespace weft {
 namespace {
-
-absl::Status LayerError(int i, const LayerSpec& layer, absl::string_view msg) {
-  return absl::InvalidArgumentError(absl::StrCat("model layer ", i, layer.name().empty() ? "" : " '", layer.name(),
-                                                 layer.name().empty() ? "" : "'", ": ", msg));
-}
-
-Output Activate(GraphBuilder* b, Output x, Activation a) {
-  switch (a) {
-    case RELU: return b->Op("Relu", {x});
-    case SIGMOID: return b->Op("Sigmoid", {x});
-    case TANH: return b->Op("Tanh", {x});
-    case SOFTMAX: return b->Op("Softmax", {x});
-    default: return x;
-  }
-}
-
-// Variables of one layer, created by the first (training) pass and reused by
-// the evaluation pass.
-struct LayerVars {
-  Output kernel;
-  Output bias;
-};
-
-class SequentialLowering {
- public:
-  SequentialLowering(const JobSpec& job, GraphBuilder* b) : job_(job), model_(job.model()), b_(b) {}
-
-  // Builds one forward pass; returns logits (before a final softmax).
-  absl::StatusOr<Output> Forward(Output x, bool training) {
-    vars_.resize(model_.layer_size());
-    const int last = model_.layer_size() - 1;
-    for (int i = 0; i <= last; ++i) {
-      const LayerSpec& layer = model_.layer(i);
-      const std::string scope =
-          layer.name().empty() ? absl::StrCat("layer", i, "_", KindName(layer)) : layer.name();
-      NameScope ns(b_, training ? scope : absl::StrCat("eval/", scope));
-      RETURN_IF_ERROR(LowerLayer(i, i == last, training, &x));
-      if (!b_->status().ok()) return Annotate(b_->status(), absl::StrCat("model layer ", i));
-    }
-    return x;
-  }
-
-  const std::vector<Output>& variables() const { return variables_; }
-
- private:
-  // Adds layer `i` on top of `*x` and leaves its output there; `last`:
-  // it is the model's last layer, whose softmax the loss applies.
-  absl::Status LowerLayer(int i, bool last, bool training, Output* x) {
-    const LayerSpec& layer = model_.layer(i);
-    const TensorShape& in = x->shape();
-    switch (layer.kind_case()) {
-      case LayerSpec::kDense: return Dense(i, last, x);
-      case LayerSpec::kConv2D: return Conv2D(i, last, x);
-      case LayerSpec::kMaxPool: return MaxPool(i, x);
-      case LayerSpec::kFlatten: {
-        int64_t n = 1;
-        for (int d = 1; d < in.rank(); ++d) n *= in.dim(d);
-        if (n <= 0) return LayerError(i, layer, absl::StrCat("cannot flatten input ", in.DebugString()));
-        *x = b_->Op("Reshape", {*x}, {Attr("shape", std::vector<int64_t>{-1, n})});
-        break;
-      }
-      case LayerSpec::kReshape: {
-        // One example keeps its element count: a shape that does not would
-        // silently regroup the batch (784 values as 112 rows of 7).
-        std::vector<int64_t> shape{-1};
-        int64_t in_elems = 1, out_elems = 1;
-        for (int d = 1; d < in.rank(); ++d) in_elems *= in.dim(d);
-        for (int64_t d : layer.reshape().shape()) {
-          if (d <= 0 || __builtin_mul_overflow(out_elems, d, &out_elems)) {
-            return LayerError(i, layer, absl::StrCat("reshape.shape needs positive dimensions that fit, got ", d));
-          }
-          shape.push_back(d);
-        }
-        if (out_elems != in_elems) {
-          return LayerError(i, layer, absl::StrCat("reshape.shape holds ", out_elems, " values per example; its input ",
-                                                   in.DebugString(), " has ", in_elems));
-        }
-        *x = b_->Op("Reshape", {*x}, {Attr("shape", shape)});
-        break;
-      }
-      case LayerSpec::kDropout: {
-        const float rate = layer.dropout().rate();
-        if (!(rate >= 0.0f && rate < 1.0f)) {
-          return LayerError(i, layer, absl::StrCat("dropout.rate must be in [0, 1), got ", rate));
-        }
-        if (training && rate > 0.0f) {
-          *x = b_->Op("Dropout", {*x}, {Attr("rate", rate), Attr("seed", static_cast<int64_t>(job_.seed() + i))});
-        }
-        break;
-      }
-      case LayerSpec::kActivation:
-        if (!(last && layer.activation().activation() == SOFTMAX)) {
-          *x = Activate(b_, *x, layer.activation().activation());
-        }
-        break;
-      case LayerSpec::KIND_NOT_SET:
-        return LayerError(i, layer, "layer has no kind (dense, conv2d, max_pool, ...)");
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status Dense(int i, bool last, Output* x) {
-    const LayerSpec& layer = model_.layer(i);
-    const DenseLayer& d = layer.dense();
-    const TensorShape& in = x->shape();
-    LayerVars& v = vars_[i];
-    if (d.units() <= 0) return LayerError(i, layer, "dense.units must be positive");
-    if (in.rank() != 2) {
-      return LayerError(i, layer, absl::StrCat("dense needs a flat [batch, features] input, got ",
-                                               in.DebugString(), "; add a flatten layer before it"));
-    }
-    if (!v.kernel.valid()) {
-      v.kernel =
-          b_->Variable("kernel", DType::kFloat32, {in.dim(1), d.units()}, "glorot_uniform", job_.seed() + i);
-      if (!d.no_bias()) v.bias = b_->Variable("bias", DType::kFloat32, {d.units()}, "zeros");
-      Track(v);
-    }
-    *x = b_->Op("MatMul", {*x, v.kernel});
-    if (v.bias.valid()) *x = b_->Op("BiasAdd", {*x, v.bias});
-    if (!(last && d.activation() == SOFTMAX)) *x = Activate(b_, *x, d.activation());
-    return absl::OkStatus();
-  }
-
-  absl::Status Conv2D(int i, bool last, Output* x) {
-    const LayerSpec& layer = model_.layer(i);
-    const Conv2DLayer& c = layer.conv2d();
-    const TensorShape& in = x->shape();
-    LayerVars& v = vars_[i];
-    if (c.filters() <= 0 || c.kernel_size() <= 0) {
-      return LayerError(i, layer, "conv2d.filters and conv2d.kernel_size must be positive");
-    }
-    if (in.rank() != 4) {
-      return LayerError(i, layer, absl::StrCat("conv2d needs an image input [batch, height, width, channels], got ",
-                                               in.DebugString(), "; set input_shape or add a reshape layer"));
-    }
-    if (!v.kernel.valid()) {
-      v.kernel = b_->Variable("kernel", DType::kFloat32, {c.kernel_size(), c.kernel_size(), in.dim(3), c.filters()},
-                              "glorot_uniform", job_.seed() + i);
-      v.bias = b_->Variable("bias", DType::kFloat32, {c.filters()}, "zeros");
-      Track(v);
-    }
-    const std::string padding = c.padding().empty() ? "SAME" : c.padding();
-    if (padding != "SAME" && padding != "VALID") {
-      return LayerError(i, layer, absl::StrCat("conv2d.padding must be SAME or VALID, got '", padding, "'"));
-    }
-    *x = b_->Op("Conv2D", {*x, v.kernel},
-                {Attr("stride", c.stride() > 0 ? c.stride() : int64_t{1}), Attr("padding", padding)});
-    *x = b_->Op("BiasAdd", {*x, v.bias});
-    if (!(last && c.activation() == SOFTMAX)) *x = Activate(b_, *x, c.activation());
-    return absl::OkStatus();
-  }
-
-  absl::Status MaxPool(int i, Output* x) {
-    const LayerSpec& layer = model_.layer(i);
-    const MaxPoolLayer& p = layer.max_pool();
-    const TensorShape& in = x->shape();
-    const int64_t k = p.pool_size() > 0 ? p.pool_size() : 2;
-    const std::string padding = p.padding().empty() ? "VALID" : p.padding();
-    if (padding != "SAME" && padding != "VALID") {
-      return LayerError(i, layer, absl::StrCat("max_pool.padding must be SAME or VALID, got '", padding, "'"));
-    }
-    if (in.rank() != 4) {
-      return LayerError(i, layer, absl::StrCat("max_pool needs an image input, got ", in.DebugString()));
-    }
-    *x = b_->Op("MaxPool", {*x},
-                {Attr("ksize", k), Attr("stride", p.stride() > 0 ? p.stride() : k), Attr("padding", padding)});
-    return absl::OkStatus();
-  }
-
-  static const char* KindName(const LayerSpec& l) {
-    switch (l.kind_case()) {
-      case LayerSpec::kDense: return "dense";
-      case LayerSpec::kConv2D: return "conv2d";
-      case LayerSpec::kMaxPool: return "max_pool";
-      case LayerSpec::kFlatten: return "flatten";
-      case LayerSpec::kDropout: return "dropout";
-      case LayerSpec::kActivation: return "activation";
-      case LayerSpec::kReshape: return "reshape";
-      default: return "layer";
-    }
-  }
-  void Track(const LayerVars& v) {
-    if (v.kernel.valid()) variables_.push_back(v.kernel);
-    if (v.bias.valid()) variables_.push_back(v.bias);
-  }
-
-  const JobSpec& job_;
-  const ModelSpec& model_;
-  GraphBuilder* b_;
-  std::vector<LayerVars> vars_;
-  std::vector<Output> variables_;
-};
 
 absl::StatusOr<TrainingGraph> LowerSequential(const JobSpec& job) {
   const ModelSpec& model = job.model();
@@ -220,7 +29,8 @@ absl::StatusOr<TrainingGraph> LowerSequential(const JobSpec& job) {
   Output features = b.Placeholder(DType::kFloat32, batch_shape, "features");
   Output labels = b.Placeholder(DType::kInt32, {-1}, "labels");
 
-  SequentialLowering lower(job, &b);
+  ModelLowering lower(job, &b);
+  RETURN_IF_ERROR(lower.CheckTopology());
   ASSIGN_OR_RETURN(Output logits, lower.Forward(features, /*training=*/true));
   if (logits.shape().rank() != 2 || logits.shape().dim(1) != model.num_classes()) {
     return absl::InvalidArgumentError(absl::StrCat("the last layer must produce [batch, num_classes=",
@@ -244,6 +54,8 @@ absl::StatusOr<TrainingGraph> LowerSequential(const JobSpec& job) {
   std::vector<Output> step_outputs = grads;
   step_outputs.push_back(loss);
   ASSIGN_OR_RETURN(Node * train, AddOptimizer(&b, job.optimizer(), lower.variables(), grads, step_outputs, "train"));
+  // Batch norm's moving statistics advance with every training step.
+  for (Node* u : lower.state_updates()) RETURN_IF_ERROR(tg.graph->AddControlEdge(u, train));
 
   tg.features = features.name();
   tg.labels = labels.name();

@@ -1,13 +1,15 @@
-// Lowering: a JobSpec's model (a Sequential spec or a raw graph) becomes one
-// replica's training graph.
+// Lowering: a JobSpec's model (layers, graph/model_lowering.h, or a raw
+// graph) becomes one replica's training graph.
 //
-// For a Sequential spec the graph holds:
+// For a layer model the graph holds:
 //   features (Placeholder float32 [?, input_shape...]), labels (int32 [?]),
-//   a training forward pass (with dropout) ending in `loss` (mean sparse
-//   softmax cross-entropy), its gradients, one optimizer update per variable
-//   and `train` (a NoOp grouping the updates); and an evaluation forward pass
-//   sharing the variables (no dropout) ending in `correct` (number of correct
-//   predictions in the batch) and `eval_loss` (summed loss of the batch).
+//   a training forward pass (dropout on, batch statistics) ending in `loss`
+//   (mean sparse softmax cross-entropy), its gradients, one optimizer update
+//   per trainable variable, the moving-statistics updates of batch norm,
+//   and `train` (a NoOp grouping all the updates); and an evaluation forward
+//   pass sharing the variables (no dropout, moving statistics) ending in
+//   `correct` (number of correct predictions in the batch) and `eval_loss`
+//   (summed loss of the batch).
 // A final softmax activation is left out of the logits that the loss reads,
 // since the loss applies softmax itself.
 //

@@ -1,5 +1,8 @@
 #include "graph/lowering.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "google/protobuf/text_format.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -109,6 +112,71 @@ TEST(LoweringTest, BadModelsNameTheLayer) {
       layer { reshape { shape: [28, 28, 1] } } layer { flatten {} } layer { dense { units: 10 } } })")).ok());
 
   EXPECT_FALSE(LowerJob(JobSpec()).ok());
+}
+
+// A residual block written with named inputs: the shortcut reads the stem,
+// the join adds both branches; batch norm keeps moving statistics that the
+// training step advances and evaluation reads.
+TEST(LoweringTest, ResidualBlockWithBatchNorm) {
+  auto tg = LowerJob(Job(R"(model { input_shape: [8, 8, 3] num_classes: 10
+      layer { name: "stem" conv2d { filters: 4 kernel_size: 3 no_bias: true } }
+      layer { name: "stem_bn" batch_norm { activation: RELU momentum: 0.9 } }
+      layer { name: "a" conv2d { filters: 4 kernel_size: 3 } }
+      layer { name: "join" inputs: ["stem_bn", "a"] add { activation: RELU } }
+      layer { global_avg_pool {} }
+      layer { dense { units: 10 } } } optimizer { adam {} })"));
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  const Graph& g = *tg->graph;
+  // Trainable: stem kernel (no bias), gamma, beta, a's kernel and bias, dense's two.
+  EXPECT_EQ(tg->variables.size(), 7u);
+  for (const char* v : {"stem_bn/moving_mean", "stem_bn/moving_variance"}) {
+    ASSERT_NE(g.FindNode(v), nullptr) << v;
+    EXPECT_EQ(std::count(tg->variables.begin(), tg->variables.end(), v), 0) << v << " is not trainable";
+  }
+  const Node* join = g.FindNode("join/AddN");
+  ASSERT_NE(join, nullptr);
+  EXPECT_EQ(join->input(0).node->name(), "stem_bn/Relu");
+  EXPECT_EQ(join->input(1).node->name(), "a/BiasAdd");
+  EXPECT_EQ(g.FindNode("layer5_dense/kernel")->output_shape(0), TensorShape({4, 10}));
+  // The moving averages run with the train op, from the training pass's statistics.
+  const Node* train = g.FindNode(tg->train_op);
+  int moving = 0;
+  for (const Node* c : train->control_inputs()) {
+    if (c->op() != "ApplyMovingAverage") continue;
+    ++moving;
+    EXPECT_EQ(c->input(1).node->op(), "BatchNorm") << c->name();
+  }
+  EXPECT_EQ(moving, 2);
+  // Evaluation normalises with the moving statistics.
+  const Node* eval_bn = g.FindNode("eval/stem_bn/BatchNormInference");
+  ASSERT_NE(eval_bn, nullptr);
+  EXPECT_EQ(eval_bn->input(3).node->name(), "stem_bn/moving_mean");
+  EXPECT_EQ(eval_bn->input(4).node->name(), "stem_bn/moving_variance");
+}
+
+TEST(LoweringTest, BadTopologiesNameTheLayer) {
+  struct Case {
+    const char* layers;
+    const char* want;
+  };
+  for (const Case& c : std::vector<Case>{
+           {R"(layer { name: "x" dense { units: 10 } } layer { inputs: ["later"] dense { units: 10 } })",
+            "'later' names no earlier layer"},
+           {R"(layer { name: "x" dense { units: 10 } } layer { name: "x" dense { units: 10 } })", "'x' is taken"},
+           {R"(layer { name: "input" dense { units: 10 } })", "'input' is taken"},
+           {R"(layer { dense { units: 10 } } layer { add {} })", "add needs two or more inputs"},
+           {R"(layer { name: "a" dense { units: 10 } } layer { inputs: ["a", "input"] dense { units: 10 } })",
+            "dense reads one input, got 2"},
+           {R"(layer { name: "a" dense { units: 10 } } layer { inputs: ["a", "input"] add {} })",
+            "add's inputs must have one shape"},
+           {R"(layer { batch_norm { momentum: 1.5 } } layer { dense { units: 10 } })", "batch_norm.momentum"},
+           {R"(layer { global_avg_pool {} } layer { dense { units: 10 } })", "global_avg_pool needs an image"},
+       }) {
+    auto tg = LowerJob(Job(absl::StrCat("model { input_shape: [784] num_classes: 10 ", c.layers, " }")));
+    ASSERT_FALSE(tg.ok()) << c.layers;
+    EXPECT_NE(Msg(tg.status()).find("model layer"), std::string::npos) << tg.status();
+    EXPECT_NE(Msg(tg.status()).find(c.want), std::string::npos) << tg.status();
+  }
 }
 
 TEST(LoweringTest, RawGraphNeedsItsNamedNodes) {

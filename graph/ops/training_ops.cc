@@ -12,6 +12,12 @@
 //                                              v = beta2 v + (1 - beta2) grad^2
 //                                              var -= lr_t m / (sqrt(v) + epsilon),
 //                                              lr_t = lr sqrt(1 - beta2^t) / (1 - beta1^t)
+// ApplyMovingAverage(var, value)               var = momentum var + (1 - momentum) value,
+//                                              momentum in [0, 1): a moving statistic
+//                                              (BatchNorm's). `value` stands where the
+//                                              other updates have their gradient, so the
+//                                              strategies average it over the replicas
+//                                              as they average gradients.
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "graph/attr.h"
@@ -65,8 +71,21 @@ absl::Status AdamShape(InferenceContext* c) {
   return ExpectLikeVar(c, {1, 2, 4}, {"m", "v", "grad"});
 }
 
+absl::Status MovingAverageShape(InferenceContext* c) {
+  ASSIGN_OR_RETURN(float momentum, GetFloatAttr(c->node, "momentum"));
+  if (!(momentum >= 0.0f && momentum < 1.0f)) {
+    return c->Error(absl::StrCat("momentum must be in [0, 1), got ", momentum));
+  }
+  return ExpectLikeVar(c, {1}, {"value"});
+}
+
 }  // namespace
 
+WEFT_REGISTER_OP(OpDef{.name = "ApplyMovingAverage",
+                       .num_inputs = 2,
+                       .num_outputs = 1,
+                       .stateful = true,
+                       .shape_fn = MovingAverageShape});
 WEFT_REGISTER_OP(OpDef{.name = "ApplyGradientDescent",
                        .num_inputs = 2,
                        .num_outputs = 1,

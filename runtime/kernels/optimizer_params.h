@@ -46,6 +46,13 @@ struct AdamParams {
   }
 };
 
+// ApplyMovingAverage's decay, in [0, 1) (the op's shape function checks it).
+struct MovingAverageParams {
+  float momentum = 0;
+
+  bool Init(OpKernelConstruction* c) { return GetAttr(c, GetFloatAttr(c->def(), "momentum"), &momentum); }
+};
+
 }  // namespace kernels
 }  // namespace weft
 

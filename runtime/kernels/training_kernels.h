@@ -1,5 +1,5 @@
 // The optimizer ops' kernels (ApplyGradientDescent, ApplyMomentum,
-// ApplyAdam: graph/ops/training_ops.cc), written once for every device as
+// ApplyAdam, and ApplyMovingAverage: graph/ops/training_ops.cc), written once for every device as
 // in math_kernels.h: each class template reads the optimizer's attributes
 // (optimizer_params.h) at construction, checks the operands against the
 // variable (nn_checks.h), hands them to `Impl`, the device's update
@@ -56,6 +56,11 @@ struct AdamOp {
     }
     return absl::OkStatus();
   }
+};
+
+struct MovingAverageOp {
+  using Params = MovingAverageParams;
+  static absl::Status Check(OpKernelContext* ctx) { return CheckLikeVar(ctx, {{1, "value"}}); }
 };
 
 template <typename Op, typename Impl>

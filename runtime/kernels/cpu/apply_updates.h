@@ -43,6 +43,15 @@ class UpdateLock {
   absl::Mutex* mu_;
 };
 
+// var = momentum var + (1 - momentum) value
+inline void MovingAverageUpdate(OpKernelContext* ctx, const kernels::MovingAverageParams& p, int64_t n, float* var,
+                                const float* value) {
+  const float m = p.momentum, w = 1.0f - p.momentum;
+  ParallelFor(ctx, n, 3, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) var[i] = m * var[i] + w * value[i];
+  });
+}
+
 // var -= lr * grad
 inline void GradientDescentUpdate(OpKernelContext* ctx, const GradientDescentParams& p, int64_t n, float* var,
                                   const float* grad) {

@@ -29,7 +29,7 @@ using X = std::vector<Output>;
 // by EveryDifferentiableOpIsChecked.
 const std::set<std::string>& CheckedOps() {
   static const auto* ops = new std::set<std::string>{
-      "Add",     "AddN",      "BiasAdd", "Cast",      "Conv2D", "Dropout",     "Identity", "MatMul",
+      "Add",     "AddN",      "BatchNorm", "BiasAdd", "Cast", "GlobalAvgPool",      "Conv2D", "Dropout",     "Identity", "MatMul",
       "MaxPool", "Mean",      "Mul",     "Neg",       "Relu",   "Reshape",     "ReshapeLike", "RowDot",
       "ScaleRows", "Sigmoid", "Softmax", "SparseSoftmaxCrossEntropyWithLogits", "Sub",  "Sum", "Tanh"};
   return *ops;
@@ -182,6 +182,23 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MaxPoolGradTest,
                          ::testing::Values(PoolGradCase{{2, 4, 4, 2}, 2, 2, "VALID"},
                                            PoolGradCase{{1, 5, 5, 2}, 3, 2, "SAME"},
                                            PoolGradCase{{1, 5, 4, 3}, 2, 2, "SAME"}));
+
+// Training-mode batch norm, through every input: x (rows of a matrix and
+// NHWC positions), gamma and beta. Batch statistics make every dx depend on
+// every x of its channel, which the checker sees through W.
+TEST(GradientCheckTest, BatchNorm) {
+  auto bn = [](GraphBuilder* g, const X& x) { return g->Op("BatchNorm", {x[0], x[1], x[2]}); };
+  GradientCheckOptions options;
+  options.eps = 1e-3;
+  options.tolerance = 5e-3;
+  EXPECT_GRADIENTS_OK(bn, {RandomTensor({6, 3}, 1), RandomTensor({3}, 2), RandomTensor({3}, 3)}, options);
+  EXPECT_GRADIENTS_OK(bn, {RandomTensor({2, 3, 2, 4}, 4), RandomTensor({4}, 5), RandomTensor({4}, 6)}, options);
+}
+
+TEST(GradientCheckTest, GlobalAvgPool) {
+  EXPECT_GRADIENTS_OK([](GraphBuilder* g, const X& x) { return g->Op("GlobalAvgPool", {x[0]}); },
+                      {RandomTensor({2, 3, 4, 5}, 1)});
+}
 
 TEST(GradientCheckTest, Dropout) {
   EXPECT_GRADIENTS_OK([](GraphBuilder* g, const X& x) { return ops::Dropout(g, x[0], 0.4f, 3).y; },

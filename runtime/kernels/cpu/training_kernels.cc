@@ -54,14 +54,24 @@ struct Adam {
   }
 };
 
+struct MovingAverage {
+  explicit MovingAverage(OpKernelConstruction*) {}
+  void Run(OpKernelContext* ctx, const kernels::MovingAverageParams& p) const {
+    UpdateLock lock(ctx->input(0));
+    MovingAverageUpdate(ctx, p, ctx->input(0).NumElements(), Mutable(ctx, 0), ctx->input(1).data<float>());
+  }
+};
+
 // Aliases: the macro cannot take a template argument list with a comma.
 using ApplyGradientDescentKernel = kernels::ApplyKernel<kernels::GradientDescentOp, GradientDescent>;
 using ApplyMomentumKernel = kernels::ApplyKernel<kernels::MomentumOp, Momentum>;
 using ApplyAdamKernel = kernels::ApplyKernel<kernels::AdamOp, Adam>;
+using ApplyMovingAverageKernel = kernels::ApplyKernel<kernels::MovingAverageOp, MovingAverage>;
 
 WEFT_REGISTER_KERNEL("ApplyGradientDescent", "CPU", ApplyGradientDescentKernel);
 WEFT_REGISTER_KERNEL("ApplyMomentum", "CPU", ApplyMomentumKernel);
 WEFT_REGISTER_KERNEL("ApplyAdam", "CPU", ApplyAdamKernel);
+WEFT_REGISTER_KERNEL("ApplyMovingAverage", "CPU", ApplyMovingAverageKernel);
 
 }  // namespace
 }  // namespace cpu
