@@ -54,7 +54,7 @@ GpuKernelAvailability& HasGpuKernel() {
 
 // Whether every op that updates a variable in place has a GPU kernel.
 bool UpdatesHaveGpuKernels() {
-  for (const char* op : {"ApplyGradientDescent", "ApplyMomentum", "ApplyAdam"}) {
+  for (const char* op : {"ApplyGradientDescent", "ApplyMomentum", "ApplyAdam", "ApplyMovingAverage"}) {
     if (!HasGpuKernel()(op)) return false;
   }
   return true;

@@ -329,12 +329,13 @@ void ExpectBothFail(const std::string& op, const std::vector<Tensor>& inputs, co
 
 TEST(GpuKernelRegistrationTest, EveryComputeOpHasAGpuKernel) {
   for (const char* op :
-       {"Add", "AddN", "ApplyAdam", "ApplyGradientDescent", "ApplyMomentum", "ArgMax", "BiasAdd", "BiasAddGrad",
-        "Cast", "ConcatRows", "Const", "Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput", "Dropout", "Equal",
-        "Identity", "MatMul", "MaxPool", "MaxPoolGrad", "Mean", "MeanGrad", "Mul", "Neg", "NoOp", "Relu",
-        "ReluGrad", "Reshape", "ReshapeLike", "RowDot", "ScaleRows", "Sigmoid", "SigmoidGrad", "SliceRows",
-        "Softmax", "SoftmaxGrad", "SparseSoftmaxCrossEntropyWithLogits", "Sub", "Sum", "SumGrad", "Tanh",
-        "TanhGrad", "Variable"}) {
+       {"Add", "AddN", "ApplyAdam", "ApplyGradientDescent", "ApplyMomentum", "ApplyMovingAverage", "ArgMax",
+        "BatchNorm", "BatchNormGrad", "BatchNormInference", "BiasAdd", "BiasAddGrad", "Cast", "ConcatRows", "Const",
+        "Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput", "Dropout", "Equal", "GlobalAvgPool",
+        "GlobalAvgPoolGrad", "Identity", "MatMul", "MaxPool", "MaxPoolGrad", "Mean", "MeanGrad", "Mul", "Neg",
+        "NoOp", "Relu", "ReluGrad", "Reshape", "ReshapeLike", "RowDot", "ScaleRows", "Sigmoid", "SigmoidGrad",
+        "SliceRows", "Softmax", "SoftmaxGrad", "SparseSoftmaxCrossEntropyWithLogits", "Sub", "Sum", "SumGrad",
+        "Tanh", "TanhGrad", "Variable"}) {
     EXPECT_TRUE(KernelRegistry::Global()->Has(op, "CPU")) << op;
     EXPECT_TRUE(KernelRegistry::Global()->Has(op, "GPU")) << op;
   }
@@ -851,6 +852,62 @@ TEST(GpuKernelTest, MaxPoolGradTies) {
   }
 }
 
+// ---- Normalisation and global pooling ------------------------------------------------
+
+// Dense layers' batches (one block per channel tile finishes the op) and
+// images' (partial sums per chunk of rows, combined), odd channel counts and
+// a single channel or row.
+const std::vector<TensorShape>& NormShapes() {
+  static const auto* shapes = new std::vector<TensorShape>{
+      {1, 5}, {7, 3}, {64, 256}, {300, 33}, {5000, 1}, {2, 5, 5, 16}, {3, 7, 9, 1}, {4, 6, 6, 48}, {64, 28, 28, 16}};
+  return *shapes;
+}
+
+double RowsOf(const TensorShape& s) {
+  return static_cast<double>(s.num_elements()) / std::max<int64_t>(1, s.dim(s.rank() - 1));
+}
+
+TEST(GpuKernelTest, BatchNormTrainingGradAndInference) {
+  SKIP_WITHOUT_GPU();
+  const AttrList eps = {Attr("epsilon", 1e-3f)};
+  for (const TensorShape& s : NormShapes()) {
+    const TensorShape c{s.dim(s.rank() - 1)};
+    // Both devices sum in double: the statistics agree closely however
+    // many rows there are, and dgamma and dbeta to a float sum's rounding.
+    const Tolerance sums = SumTolerance(RowsOf(s), 1e-9);
+    Tensor x = Rand(s, -2.0f, 2.0f), gamma = Rand(c, 0.5f, 2.0f), beta = Rand(c);
+    ExpectGpuMatchesCpu("BatchNorm", {x, gamma, beta}, eps, sums);
+    // An offset that E[x^2] - E[x]^2 in float would lose; a mean one ulp
+    // apart moves y by about ulp(100) gamma inv_std.
+    ExpectGpuMatchesCpu("BatchNorm", {Shifted(x.DeepCopy(), 100.0f), gamma, beta}, eps, Tolerance{1e-4, 1e-4});
+    ExpectGpuMatchesCpu("BatchNormGrad", {Rand(s), x, gamma, Rand(c, -0.1f, 0.1f), Rand(c, 0.5f, 2.0f)}, {}, sums);
+    ExpectGpuMatchesCpu("BatchNormInference", {x, gamma, beta, Rand(c), Rand(c, 0.0f, 2.0f)}, eps, kElementwise);
+  }
+  // No rows: the gradient's sums are zero, and inference has nothing to do.
+  ExpectGpuMatchesCpu("BatchNormGrad", {Rand({0, 5}), Rand({0, 5}), Rand({5}), Rand({5}), Rand({5})}, {}, kExact);
+  ExpectGpuMatchesCpu("BatchNormInference", {Rand({0, 3, 3, 5}), Rand({5}), Rand({5}), Rand({5}), Rand({5})}, eps,
+                      kExact);
+  ExpectBothFail("BatchNorm", {Rand({4, 3}), Rand({2}), Rand({3})}, eps);  // gamma of the wrong length
+  ExpectBothFail("BatchNorm", {Rand({0, 3}), Rand({3}), Rand({3})}, eps);  // an empty batch
+  ExpectBothFail("BatchNorm", {Rand({2, 0, 4, 3}), Rand({3}), Rand({3})}, eps);
+  ExpectBothFail("BatchNormGrad", {Rand({4, 3}), Rand({4, 3}), Rand({4}), Rand({3}), Rand({3})});
+  ExpectBothFail("BatchNormGrad", {Rand({3, 4}), Rand({4, 3}), Rand({3}), Rand({3}), Rand({3})});
+  ExpectBothFail("BatchNormInference", {Rand({4, 3}), Rand({3}), Rand({3}), Rand({3}), Rand({2})}, eps);
+}
+
+TEST(GpuKernelTest, GlobalAvgPoolAndGrad) {
+  SKIP_WITHOUT_GPU();
+  for (const TensorShape& s : std::vector<TensorShape>{
+           {1, 1, 1, 1}, {2, 3, 3, 5}, {3, 7, 7, 33}, {64, 7, 7, 512}, {2, 56, 56, 3}, {64, 28, 28, 16}, {0, 4, 4, 3},
+           {2, 3, 3, 0}}) {
+    ExpectGpuMatchesCpu("GlobalAvgPool", {Rand(s)}, {}, kReduction);
+    ExpectGpuMatchesCpu("GlobalAvgPoolGrad", {Rand(s), Rand({s.dim(0), s.dim(3)})}, {}, kExact);
+  }
+  ExpectBothFail("GlobalAvgPool", {Rand({2, 0, 3, 4})});
+  ExpectBothFail("GlobalAvgPoolGrad", {Rand({2, 3, 3, 4}), Rand({2, 5})});
+  ExpectBothFail("GlobalAvgPoolGrad", {Rand({2, 3, 3, 4}), Rand({3, 4})});
+}
+
 // ---- Array and state ops -------------------------------------------------------------
 
 TEST(GpuKernelTest, ReshapesAndIdentityShareTheBuffer) {
@@ -975,8 +1032,13 @@ TEST(GpuKernelTest, OptimizerUpdatesMatchAfterSeveralSteps) {
                         Attr("epsilon", 1e-7f)},
                        {Rand(s), Rand(s, -0.1f, 0.1f), Rand(s, 0.0f, 0.01f), Tensor::Scalar(0.0f), Rand(s)}, 4, 5,
                        Tolerance{1e-5, 1e-4});
+    // A moving statistic: momentum 0 takes the value itself.
+    for (float momentum : {0.0f, 0.9f, 0.99f}) {
+      ExpectUpdatesMatch("ApplyMovingAverage", {Attr("momentum", momentum)}, {Rand(s), Rand(s)}, 1, 5, kElementwise);
+    }
   }
   ExpectBothFail("ApplyGradientDescent", {Rand({3}), Rand({4})}, {Attr("learning_rate", 0.1f)});
+  ExpectBothFail("ApplyMovingAverage", {Rand({3}), Rand({4})}, {Attr("momentum", 0.9f)});
 }
 
 }  // namespace

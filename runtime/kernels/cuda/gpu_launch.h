@@ -101,6 +101,39 @@ cudaError_t LaunchApplyMomentum(float* var, float* accum, const float* grad, flo
 // and is 0 again on exit (one per kernel object, launches on one stream).
 cudaError_t LaunchApplyAdam(float* var, float* m, float* v, float* t, const float* grad, float lr, float beta1,
                             float beta2, float epsilon, int64_t n, unsigned int* ticket, cudaStream_t stream);
+// var = momentum var + (1 - momentum) value.
+cudaError_t LaunchApplyMovingAverage(float* var, const float* value, float momentum, int64_t n, cudaStream_t stream);
+
+// ---- norm.cu ------------------------------------------------------------------------
+
+// x is `rows` rows of `channels` contiguous floats (channel-last); every
+// statistic is per channel, over the rows, summed in double as on the CPU.
+// `scratch` holds BatchNormScratchFloats(rows, channels) floats (may be null
+// when that is 0), for the per-chunk partial sums of a large batch.
+int64_t BatchNormScratchFloats(int64_t rows, int64_t channels);
+
+// Training mode: mean, the unbiased variance (biased for one row), inv_std =
+// 1 / sqrt(biased variance + epsilon) and y = (x - mean) inv_std gamma + beta.
+cudaError_t LaunchBatchNorm(const float* x, const float* gamma, const float* beta, int64_t rows, int64_t channels,
+                            float epsilon, float* scratch, float* y, float* mean, float* variance, float* inv_std,
+                            cudaStream_t stream);
+// dbeta = sum dy, dgamma = sum dy xhat, xhat = (x - mean) inv_std, and
+// dx = gamma inv_std (dy - dbeta / rows - xhat dgamma / rows); rows == 0
+// zeroes dgamma and dbeta.
+cudaError_t LaunchBatchNormGrad(const float* dy, const float* x, const float* gamma, const float* mean,
+                                const float* inv_std, int64_t rows, int64_t channels, float* scratch, float* dx,
+                                float* dgamma, float* dbeta, cudaStream_t stream);
+// y = (x - mean) / sqrt(variance + epsilon) gamma + beta.
+cudaError_t LaunchBatchNormInference(const float* x, const float* gamma, const float* beta, const float* mean,
+                                     const float* variance, int64_t rows, int64_t channels, float epsilon, float* y,
+                                     cudaStream_t stream);
+
+// out[i, c] = the mean of x[i, p, c] over the hw positions p (hw > 0).
+cudaError_t LaunchGlobalAvgPool(const float* x, int64_t n, int64_t hw, int64_t channels, float* out,
+                                cudaStream_t stream);
+// dx[i, p, c] = g[i, c] / hw.
+cudaError_t LaunchGlobalAvgPoolGrad(const float* g, int64_t n, int64_t hw, int64_t channels, float* dx,
+                                    cudaStream_t stream);
 
 // ---- conv_pool.cu ------------------------------------------------------------------
 

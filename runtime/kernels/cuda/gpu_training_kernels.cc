@@ -1,7 +1,8 @@
-// GPU kernels for the optimizer updates (graph/ops/training_ops.cc): one
-// launch per variable, writing the variable's device buffer (and slots) in
-// place and forwarding `var` as output 0, on the skeleton the CPU kernels
-// share (runtime/kernels/training_kernels.h): the same attributes and checks.
+// GPU kernels for the optimizer updates and ApplyMovingAverage
+// (graph/ops/training_ops.cc): one launch per variable, writing the
+// variable's device buffer (and slots) in place and forwarding `var` as
+// output 0, on the skeleton the CPU kernels share
+// (runtime/kernels/training_kernels.h): the same attributes and checks.
 //
 // Every launch goes to the device's one compute stream, so updates of one
 // variable from concurrent steps run one after another, as the CPU's update
@@ -72,14 +73,26 @@ class Adam {
   Tensor ticket_;
 };
 
+struct MovingAverage {
+  explicit MovingAverage(OpKernelConstruction*) {}
+  void Run(OpKernelContext* ctx, const kernels::MovingAverageParams& p) const {
+    OP_REQUIRES_CUDA(ctx,
+                     LaunchApplyMovingAverage(MutableInput(ctx, 0), ctx->input(1).data<float>(), p.momentum,
+                                              ctx->input(0).NumElements(), Stream(ctx)),
+                     "ApplyMovingAverage kernel");
+  }
+};
+
 // Aliases: the macro cannot take a template argument list with a comma.
 using ApplyGradientDescentKernel = kernels::ApplyKernel<kernels::GradientDescentOp, GradientDescent>;
 using ApplyMomentumKernel = kernels::ApplyKernel<kernels::MomentumOp, Momentum>;
 using ApplyAdamKernel = kernels::ApplyKernel<kernels::AdamOp, Adam>;
+using ApplyMovingAverageKernel = kernels::ApplyKernel<kernels::MovingAverageOp, MovingAverage>;
 
 WEFT_REGISTER_KERNEL("ApplyGradientDescent", "GPU", ApplyGradientDescentKernel);
 WEFT_REGISTER_KERNEL("ApplyMomentum", "GPU", ApplyMomentumKernel);
 WEFT_REGISTER_KERNEL("ApplyAdam", "GPU", ApplyAdamKernel);
+WEFT_REGISTER_KERNEL("ApplyMovingAverage", "GPU", ApplyMovingAverageKernel);
 
 }  // namespace
 }  // namespace gpu_kernels

@@ -1,7 +1,7 @@
-// Optimizer updates, one launch per variable. Learning rates and momenta are
-// attributes (kernel arguments); Adam's step count t is a device scalar that
-// the kernel reads and increments itself, so no update reads device memory
-// on the host.
+// Optimizer updates and ApplyMovingAverage, one launch per variable.
+// Learning rates and momenta are attributes (kernel arguments); Adam's step
+// count t is a device scalar that the kernel reads and increments itself, so
+// no update reads device memory on the host.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -31,6 +31,11 @@ __global__ void MomentumKernel(float* __restrict__ var, float* __restrict__ accu
       var[i] -= lr * a;
     }
   }
+}
+
+__global__ void MovingAverageKernel(float* __restrict__ var, const float* __restrict__ value, float m, int64_t n) {
+  const float w = 1.0f - m;
+  WEFT_GRID_STRIDE(i, n) { var[i] = m * var[i] + w * value[i]; }
 }
 
 // Thread 0 of each block reads t and computes lr_t as the CPU does (in
@@ -79,6 +84,12 @@ cudaError_t LaunchApplyMomentum(float* var, float* accum, const float* grad, flo
   } else {
     MomentumKernel<false><<<BlocksFor(n), kThreads, 0, stream>>>(var, accum, grad, lr, momentum, n);
   }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchApplyMovingAverage(float* var, const float* value, float momentum, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  MovingAverageKernel<<<BlocksFor(n), kThreads, 0, stream>>>(var, value, momentum, n);
   return cudaGetLastError();
 }
 
