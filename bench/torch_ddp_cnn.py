@@ -1,10 +1,15 @@
-"""The DDP side of the convolutional MULTI_WORKER_MIRRORED row (issue 21).
+"""The PyTorch side of the convolutional rows: the CNN and the ResNet.
 
-PyTorch DistributedDataParallel over gloo, on CPU, training the network of
-examples/fmnist_cnn.pbtxt: 3x3 convolutions of 16 and 32 filters with SAME
-padding and ReLU, each followed by a 2x2 max-pool, then dense 128 (ReLU) and
-dense 10, Adam at 1e-3. Each process trains on every Nth training image, as
-weft's replicas read their shards, with `--batch` images a step.
+PyTorch DistributedDataParallel over gloo, on CPU (one process without DDP
+when --workers 1), training the network of an example job, Adam at 1e-3:
+  --model cnn     examples/fmnist_cnn.pbtxt: 3x3 convolutions of 16 and 32
+                  filters with SAME padding and ReLU, each followed by a 2x2
+                  max-pool, then dense 128 (ReLU) and dense 10;
+  --model resnet  examples/fmnist_resnet.pbtxt: a batch-normalised stem, a
+                  max-pool, two residual blocks (the second strided, with a
+                  1x1 projection shortcut), global average pooling, dense 10.
+Each process trains on every Nth training image, as weft's replicas read
+their shards, with `--batch` images a step.
 
     python3 bench/torch_ddp_cnn.py --workers 2 --batch 64 --epochs 1
 
@@ -40,7 +45,33 @@ def read_idx(name):
     raise ValueError(f"{name}: not an IDX image or label file (magic {magic:#x})")
 
 
-def network():
+def bn(channels):
+    # weft's batch_norm defaults: moving-average decay 0.99 (PyTorch's
+    # momentum is 1 - decay), epsilon 1e-3.
+    return nn.BatchNorm2d(channels, eps=1e-3, momentum=0.01)
+
+
+class Block(nn.Module):
+    """conv-bn-relu-conv-bn plus the shortcut, then relu (the example's b1, b2)."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, cout, 3, stride, padding=1, bias=False), bn(cout), nn.ReLU(),
+            nn.Conv2d(cout, cout, 3, padding=1, bias=False), bn(cout))
+        self.shortcut = nn.Identity() if stride == 1 and cin == cout else nn.Sequential(
+            nn.Conv2d(cin, cout, 1, stride, bias=False), bn(cout))
+
+    def forward(self, x):
+        return torch.relu(self.shortcut(x) + self.body(x))
+
+
+def network(model):
+    if model == "resnet":
+        return nn.Sequential(
+            nn.Conv2d(1, 32, 3, padding=1, bias=False), bn(32), nn.ReLU(), nn.MaxPool2d(2),
+            Block(32, 32, 1), Block(32, 64, 2),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
     return nn.Sequential(
         nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
@@ -53,15 +84,20 @@ def replica(rank, args):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(args.port)
     torch.set_num_threads(args.threads)
-    dist.init_process_group("gloo", rank=rank, world_size=args.workers)
+    distributed = args.workers > 1
+    if distributed:
+        dist.init_process_group("gloo", rank=rank, world_size=args.workers)
     torch.manual_seed(1)
     images = torch.from_numpy(np.ascontiguousarray(read_idx("train-images-idx3-ubyte.gz")[rank::args.workers]))
     labels = torch.from_numpy(np.ascontiguousarray(read_idx("train-labels-idx1-ubyte.gz")[rank::args.workers]))
-    model = nn.parallel.DistributedDataParallel(network())
+    model = network(args.model)
+    if distributed:
+        model = nn.parallel.DistributedDataParallel(model)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
     steps_per_epoch = len(images) // args.batch
-    dist.barrier()
+    if distributed:
+        dist.barrier()
     start = time.perf_counter()
     trained = 0
     for epoch in range(args.epochs):
@@ -72,29 +108,36 @@ def replica(rank, args):
             loss_fn(model(images[pick]), labels[pick]).backward()
             optimizer.step()
             trained += len(pick)
-    dist.barrier()
+    if distributed:
+        dist.barrier()
     seconds = time.perf_counter() - start
     if rank == 0:
         test_x = torch.from_numpy(read_idx("t10k-images-idx3-ubyte.gz"))
         test_y = torch.from_numpy(read_idx("t10k-labels-idx1-ubyte.gz"))
+        model.eval()
         with torch.no_grad():
             accuracy = (model(test_x).argmax(1) == test_y).float().mean().item()
         print(json.dumps({
-            "peer": "torch-ddp-gloo-cnn", "torch": torch.__version__, "workers": args.workers,
+            "peer": f"torch-{'ddp-gloo-' if distributed else ''}{args.model}", "torch": torch.__version__, "workers": args.workers,
             "batch_per_worker": args.batch, "epochs": args.epochs, "seconds": round(seconds, 3),
             "samples_per_s": round(trained * args.workers / seconds, 1), "test_accuracy": round(accuracy, 4)}))
-    dist.destroy_process_group()
+    if distributed:
+        dist.destroy_process_group()
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=["cnn", "resnet"], default="cnn")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch", type=int, default=64, help="images per worker and step")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     parser.add_argument("--port", type=int, default=29534)
     args = parser.parse_args()
-    mp.spawn(replica, args=(args,), nprocs=args.workers)
+    if args.workers == 1:
+        replica(0, args)
+    else:
+        mp.spawn(replica, args=(args,), nprocs=args.workers)
 
 
 if __name__ == "__main__":

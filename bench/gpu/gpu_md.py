@@ -23,14 +23,18 @@ import sys
 
 # weft / PyTorch, from the issues: against eager (issue 5), and against
 # torch.compile, either mode.
-GOALS = {"torch": {"mlp": 1.5, "cnn": 1.0},
-         "torch-compile": {"mlp": 1.5, "cnn": 1.5},
-         "torch-compile-ro": {"mlp": 1.5, "cnn": 1.5}}
+# The ResNet's goal against compiled PyTorch (1.0x) is with mixed precision,
+# which weft does not have yet: its float32 row is measured against it all
+# the same. Against eager the issues set none: 1.0x stands in.
+GOALS = {"torch": {"mlp": 1.5, "cnn": 1.0, "resnet": 1.0},
+         "torch-compile": {"mlp": 1.5, "cnn": 1.5, "resnet": 1.0},
+         "torch-compile-ro": {"mlp": 1.5, "cnn": 1.5, "resnet": 1.0}}
 PEERS = (("torch", "eager"),
          ("torch-compile", "`torch.compile`, default mode"),
          ("torch-compile-ro", "`torch.compile`, `mode=\"reduce-overhead\"`"))
 MODELS = {"mlp": "MLP 784-256-128-10 (examples/fmnist_mlp.pbtxt)",
-          "cnn": "CNN conv16-pool-conv32-pool-128-10 (examples/fmnist_cnn.pbtxt)"}
+          "cnn": "CNN conv16-pool-conv32-pool-128-10 (examples/fmnist_cnn.pbtxt)",
+          "resnet": "ResNet, batch norm, 2 residual blocks (examples/fmnist_resnet.pbtxt), float32"}
 
 
 def succeeded(r):
@@ -91,8 +95,10 @@ def main():
     gpu = next((r.get("gpu") for r in runs.values() if r.get("gpu")), "GPU")
     torch_version = next((r.get("torch") for r in runs.values() if r.get("torch")), "?")
     rows, ok = [], True
-    for model in ("mlp", "cnn"):
+    for model in MODELS:
         w = runs.get(("weft", model))
+        if w is None and all(runs.get((s, model)) is None for s, _ in PEERS):
+            continue  # not run (e.g. --resnet_epochs 0)
         if not succeeded(w):
             ok = False
         first = True
@@ -127,7 +133,7 @@ def main():
     spread_rows = [f"{system} {model}: {n} rounds, {lo:,.0f} to {hi:,.0f}"
                    for (system, model), (n, lo, hi) in sorted(spread.items()) if n > 1]
     warm_rows = []
-    for model in ("mlp", "cnn"):
+    for model in MODELS:
         for system in ("weft", "torch", "torch-compile", "torch-compile-ro"):
             r = runs.get((system, model))
             if not succeeded(r) or "warmup_seconds" not in r:
@@ -171,7 +177,9 @@ out on both sides: weft's first call of steps (its `warmup_seconds`: cuDNN's
 autotuning, the first allocations) and the peers' warm-up steps ({eager_warmup}
 eager, {compiled_warmup} compiled: compilation and CUDA-graph recording), which still
 train; the median of the rounds. Goals: against eager 1.5x for the MLP
-and 1.0x for the CNN, against compiled PyTorch 1.5x for both.
+and 1.0x for the CNN, against compiled PyTorch 1.5x for both; the ResNet's,
+1.0x compiled PyTorch, is set for mixed precision, which weft does not have
+yet, so its float32 row only shows where it stands.
 
 | model | weft samples/s | PyTorch | PyTorch samples/s | weft / PyTorch | goal |
 |---|---|---|---|---|---|

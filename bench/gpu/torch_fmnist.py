@@ -4,7 +4,7 @@ examples/fmnist_mlp.pbtxt and examples/fmnist_cnn.pbtxt, trained the way
 `weft train` trains them (same layers, optimizer, learning rate, batch), for
 bench/gpu.sh.
 
-Usage: torch_fmnist.py --model mlp|cnn --data DIR [--epochs N] [--batch 64]
+Usage: torch_fmnist.py --model mlp|cnn|resnet --data DIR [--epochs N] [--batch 64]
                        [--lr LR] [--device cuda]
                        [--compile none|default|reduce-overhead] [--warmup N]
 Prints one JSON line: samples/s over the training steps, the final train loss
@@ -62,6 +62,31 @@ def cnn():
         nn.Flatten(), nn.Linear(32 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
+def resnet():
+    # examples/fmnist_resnet.pbtxt: stem conv 3x3 32 + batch norm + ReLU,
+    # max-pool 2; a residual block of 32; a strided block of 64 with a 1x1
+    # projection shortcut; global average pooling; dense 10. Batch norm with
+    # weft's defaults (decay 0.99, i.e. PyTorch momentum 0.01; epsilon 1e-3).
+    def bn(c):
+        return nn.BatchNorm2d(c, eps=1e-3, momentum=0.01)
+
+    class Block(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.body = nn.Sequential(
+                nn.Conv2d(cin, cout, 3, stride, padding=1, bias=False), bn(cout), nn.ReLU(),
+                nn.Conv2d(cout, cout, 3, padding=1, bias=False), bn(cout))
+            self.shortcut = nn.Identity() if stride == 1 and cin == cout else nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False), bn(cout))
+
+        def forward(self, x):
+            return torch.relu(self.shortcut(x) + self.body(x))
+
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1, bias=False), bn(32), nn.ReLU(), nn.MaxPool2d(2),
+        Block(32, 32, 1), Block(32, 64, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+
+
 def sync(dev):
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
@@ -69,7 +94,7 @@ def sync(dev):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--model", choices=["mlp", "cnn"], required=True)
+    p.add_argument("--model", choices=["mlp", "cnn", "resnet"], required=True)
     p.add_argument("--data", required=True)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch", type=int, default=64)
@@ -90,7 +115,7 @@ def main():
     ys = torch.from_numpy(idx(os.path.join(a.data, "train-labels-idx1-ubyte.gz")).astype(np.int64))
     xs = (xs.to(dev).float() / 255.0).reshape(shape)
     ys = ys.to(dev)
-    model = (mlp() if a.model == "mlp" else cnn()).to(dev)
+    model = {"mlp": mlp, "cnn": cnn, "resnet": resnet}[a.model]().to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     lossf = nn.CrossEntropyLoss()
     n = xs.shape[0]
@@ -150,6 +175,7 @@ def main():
 
     tx = torch.from_numpy(idx(os.path.join(a.data, "t10k-images-idx3-ubyte.gz")).copy()).to(dev).float() / 255.0
     ty = torch.from_numpy(idx(os.path.join(a.data, "t10k-labels-idx1-ubyte.gz")).astype(np.int64)).to(dev)
+    model.eval()
     with torch.no_grad():
         acc = (model(tx.reshape(shape)).argmax(1) == ty).float().mean().item()
     system = {"none": "torch", "default": "torch-compile", "reduce-overhead": "torch-compile-ro"}[a.compile]
