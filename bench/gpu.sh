@@ -11,12 +11,12 @@
 #       Python environment holds), data/ Fashion-MNIST, jobs/ the example jobs.
 #
 #   bench/gpu.sh --run DIR [--out FILE.md] [--mlp_epochs N] [--cnn_epochs N] [--resnet_epochs N]
-#                [--rounds N] [--skip_tests] [--no_local]
+#                [--models "mlp cnn resnet"] [--rounds N] [--skip_tests] [--no_local]
 #       On the GPU machine (one GPU, CUDA driver, PyTorch 2; no Bazel, no
 #       network): finds cuBLAS/cuDNN/NCCL (PyTorch's nvidia-* packages, then
 #       /usr/local/cuda), runs every GPU test binary, trains
 #       examples/fmnist_mlp.pbtxt, examples/fmnist_cnn.pbtxt and
-#       examples/fmnist_resnet.pbtxt (unless --resnet_epochs 0) on GPU:0 with
+#       examples/fmnist_resnet.pbtxt (those --models names) on GPU:0 with
 #       `weft train` (the CNN also with WEFT_CUDNN=0, cuDNN's fallback, and
 #       with WEFT_CUDNN_AUTOTUNE=0, cuDNN's heuristic choice everywhere),
 #       trains the same models with PyTorch on the same GPU
@@ -117,9 +117,9 @@ cuda_library_path() {
 }
 
 run() {
-  local bundle out mlp_epochs cnn_epochs resnet_epochs rounds data skip_tests no_local
+  local bundle out mlp_epochs cnn_epochs resnet_epochs rounds data skip_tests no_local models
   data="$(cd "$1/data" && pwd -P)"; out="$2"; mlp_epochs="$3"; cnn_epochs="$4"; rounds="$5"
-  skip_tests="$6"; no_local="$7"; resnet_epochs="$8"
+  skip_tests="$6"; no_local="$7"; resnet_epochs="$8"; models="$9"
   [ -f "$1/binaries.tar.xz" ] || die "$1 holds no binaries.tar.xz: build it with bench/gpu.sh --bundle $1"
   local work
   work="$(mktemp -d "${TMPDIR:-/tmp}/weft-gpu.XXXXXX")"
@@ -208,8 +208,6 @@ run() {
     [ "$compile" != none ] || failed=1
   }
   for round in $(seq 1 "$rounds"); do
-    local models="mlp cnn"
-    [ "$resnet_epochs" = 0 ] || models="$models resnet"
     for model in $models; do
       case "$model" in mlp) epochs=$mlp_epochs ;; cnn) epochs=$cnn_epochs ;; *) epochs=$resnet_epochs ;; esac
       job="$work/fmnist_$model.pbtxt"
@@ -292,6 +290,7 @@ local_runs() {
 
 # ---------------------------------------------------------------------- main
 mode=build bundle="$REPO/gpu-bundle" out="" mlp_epochs=3 cnn_epochs=2 resnet_epochs=1 rounds=3 skip_tests=0 no_local=0
+models="mlp cnn resnet"
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) bundle="$2"; shift 2 ;;
@@ -300,6 +299,10 @@ while [ $# -gt 0 ]; do
     --mlp_epochs) mlp_epochs="$2"; shift 2 ;;
     --cnn_epochs) cnn_epochs="$2"; shift 2 ;;
     --resnet_epochs) resnet_epochs="$2"; shift 2 ;;
+    --models) models="$2"; shift 2
+      for m in $models; do
+        case "$m" in mlp|cnn|resnet) ;; *) die "--models: unknown model '$m' (mlp, cnn, resnet)" ;; esac
+      done ;;
     --rounds) rounds="$2"; shift 2 ;;
     --skip_tests) skip_tests=1; shift ;;
     --no_local) no_local=1; shift ;;
@@ -310,5 +313,5 @@ done
 if [ "$mode" = build ]; then
   build "$bundle"
 else
-  run "$bundle" "${out:-$bundle/gpu_bench.md}" "$mlp_epochs" "$cnn_epochs" "$rounds" "$skip_tests" "$no_local" "$resnet_epochs"
+  run "$bundle" "${out:-$bundle/gpu_bench.md}" "$mlp_epochs" "$cnn_epochs" "$rounds" "$skip_tests" "$no_local" "$resnet_epochs" "$models"
 fi
