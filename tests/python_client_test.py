@@ -3,11 +3,12 @@
 One `weft local` cluster (a master, two workers, a parameter server, each a
 process on 127.0.0.1, mTLS with the certificates it makes) serves the whole
 module. The tests train through `compile`/`fit` under every strategy, check
-that `fit` reaches what the same job file reaches, cancel a `fit`, feed bad
-arguments, talk to a dead master, run a hand-built graph in a remote
-Session, share a variable between two sessions, run the examples, and
-install the package offline with pip. Every wait has a deadline; nothing is
-timed.
+that `fit` reaches what the same job file reaches, train a functional
+residual model (batch norm, add, global pooling) and check its predictions
+against NumPy, cancel a `fit`, feed bad arguments, talk to a dead master,
+run a hand-built graph in a remote Session, share a variable between two
+sessions, run the examples, and install the package offline with pip.
+Every wait has a deadline; nothing is timed.
 """
 import gzip
 import os
@@ -135,6 +136,69 @@ def test_fit_from_a_dataset_on_the_tasks(client):
     assert history.history["val_accuracy"][-1] >= 0.70
 
 
+def stripes(n, seed):
+    """8x8 images of three easy classes: horizontal stripes, vertical stripes, noise only."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, n)
+    x = rng.integers(0, 64, (n, 8, 8))
+    lines = 160 * (np.arange(8) % 2 == 0)
+    x[y == 0] += lines[None, :, None]
+    x[y == 1] += lines[None, None, :]
+    return x.astype(np.uint8).reshape(n, 8, 8, 1), y
+
+
+def residual_model():
+    inp = weft.keras.Input(shape=(8, 8, 1))
+    x = layers.Conv2D(8, 3, padding="same", use_bias=False)(inp)
+    x = layers.BatchNormalization(momentum=0.9)(x)
+    x = layers.Activation("relu")(x)
+    y = layers.Conv2D(8, 3, padding="same", use_bias=False)(x)
+    y = layers.BatchNormalization(momentum=0.9, activation="relu")(y)
+    x = layers.GlobalAveragePooling2D()(layers.Add()([x, y]))
+    return weft.keras.Model(inputs=inp, outputs=layers.Dense(3, activation="softmax")(x), name="residual")
+
+
+def numpy_forward(w, x):
+    """residual_model's forward pass in NumPy, with the moving statistics."""
+    def conv(v, k):  # SAME padding, stride 1
+        p = np.pad(v, ((0, 0), (1, 1), (1, 1), (0, 0)))
+        return sum(p[:, i:i + v.shape[1], j:j + v.shape[2]] @ k[i, j] for i in range(3) for j in range(3))
+
+    def bn_relu(name, v):
+        v = (v - w[f"{name}/moving_mean"]) / np.sqrt(w[f"{name}/moving_variance"] + 1e-3)
+        return np.maximum(v * w[f"{name}/gamma"] + w[f"{name}/beta"], 0)
+    a = bn_relu("batch_normalization", conv(x, w["conv2d/kernel"]))
+    b = bn_relu("batch_normalization_1", conv(a, w["conv2d_1/kernel"]))
+    logits = (a + b).mean(axis=(1, 2)) @ w["dense/kernel"] + w["dense/bias"]
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def test_a_functional_residual_model_fits_evaluates_and_predicts(client):
+    x, y = stripes(640, 1)
+    x_test, y_test = stripes(320, 2)
+    with weft.distribute.OneDeviceStrategy(client=client).scope():
+        model = residual_model()
+        model.compile(optimizer=weft.keras.optimizers.Adam(learning_rate=0.01), metrics=["accuracy"])
+    from weft._pb import job_pb2
+    spec = model.to_job_spec(job_pb2.DatasetSpec(), (8, 8, 1), batch_size=32, epochs=1).model
+    assert [(l.name, list(l.inputs)) for l in spec.layer] == [
+        ("conv2d", ["input"]), ("batch_normalization", ["conv2d"]), ("activation", ["batch_normalization"]),
+        ("conv2d_1", ["activation"]), ("batch_normalization_1", ["conv2d_1"]),
+        ("add", ["activation", "batch_normalization_1"]), ("global_average_pooling2d", ["add"]),
+        ("dense", ["global_average_pooling2d"])]
+    model.fit(x, y, epochs=2, batch_size=32, verbose=0)
+    loss, accuracy = model.evaluate(x_test, y_test)
+    assert accuracy >= 0.8, (loss, accuracy)  # chance: 1/3
+
+    probabilities = model.predict(x_test)
+    assert probabilities.shape == (320, 3)
+    assert abs((probabilities.argmax(axis=1) == y_test).mean() - accuracy) <= 2 / 320
+    w = model.get_weights()
+    assert "conv2d/bias" not in w and w["batch_normalization_1/moving_variance"].shape == (8,)
+    np.testing.assert_allclose(probabilities, numpy_forward(w, x_test / 255.0), atol=1e-4)
+
+
 def test_a_cancelled_fit_raises_and_the_cluster_keeps_serving(client, fmnist):
     x, y, _, _ = fmnist
     model = mlp(weft.distribute.MultiWorkerMirroredStrategy(client=client), hidden=(64,))
@@ -173,6 +237,32 @@ def test_a_cancelled_fit_raises_and_the_cluster_keeps_serving(client, fmnist):
 def test_bad_arguments_name_the_argument(call, exc, words):
     with pytest.raises(exc, match=words):
         call()
+
+
+def test_functional_models_refuse_what_weft_lacks():
+    inp = weft.keras.Input(shape=(8, 8, 1))
+    conv = layers.Conv2D(4, 3)
+    conv(inp)
+    with pytest.raises(ValueError, match="Conv2D: the layer was already called.* cannot be shared"):
+        conv(inp)
+    with pytest.raises(ValueError, match="Add: add needs two or more inputs, got 1"):
+        layers.Add()([inp])
+    with pytest.raises(ValueError, match="add's inputs must have one shape"):
+        layers.Add()([inp, layers.Conv2D(1, 3)(inp)])
+    with pytest.raises(ValueError, match="BatchNormalization: center=False is not supported"):
+        layers.BatchNormalization(center=False)
+    with pytest.raises(ValueError, match="BatchNormalization: axis=1 is not supported"):
+        layers.BatchNormalization(axis=1)
+    with pytest.raises(TypeError, match="Dense: unknown argument 'kernel_regularizer'"):
+        layers.Dense(3, kernel_regularizer="l2")
+    with pytest.raises(ValueError, match="Dense: dense needs a flat input"):
+        layers.Dense(3)(inp)
+    named = [layers.Flatten(name="same") for _ in range(2)]
+    with pytest.raises(ValueError, match="'same'; layer names must be unique"):
+        weft.keras.Model(inputs=inp, outputs=layers.Dense(2)(named[1](named[0](inp))))
+    joined = layers.Add()([inp, weft.keras.Input(shape=(8, 8, 1))])
+    with pytest.raises(ValueError, match="an Input that is not the model's inputs"):
+        weft.keras.Model(inputs=inp, outputs=layers.Dense(2)(layers.Flatten()(joined)))
 
 
 def test_bad_fit_arguments_name_the_argument(client, fmnist):
@@ -357,7 +447,8 @@ def test_a_bad_container_name_is_refused(client):
     ("shared_variable.py", [], "B reads after A writes:  [1. 2. 3.]"),
     ("custom_graph.py", ["--steps=120"], "w [ 2."),
     ("fmnist_mlp.py", ["--strategy=parameter_server_sync", "--epochs=1", "--train_limit=4000"], "test accuracy"),
-], ids=["shared_variable", "custom_graph", "fmnist_mlp"])
+    ("fmnist_resnet.py", ["--epochs=1", "--train_limit=1000", "--test_limit=500"], "test accuracy"),
+], ids=["shared_variable", "custom_graph", "fmnist_mlp", "fmnist_resnet"])
 def test_examples_run(cluster, script, args, expect):
     env = dict(os.environ, **cluster.env())
     r = subprocess.run([sys.executable, str(TREE / "examples" / "python" / script)] + args, env=env,

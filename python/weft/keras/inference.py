@@ -1,34 +1,45 @@
-"""The forward pass of a trained Sequential model as a weft graph, for ``predict``.
+"""The forward pass of a trained model as a weft graph, for ``predict``.
 
-The model's ModelSpec is lowered again here, op by op as graph/lowering.cc
-lowers it (variables ``<layer name>/kernel`` and ``/bias``, layers named
-``layer<i>_<kind>`` unless named), with the trained values as constants and
-a softmax at the end, and run in a Session on the cluster.
+The model's ModelSpec is lowered again here, op by op as
+graph/model_lowering.cc lowers it for evaluation (variables ``<layer
+name>/kernel`` and ``/bias``, ``/gamma``, ``/beta``, ``/moving_mean`` and
+``/moving_variance``; layers named ``layer<i>_<kind>`` unless named; each
+layer reads the layers its ``inputs`` name, else the layer before it), with
+the trained values as constants and a softmax at the end, and run in a
+Session on the cluster. Batch normalisation uses the moving statistics.
 """
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, List, Tuple
 
 import numpy as np
 
 from weft import ops
 from weft._pb import job_pb2
 from weft.graph import Graph, Tensor
+from weft.keras.layers import output_shape
 
-_KIND = {"dense": "dense", "conv2d": "conv2d", "max_pool": "max_pool", "flatten": "flatten", "dropout": "dropout",
-         "activation": "activation", "reshape": "reshape"}
 _ACT = {job_pb2.RELU: ops.relu, job_pb2.SIGMOID: ops.sigmoid, job_pb2.TANH: ops.tanh, job_pb2.SOFTMAX: ops.softmax}
+_INPUT = "input"
 
 
-def _activate(x: Tensor, activation: int) -> Tensor:
+def layer_name(spec: "job_pb2.LayerSpec", i: int) -> str:
+    """Layer ``i``'s name in the model (and the scope of its variables)."""
+    return spec.name or f"layer{i}_{spec.WhichOneof('kind') or 'layer'}"
+
+
+def _activate(x: Tensor, activation: int, last: bool) -> Tensor:
+    # The model's last layer leaves a softmax to the loss (and to forward_graph's end).
+    if last and activation == job_pb2.SOFTMAX:
+        return x
     return _ACT[activation](x) if activation in _ACT else x
 
 
-def _weights(weights: Dict[str, np.ndarray], prefix: str):
-    kernel = weights.get(f"{prefix}/kernel")
-    if kernel is None:
-        raise ValueError(f"the checkpoint has no variable {prefix}/kernel: it is not this model's")
-    return kernel, weights.get(f"{prefix}/bias")
+def _variable(weights: Dict[str, np.ndarray], prefix: str, name: str, required: bool = True):
+    value = weights.get(f"{prefix}/{name}")
+    if value is None and required:
+        raise ValueError(f"the checkpoint has no variable {prefix}/{name}: it is not this model's")
+    return None if value is None else ops.constant(np.asarray(value, np.float32))
 
 
 def forward_graph(model: "job_pb2.ModelSpec", weights: Dict[str, np.ndarray]):
@@ -36,61 +47,61 @@ def forward_graph(model: "job_pb2.ModelSpec", weights: Dict[str, np.ndarray]):
     g = Graph()
     with g.as_default():
         x = ops.placeholder("float32", [None] + list(model.input_shape), name="input")
-        h = x
+        # Each layer's output (and one example's shape) by name; "input" is the model's input.
+        outs: Dict[str, Tuple[Tensor, Tuple[int, ...]]] = {_INPUT: (x, tuple(model.input_shape))}
+        previous = _INPUT
+        last = len(model.layer) - 1
         for i, layer in enumerate(model.layer):
-            kind = layer.WhichOneof("kind")
-            prefix = layer.name or f"layer{i}_{_KIND[kind]}"
-            if kind == "dense":
-                kernel, bias = _weights(weights, prefix)
-                h = ops.matmul(h, ops.constant(kernel))
-                if bias is not None:
-                    h = ops.bias_add(h, ops.constant(bias))
-                h = _activate(h, layer.dense.activation)
-            elif kind == "conv2d":
-                kernel, bias = _weights(weights, prefix)
-                c = layer.conv2d
-                h = g.op("Conv2D", [h, ops.constant(kernel)],
-                         {"stride": c.stride or 1, "padding": c.padding or "SAME"})
-                h = _activate(ops.bias_add(h, ops.constant(bias)), c.activation)
-            elif kind == "max_pool":
-                p = layer.max_pool
-                k = p.pool_size or 2
-                h = g.op("MaxPool", [h], {"ksize": k, "stride": p.stride or k, "padding": p.padding or "VALID"})
-            elif kind == "flatten":
-                h = ops.reshape(h, [-1, int(np.prod(_shape_after(model, i)))])
-            elif kind == "reshape":
-                h = ops.reshape(h, [-1] + list(layer.reshape.shape))
-            elif kind == "activation":
-                h = _activate(h, layer.activation.activation)
-            # dropout: the identity at inference
-        probs = ops.softmax(h, name="probabilities")
+            name = layer_name(layer, i)
+            reads = list(layer.inputs) or [previous]
+            missing = [r for r in reads if r not in outs]
+            if missing:
+                raise ValueError(f"model layer {i} ({name}) reads {missing[0]!r}, which names no earlier layer")
+            ins = [outs[r][0] for r in reads]
+            shape = output_shape(layer, [outs[r][1] for r in reads])
+            outs[name] = (_lower(g, layer, name, ins, shape, weights, i == last), shape)
+            previous = name
+        probs = ops.softmax(outs[previous][0], name="probabilities")
     return g, x, probs
 
 
-def _shape_after(model: "job_pb2.ModelSpec", upto: int):
-    """One example's shape before layer ``upto`` (for Flatten), from the layer geometry."""
-    shape = list(model.input_shape)
-    for layer in model.layer[:upto]:
-        kind = layer.WhichOneof("kind")
-        if kind == "conv2d":
-            c = layer.conv2d
-            s = c.stride or 1
-            if (c.padding or "SAME") == "SAME":
-                shape = [-(-shape[0] // s), -(-shape[1] // s), c.filters]
-            else:
-                shape = [(shape[0] - c.kernel_size) // s + 1, (shape[1] - c.kernel_size) // s + 1, c.filters]
-        elif kind == "max_pool":
-            p = layer.max_pool
-            k = p.pool_size or 2
-            s = p.stride or k
-            if (p.padding or "VALID") == "SAME":
-                shape = [-(-shape[0] // s), -(-shape[1] // s), shape[2]]
-            else:
-                shape = [(shape[0] - k) // s + 1, (shape[1] - k) // s + 1, shape[2]]
-        elif kind == "dense":
-            shape = [layer.dense.units]
-        elif kind == "flatten":
-            shape = [int(np.prod(shape))]
-        elif kind == "reshape":
-            shape = list(layer.reshape.shape)
-    return shape
+def _lower(g: Graph, layer: "job_pb2.LayerSpec", name: str, ins: List[Tensor], shape: Tuple[int, ...],
+           weights: Dict[str, np.ndarray], last: bool) -> Tensor:
+    """Layer ``layer``'s output from its inputs ``ins``; ``shape``: one example's, after it."""
+    kind = layer.WhichOneof("kind")
+    h = ins[0]
+    if kind == "dense":
+        d = layer.dense
+        h = ops.matmul(h, _variable(weights, name, "kernel"))
+        bias = _variable(weights, name, "bias", required=not d.no_bias)
+        if bias is not None:
+            h = ops.bias_add(h, bias)
+        return _activate(h, d.activation, last)
+    if kind == "conv2d":
+        c = layer.conv2d
+        h = g.op("Conv2D", [h, _variable(weights, name, "kernel")],
+                 {"stride": c.stride or 1, "padding": c.padding or "SAME"})
+        bias = _variable(weights, name, "bias", required=not c.no_bias)
+        if bias is not None:
+            h = ops.bias_add(h, bias)
+        return _activate(h, c.activation, last)
+    if kind == "max_pool":
+        p = layer.max_pool
+        k = p.pool_size or 2
+        return g.op("MaxPool", [h], {"ksize": k, "stride": p.stride or k, "padding": p.padding or "VALID"})
+    if kind == "batch_norm":
+        bn = layer.batch_norm
+        stats = [_variable(weights, name, v) for v in ("gamma", "beta", "moving_mean", "moving_variance")]
+        h = g.op("BatchNormInference", [h] + stats, {"epsilon": float(bn.epsilon or 1e-3)})
+        return _activate(h, bn.activation, last)
+    if kind == "add":
+        return _activate(g.op("AddN", ins), layer.add.activation, last)
+    if kind == "global_avg_pool":
+        return g.op("GlobalAvgPool", [h])
+    if kind in ("flatten", "reshape"):
+        return ops.reshape(h, [-1] + list(shape))
+    if kind == "activation":
+        return _activate(h, layer.activation.activation, last)
+    if kind == "dropout":
+        return h  # the identity at inference
+    raise ValueError(f"layer {name}: predict cannot lower a {kind or 'kind-less'} layer")

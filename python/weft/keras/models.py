@@ -1,371 +1,163 @@
-"""``weft.keras.Sequential``: a stack of layers trained as a weft job.
+"""weft.keras's models: ``Sequential`` (a stack of layers) and ``Model`` (the functional form).
 
-``compile`` records the optimizer, loss, metrics and the strategy of the
-enclosing ``strategy.scope()`` (else one replica). ``fit`` builds the
-JobSpec (``to_job_spec``), sends NumPy arrays to the cluster once (see
-weft.data), submits the job to the strategy's master, shows a progress bar
-and calls the callbacks as the master reports the job's progress, and
-returns a History. The model's weights stay on the cluster, in the job's
-checkpoint (``checkpoint_path``); ``evaluate`` runs an evaluation job from
-them, ``get_weights``/``save_weights`` fetch them through the master,
-``predict`` runs the forward pass with them in a remote Session, and
-``load_weights`` starts the next ``fit`` from a checkpoint.
+Both are trained as weft jobs by what they share (weft.keras.training:
+compile, fit, evaluate, predict, the weights, summary, to_job_spec); each
+only says which LayerSpecs its ModelSpec holds. A Sequential's layers read
+the layer before them. A functional Model's layers read what they were
+called on, and its ModelSpec names every layer (as Keras would: ``conv2d``,
+``conv2d_1``, ... unless the layer has a name) and lists what each reads
+(``inputs``: layer names, or "input" for the model's input).
 """
 from __future__ import annotations
 
-import os
-import uuid
-from typing import Any, Dict, List, Optional, Sequence
+import re
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
-from weft import distribute, errors
 from weft._pb import job_pb2
-from weft.data import ArrayData, Dataset
-from weft.keras import layers as layers_mod, losses, optimizers
-from weft.keras.callbacks import Callback, History
+from weft.keras import layers as layers_mod
+from weft.keras.layers import InputLayer, KerasTensor
+from weft.keras.training import BaseModel
 
-_METRICS = {"accuracy", "acc", "sparse_categorical_accuracy"}
-
-
-def _progress_bar(total: int, verbose: int):
-    from tqdm import tqdm
-    return tqdm(total=total or None, unit="step", disable=verbose == 0, dynamic_ncols=True, leave=True)
+_INPUT = "input"  # what a LayerSpec's inputs call the model's input
 
 
-class Sequential:
+class Sequential(BaseModel):
     """A linear stack of layers (weft's ModelSpec)."""
 
     def __init__(self, layers: Optional[Sequence[layers_mod.Layer]] = None, name: Optional[str] = None) -> None:
         if name is not None and not isinstance(name, str):
             raise TypeError(f"name must be a string, not {type(name).__name__}")
-        self.name = name or "sequential"
-        self.layers: List[layers_mod.Layer] = []
-        self._input_shape = None
+        super().__init__(name or "sequential")
         for layer in layers or []:
             self.add(layer)
-        self.optimizer = None
-        self.loss = None
-        self.metrics: List[str] = []
-        self.strategy: Optional[distribute.Strategy] = None
-        self.stop_training = False
-        self.checkpoint_path: Optional[str] = None  # the last fit's newest checkpoint, on the cluster
-        self.checkpoint_dir: Optional[str] = None
-        self.trained_steps = 0
-        self._resume_from: Optional[str] = None
-        self.last_job_id: Optional[str] = None
-        self._fit_job_id: Optional[str] = None
-        self._fit_step = 0
 
-    # ---- building ---------------------------------------------------------------
-
-    def add(self, layer: layers_mod.Layer) -> None:
+    def add(self, layer: Union[layers_mod.Layer, KerasTensor]) -> None:
+        """Appends ``layer`` (or, first, the input that ``weft.keras.Input`` gave)."""
+        if isinstance(layer, KerasTensor) and isinstance(layer.layer, InputLayer):
+            layer = layer.layer
         if not isinstance(layer, layers_mod.Layer):
             raise TypeError(f"layers must be weft.keras.layers objects, not {type(layer).__name__}")
         if layer.input_shape is not None:
             if self.layers or self._input_shape is not None:
                 raise ValueError(f"{layer.describe()}: only the first layer may give input_shape")
             self._input_shape = layer.input_shape
-        if not isinstance(layer, layers_mod.InputLayer):
+        if not isinstance(layer, InputLayer):
             self.layers.append(layer)
 
-    def compile(self, optimizer="adam", loss="sparse_categorical_crossentropy",
-                metrics: Optional[Sequence[str]] = None) -> None:
-        """Sets how the model trains; the strategy is the enclosing scope's."""
-        self.optimizer = optimizers.get(optimizer)
-        self.loss = losses.get(loss)
-        metrics = list(metrics or [])
-        for m in metrics:
-            if not isinstance(m, str) or m.lower() not in _METRICS:
-                raise ValueError(f"metrics: unknown metric {m!r}; weft reports 'accuracy'")
-        self.metrics = metrics
-        self.strategy = distribute.get_strategy()
-
-    def _model_spec(self, input_shape) -> "job_pb2.ModelSpec":
-        if not self.layers:
-            raise ValueError("the model has no layers")
-        layers = list(self.layers)
-        last = layers[-1]
-        ends_in_softmax = getattr(last, "activation", None) == "softmax"
-        if not self.loss.from_logits:
-            if not ends_in_softmax:
-                raise ValueError("loss: sparse_categorical_crossentropy without from_logits=True expects the last "
-                                 "layer to end in a softmax; add activation='softmax' or pass "
-                                 "SparseCategoricalCrossentropy(from_logits=True)")
-        elif ends_in_softmax:
-            raise ValueError("loss: from_logits=True but the last layer ends in a softmax")
-        dense = [layer for layer in layers if isinstance(layer, layers_mod.Dense)]
-        if not isinstance(last, layers_mod.Dense) and not (
-                isinstance(last, layers_mod.Activation) and len(layers) > 1
-                and isinstance(layers[-2], layers_mod.Dense)):
-            raise ValueError("the last layer must be a Dense layer with one unit per class")
-        spec = job_pb2.ModelSpec(input_shape=list(input_shape), num_classes=dense[-1].units,
-                                 loss=self.loss.to_proto())
-        for layer in layers:
-            p = layer.to_proto()
-            if layer is last and ends_in_softmax:  # absorbed by the loss
-                if isinstance(layer, layers_mod.Activation):
-                    continue
-                p.dense.activation = job_pb2.ACTIVATION_NONE
-            spec.layer.append(p)
-        return spec
-
-    def to_job_spec(self, dataset: "job_pb2.DatasetSpec", input_shape, *, batch_size: int, epochs: int,
-                    steps: Optional[int] = None, validate_every: int = 0, seed: int = 1,
-                    name: Optional[str] = None) -> "job_pb2.JobSpec":
-        """The JobSpec ``fit`` submits (also for ``weft submit``: print it with text_format)."""
-        if self.optimizer is None:
-            raise RuntimeError("compile the model before training it (model.compile(...))")
-        job = job_pb2.JobSpec(name=name or self.name, batch_size=batch_size, epochs=epochs, seed=seed)
-        job.model.CopyFrom(self._model_spec(input_shape))
-        job.dataset.CopyFrom(dataset)
-        job.optimizer.CopyFrom(self.optimizer.to_proto())
-        if steps:
-            job.steps = steps
-        if validate_every > 0:
-            job.eval.every_epochs = validate_every
-        elif validate_every < 0:
-            job.eval.skip = True
-        job.strategy.CopyFrom(self.strategy.to_proto())
-        job.checkpoint.dir = f"python/{job.name}-{uuid.uuid4().hex[:12]}"
-        if self._resume_from:
-            job.checkpoint.resume_from = self._resume_from
-        return job
-
-    # ---- training ---------------------------------------------------------------
-
-    def _data(self, x, y, validation_data, client, batch_size: int = 1):
-        """(DatasetSpec, example shape or None, has validation) for fit's arguments."""
-        if isinstance(x, (Dataset, job_pb2.DatasetSpec, str)):
-            if y is not None:
-                raise ValueError("y: a Dataset holds its labels; pass y only with arrays")
-            ds = x if isinstance(x, Dataset) else Dataset(spec=x) if isinstance(x, job_pb2.DatasetSpec) \
-                else Dataset(x)
-            if validation_data not in (None, True, "test"):
-                raise ValueError("validation_data: with a Dataset, pass validation_data='test' to evaluate on its "
-                                 "test split after every epoch")
-            return ds.to_proto(), None, validation_data is not None
-        if x is None:
-            raise ValueError("x: pass training data (NumPy arrays with y, or a weft.data.Dataset)")
-        if y is None:
-            raise ValueError("y: pass the labels of x")
-        x_val = y_val = None
-        if validation_data is not None:
-            if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
-                raise ValueError("validation_data must be a tuple (x_val, y_val)")
-            x_val, y_val = validation_data
-        arrays = ArrayData(x, y, x_val, y_val)
-        if batch_size > arrays.train_examples:
-            raise ValueError(f"batch_size {batch_size} is larger than the {arrays.train_examples} training examples")
-        return arrays.upload(client), arrays.example_shape, x_val is not None
-
-    def fit(self, x=None, y=None, batch_size: int = 32, epochs: int = 1, verbose: int = 1,
-            callbacks: Optional[Sequence[Callback]] = None, validation_data=None, steps: Optional[int] = None,
-            seed: int = 1, name: Optional[str] = None, timeout: Optional[float] = None) -> History:
-        """Trains the model on the cluster; returns a History of its epochs.
-
-        x: NumPy examples (with labels ``y``) or a ``weft.data.Dataset``.
-        validation_data: ``(x_val, y_val)`` arrays (or ``"test"`` for a
-        Dataset's test split), evaluated after every epoch.
-        Raises JobFailedError / JobCancelledError when the job does not
-        succeed; Ctrl-C cancels the job.
-        """
-        if self.optimizer is None:
-            raise RuntimeError("compile the model before training it (model.compile(...))")
-        _check_int("batch_size", batch_size, 1)
-        _check_int("epochs", epochs, 1)
-        _check_int("verbose", verbose, 0)
-        _check_int("seed", seed, 0)
-        if steps is not None:
-            _check_int("steps", steps, 1)
-        callbacks = list(callbacks or [])
-        for cb in callbacks:
-            if not isinstance(cb, Callback):
-                raise TypeError(f"callbacks must be weft.keras.callbacks.Callback objects, not {type(cb).__name__}")
-        client = self.strategy.client
-        dataset, example_shape, validate = self._data(x, y, validation_data, client, batch_size)
-        input_shape = self._input_shape or example_shape
-        if input_shape is None:
-            raise ValueError("the first layer needs input_shape=(...) (or start with weft.keras.Input)")
-        job = self.to_job_spec(dataset, input_shape, batch_size=batch_size, epochs=epochs, steps=steps,
-                               validate_every=1 if validate else -1, seed=seed, name=name)
-        history = History()
-        self.stop_training = False
-        for cb in [history] + callbacks:
-            cb.set_model(self)
-            cb.set_params({"epochs": epochs, "steps": steps, "verbose": verbose})
-            cb.on_train_begin()
-        self.last_job_id = client.submit(job)
-        final = self._follow(client, self.last_job_id, [history] + callbacks, validate, verbose, timeout)
-        self.checkpoint_path = final.checkpoint_path or None
-        self._fit_job_id, self._fit_step = self.last_job_id, final.checkpoint_step if final.checkpoint_step > 0 else 0
-        # The job's checkpoint directory (checkpoint_path is its newest step-* in it).
-        self.checkpoint_dir = os.path.dirname(self.checkpoint_path) if self.checkpoint_path else None
-        self.trained_steps = final.step
-        self._trained = (job, input_shape)
-        for cb in [history] + callbacks:
-            cb.on_train_end(_logs(final, validate))
-        return history
-
-    def _follow(self, client, job_id, callbacks, validate, verbose, timeout):
-        bar = _progress_bar(0, verbose)
-        done_epochs, last = 0, None
-        try:
-            for st in client.watch(job_id, timeout=timeout):
-                last = st
-                if st.total_steps and bar.total != st.total_steps:
-                    bar.total = st.total_steps
-                bar.update(max(0, st.step - bar.n))
-                if st.epochs:
-                    bar.set_description(f"epoch {max(st.epoch, 1)}/{st.epochs}")
-                bar.set_postfix(loss=f"{st.loss:.4f}")
-                for cb in callbacks:
-                    cb.on_train_batch_end(st.step, {"loss": st.loss})
-                # status.epoch is the epoch running (1-based); the ones before it ended.
-                ended = st.epoch if st.done and st.state == "SUCCEEDED" else st.epoch - 1
-                if ended > done_epochs and st.step > 0:
-                    done_epochs = ended
-                    for cb in callbacks:
-                        cb.on_epoch_end(ended - 1, _logs(st, validate))
-                    if self.stop_training and not st.done:
-                        client.cancel(job_id)
-        except KeyboardInterrupt:
-            client.cancel(job_id)
-            raise
-        finally:
-            bar.close()
-        if last is None or not last.done:
-            last = client.status(job_id)
-        if last.state == "CANCELLED" and self.stop_training:
-            return last  # stopped by a callback: not an error
-        last.raise_for_state()
-        return last
-
-    def evaluate(self, x=None, y=None, batch_size: int = 32, verbose: int = 1, return_dict: bool = False):
-        """Loss and accuracy of the trained weights on (x, y), computed on the cluster.
-
-        Runs an evaluation job that resumes from the last ``fit``'s
-        checkpoint (it trains no further step).
-        """
-        if not self.checkpoint_path or not getattr(self, "_trained", None):
-            raise RuntimeError("evaluate: the model has no trained weights yet (fit it first)")
-        _check_int("batch_size", batch_size, 1)
-        trained_job, input_shape = self._trained
-        client = self.strategy.client
-        if isinstance(x, (Dataset, job_pb2.DatasetSpec, str)):
-            dataset, _, _ = self._data(x, y, None, client)
-        else:
-            if x is None or y is None:
-                raise ValueError("x and y: pass the examples and labels to evaluate on")
-            arrays = ArrayData(x, y, x, y)
-            dataset = arrays.upload(client)
-        job = job_pb2.JobSpec()
-        job.CopyFrom(trained_job)
-        job.name = f"{trained_job.name}-evaluate"
-        job.dataset.CopyFrom(dataset)
-        job.ClearField("epochs")
-        job.steps = self.trained_steps  # resumes at its last step: nothing left to train
-        job.ClearField("eval")
-        job.checkpoint.dir = f"python/{job.name}-{uuid.uuid4().hex[:12]}"
-        job.checkpoint.resume_from = self.checkpoint_dir
-        job_id = client.submit(job)
-        final = client.wait(job_id)
-        if final.test_accuracy < 0:
-            raise errors.WeftError(f"evaluate: job {job_id} ended without evaluating")
-        result = {"loss": final.test_loss, "accuracy": final.test_accuracy}
-        return result if return_dict else [result["loss"], result["accuracy"]]
-
-    def predict(self, x, batch_size: int = 256, verbose: int = 0):
-        """Class probabilities for examples ``x``, computed on the cluster.
-
-        Runs the model's forward pass in a Session with the last fit's
-        weights (read through the master, as get_weights). Integer examples are divided by the training
-        data's scale, as fit's were; float examples are used as they are.
-        """
-        import numpy as np
-        from weft.keras.inference import forward_graph
-        from weft.session import Session
-        _check_int("batch_size", batch_size, 1)
-        if not getattr(self, "_trained", None):
-            raise RuntimeError("predict: the model has no trained weights yet (fit it first)")
-        job, input_shape = self._trained
-        x = np.asarray(x)
-        if x.ndim < 1 or x.size == 0:
-            raise ValueError(f"x must hold at least one example, got shape {x.shape}")
-        per_example = int(np.prod(input_shape))
-        if x.size % per_example or x.shape[0] * per_example != x.size:
-            raise ValueError(f"x: examples of shape {x.shape[1:]} do not have the model's {per_example} values each")
-        feed = x.astype(np.float32) / job.dataset.scale if x.dtype.kind in "iu" else x.astype(np.float32)
-        feed = feed.reshape((x.shape[0],) + tuple(input_shape))
-        g, inp, probs = forward_graph(job.model, self.get_weights())
-        out = []
-        with Session(self.strategy.client, graph=g) as sess:
-            for at in range(0, len(feed), batch_size):
-                out.append(sess.run(probs, {inp: feed[at:at + batch_size]}))
-        return np.concatenate(out)
-
-    def load_weights(self, checkpoint: str) -> None:
-        """Starts the next ``fit`` from a checkpoint directory on the cluster.
-
-        ``checkpoint``: another fit's ``checkpoint_path`` (or a job's
-        checkpoint dir, relative to the master's checkpoint root).
-        """
-        if not isinstance(checkpoint, str) or not checkpoint:
-            raise ValueError("checkpoint: name a checkpoint directory on the cluster")
-        self._resume_from = checkpoint
-
-    def save_weights(self, path: str) -> str:
-        """Writes the last fit's trained variables to a NumPy ``.npz`` file; returns its path."""
-        import numpy as np
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path must be a file name, not {type(path).__name__}")
-        path = str(path) if str(path).endswith(".npz") else f"{path}.npz"  # as np.savez names it
-        np.savez(path, **self.get_weights())
-        return path
-
-    def get_weights(self) -> Dict[str, Any]:
-        """The last fit's trained variables by name (NumPy arrays), read through the master.
-
-        Optimizer slots are left out; mirrored replicas' copies appear once.
-        """
-        if not self._fit_job_id:
-            raise RuntimeError("get_weights: the model has no trained weights yet (fit it first)")
-        variables = self.strategy.client.read_checkpoint(self._fit_job_id, step=self._fit_step)
-        return {k: v for k, v in _model_variables(variables).items() if not k.startswith("optimizer/")}
-
-    def summary(self) -> str:
-        lines = [f'Model "{self.name}"', f"input shape {self._input_shape}"]
-        for layer in self.layers:
-            lines.append(f"  {layer.describe()}")
-        text = "\n".join(lines)
-        print(text)
-        return text
+    def _layer_specs(self) -> List[Tuple[layers_mod.Layer, "job_pb2.LayerSpec"]]:
+        return [(layer, layer.to_proto()) for layer in self.layers]
 
 
-def _model_variables(variables: Dict[str, Any]) -> Dict[str, Any]:
-    """A checkpoint's variables by their model names: mirrored strategies keep
-    one identical copy per replica ("replica_<k>/<name>"); replica 0's is
-    the model's."""
-    out = {}
-    for name, value in variables.items():
-        if name.startswith("replica_"):
-            replica, _, rest = name.partition("/")
-            if replica != "replica_0":
+def _one(what: str, value) -> KerasTensor:
+    if isinstance(value, (list, tuple)):
+        if len(value) != 1:
+            raise ValueError(f"{what}: weft models have one {what[:-1]}, got {len(value)}")
+        value = value[0]
+    if not isinstance(value, KerasTensor):
+        raise TypeError(f"{what}: expected a tensor from weft.keras.Input or a layer's call, "
+                        f"not {type(value).__name__}")
+    return value
+
+
+def _snake(name: str) -> str:
+    """A layer class's name as Keras names its layers: Conv2D -> conv2d, BatchNormalization -> batch_normalization."""
+    return re.sub(r"([a-z])([A-Z])", r"\1_\2", re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)).lower()
+
+
+class Model(BaseModel):
+    """A functional model: the layers between ``inputs`` and ``outputs``.
+
+        inp = weft.keras.Input(shape=(28, 28, 1))
+        x = layers.Conv2D(32, 3, padding="same", activation="relu")(inp)
+        y = layers.Conv2D(32, 3, padding="same")(x)
+        x = layers.Add(activation="relu")([x, y])
+        x = layers.GlobalAveragePooling2D()(x)
+        model = weft.keras.Model(inputs=inp, outputs=layers.Dense(10, activation="softmax")(x))
+
+    inputs: the tensor ``weft.keras.Input`` gave (weft models have one
+    input); outputs: the tensor of the last layer, a Dense classifier (or an
+    Activation of one), as for Sequential. Layers the output does not read
+    are left out.
+    """
+
+    def __init__(self, inputs: Union[KerasTensor, Sequence[KerasTensor]],
+                 outputs: Union[KerasTensor, Sequence[KerasTensor]], name: Optional[str] = None) -> None:
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a string, not {type(name).__name__}")
+        super().__init__(name or "model")
+        inp, out = _one("inputs", inputs), _one("outputs", outputs)
+        if not isinstance(inp.layer, InputLayer):
+            raise ValueError(f"inputs: pass the tensor weft.keras.Input(shape=...) made, not {inp.layer.describe()}'s "
+                             "output")
+        if out is inp:
+            raise ValueError("outputs: the output is the model's input; call layers on it")
+        self.inputs, self.outputs = [inp], [out]
+        self._input_layer = inp.layer
+        self._input_shape = inp.layer.input_shape
+        self.layers = self._order(out.layer)
+        self._names = self._name_layers(self.layers)
+
+    def _order(self, output: layers_mod.Layer) -> List[layers_mod.Layer]:
+        """The layers ``output`` depends on, in the order they were called: each
+        after those it reads, ``output`` last, a one-input output right after
+        what it reads (any other layer called before it is one it reads)."""
+        found: Dict[int, layers_mod.Layer] = {}
+        stack = [output]
+        while stack:
+            layer = stack.pop()
+            if id(layer) in found:
                 continue
-            name = rest
-        out[name] = value
-    return out
+            if isinstance(layer, InputLayer):
+                if layer is not self._input_layer:
+                    raise ValueError(f"outputs: the output depends on {layer.describe()} (shape {layer.input_shape}), "
+                                     "an Input that is not the model's inputs")
+                continue
+            found[id(layer)] = layer
+            stack.extend(t.layer for t in layer.inbound)
+        return sorted(found.values(), key=lambda layer: layer.call_index)
 
+    @staticmethod
+    def _name_layers(order: List[layers_mod.Layer]) -> Dict[layers_mod.Layer, str]:
+        """Each layer's name in the ModelSpec: its own, else Keras's (class name in
+        snake case, then _1, _2, ... in the model's order), unique in the model."""
+        taken = set()
+        for layer in order:
+            if layer.name is None:
+                continue
+            if layer.name == _INPUT:
+                raise ValueError(f"{layer.describe()}: the name {_INPUT!r} stands for the model's input; "
+                                 "name the layer otherwise")
+            if layer.name in taken:
+                raise ValueError(f"{layer.describe()}: another layer of the model has the name {layer.name!r}; "
+                                 "layer names must be unique")
+            taken.add(layer.name)
+        names, counts = {}, {}
+        for layer in order:
+            if layer.name is not None:
+                names[layer] = layer.name
+                continue
+            base = _snake(type(layer).__name__)
+            n = counts.get(base, 0)
+            while (f"{base}_{n}" if n else base) in taken:
+                n += 1
+            names[layer] = f"{base}_{n}" if n else base
+            counts[base] = n + 1
+            taken.add(names[layer])
+        return names
 
-def _logs(st, validate: bool) -> Dict[str, float]:
-    logs = {"loss": st.train_loss if st.train_loss else st.loss}
-    if validate and st.test_accuracy >= 0:
-        logs["val_accuracy"] = st.test_accuracy
-        if st.test_loss >= 0:
-            logs["val_loss"] = st.test_loss
-    return logs
+    def _layer_specs(self) -> List[Tuple[layers_mod.Layer, "job_pb2.LayerSpec"]]:
+        out = []
+        for layer in self.layers:
+            spec = layer.to_proto()
+            spec.name = self._names[layer]
+            spec.inputs.extend(_INPUT if t.layer is self._input_layer else self._names[t.layer]
+                               for t in layer.inbound)
+            out.append((layer, spec))
+        return out
 
-
-def _check_int(name: str, value, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
+    def get_layer(self, name: str) -> layers_mod.Layer:
+        """The model's layer of that name (its own, or the one the model gave it)."""
+        for layer, layer_name in self._names.items():
+            if layer_name == name:
+                return layer
+        raise ValueError(f"get_layer: the model has no layer {name!r} (it has {', '.join(self._names.values())})")
