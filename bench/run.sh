@@ -150,3 +150,7 @@ echo "$(cat "$TMP/summary.txt") -> ${OUT#"$REPO"/}"
 # The rest of issue 4: PARAMETER_SERVER against DDP, scaling with 1, 2 and 4
 # workers, and accuracy after the same epochs over several seeds.
 "$BENCH/ps_scaling.sh"
+
+# Issue 22's models on CPU: the ResNet example against the same network in
+# PyTorch, one process and 2 workers, and its accuracy in full.
+"$BENCH/models.sh"

@@ -28,6 +28,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
+from torch_models import network
+
 DATA = "/usr/share/datasets/fashion-mnist"
 
 
@@ -43,41 +45,6 @@ def read_idx(name):
     if magic == 2049:
         return np.frombuffer(raw, dtype=np.uint8, offset=8).astype(np.int64)
     raise ValueError(f"{name}: not an IDX image or label file (magic {magic:#x})")
-
-
-def bn(channels):
-    # weft's batch_norm defaults: moving-average decay 0.99 (PyTorch's
-    # momentum is 1 - decay), epsilon 1e-3.
-    return nn.BatchNorm2d(channels, eps=1e-3, momentum=0.01)
-
-
-class Block(nn.Module):
-    """conv-bn-relu-conv-bn plus the shortcut, then relu (the example's b1, b2)."""
-
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.body = nn.Sequential(
-            nn.Conv2d(cin, cout, 3, stride, padding=1, bias=False), bn(cout), nn.ReLU(),
-            nn.Conv2d(cout, cout, 3, padding=1, bias=False), bn(cout))
-        self.shortcut = nn.Identity() if stride == 1 and cin == cout else nn.Sequential(
-            nn.Conv2d(cin, cout, 1, stride, bias=False), bn(cout))
-
-    def forward(self, x):
-        return torch.relu(self.shortcut(x) + self.body(x))
-
-
-def network(model):
-    if model == "resnet":
-        return nn.Sequential(
-            nn.Conv2d(1, 32, 3, padding=1, bias=False), bn(32), nn.ReLU(), nn.MaxPool2d(2),
-            Block(32, 32, 1), Block(32, 64, 2),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
-    return nn.Sequential(
-        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(),
-        nn.Linear(7 * 7 * 32, 128), nn.ReLU(),
-        nn.Linear(128, 10))
 
 
 def replica(rank, args):
@@ -114,9 +81,12 @@ def replica(rank, args):
     if rank == 0:
         test_x = torch.from_numpy(read_idx("t10k-images-idx3-ubyte.gz"))
         test_y = torch.from_numpy(read_idx("t10k-labels-idx1-ubyte.gz"))
-        model.eval()
+        # The bare network: a DDP forward would broadcast batch norm's buffers
+        # to the other ranks, which have finished.
+        net = model.module if distributed else model
+        net.eval()
         with torch.no_grad():
-            accuracy = (model(test_x).argmax(1) == test_y).float().mean().item()
+            accuracy = (net(test_x).argmax(1) == test_y).float().mean().item()
         print(json.dumps({
             "peer": f"torch-{'ddp-gloo-' if distributed else ''}{args.model}", "torch": torch.__version__, "workers": args.workers,
             "batch_per_worker": args.batch, "epochs": args.epochs, "seconds": round(seconds, 3),

@@ -39,6 +39,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from torch_models import network  # noqa: E402 (bench/, found through the path above)
+
 
 def idx(path):
     with gzip.open(path, "rb") as f:
@@ -48,43 +51,6 @@ def idx(path):
         r, c = struct.unpack(">II", data[8:16])
         return np.frombuffer(data, np.uint8, offset=16).reshape(n, r * c)
     return np.frombuffer(data, np.uint8, offset=8)
-
-
-def mlp():
-    return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
-
-
-def cnn():
-    # conv2d 3x3 SAME + ReLU, max-pool 2; twice; dense 128 ReLU; dense 10.
-    return nn.Sequential(
-        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(32 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
-
-
-def resnet():
-    # examples/fmnist_resnet.pbtxt: stem conv 3x3 32 + batch norm + ReLU,
-    # max-pool 2; a residual block of 32; a strided block of 64 with a 1x1
-    # projection shortcut; global average pooling; dense 10. Batch norm with
-    # weft's defaults (decay 0.99, i.e. PyTorch momentum 0.01; epsilon 1e-3).
-    def bn(c):
-        return nn.BatchNorm2d(c, eps=1e-3, momentum=0.01)
-
-    class Block(nn.Module):
-        def __init__(self, cin, cout, stride):
-            super().__init__()
-            self.body = nn.Sequential(
-                nn.Conv2d(cin, cout, 3, stride, padding=1, bias=False), bn(cout), nn.ReLU(),
-                nn.Conv2d(cout, cout, 3, padding=1, bias=False), bn(cout))
-            self.shortcut = nn.Identity() if stride == 1 and cin == cout else nn.Sequential(
-                nn.Conv2d(cin, cout, 1, stride, bias=False), bn(cout))
-
-        def forward(self, x):
-            return torch.relu(self.shortcut(x) + self.body(x))
-
-    return nn.Sequential(
-        nn.Conv2d(1, 32, 3, padding=1, bias=False), bn(32), nn.ReLU(), nn.MaxPool2d(2),
-        Block(32, 32, 1), Block(32, 64, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
 
 
 def sync(dev):
@@ -115,7 +81,7 @@ def main():
     ys = torch.from_numpy(idx(os.path.join(a.data, "train-labels-idx1-ubyte.gz")).astype(np.int64))
     xs = (xs.to(dev).float() / 255.0).reshape(shape)
     ys = ys.to(dev)
-    model = {"mlp": mlp, "cnn": cnn, "resnet": resnet}[a.model]().to(dev)
+    model = network(a.model).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     lossf = nn.CrossEntropyLoss()
     n = xs.shape[0]
