@@ -495,6 +495,53 @@ TEST(StrategyTest, MultiWorkerMirroredFusesGradientsIntoOrderedBuckets) {
   EXPECT_EQ(w1->def().attr().at("shared_name").s(), tg->variables[0]);
 }
 
+// Batch norm's moving statistics are updates whose "gradient" is the batch
+// statistic: every strategy treats them as it treats gradients. Under
+// MULTI_WORKER_MIRRORED each replica's update reads the mean over the
+// replicas, so every copy keeps the same statistics; under the parameter
+// server the update sits with its variable on the ps.
+TEST(StrategyTest, MovingStatisticsMeetAcrossReplicasLikeGradients) {
+  JobSpec job = MlpJob("optimizer { adam { learning_rate: 0.01 } }");
+  job.mutable_model()->mutable_layer(0)->mutable_dense()->set_activation(ACTIVATION_NONE);
+  LayerSpec bn;
+  bn.set_name("bn");
+  bn.mutable_batch_norm()->set_activation(RELU);
+  job.mutable_model()->mutable_layer()->Add(std::move(bn));
+  job.mutable_model()->mutable_layer()->SwapElements(1, 3);  // dense, bn, dense, dense
+  job.mutable_model()->mutable_layer()->SwapElements(2, 3);
+  auto tg = LowerJob(job);
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  StrategyOptions o;
+  o.kind = StrategySpec::MULTI_WORKER_MIRRORED;
+  o.replica_devices = {"/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0"};
+  auto rg = ApplyStrategy(*tg, o);
+  ASSERT_TRUE(rg.ok()) << rg.status();
+  for (int r = 0; r < 2; ++r) {
+    for (const char* stat : {"bn/moving_mean_update", "bn/moving_variance_update"}) {
+      const Node* u = rg->graph->FindNode(ReplicaName(r, stat));
+      ASSERT_NE(u, nullptr) << ReplicaName(r, stat);
+      const Node* ar = u->input(1).node;
+      EXPECT_EQ(ar->op(), "CollectiveAllReduce") << u->name();
+      EXPECT_TRUE(ar->def().attr().at("mean").b()) << ar->name();
+      EXPECT_EQ(ar->def().device(), o.replica_devices[r]);
+    }
+  }
+  StrategyOptions ps;
+  ps.kind = StrategySpec::PARAMETER_SERVER;
+  ps.sync = true;
+  ps.replica_devices = o.replica_devices;
+  ps.variable_devices = {"/job:ps/task:0/device:CPU:0"};
+  auto prg = ApplyStrategy(*tg, ps);
+  ASSERT_TRUE(prg.ok()) << prg.status();
+  int on_ps = 0;
+  for (const auto& n : prg->graph->nodes()) {
+    if (n->op() != "ApplyMovingAverage") continue;
+    EXPECT_EQ(n->def().device(), ps.variable_devices[0]) << n->name();
+    ++on_ps;
+  }
+  EXPECT_GE(on_ps, 2);
+}
+
 // The CollectiveAllReduce nodes of a replicated graph.
 std::vector<const Node*> AllReduces(const ReplicatedGraph& rg) {
   std::vector<const Node*> out;

@@ -37,6 +37,19 @@ double* ScratchDoubles(OpKernelContext* ctx, int64_t n, Tensor* holder) {
   return p;
 }
 
+// y[r, c] = x[r, c] * scale[c] + shift[c] over the rows.
+void ScaleShiftRows(OpKernelContext* ctx, const NormGeometry& g, const float* xp, const float* scale,
+                    const float* shift, float* yp) {
+  const int64_t nc = g.channels;
+  ParallelFor(ctx, g.rows, 2.0 * nc, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* xr = xp + r * nc;
+      float* yr = yp + r * nc;
+      for (int64_t c = 0; c < nc; ++c) yr[c] = xr[c] * scale[c] + shift[c];
+    }
+  });
+}
+
 struct BatchNorm {
   static void Run(OpKernelContext* ctx, const NormGeometry& g, const Tensor& x, const Tensor& gamma,
                   const Tensor& beta, float epsilon, Tensor* y, Tensor* mean, Tensor* var, Tensor* inv_std) {
@@ -74,14 +87,7 @@ struct BatchNorm {
       scale[c] = gp[c] * ip[c];
       shift[c] = bp[c] - mp[c] * scale[c];
     }
-    float* yp = y->data<float>();
-    ParallelFor(ctx, g.rows, 2.0 * nc, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const float* xr = xp + r * nc;
-        float* yr = yp + r * nc;
-        for (int64_t c = 0; c < nc; ++c) yr[c] = xr[c] * scale[c] + shift[c];
-      }
-    });
+    ScaleShiftRows(ctx, g, xp, scale, shift, y->data<float>());
   }
 };
 
@@ -158,15 +164,7 @@ struct BatchNormInference {
       scale[c] = gp[c] / std::sqrt(vp[c] + epsilon);
       shift[c] = bp[c] - mp[c] * scale[c];
     }
-    const float* xp = x.data<float>();
-    float* yp = y->data<float>();
-    ParallelFor(ctx, g.rows, 2.0 * nc, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const float* xr = xp + r * nc;
-        float* yr = yp + r * nc;
-        for (int64_t c = 0; c < nc; ++c) yr[c] = xr[c] * scale[c] + shift[c];
-      }
-    });
+    ScaleShiftRows(ctx, g, x.data<float>(), scale, shift, y->data<float>());
   }
 };
 
