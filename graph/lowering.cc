@@ -1,5 +1,6 @@
 #include "graph/lowering.h"
 
+#include <cmath>
 #include <deque>
 
 #include "absl/strings/str_cat.h"
@@ -8,9 +9,49 @@
 #include "graph/builder.h"
 #include "graph/gradients.h"
 #include "graph/model_lowering.h"
+#include "graph/ops/training_attrs.h"
 
 namespace weft {
 namespace {
+
+// The job's optimizer with a cosine decay's length filled in from the
+// job's steps, and its schedule checked.
+absl::StatusOr<OptimizerSpec> ResolveOptimizer(const JobSpec& job) {
+  OptimizerSpec spec = job.optimizer();
+  const float wd = spec.sgd().weight_decay() + spec.momentum().weight_decay() + spec.adamw().weight_decay();
+  if (spec.sgd().weight_decay() < 0 || spec.momentum().weight_decay() < 0 || spec.adamw().weight_decay() < 0 ||
+      !std::isfinite(wd)) {
+    return absl::InvalidArgumentError("optimizer weight_decay must be a non-negative number");
+  }
+  if (spec.adam().weight_decay() != 0) {
+    return absl::InvalidArgumentError(
+        "optimizer.adam.weight_decay is for adamw (decoupled weight decay): use `adamw { ... }`");
+  }
+  LearningRateSchedule* s = spec.mutable_schedule();
+  if (s->warmup_steps() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer.schedule.warmup_steps must not be negative, got ", s->warmup_steps()));
+  }
+  if (s->has_cosine() && s->cosine().decay_steps() == 0) {
+    if (job.steps() <= s->warmup_steps()) {
+      return absl::InvalidArgumentError(
+          "optimizer.schedule.cosine.decay_steps is required when the job gives epochs (or no more steps than "
+          "the warm-up): set it to the number of steps to decay over");
+    }
+    s->mutable_cosine()->set_decay_steps(job.steps() - s->warmup_steps());
+  }
+  if (s->has_cosine() && (s->cosine().decay_steps() < 0 || !(s->cosine().alpha() >= 0 && s->cosine().alpha() <= 1))) {
+    return absl::InvalidArgumentError(absl::StrCat("optimizer.schedule.cosine needs decay_steps > 0 and alpha in "
+                                                   "[0, 1], got ",
+                                                   s->cosine().decay_steps(), " and ", s->cosine().alpha()));
+  }
+  if (s->has_step() && (s->step().every_steps() <= 0 || !(s->step().factor() >= 0 && s->step().factor() <= 1))) {
+    return absl::InvalidArgumentError(absl::StrCat("optimizer.schedule.step needs every_steps > 0 and factor in "
+                                                   "(0, 1], got ",
+                                                   s->step().every_steps(), " and ", s->step().factor()));
+  }
+  return spec;
+}
 
 absl::StatusOr<TrainingGraph> LowerSequential(const JobSpec& job) {
   const ModelSpec& model = job.model();
@@ -53,7 +94,8 @@ absl::StatusOr<TrainingGraph> LowerSequential(const JobSpec& job) {
   ASSIGN_OR_RETURN(std::vector<Output> grads, AddGradients(&b, loss, lower.variables()));
   std::vector<Output> step_outputs = grads;
   step_outputs.push_back(loss);
-  ASSIGN_OR_RETURN(Node * train, AddOptimizer(&b, job.optimizer(), lower.variables(), grads, step_outputs, "train"));
+  ASSIGN_OR_RETURN(OptimizerSpec optimizer, ResolveOptimizer(job));
+  ASSIGN_OR_RETURN(Node * train, AddOptimizer(&b, optimizer, lower.variables(), grads, step_outputs, "train"));
   // Batch norm's moving statistics advance with every training step.
   for (Node* u : lower.state_updates()) RETURN_IF_ERROR(tg.graph->AddControlEdge(u, train));
 
@@ -128,14 +170,57 @@ absl::StatusOr<TrainingGraph> LowerGraphModel(const JobSpec& job) {
   return tg;
 }
 
-}  // namespace
+// The optimizer's learning rate, its default for 0.
+float BaseRate(const OptimizerSpec& spec) {
+  switch (spec.kind_case()) {
+    case OptimizerSpec::kMomentum: return spec.momentum().learning_rate() > 0 ? spec.momentum().learning_rate() : 0.01f;
+    case OptimizerSpec::kAdam: return spec.adam().learning_rate() > 0 ? spec.adam().learning_rate() : 0.001f;
+    case OptimizerSpec::kAdamw: return spec.adamw().learning_rate() > 0 ? spec.adamw().learning_rate() : 0.001f;
+    case OptimizerSpec::kSgd:
+    case OptimizerSpec::KIND_NOT_SET: break;
+  }
+  return spec.sgd().learning_rate() > 0 ? spec.sgd().learning_rate() : 0.01f;
+}
 
-absl::StatusOr<Node*> AddOptimizer(GraphBuilder* b, const OptimizerSpec& spec, const std::vector<Output>& vars,
-                                   const std::vector<Output>& grads, const std::vector<Output>& step_outputs,
-                                   const std::string& train_op_name) {
-  // Nodes the training step runs anyway: updates may wait on these, not on
-  // readers that only evaluation runs.
-  Graph* g = b->graph();
+// The optimizer attributes of the schedule (graph/ops/training_attrs.h)
+// and the weight decay.
+AttrList RateAttrs(const LearningRateSchedule& schedule, float learning_rate, float weight_decay) {
+  AttrList attrs = {Attr("learning_rate", learning_rate)};
+  if (weight_decay != 0.0f) attrs.push_back(Attr("weight_decay", weight_decay));
+  if (schedule.warmup_steps() != 0) attrs.push_back(Attr("warmup_steps", schedule.warmup_steps()));
+  if (schedule.has_cosine()) {
+    attrs.push_back(Attr("decay", "cosine"));
+    attrs.push_back(Attr("decay_steps", schedule.cosine().decay_steps()));
+    attrs.push_back(Attr("decay_alpha", schedule.cosine().alpha()));
+  } else if (schedule.has_step()) {
+    attrs.push_back(Attr("decay", "step"));
+    attrs.push_back(Attr("decay_steps", schedule.step().every_steps()));
+    attrs.push_back(Attr("decay_factor", schedule.step().factor() > 0 ? schedule.step().factor() : 0.1f));
+  }
+  return attrs;
+}
+
+// The gradients the updates apply: `grads` scaled to a global norm of at
+// most clip_norm (one GlobalNormScale over all of them), or `grads` as they
+// are when clip_norm is 0.
+absl::StatusOr<std::vector<Output>> ClipGradients(GraphBuilder* b, float clip_norm, const std::vector<Output>& grads) {
+  if (clip_norm == 0.0f || grads.empty()) return grads;
+  if (!(clip_norm > 0.0f) || !std::isfinite(clip_norm)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer.clip_global_norm must be a positive number or 0, got ", clip_norm));
+  }
+  Node* scale = b->AddNode("GlobalNormScale", grads, {Attr("clip_norm", clip_norm)}, "clip");
+  RETURN_IF_ERROR(b->status());
+  std::vector<Output> clipped;
+  clipped.reserve(grads.size());
+  for (const Output& g : grads) clipped.push_back(b->Op("Mul", {g, Output(scale, 0)}, {}, "clipped"));
+  RETURN_IF_ERROR(b->status());
+  return clipped;
+}
+
+// Nodes the training step runs anyway (what `step_outputs` depend on):
+// updates may wait on these, not on readers that only evaluation runs.
+std::vector<bool> StepNodes(Graph* g, const std::vector<Output>& step_outputs) {
   std::vector<bool> in_step(g->num_nodes(), false);
   std::deque<Node*> queue;
   for (const Output& o : step_outputs) {
@@ -160,47 +245,76 @@ absl::StatusOr<Node*> AddOptimizer(GraphBuilder* b, const OptimizerSpec& spec, c
       }
     }
   }
-  std::vector<Node*> updates;
+  return in_step;
+}
+
+// The update of `var` by `grad`, after `readers`. SGD and momentum count
+// their updates only for a schedule (`counted`); Adam always does.
+absl::StatusOr<Node*> AddUpdate(GraphBuilder* b, const OptimizerSpec& spec, const Output& var, const Output& grad,
+                                bool counted, const std::vector<Node*>& readers) {
+  const std::string vname = var.node->name();
+  auto count = [&](const char* slot) {
+    return b->Variable(absl::StrCat(vname, "/", slot), DType::kFloat32, TensorShape{}, "zeros");
+  };
+  Node* update = nullptr;
+  switch (spec.kind_case()) {
+    case OptimizerSpec::kMomentum: {
+      const auto& m = spec.momentum();
+      std::vector<Output> in = {var, b->Variable(vname + "/momentum", DType::kFloat32, var.shape(), "zeros")};
+      if (counted) in.push_back(count("step"));
+      in.push_back(grad);
+      AttrList attrs = RateAttrs(spec.schedule(), BaseRate(spec), m.weight_decay());
+      attrs.push_back(Attr("momentum", m.momentum()));
+      attrs.push_back(Attr("use_nesterov", m.nesterov()));
+      update = b->AddNode("ApplyMomentum", in, attrs, "apply", readers);
+      break;
+    }
+    case OptimizerSpec::kAdam:
+    case OptimizerSpec::kAdamw: {
+      const bool w = spec.has_adamw();
+      const auto& a = w ? spec.adamw() : spec.adam();
+      Output m = b->Variable(vname + "/adam_m", DType::kFloat32, var.shape(), "zeros");
+      Output v = b->Variable(vname + "/adam_v", DType::kFloat32, var.shape(), "zeros");
+      AttrList attrs =
+          RateAttrs(spec.schedule(), BaseRate(spec), w ? (a.weight_decay() > 0 ? a.weight_decay() : 0.01f) : 0.0f);
+      attrs.push_back(Attr("beta1", a.beta1() > 0 ? a.beta1() : 0.9f));
+      attrs.push_back(Attr("beta2", a.beta2() > 0 ? a.beta2() : 0.999f));
+      attrs.push_back(Attr("epsilon", a.epsilon() > 0 ? a.epsilon() : 1e-7f));
+      update = b->AddNode("ApplyAdam", {var, m, v, count("adam_t"), grad}, attrs, "apply", readers);
+      break;
+    }
+    case OptimizerSpec::kSgd:
+    case OptimizerSpec::KIND_NOT_SET: {
+      std::vector<Output> in = {var};
+      if (counted) in.push_back(count("step"));
+      in.push_back(grad);
+      update = b->AddNode("ApplyGradientDescent", in,
+                          RateAttrs(spec.schedule(), BaseRate(spec), spec.sgd().weight_decay()), "apply", readers);
+      break;
+    }
+  }
+  RETURN_IF_ERROR(b->status());
+  return update;
+}
+
+}  // namespace
+
+absl::StatusOr<Node*> AddOptimizer(GraphBuilder* b, const OptimizerSpec& spec, const std::vector<Output>& vars,
+                                   const std::vector<Output>& grads, const std::vector<Output>& step_outputs,
+                                   const std::string& train_op_name) {
+  std::vector<bool> in_step = StepNodes(b->graph(), step_outputs);
   NameScope ns(b, "optimizer");
+  ASSIGN_OR_RETURN(std::vector<Output> applied, ClipGradients(b, spec.clip_global_norm(), grads));
+  const bool counted = spec.schedule().warmup_steps() > 0 || spec.schedule().decay_case() !=
+                                                                  LearningRateSchedule::DECAY_NOT_SET;
+  std::vector<Node*> updates;
   for (size_t i = 0; i < vars.size(); ++i) {
     const Output& var = vars[i];
     std::vector<Node*> readers;
     for (const Node::OutEdge& e : var.node->out_edges()) {
       if (e.dst->id() < static_cast<int>(in_step.size()) && in_step[e.dst->id()]) readers.push_back(e.dst);
     }
-    const std::string vname = var.node->name();
-    Node* update = nullptr;
-    switch (spec.kind_case()) {
-      case OptimizerSpec::kMomentum: {
-        const auto& m = spec.momentum();
-        Output accum = b->Variable(vname + "/momentum", DType::kFloat32, var.shape(), "zeros");
-        update = b->AddNode("ApplyMomentum", {var, accum, grads[i]},
-                            {Attr("learning_rate", m.learning_rate() > 0 ? m.learning_rate() : 0.01f),
-                             Attr("momentum", m.momentum()), Attr("use_nesterov", m.nesterov())},
-                            "apply", readers);
-        break;
-      }
-      case OptimizerSpec::kAdam: {
-        const auto& a = spec.adam();
-        Output m = b->Variable(vname + "/adam_m", DType::kFloat32, var.shape(), "zeros");
-        Output v = b->Variable(vname + "/adam_v", DType::kFloat32, var.shape(), "zeros");
-        Output t = b->Variable(vname + "/adam_t", DType::kFloat32, TensorShape{}, "zeros");
-        update = b->AddNode("ApplyAdam", {var, m, v, t, grads[i]},
-                            {Attr("learning_rate", a.learning_rate() > 0 ? a.learning_rate() : 0.001f),
-                             Attr("beta1", a.beta1() > 0 ? a.beta1() : 0.9f),
-                             Attr("beta2", a.beta2() > 0 ? a.beta2() : 0.999f),
-                             Attr("epsilon", a.epsilon() > 0 ? a.epsilon() : 1e-7f)},
-                            "apply", readers);
-        break;
-      }
-      case OptimizerSpec::kSgd:
-      case OptimizerSpec::KIND_NOT_SET: {
-        const float lr = spec.has_sgd() && spec.sgd().learning_rate() > 0 ? spec.sgd().learning_rate() : 0.01f;
-        update = b->AddNode("ApplyGradientDescent", {var, grads[i]}, {Attr("learning_rate", lr)}, "apply", readers);
-        break;
-      }
-    }
-    RETURN_IF_ERROR(b->status());
+    ASSIGN_OR_RETURN(Node * update, AddUpdate(b, spec, var, applied[i], counted, readers));
     updates.push_back(update);
   }
   b->PopScope();  // the train op sits at the top level
@@ -208,6 +322,13 @@ absl::StatusOr<Node*> AddOptimizer(GraphBuilder* b, const OptimizerSpec& spec, c
   b->PushScope("optimizer");
   RETURN_IF_ERROR(b->status());
   return train;
+}
+
+absl::StatusOr<LrSchedule> LearningRateOf(const JobSpec& job) {
+  ASSIGN_OR_RETURN(OptimizerSpec spec, ResolveOptimizer(job));
+  NodeDef attrs;
+  for (auto& [name, value] : RateAttrs(spec.schedule(), BaseRate(spec), 0.0f)) (*attrs.mutable_attr())[name] = value;
+  return ParseLrSchedule(attrs);
 }
 
 absl::StatusOr<TrainingGraph> LowerJob(const JobSpec& job) {

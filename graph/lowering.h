@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "graph/builder.h"
 #include "graph/graph.h"
+#include "graph/ops/lr_schedule.h"
 #include "proto/job.pb.h"
 
 namespace weft {
@@ -48,6 +49,12 @@ absl::StatusOr<Node*> AddOptimizer(GraphBuilder* b, const OptimizerSpec& spec, c
                                    const std::string& train_op_name);
 
 absl::StatusOr<TrainingGraph> LowerJob(const JobSpec& job);
+
+// The learning-rate schedule a layer model's optimizer applies (defaults
+// filled in, a cosine decay's length resolved from the job's steps): what
+// each update's rate is at its count t, which under synchronous strategies is
+// the global step.
+absl::StatusOr<LrSchedule> LearningRateOf(const JobSpec& job);
 
 }  // namespace weft
 

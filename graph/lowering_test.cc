@@ -154,6 +154,39 @@ TEST(LoweringTest, ResidualBlockWithBatchNorm) {
   EXPECT_EQ(eval_bn->input(4).node->name(), "stem_bn/moving_variance");
 }
 
+// Layer norm has trainable gamma and beta and no moving statistics: training
+// and evaluation run the same op on their own inputs.
+TEST(LoweringTest, LayerNormHasTrainableScaleAndNoState) {
+  auto tg = LowerJob(Job(R"(model { input_shape: [4, 4, 3] num_classes: 10
+      layer { conv2d { filters: 6 kernel_size: 3 } }
+      layer { name: "ln" layer_norm { activation: RELU epsilon: 0.01 } }
+      layer { flatten {} }
+      layer { dense { units: 10 } } } optimizer { adam {} })"));
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  const Graph& g = *tg->graph;
+  for (const char* v : {"ln/gamma", "ln/beta"}) {
+    ASSERT_NE(g.FindNode(v), nullptr) << v;
+    EXPECT_EQ(g.FindNode(v)->output_shape(0), TensorShape({6})) << v;
+    EXPECT_EQ(std::count(tg->variables.begin(), tg->variables.end(), v), 1) << v << " is trainable";
+  }
+  EXPECT_EQ(tg->variables.size(), 6u);  // conv's kernel and bias, gamma, beta, dense's two
+  EXPECT_EQ(g.FindNode("ln/moving_mean"), nullptr);
+  for (const char* name : {"ln/LayerNorm", "eval/ln/LayerNorm"}) {
+    const Node* n = g.FindNode(name);
+    ASSERT_NE(n, nullptr) << name;
+    EXPECT_EQ(n->input(1).node->name(), "ln/gamma") << name;
+    EXPECT_EQ(n->input(2).node->name(), "ln/beta") << name;
+    EXPECT_EQ(n->output_shape(1), TensorShape({-1})) << name;  // a row per position of each example
+  }
+  EXPECT_EQ(g.FindNode("ln/Relu")->input(0).node->name(), "ln/LayerNorm");
+  const Node* train = g.FindNode(tg->train_op);
+  for (const Node* c : train->control_inputs()) EXPECT_NE(c->op(), "ApplyMovingAverage") << c->name();
+  // The gradient reaches gamma and beta through LayerNormGrad.
+  int grads = 0;
+  for (int i = 0; i < g.num_nodes(); ++i) grads += g.node(i) != nullptr && g.node(i)->op() == "LayerNormGrad";
+  EXPECT_EQ(grads, 1);
+}
+
 TEST(LoweringTest, BadTopologiesNameTheLayer) {
   struct Case {
     const char* layers;
@@ -171,6 +204,8 @@ TEST(LoweringTest, BadTopologiesNameTheLayer) {
             "add's inputs must have one shape"},
            {R"(layer { batch_norm { momentum: 1.5 } } layer { dense { units: 10 } })", "batch_norm.momentum"},
            {R"(layer { global_avg_pool {} } layer { dense { units: 10 } })", "global_avg_pool needs an image"},
+           {R"(layer { name: "ln" layer_norm { epsilon: -1 } } layer { dense { units: 10 } })",
+            "'ln': layer_norm.epsilon must be positive, got -1"},
        }) {
     auto tg = LowerJob(Job(absl::StrCat("model { input_shape: [784] num_classes: 10 ", c.layers, " }")));
     ASSERT_FALSE(tg.ok()) << c.layers;

@@ -1,5 +1,7 @@
 #include "graph/model_lowering.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "graph/attr.h"
@@ -34,6 +36,7 @@ const char* KindName(const LayerSpec& l) {
     case LayerSpec::kBatchNorm: return "batch_norm";
     case LayerSpec::kAdd: return "add";
     case LayerSpec::kGlobalAvgPool: return "global_avg_pool";
+    case LayerSpec::kLayerNorm: return "layer_norm";
     default: return "layer";
   }
 }
@@ -107,6 +110,7 @@ absl::Status ModelLowering::LowerLayer(int i, bool last, bool training, const st
     case LayerSpec::kMaxPool: return MaxPool(i, out);
     case LayerSpec::kReshape: return Reshape(i, out);
     case LayerSpec::kBatchNorm: return BatchNorm(i, last, training, out);
+    case LayerSpec::kLayerNorm: return LayerNorm(i, last, out);
     case LayerSpec::kAdd: return Add(i, last, in, out);
     case LayerSpec::kFlatten: {
       const TensorShape& s = out->shape();
@@ -266,6 +270,33 @@ absl::Status ModelLowering::BatchNorm(int i, bool last, bool training, Output* x
                 {Attr("epsilon", epsilon)});
   }
   *x = ActivateUnlessLastSoftmax(b_, *x, bn.activation(), last);
+  return absl::OkStatus();
+}
+
+// The same op in training and evaluation: each example's own statistics,
+// nothing kept between steps.
+absl::Status ModelLowering::LayerNorm(int i, bool last, Output* x) {
+  const LayerNormLayer& ln = model_.layer(i).layer_norm();
+  const float epsilon = ln.epsilon() == 0.0f ? 1e-3f : ln.epsilon();
+  if (!(epsilon > 0.0f) || !std::isfinite(epsilon)) {
+    return Error(i, absl::StrCat("layer_norm.epsilon must be positive, got ", ln.epsilon()));
+  }
+  const TensorShape& in = x->shape();
+  if (in.rank() < 2 || in.dim(in.rank() - 1) <= 0) {
+    return Error(i, absl::StrCat("layer_norm needs a known last axis (channels or features), got ",
+                                 in.DebugString()));
+  }
+  LayerVars& v = vars_[i];
+  if (!v.gamma.valid()) {
+    const TensorShape c{in.dim(in.rank() - 1)};
+    v.gamma = b_->Variable("gamma", DType::kFloat32, c, "ones");
+    v.beta = b_->Variable("beta", DType::kFloat32, c, "zeros");
+    Track(v.gamma);
+    Track(v.beta);
+  }
+  Node* n = b_->AddNode("LayerNorm", {*x, v.gamma, v.beta}, {Attr("epsilon", epsilon)});
+  if (n == nullptr) return b_->status();
+  *x = ActivateUnlessLastSoftmax(b_, Output(n, 0), ln.activation(), last);
   return absl::OkStatus();
 }
 

@@ -2,7 +2,8 @@
 // a stack of layers, or a graph of them where layers name their inputs
 // (residual blocks). graph/lowering.cc builds the training graph from two
 // passes: a training pass (dropout on, batch statistics) and an evaluation
-// pass sharing its variables (dropout off, moving statistics).
+// pass sharing its variables (dropout off, moving statistics). Layer norm
+// takes each example's own statistics, the same in both passes.
 //
 // Thread-safety: used by one thread.
 #ifndef WEFT_GRAPH_MODEL_LOWERING_H_
@@ -44,7 +45,7 @@ class ModelLowering {
   // A layer's variables, created by the training pass.
   struct LayerVars {
     Output kernel, bias;                      // dense, conv2d
-    Output gamma, beta, moving_mean, moving_var;  // batch_norm
+    Output gamma, beta, moving_mean, moving_var;  // batch_norm (layer_norm: gamma, beta)
   };
 
   absl::Status LowerLayer(int i, bool last, bool training, const std::vector<Output>& in, Output* out);
@@ -53,6 +54,7 @@ class ModelLowering {
   absl::Status MaxPool(int i, Output* x);
   absl::Status Reshape(int i, Output* x);
   absl::Status BatchNorm(int i, bool last, bool training, Output* x);
+  absl::Status LayerNorm(int i, bool last, Output* x);
   absl::Status Add(int i, bool last, const std::vector<Output>& in, Output* out);
   absl::Status Error(int i, absl::string_view msg) const;
   std::string LayerName(int i) const;

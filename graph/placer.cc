@@ -14,11 +14,13 @@ namespace weft {
 namespace {
 
 // The inputs that `n` updates in place: the variable and its slots.
+// Every input of an update but its last (the gradient, or the value of a
+// moving average).
 std::vector<int> RefInputs(const Node& n) {
-  if (n.op() == "ApplyMomentum") return {0, 1};
-  if (n.op() == "ApplyAdam") return {0, 1, 2, 3};
-  if (n.op_def().stateful && absl::StartsWith(n.op(), "Apply") && n.num_inputs() > 0) return {0};
-  return {};
+  if (!n.op_def().stateful || !absl::StartsWith(n.op(), "Apply") || n.num_inputs() < 2) return {};
+  std::vector<int> refs(n.num_inputs() - 1);
+  std::iota(refs.begin(), refs.end(), 0);
+  return refs;
 }
 
 // Union-find over node ids; a group's root is its smallest id, so the

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "graph/lowering.h"
 #include "master/checkpointer.h"
 
 namespace weft {
@@ -15,21 +16,13 @@ namespace {
 // New event file names tried before giving up (each differs by its counter).
 constexpr int kNameAttempts = 16;
 
-// The rate the optimizer applies: graph/lowering.cc's defaults for 0. A raw
-// graph model carries its optimizer inside its graph, unknown here.
-std::optional<float> LearningRate(const JobSpec& job) {
+// The schedule the optimizer applies (graph/lowering.h). A raw graph model
+// carries its optimizer inside its graph, unknown here.
+std::optional<LrSchedule> LearningRate(const JobSpec& job) {
   if (!job.has_model()) return std::nullopt;
-  const OptimizerSpec& o = job.optimizer();
-  switch (o.kind_case()) {
-    case OptimizerSpec::kMomentum:
-      return o.momentum().learning_rate() > 0 ? o.momentum().learning_rate() : 0.01f;
-    case OptimizerSpec::kAdam:
-      return o.adam().learning_rate() > 0 ? o.adam().learning_rate() : 0.001f;
-    case OptimizerSpec::kSgd:
-    case OptimizerSpec::KIND_NOT_SET:
-      break;
-  }
-  return o.has_sgd() && o.sgd().learning_rate() > 0 ? o.sgd().learning_rate() : 0.01f;
+  absl::StatusOr<LrSchedule> s = LearningRateOf(job);
+  if (!s.ok()) return std::nullopt;
+  return *s;
 }
 
 // A new event file's absolute path in the run directory `run` (relative to
@@ -116,7 +109,10 @@ void JobSummaries::WriteTrain(int64_t step, double loss, double samples_per_seco
   if (window_steps_ > 0) {
     scalars[n++] = {"train/step_time_seconds", static_cast<float>(window_seconds_ / window_steps_)};
   }
-  if (learning_rate_.has_value()) scalars[n++] = {"train/learning_rate", *learning_rate_};
+  if (learning_rate_.has_value()) {
+    // The rate of the step's update (t = step under synchronous strategies).
+    scalars[n++] = {"train/learning_rate", static_cast<float>(learning_rate_->At(static_cast<double>(step)))};
+  }
   Write(step, absl::MakeConstSpan(scalars, n));
   last_train_step_ = step;
   window_seconds_ = 0;

@@ -14,8 +14,9 @@
 //                              update (its time includes the start, or a
 //                              recovery) is left out, so with every_steps
 //                              1 the first summary has none
-//   train/learning_rate        the optimizer's (Sequential models only: a
-//                              raw graph's is inside its graph)
+//   train/learning_rate        the optimizer's rate at the step, with its
+//                              schedule (layer models only: a raw graph's
+//                              is inside its graph)
 //   eval/accuracy              after each evaluation (eval.every_epochs)
 //                              and at the end, at the step evaluated
 //   eval/loss                  at the end (progress carries no eval loss)
@@ -51,6 +52,7 @@
 #include "absl/types/span.h"
 #include "common/confined_root.h"
 #include "common/env.h"
+#include "graph/ops/lr_schedule.h"
 #include "proto/job.pb.h"
 #include "runtime/summary_writer.h"
 #include "runtime/training_loop.h"
@@ -103,7 +105,7 @@ class JobSummaries {
 
   const std::string job_id_;
   const int64_t every_;
-  const std::optional<float> learning_rate_;  // unset: not known (raw graph)
+  const std::optional<LrSchedule> learning_rate_;  // unset: not known (raw graph)
   std::unique_ptr<SummaryWriter> writer_;     // null: writing nothing
   bool started_ = false;                      // a progress update was seen
   int64_t last_step_ = 0;                     // of the last training update

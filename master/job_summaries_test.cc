@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <map>
 #include <string>
 #include <utility>
@@ -335,6 +336,26 @@ TEST_F(JobSummariesTest, DefaultsToEvery100StepsAndEndsACancelledRunWithItsLastS
   EXPECT_EQ(loss.at(250), 0.25f);
   EXPECT_TRUE(Scalars(files[0], "eval/accuracy").empty());
   EXPECT_EQ(Scalars(files[0], "train/learning_rate").at(100), 0.01f);
+}
+
+// With a schedule, the chart is the rate of the step's update.
+TEST_F(JobSummariesTest, AScheduledLearningRateIsChartedAtEachStep) {
+  JobSpec job = MlpJob("steps: 300 summary { dir: 'sched' every_steps: 50 }");
+  job.mutable_optimizer()->mutable_schedule()->set_warmup_steps(100);
+  job.mutable_optimizer()->mutable_schedule()->mutable_cosine()->set_alpha(0.1f);  // decays over the last 200
+  auto s = JobSummaries::Open(job, "job-5-00", root_, Env::Default());
+  ASSERT_TRUE(s.ok() && *s != nullptr) << s.status();
+  for (int64_t step = 1; step <= 300; ++step) (*s)->OnProgress(Progress(step, 1.0, 300));
+  const std::vector<std::vector<Event>> files = ReadRun(JoinPath(root_->path(), "sched/job-5-00"));
+  ASSERT_EQ(files.size(), 1u);
+  const std::map<int64_t, float> lr = Scalars(files[0], "train/learning_rate");
+  ASSERT_EQ(Steps(lr), (std::vector<int64_t>{50, 100, 150, 200, 250, 300}));
+  EXPECT_FLOAT_EQ(lr.at(50), 0.005f);  // half way up the warm-up
+  EXPECT_FLOAT_EQ(lr.at(100), 0.01f);
+  // 99 of 200 decay steps: just above the midpoint, 0.01 (0.1 + 0.9 / 2).
+  EXPECT_NEAR(lr.at(200), 0.01 * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 99 / 200))), 1e-8);
+  EXPECT_GT(lr.at(250), lr.at(300));
+  EXPECT_GT(lr.at(300), 0.001f);
 }
 
 // A raw graph model's learning rate is inside its graph: not written.

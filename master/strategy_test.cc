@@ -189,6 +189,18 @@ Trained Replicated(const TrainingGraph& tg, const Layout& setup, ReplicatedGraph
   return run;
 }
 
+// Momentum with weight decay and a warm-up then a cosine decay: each
+// replica's copy of every update count must advance once per step for its
+// rates to follow single-process training's.
+constexpr char kScheduled[] =
+    "optimizer { momentum { learning_rate: 0.3 momentum: 0.5 weight_decay: 0.01 } "
+    "schedule { warmup_steps: 1 cosine { decay_steps: 2 alpha: 0.1 } } }";
+
+std::string OptimizerLabel(const std::string& optimizer) {
+  if (absl::StrContains(optimizer, "schedule")) return "scheduled_momentum";
+  return absl::StrContains(optimizer, "adam") ? "adam" : "sgd";
+}
+
 class SyncStrategyTest : public ::testing::TestWithParam<std::tuple<StrategySpec::Kind, int, std::string>> {};
 
 TEST_P(SyncStrategyTest, MatchesSingleProcessTrainingAtTheGlobalBatch) {
@@ -216,10 +228,10 @@ INSTANTIATE_TEST_SUITE_P(
                                          StrategySpec::CENTRAL_STORAGE),
                        ::testing::Values(2, 4),
                        ::testing::Values("optimizer { sgd { learning_rate: 0.3 } }",
-                                         "optimizer { adam { learning_rate: 0.01 } }")),
+                                         "optimizer { adam { learning_rate: 0.01 } }", kScheduled)),
     [](const auto& info) {
       return absl::StrCat(StrategySpec::Kind_Name(std::get<0>(info.param)), "_", std::get<1>(info.param), "_",
-                          absl::StrContains(std::get<2>(info.param), "adam") ? "adam" : "sgd");
+                          OptimizerLabel(std::get<2>(info.param)));
     });
 
 // MULTI_WORKER_MIRRORED needs the ring all-reduce between tasks, so its
@@ -288,10 +300,11 @@ TEST_P(MultiWorkerMirroredTest, MatchesSingleProcessTrainingAtTheGlobalBatch) {
 INSTANTIATE_TEST_SUITE_P(Replicas, MultiWorkerMirroredTest,
                          ::testing::Combine(::testing::Values(2, 4),
                                             ::testing::Values("optimizer { sgd { learning_rate: 0.3 } }",
-                                                              "optimizer { adam { learning_rate: 0.01 } }")),
+                                                              "optimizer { adam { learning_rate: 0.01 } }",
+                                                              kScheduled)),
                          [](const auto& info) {
                            return absl::StrCat(std::get<0>(info.param), "_workers_",
-                                               absl::StrContains(std::get<1>(info.param), "adam") ? "adam" : "sgd");
+                                               OptimizerLabel(std::get<1>(info.param)));
                          });
 
 // Variables above max_shard_bytes are split into row shards over both ps
@@ -1046,6 +1059,13 @@ TEST(StrategyTest, ReplicasToAggregateOutOfRangeOrWithoutSyncParameterServerIsIn
   auto s = ApplyStrategy(*tg, layout.options);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(s.status().message(), "sync")) << s.status();
+  // k-of-N applies SGD and momentum in their plain forms: no update count.
+  auto scheduled = LowerJob(MlpJob(kScheduled));
+  ASSERT_TRUE(scheduled.ok()) << scheduled.status();
+  layout.options.sync = true;
+  s = ApplyStrategy(*scheduled, layout.options);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.status().message(), "does not support a learning-rate schedule")) << s.status();
   Layout mirrored = For(StrategySpec::MIRRORED, 2);
   mirrored.options.replicas_to_aggregate = 1;
   s = ApplyStrategy(*tg, mirrored.options);

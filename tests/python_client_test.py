@@ -4,10 +4,11 @@ One `weft local` cluster (a master, two workers, a parameter server, each a
 process on 127.0.0.1, mTLS with the certificates it makes) serves the whole
 module. The tests train through `compile`/`fit` under every strategy, check
 that `fit` reaches what the same job file reaches, train a functional
-residual model (batch norm, add, global pooling) and check its predictions
-against NumPy, cancel a `fit`, feed bad arguments, talk to a dead master,
-run a hand-built graph in a remote Session, share a variable between two
-sessions, run the examples, and install the package offline with pip.
+residual model (batch norm, add, global pooling) and a layer-normalised
+MLP and check their predictions against NumPy, cancel a `fit`, feed bad
+arguments, talk to a dead master, run a hand-built graph in a remote
+Session, share a variable between two sessions, run the examples, and
+install the package offline with pip.
 Every wait has a deadline; nothing is timed.
 """
 import gzip
@@ -179,9 +180,15 @@ def test_a_functional_residual_model_fits_evaluates_and_predicts(client):
     x_test, y_test = stripes(320, 2)
     with weft.distribute.OneDeviceStrategy(client=client).scope():
         model = residual_model()
-        model.compile(optimizer=weft.keras.optimizers.Adam(learning_rate=0.01), metrics=["accuracy"])
+        # A warm-up and a cosine decay over the 40 steps, decoupled weight decay, clipping.
+        schedule = weft.keras.optimizers.schedules.CosineDecay(0.0, 36, warmup_target=0.01, warmup_steps=4)
+        model.compile(optimizer=weft.keras.optimizers.AdamW(schedule, weight_decay=1e-4, global_clipnorm=5.0),
+                      metrics=["accuracy"])
     from weft._pb import job_pb2
-    spec = model.to_job_spec(job_pb2.DatasetSpec(), (8, 8, 1), batch_size=32, epochs=1).model
+    job = model.to_job_spec(job_pb2.DatasetSpec(), (8, 8, 1), batch_size=32, epochs=1)
+    assert job.optimizer.adamw.learning_rate == pytest.approx(0.01)
+    assert job.optimizer.schedule.cosine.decay_steps == 36 and job.optimizer.clip_global_norm == 5.0
+    spec = job.model
     assert [(l.name, list(l.inputs)) for l in spec.layer] == [
         ("conv2d", ["input"]), ("batch_normalization", ["conv2d"]), ("activation", ["batch_normalization"]),
         ("conv2d_1", ["activation"]), ("batch_normalization_1", ["conv2d_1"]),
@@ -197,6 +204,34 @@ def test_a_functional_residual_model_fits_evaluates_and_predicts(client):
     w = model.get_weights()
     assert "conv2d/bias" not in w and w["batch_normalization_1/moving_variance"].shape == (8,)
     np.testing.assert_allclose(probabilities, numpy_forward(w, x_test / 255.0), atol=1e-4)
+
+
+def test_layer_normalization_fits_and_predicts_as_numpy_normalises(client):
+    x, y = stripes(640, 3)
+    x_test, y_test = stripes(320, 4)
+    with weft.distribute.OneDeviceStrategy(client=client).scope():
+        inp = weft.keras.Input(shape=(8, 8, 1))
+        h = layers.LayerNormalization(epsilon=0.01, activation="relu")(layers.Dense(16)(layers.Flatten()(inp)))
+        model = weft.keras.Model(inputs=inp, outputs=layers.Dense(3, activation="softmax")(h), name="layer_norm")
+        model.compile(optimizer=weft.keras.optimizers.Adam(learning_rate=0.01), metrics=["accuracy"])
+    from weft._pb import job_pb2
+    spec = model.to_job_spec(job_pb2.DatasetSpec(), (8, 8, 1), batch_size=32, epochs=1).model
+    assert [l.WhichOneof("kind") for l in spec.layer] == ["flatten", "dense", "layer_norm", "dense"]
+    assert abs(spec.layer[2].layer_norm.epsilon - 0.01) < 1e-9 and spec.layer[2].layer_norm.activation == job_pb2.RELU
+    model.fit(x, y, epochs=2, batch_size=32, verbose=0)
+    loss, accuracy = model.evaluate(x_test, y_test)
+    assert accuracy >= 0.8, (loss, accuracy)  # chance: 1/3
+    w = model.get_weights()
+    assert w["layer_normalization/gamma"].shape == (16,) and w["layer_normalization/beta"].shape == (16,)
+    assert not any(k.startswith("layer_normalization/moving") for k in w)
+    assert not np.allclose(w["layer_normalization/gamma"], 1)  # trained
+
+    h = (x_test / 255.0).reshape(320, 64) @ w["dense/kernel"] + w["dense/bias"]
+    h = (h - h.mean(axis=1, keepdims=True)) / np.sqrt(h.var(axis=1, keepdims=True) + 0.01)
+    h = np.maximum(h * w["layer_normalization/gamma"] + w["layer_normalization/beta"], 0)
+    logits = h @ w["dense_1/kernel"] + w["dense_1/bias"]
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(model.predict(x_test), e / e.sum(axis=1, keepdims=True), atol=1e-4)
 
 
 def test_a_cancelled_fit_raises_and_the_cluster_keeps_serving(client, fmnist):
@@ -228,15 +263,34 @@ def test_a_cancelled_fit_raises_and_the_cluster_keeps_serving(client, fmnist):
     (lambda: layers.Conv2D(8, (3, 5)), ValueError, "kernel_size"),
     (lambda: weft.keras.optimizers.Adam(learning_rate=-1), ValueError, "learning_rate"),
     (lambda: weft.keras.optimizers.get("rmsprop"), ValueError, "optimizer"),
+    (lambda: weft.keras.optimizers.SGD(clipnorm=1.0), ValueError, "global_clipnorm"),
+    (lambda: weft.keras.optimizers.AdamW(weight_decay=-1), ValueError, "weight_decay"),
+    (lambda: weft.keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5), ValueError, "staircase"),
+    (lambda: weft.keras.optimizers.schedules.CosineDecay(0.1, 10, warmup_target=1, warmup_steps=2), ValueError,
+     "starts from 0"),
+    (lambda: weft.keras.optimizers.schedules.CosineDecay(0.1, 0), ValueError, "decay_steps"),
     (lambda: weft.distribute.ParameterServerStrategy(replicas_to_aggregate=2), ValueError, "replicas_to_aggregate"),
     (lambda: weft.Client("127.0.0.1:1", insecure=True, timeout=-1), ValueError, "timeout"),
     (lambda: weft.Client("no-port", insecure=True), ValueError, "master"),
     (lambda: weft.Client("127.0.0.1:1", ca=7), TypeError, "ca"),
-], ids=["units", "units_type", "activation", "rate", "kernel_size", "learning_rate", "optimizer",
+], ids=["units", "units_type", "activation", "rate", "kernel_size", "learning_rate", "optimizer", "clipnorm",
+        "adamw_weight_decay", "staircase", "warmup_from_zero", "decay_steps",
         "replicas_to_aggregate", "timeout", "master", "ca_type"])
 def test_bad_arguments_name_the_argument(call, exc, words):
     with pytest.raises(exc, match=words):
         call()
+
+
+def test_optimizers_write_their_schedules_into_the_job():
+    sgd = weft.keras.optimizers.SGD(
+        weft.keras.optimizers.schedules.ExponentialDecay(0.1, 100, 0.5, staircase=True),
+        momentum=0.9, nesterov=True, weight_decay=5e-4).to_proto()
+    assert sgd.momentum.learning_rate == pytest.approx(0.1) and sgd.momentum.weight_decay == pytest.approx(5e-4)
+    assert sgd.schedule.step.every_steps == 100 and sgd.schedule.step.factor == pytest.approx(0.5)
+    assert sgd.clip_global_norm == 0
+    adamw = weft.keras.optimizers.get("adamw").to_proto()
+    assert adamw.WhichOneof("kind") == "adamw" and adamw.adamw.weight_decay == pytest.approx(0.004)
+    assert not adamw.HasField("schedule")
 
 
 def test_functional_models_refuse_what_weft_lacks():
@@ -253,6 +307,17 @@ def test_functional_models_refuse_what_weft_lacks():
         layers.BatchNormalization(center=False)
     with pytest.raises(ValueError, match="BatchNormalization: axis=1 is not supported"):
         layers.BatchNormalization(axis=1)
+    with pytest.raises(ValueError, match="LayerNormalization: axis=1 is not supported.* the last axis"):
+        layers.LayerNormalization(axis=1)
+    with pytest.raises(ValueError, match="LayerNormalization: axis=\\[1, 2, 3\\] is not supported"):
+        layers.LayerNormalization(axis=[1, 2, 3])
+    with pytest.raises(ValueError, match="LayerNormalization: center=False is not supported"):
+        layers.LayerNormalization(center=False)
+    with pytest.raises(ValueError, match="LayerNormalization: epsilon must be > 0"):
+        layers.LayerNormalization(epsilon=0)
+    with pytest.raises(TypeError, match="LayerNormalization: unknown argument 'momentum'"):
+        layers.LayerNormalization(momentum=0.9)
+    assert layers.LayerNormalization(axis=[-1]).to_proto().layer_norm.epsilon == pytest.approx(1e-3)
     with pytest.raises(TypeError, match="Dense: unknown argument 'kernel_regularizer'"):
         layers.Dense(3, kernel_regularizer="l2")
     with pytest.raises(ValueError, match="Dense: dense needs a flat input"):

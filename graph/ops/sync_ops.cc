@@ -55,7 +55,15 @@ ShapeFn PushShape(const char* apply_op) {
     RETURN_IF_ERROR(ExpectType(c, step, DType::kInt64, "local_step"));
     RETURN_IF_ERROR(ExpectRank(c, step, 0, "local_step"));
     ASSIGN_OR_RETURN(const OpDef* apply, OpRegistry::Global()->Lookup(apply_op));
-    RETURN_IF_ERROR(apply->shape_fn(c));
+    // The Apply op sees its own inputs, without local_step.
+    InferenceContext inner{c->node,
+                           {c->input_types.begin(), c->input_types.end() - 1},
+                           {c->input_shapes.begin(), c->input_shapes.end() - 1},
+                           {DType::kInvalid},
+                           {TensorShape()}};
+    RETURN_IF_ERROR(apply->shape_fn(&inner));
+    c->output_types[0] = inner.output_types[0];
+    c->output_shapes[0] = inner.output_shapes[0];
     c->output_types[1] = DType::kInt64;
     c->output_shapes[1].Clear();  // a scalar
     return absl::OkStatus();

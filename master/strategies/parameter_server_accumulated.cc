@@ -27,6 +27,14 @@ absl::Status CheckAccumulatedOps(const Rewrite& rw) {
       return absl::InvalidArgumentError(absl::StrCat("strategy: replicas_to_aggregate supports the sgd, momentum "
                                                      "and adam updates, not '", u.node->name(), "' (", op, ")"));
     }
+    // The accumulated applies take the plain forms' inputs; SGD and momentum
+    // count their updates only for a learning-rate schedule.
+    const int plain = op == "ApplyAdam" ? 4 : op == "ApplyMomentum" ? 2 : 1;
+    if (u.grad_input != plain) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "strategy: replicas_to_aggregate does not support a learning-rate schedule with the sgd or momentum "
+          "optimizer (update '", u.node->name(), "'); use adam or adamw, whose schedule it follows"));
+    }
   }
   return absl::OkStatus();
 }

@@ -43,7 +43,7 @@ struct CountingGradientDescent {
   explicit CountingGradientDescent(OpKernelConstruction*) {}
   void Run(OpKernelContext*, const kernels::GradientDescentParams& p) {
     ++apply_runs;
-    EXPECT_FLOAT_EQ(p.learning_rate, 0.5f);
+    EXPECT_FLOAT_EQ(p.schedule.learning_rate, 0.5f);
   }
 };
 

@@ -9,6 +9,7 @@
 #define WEFT_RUNTIME_KERNELS_OPTIMIZER_PARAMS_H_
 
 #include "graph/attr.h"
+#include "graph/ops/training_attrs.h"
 #include "runtime/kernels/kernel_checks.h"
 #include "runtime/op_kernel.h"
 
@@ -18,30 +19,37 @@ namespace kernels {
 // Each Init reads the node's attributes in order and stops at the first
 // missing or malformed one, whose error it records on `c` (returning false).
 
-struct GradientDescentParams {
-  float learning_rate = 0;
+// The learning-rate schedule and weight decay every optimizer has.
+struct RateParams {
+  LrSchedule schedule;
+  float weight_decay = 0;
 
-  bool Init(OpKernelConstruction* c) { return GetAttr(c, GetFloatAttr(c->def(), "learning_rate"), &learning_rate); }
+  bool InitRate(OpKernelConstruction* c) {
+    return GetAttr(c, ParseLrSchedule(c->def()), &schedule) &&
+           GetAttr(c, GetFloatAttrOr(c->def(), "weight_decay", 0.0f), &weight_decay);
+  }
 };
 
-struct MomentumParams {
-  float learning_rate = 0;
+struct GradientDescentParams : RateParams {
+  bool Init(OpKernelConstruction* c) { return InitRate(c); }
+};
+
+struct MomentumParams : RateParams {
   float momentum = 0;
   bool use_nesterov = false;
 
   bool Init(OpKernelConstruction* c) {
-    return GetAttr(c, GetFloatAttr(c->def(), "learning_rate"), &learning_rate) &&
-           GetAttr(c, GetFloatAttr(c->def(), "momentum"), &momentum) &&
+    return InitRate(c) && GetAttr(c, GetFloatAttr(c->def(), "momentum"), &momentum) &&
            GetAttr(c, GetBoolAttrOr(c->def(), "use_nesterov", false), &use_nesterov);
   }
 };
 
-struct AdamParams {
-  float learning_rate = 0, beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-7f;
+struct AdamParams : RateParams {
+  float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-7f;
 
   bool Init(OpKernelConstruction* c) {
-    return GetAttr(c, GetFloatAttr(c->def(), "learning_rate"), &learning_rate) &&
-           GetAttr(c, GetFloatAttr(c->def(), "beta1"), &beta1) && GetAttr(c, GetFloatAttr(c->def(), "beta2"), &beta2) &&
+    return InitRate(c) && GetAttr(c, GetFloatAttr(c->def(), "beta1"), &beta1) &&
+           GetAttr(c, GetFloatAttr(c->def(), "beta2"), &beta2) &&
            GetAttr(c, GetFloatAttr(c->def(), "epsilon"), &epsilon);
   }
 };

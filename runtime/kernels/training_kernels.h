@@ -35,26 +35,47 @@ namespace kernels {
 
 // Optimizer Ops: Params (their attributes), the operands that must have
 // var's shape, and Check for the rest of the inputs.
+// The update count t, when input `i` holds it: a float32 scalar.
+inline absl::Status CheckCount(OpKernelContext* ctx, int i) {
+  const Tensor& t = ctx->input(i);
+  if (t.dtype() != DType::kFloat32 || t.NumElements() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("t must be a float32 scalar, got ", DTypeName(t.dtype()), t.shape().DebugString()));
+  }
+  return absl::OkStatus();
+}
+
+// An update with `slots` slot variables, an optional t, and the gradient
+// last.
+inline absl::Status CheckScheduled(OpKernelContext* ctx, int slots, std::initializer_list<std::pair<int, const char*>> like) {
+  const int n = ctx->num_inputs();
+  if (n != slots + 2 && n != slots + 3) {
+    return absl::InvalidArgumentError(absl::StrCat("takes ", slots + 2, " or ", slots + 3, " inputs, got ", n));
+  }
+  if (n == slots + 3) {
+    if (absl::Status s = CheckCount(ctx, slots + 1); !s.ok()) return s;
+  }
+  if (absl::Status s = CheckLikeVar(ctx, like); !s.ok()) return s;
+  return CheckLikeVar(ctx, {{n - 1, "grad"}});
+}
+
+// Optimizer Ops: Params (their attributes), the operands that must have
+// var's shape, and Check for the rest of the inputs.
 struct GradientDescentOp {
   using Params = GradientDescentParams;
-  static absl::Status Check(OpKernelContext* ctx) { return CheckLikeVar(ctx, {{1, "grad"}}); }
+  static absl::Status Check(OpKernelContext* ctx) { return CheckScheduled(ctx, 0, {}); }
 };
 
 struct MomentumOp {
   using Params = MomentumParams;
-  static absl::Status Check(OpKernelContext* ctx) { return CheckLikeVar(ctx, {{1, "accum"}, {2, "grad"}}); }
+  static absl::Status Check(OpKernelContext* ctx) { return CheckScheduled(ctx, 1, {{1, "accum"}}); }
 };
 
 struct AdamOp {
   using Params = AdamParams;
   static absl::Status Check(OpKernelContext* ctx) {
     if (absl::Status s = CheckLikeVar(ctx, {{1, "m"}, {2, "v"}, {4, "grad"}}); !s.ok()) return s;
-    const Tensor& t = ctx->input(3);
-    if (t.dtype() != DType::kFloat32 || t.NumElements() != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("t must be a float32 scalar, got ", DTypeName(t.dtype()), t.shape().DebugString()));
-    }
-    return absl::OkStatus();
+    return CheckCount(ctx, 3);
   }
 };
 
@@ -82,6 +103,33 @@ class ApplyKernel : public OpKernel {
   }
 
   const typename Op::Params p_;
+  Impl impl_;
+};
+
+// GlobalNormScale(g_1, ..., g_n) -> (scale, norm) (graph/ops/clip_ops.cc):
+// reads clip_norm, checks the gradients are float32, allocates the two
+// scalars and hands them to Impl:
+//   void Run(OpKernelContext* ctx, float clip_norm, Tensor* scale, Tensor* norm)
+template <typename Impl>
+class GlobalNormScaleKernel : public OpKernel {
+ public:
+  explicit GlobalNormScaleKernel(OpKernelConstruction* c) : OpKernel(c), impl_(c) {
+    GetAttr(c, GetFloatAttr(c->def(), "clip_norm"), &clip_norm_);
+  }
+  void Compute(OpKernelContext* ctx) override {
+    for (int i = 0; i < ctx->num_inputs(); ++i) {
+      OP_REQUIRES(ctx, ctx->input(i).dtype() == DType::kFloat32,
+                  absl::InvalidArgumentError(absl::StrCat("gradient ", i, " must be float32, got ",
+                                                          DTypeName(ctx->input(i).dtype()))));
+    }
+    Tensor* scale = ctx->allocate_output(0, DType::kFloat32, TensorShape());
+    Tensor* norm = ctx->allocate_output(1, DType::kFloat32, TensorShape());
+    if (scale == nullptr || norm == nullptr) return;
+    impl_.Run(ctx, clip_norm_, scale, norm);
+  }
+
+ private:
+  float clip_norm_ = 0;
   Impl impl_;
 };
 

@@ -6,7 +6,8 @@ name>/kernel`` and ``/bias``, ``/gamma``, ``/beta``, ``/moving_mean`` and
 ``/moving_variance``; layers named ``layer<i>_<kind>`` unless named; each
 layer reads the layers its ``inputs`` name, else the layer before it), with
 the trained values as constants and a softmax at the end, and run in a
-Session on the cluster. Batch normalisation uses the moving statistics.
+Session on the cluster. Batch normalisation uses the moving statistics;
+layer normalisation each example's own, as in training.
 """
 from __future__ import annotations
 
@@ -94,6 +95,11 @@ def _lower(g: Graph, layer: "job_pb2.LayerSpec", name: str, ins: List[Tensor], s
         stats = [_variable(weights, name, v) for v in ("gamma", "beta", "moving_mean", "moving_variance")]
         h = g.op("BatchNormInference", [h] + stats, {"epsilon": float(bn.epsilon or 1e-3)})
         return _activate(h, bn.activation, last)
+    if kind == "layer_norm":
+        ln = layer.layer_norm
+        scale = [_variable(weights, name, v) for v in ("gamma", "beta")]
+        h = g.op("LayerNorm", [h] + scale, {"epsilon": float(ln.epsilon or 1e-3)}, num_outputs=3)[0]
+        return _activate(h, ln.activation, last)
     if kind == "add":
         return _activate(g.op("AddN", ins), layer.add.activation, last)
     if kind == "global_avg_pool":

@@ -1,7 +1,7 @@
 """Keras-style layers, each one LayerSpec of a weft ModelSpec (proto/job.proto).
 
 Only what weft's model lowering has: Dense, Conv2D, MaxPooling2D, Flatten,
-Dropout, Activation, Reshape, BatchNormalization, Add,
+Dropout, Activation, Reshape, BatchNormalization, LayerNormalization, Add,
 GlobalAveragePooling2D, and ``Input`` for the input. Arguments are checked
 when the layer is made; a wrong one, or a Keras argument weft lacks, raises
 ValueError or TypeError naming the layer and the argument.
@@ -140,7 +140,7 @@ def output_shape(spec: "job_pb2.LayerSpec", inputs: Sequence[Tuple[int, ...]]) -
             raise ValueError(f"reshape to {target} holds {math.prod(target)} values per example; its input {x} "
                              f"has {math.prod(x)}")
         return target
-    return x  # dropout, activation, batch_norm
+    return x  # dropout, activation, batch_norm, layer_norm
 
 
 # ---- layers and symbolic tensors ------------------------------------------------
@@ -354,6 +354,39 @@ class BatchNormalization(Layer):
     def _fill(self, spec):
         bn = spec.batch_norm
         bn.momentum, bn.epsilon, bn.activation = self.momentum, self.epsilon, self._act
+
+
+# Keras's LayerNormalization arguments that weft fixes, with the value it has.
+_LAYER_NORM_FIXED = {
+    "axis": (-1, [-1], (-1,)), "center": True, "scale": True, "beta_initializer": "zeros",
+    "gamma_initializer": "ones", "beta_regularizer": None, "gamma_regularizer": None, "beta_constraint": None,
+    "gamma_constraint": None, "rms_scaling": False, "trainable": True,
+}
+
+
+class LayerNormalization(Layer):
+    """Normalises each example over its last axis with that example's own
+    mean and variance (the same in training and inference: no moving
+    statistics), then scales by gamma and shifts by beta.
+
+    ``activation`` (weft's, not Keras's) is applied after normalising, as an
+    Activation layer after it would be.
+    """
+
+    def __init__(self, axis=-1, epsilon: float = 1e-3, activation: Optional[str] = None,
+                 name: Optional[str] = None, input_shape: Optional[Sequence[int]] = None, **keras) -> None:
+        super().__init__(name=name, input_shape=input_shape)
+        d = self.describe()
+        _only_weft_values(d, dict(keras, axis=axis), _LAYER_NORM_FIXED,
+                          "weft's layer_norm normalises the last axis, with a trainable gamma (ones) and beta (zeros)")
+        self.axis = -1
+        self.epsilon = _fraction(d, "epsilon", epsilon, 0.0)
+        self.activation = activation
+        self._act = _activation(d, activation)
+
+    def _fill(self, spec):
+        ln = spec.layer_norm
+        ln.epsilon, ln.activation = self.epsilon, self._act
 
 
 class Add(Layer):

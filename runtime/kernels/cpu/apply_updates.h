@@ -52,52 +52,64 @@ inline void MovingAverageUpdate(OpKernelContext* ctx, const kernels::MovingAvera
   });
 }
 
-// var -= lr * grad
+// The rate of this update: with the update count `t` (nullptr: none), t is
+// incremented first and the schedule read at the new count.
+inline float NextRate(const kernels::RateParams& p, float* t) {
+  if (t == nullptr) return p.schedule.learning_rate;
+  *t += 1.0f;
+  return static_cast<float>(p.schedule.At(*t));
+}
+
+// var -= lr * (grad + weight_decay var)
 inline void GradientDescentUpdate(OpKernelContext* ctx, const GradientDescentParams& p, int64_t n, float* var,
-                                  const float* grad) {
-  const float lr = p.learning_rate;
+                                  float* t, const float* grad) {
+  const float lr = NextRate(p, t), wd = p.weight_decay;
   ParallelFor(ctx, n, 2, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) var[i] -= lr * grad[i];
+    for (int64_t i = begin; i < end; ++i) var[i] -= lr * (grad[i] + wd * var[i]);
   });
 }
 
-// accum = accum * momentum + grad; var -= lr * accum (or, Nesterov,
-// var -= lr * (grad + momentum * accum)).
+// g = grad + weight_decay var; accum = accum * momentum + g;
+// var -= lr * accum (or, Nesterov, var -= lr * (g + momentum * accum)).
 inline void MomentumUpdate(OpKernelContext* ctx, const MomentumParams& p, int64_t n, float* var, float* accum,
-                           const float* grad) {
-  const float lr = p.learning_rate, mu = p.momentum;
+                           float* t, const float* grad) {
+  const float lr = NextRate(p, t), mu = p.momentum, wd = p.weight_decay;
   const bool nesterov = p.use_nesterov;
   ParallelFor(ctx, n, 4, [&](int64_t begin, int64_t end) {
     if (nesterov) {
       for (int64_t i = begin; i < end; ++i) {
-        accum[i] = accum[i] * mu + grad[i];
-        var[i] -= lr * (grad[i] + mu * accum[i]);
+        const float g = grad[i] + wd * var[i];
+        accum[i] = accum[i] * mu + g;
+        var[i] -= lr * (g + mu * accum[i]);
       }
     } else {
       for (int64_t i = begin; i < end; ++i) {
-        accum[i] = accum[i] * mu + grad[i];
+        accum[i] = accum[i] * mu + grad[i] + wd * var[i];
         var[i] -= lr * accum[i];
       }
     }
   });
 }
 
-// t += 1 (one per call: the update count of the bias correction), then
-// m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2,
-// var -= lr sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps).
+// t += 1 (one per call: the update count of the schedule and the bias
+// correction), then var *= 1 - lr(t) weight_decay (AdamW's decoupled
+// decay), m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2,
+// var -= lr(t) sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps).
 inline void AdamUpdate(OpKernelContext* ctx, const AdamParams& p, int64_t n, float* var, float* m, float* v,
                        float* t, const float* grad) {
   *t += 1.0f;
   const double step = *t;
-  const float lr_t = static_cast<float>(p.learning_rate * std::sqrt(1.0 - std::pow(double{p.beta2}, step)) /
+  const double rate = p.schedule.At(step);
+  const float lr_t = static_cast<float>(rate * std::sqrt(1.0 - std::pow(double{p.beta2}, step)) /
                                         (1.0 - std::pow(double{p.beta1}, step)));
+  const float keep = static_cast<float>(1.0 - rate * p.weight_decay);
   const float b1 = p.beta1, b2 = p.beta2, eps = p.epsilon;
   ParallelFor(ctx, n, 10, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const float g = grad[i];
       m[i] = b1 * m[i] + (1.0f - b1) * g;
       v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-      var[i] -= lr_t * m[i] / (std::sqrt(v[i]) + eps);
+      var[i] = keep * var[i] - lr_t * m[i] / (std::sqrt(v[i]) + eps);
     }
   });
 }

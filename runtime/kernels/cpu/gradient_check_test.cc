@@ -29,7 +29,7 @@ using X = std::vector<Output>;
 // by EveryDifferentiableOpIsChecked.
 const std::set<std::string>& CheckedOps() {
   static const auto* ops = new std::set<std::string>{
-      "Add",     "AddN",      "BatchNorm", "BiasAdd", "Cast", "GlobalAvgPool",      "Conv2D", "Dropout",     "Identity", "MatMul",
+      "Add",     "AddN",      "BatchNorm", "BiasAdd", "Cast", "GlobalAvgPool",      "Conv2D", "Dropout",     "Identity", "LayerNorm", "MatMul",
       "MaxPool", "Mean",      "Mul",     "Neg",       "Relu",   "Reshape",     "ReshapeLike", "RowDot",
       "ScaleRows", "Sigmoid", "Softmax", "SparseSoftmaxCrossEntropyWithLogits", "Sub",  "Sum", "Tanh"};
   return *ops;
@@ -193,6 +193,18 @@ TEST(GradientCheckTest, BatchNorm) {
   options.tolerance = 5e-3;
   EXPECT_GRADIENTS_OK(bn, {RandomTensor({6, 3}, 1), RandomTensor({3}, 2), RandomTensor({3}, 3)}, options);
   EXPECT_GRADIENTS_OK(bn, {RandomTensor({2, 3, 2, 4}, 4), RandomTensor({4}, 5), RandomTensor({4}, 6)}, options);
+}
+
+// Layer norm, through x (rows of a matrix and the channels of each NHWC
+// position), gamma and beta. Row statistics make every dx depend on every x
+// of its row.
+TEST(GradientCheckTest, LayerNorm) {
+  auto ln = [](GraphBuilder* g, const X& x) { return g->Op("LayerNorm", {x[0], x[1], x[2]}); };
+  GradientCheckOptions options;
+  options.eps = 1e-3;
+  options.tolerance = 5e-3;
+  EXPECT_GRADIENTS_OK(ln, {RandomTensor({4, 5}, 1), RandomTensor({5}, 2), RandomTensor({5}, 3)}, options);
+  EXPECT_GRADIENTS_OK(ln, {RandomTensor({2, 3, 2, 4}, 4), RandomTensor({4}, 5), RandomTensor({4}, 6)}, options);
 }
 
 TEST(GradientCheckTest, GlobalAvgPool) {

@@ -79,7 +79,7 @@ struct GradientDescentRule {
   GradientDescentParams p;
   bool Init(OpKernelConstruction* c) { return p.Init(c); }
   void Apply(OpKernelContext* ctx, const float* grad) const {
-    GradientDescentUpdate(ctx, p, ctx->input(0).NumElements(), Mutable(ctx, 0), grad);
+    GradientDescentUpdate(ctx, p, ctx->input(0).NumElements(), Mutable(ctx, 0), nullptr, grad);
   }
 };
 
@@ -88,7 +88,7 @@ struct MomentumRule {
   MomentumParams p;
   bool Init(OpKernelConstruction* c) { return p.Init(c); }
   void Apply(OpKernelContext* ctx, const float* grad) const {
-    MomentumUpdate(ctx, p, ctx->input(0).NumElements(), Mutable(ctx, 0), Mutable(ctx, 1), grad);
+    MomentumUpdate(ctx, p, ctx->input(0).NumElements(), Mutable(ctx, 0), Mutable(ctx, 1), nullptr, grad);
   }
 };
 

@@ -332,7 +332,8 @@ TEST(GpuKernelRegistrationTest, EveryComputeOpHasAGpuKernel) {
        {"Add", "AddN", "ApplyAdam", "ApplyGradientDescent", "ApplyMomentum", "ApplyMovingAverage", "ArgMax",
         "BatchNorm", "BatchNormGrad", "BatchNormInference", "BiasAdd", "BiasAddGrad", "Cast", "ConcatRows", "Const",
         "Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput", "Dropout", "Equal", "GlobalAvgPool",
-        "GlobalAvgPoolGrad", "Identity", "MatMul", "MaxPool", "MaxPoolGrad", "Mean", "MeanGrad", "Mul", "Neg",
+        "GlobalAvgPoolGrad", "GlobalNormScale", "Identity", "LayerNorm", "LayerNormGrad", "MatMul", "MaxPool",
+        "MaxPoolGrad", "Mean", "MeanGrad", "Mul", "Neg",
         "NoOp", "Relu", "ReluGrad", "Reshape", "ReshapeLike", "RowDot", "ScaleRows", "Sigmoid", "SigmoidGrad",
         "SliceRows", "Softmax", "SoftmaxGrad", "SparseSoftmaxCrossEntropyWithLogits", "Sub", "Sum", "SumGrad",
         "Tanh", "TanhGrad", "Variable"}) {
@@ -895,6 +896,37 @@ TEST(GpuKernelTest, BatchNormTrainingGradAndInference) {
   ExpectBothFail("BatchNormInference", {Rand({4, 3}), Rand({3}), Rand({3}), Rand({3}), Rand({2})}, eps);
 }
 
+// Wide rows (a warp strides over them), narrow ones (most lanes idle), one
+// channel, and many rows, whose dgamma and dbeta go through chunk partials.
+TEST(GpuKernelTest, LayerNormAndGrad) {
+  SKIP_WITHOUT_GPU();
+  const AttrList eps = {Attr("epsilon", 1e-3f)};
+  for (const TensorShape& s : std::vector<TensorShape>{{1, 5}, {7, 3}, {64, 256}, {300, 33}, {5000, 1}, {3, 1000},
+                                                        {2, 5, 5, 16}, {4, 6, 6, 48}, {64, 28, 28, 16}}) {
+    const TensorShape c{s.dim(s.rank() - 1)};
+    // Both devices sum each row in double: the statistics agree closely;
+    // dgamma and dbeta, summed over the rows in double, to a float sum's
+    // rounding.
+    const Tolerance sums = SumTolerance(RowsOf(s), 1e-9);
+    Tensor x = Rand(s, -2.0f, 2.0f), gamma = Rand(c, 0.5f, 2.0f), beta = Rand(c);
+    ExpectGpuMatchesCpu("LayerNorm", {x, gamma, beta}, eps, Tolerance{1e-5, 1e-5});
+    // An offset that E[x^2] - E[x]^2 in float would lose; a mean one ulp
+    // apart moves y by about ulp(1000) gamma inv_std.
+    Tensor shifted = Shifted(x.DeepCopy(), 1000.0f);
+    ExpectGpuMatchesCpu("LayerNorm", {shifted, gamma, beta}, eps, Tolerance{5e-4, 1e-4});
+    const TensorShape rows{static_cast<int64_t>(RowsOf(s))};
+    ExpectGpuMatchesCpu("LayerNormGrad", {Rand(s), x, gamma, Rand(rows, -0.1f, 0.1f), Rand(rows, 0.5f, 2.0f)}, {},
+                        sums);
+  }
+  // No rows: empty outputs, and the gradient's sums are zero.
+  ExpectGpuMatchesCpu("LayerNorm", {Rand({0, 3, 3, 5}), Rand({5}), Rand({5})}, eps, kExact);
+  ExpectGpuMatchesCpu("LayerNormGrad", {Rand({0, 5}), Rand({0, 5}), Rand({5}), Rand({0}), Rand({0})}, {}, kExact);
+  ExpectBothFail("LayerNorm", {Rand({4, 3}), Rand({2}), Rand({3})}, eps);  // gamma of the wrong length
+  ExpectBothFail("LayerNorm", {Rand({4, 0}), Rand({0}), Rand({0})}, eps);  // rows of no values
+  ExpectBothFail("LayerNormGrad", {Rand({4, 3}), Rand({4, 3}), Rand({3}), Rand({3}), Rand({4})});  // mean
+  ExpectBothFail("LayerNormGrad", {Rand({3, 4}), Rand({4, 3}), Rand({3}), Rand({4}), Rand({4})});  // dy
+}
+
 TEST(GpuKernelTest, GlobalAvgPoolAndGrad) {
   SKIP_WITHOUT_GPU();
   for (const TensorShape& s : std::vector<TensorShape>{
@@ -1039,6 +1071,50 @@ TEST(GpuKernelTest, OptimizerUpdatesMatchAfterSeveralSteps) {
   }
   ExpectBothFail("ApplyGradientDescent", {Rand({3}), Rand({4})}, {Attr("learning_rate", 0.1f)});
   ExpectBothFail("ApplyMovingAverage", {Rand({3}), Rand({4})}, {Attr("momentum", 0.9f)});
+}
+
+// A warm-up and a decay read at each update's count t, which both devices
+// must advance once per update; weight decay coupled (SGD, momentum) and
+// decoupled (AdamW).
+TEST(GpuKernelTest, ScheduledUpdatesWithWeightDecayMatchAfterSeveralSteps) {
+  SKIP_WITHOUT_GPU();
+  const AttrList cosine = {Attr("learning_rate", 0.1f), Attr("warmup_steps", int64_t{2}), Attr("decay", "cosine"),
+                           Attr("decay_steps", int64_t{3}), Attr("decay_alpha", 0.1f), Attr("weight_decay", 0.01f)};
+  for (const TensorShape& s : std::vector<TensorShape>{{0}, {7}, {300001}}) {
+    ExpectUpdatesMatch("ApplyGradientDescent", cosine, {Rand(s), Tensor::Scalar(0.0f), Rand(s)}, 2, 7,
+                       Tolerance{1e-5, 1e-5});
+    AttrList step = {Attr("learning_rate", 0.1f), Attr("momentum", 0.9f), Attr("decay", "step"),
+                     Attr("decay_steps", int64_t{2}), Attr("decay_factor", 0.5f), Attr("weight_decay", 0.01f)};
+    ExpectUpdatesMatch("ApplyMomentum", step, {Rand(s), Rand(s), Tensor::Scalar(0.0f), Rand(s)}, 3, 7,
+                       Tolerance{1e-5, 1e-5});
+    AttrList adamw = cosine;
+    for (auto a : {Attr("beta1", 0.9f), Attr("beta2", 0.999f), Attr("epsilon", 1e-7f)}) adamw.push_back(a);
+    ExpectUpdatesMatch("ApplyAdam", adamw,
+                       {Rand(s), Rand(s, -0.1f, 0.1f), Rand(s, 0.0f, 0.01f), Tensor::Scalar(0.0f), Rand(s)}, 4, 7,
+                       Tolerance{1e-5, 1e-4});
+  }
+}
+
+TEST(GpuKernelTest, GlobalNormScaleMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  GpuDevice* gpu = gpu::TestGpu();
+  for (float clip : {0.5f, 1e6f}) {
+    const std::vector<Tensor> in = {Rand({0}), Rand({7}), Rand({300001}), Rand({64, 128})};
+    OpUnderTest t("GlobalNormScale", in, {Attr("clip_norm", clip)});
+    ASSERT_TRUE(t.status().ok()) << t.status();
+    KernelRun cpu = t.RunCpu(in);
+    ASSERT_TRUE(cpu.status.ok()) << cpu.status;
+    // Twice: the device accumulator must be back at zero after a step.
+    for (int run = 0; run < 2; ++run) {
+      KernelRun dev = t.RunGpu(ToDeviceAll(gpu, in), {});
+      ASSERT_TRUE(dev.status.ok()) << dev.status;
+      for (int o = 0; o < 2; ++o) {
+        auto host = gpu::ToHost(gpu, dev.outputs[o]);
+        ASSERT_TRUE(host.ok());
+        ExpectMatches(cpu.outputs[o], *host, Tolerance{1e-6, 1e-6}, absl::StrCat("output ", o, " run ", run));
+      }
+    }
+  }
 }
 
 }  // namespace

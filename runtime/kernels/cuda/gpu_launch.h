@@ -17,6 +17,8 @@
 
 #include <cstdint>
 
+#include "graph/ops/lr_schedule.h"
+
 namespace weft {
 namespace gpu_kernels {
 
@@ -93,14 +95,34 @@ cudaError_t LaunchSparseXent(const float* logits, const int32_t* labels, float* 
 
 // ---- training.cu ---------------------------------------------------------------------
 
-cudaError_t LaunchApplyGradientDescent(float* var, const float* grad, float lr, int64_t n, cudaStream_t stream);
-cudaError_t LaunchApplyMomentum(float* var, float* accum, const float* grad, float lr, float momentum,
-                                bool nesterov, int64_t n, cudaStream_t stream);
-// t (a device scalar) is read by every block and incremented once, by the
-// last block to read it; `ticket` is a device counter that must be 0 on entry
-// and is 0 again on exit (one per kernel object, launches on one stream).
-cudaError_t LaunchApplyAdam(float* var, float* m, float* v, float* t, const float* grad, float lr, float beta1,
-                            float beta2, float epsilon, int64_t n, unsigned int* ticket, cudaStream_t stream);
+// Each update's rate is `rate` (the schedule, graph/ops/lr_schedule.h) at
+// t + 1, where t (count.t, a device scalar; null for rate.learning_rate) is
+// read by every block and incremented once, by the last block to read it;
+// count.ticket is a device counter that must be 0 on entry and is 0 again on
+// exit (one per kernel object, launches on one stream). So no update reads
+// device memory on the host.
+struct UpdateCount {
+  float* t = nullptr;
+  unsigned int* ticket = nullptr;
+};
+// var -= lr (grad + weight_decay var)
+cudaError_t LaunchApplyGradientDescent(float* var, const float* grad, const LrSchedule& rate, float weight_decay,
+                                       UpdateCount count, int64_t n, cudaStream_t stream);
+// g = grad + weight_decay var; accum = momentum accum + g; var -= lr accum
+// (Nesterov: var -= lr (g + momentum accum)).
+cudaError_t LaunchApplyMomentum(float* var, float* accum, const float* grad, const LrSchedule& rate,
+                                float weight_decay, float momentum, bool nesterov, UpdateCount count, int64_t n,
+                                cudaStream_t stream);
+// Adam, with AdamW's decoupled weight decay; count.t is required.
+cudaError_t LaunchApplyAdam(float* var, float* m, float* v, const float* grad, const LrSchedule& rate,
+                            float weight_decay, float beta1, float beta2, float epsilon, UpdateCount count, int64_t n,
+                            cudaStream_t stream);
+// GlobalNormScale: LaunchSumSquares adds the sum of x's squares to *acc
+// (a device double, 0 before the first tensor of a step); LaunchNormScale
+// then writes norm = sqrt(*acc) and scale = clip_norm / max(norm, clip_norm)
+// (NaN for a non-finite norm, as on the CPU) and zeroes *acc again.
+cudaError_t LaunchSumSquares(const float* x, int64_t n, double* acc, cudaStream_t stream);
+cudaError_t LaunchNormScale(double* acc, float clip_norm, float* scale, float* norm, cudaStream_t stream);
 // var = momentum var + (1 - momentum) value.
 cudaError_t LaunchApplyMovingAverage(float* var, const float* value, float momentum, int64_t n, cudaStream_t stream);
 
@@ -168,6 +190,25 @@ cudaError_t LaunchMaxPoolGrad(const WindowGeometry& g, const float* x, const flo
 // [KH, KW, Cin, Cout] (HWIO) with rows = KH * KW * Cin, cols = Cout becomes
 // [Cout, KH, KW, Cin] (OHWI), and back with rows and cols swapped.
 cudaError_t LaunchTranspose(const float* in, float* out, int64_t rows, int64_t cols, cudaStream_t stream);
+
+// ---- layer_norm.cu ---------------------------------------------------------------------
+
+// x is `rows` rows of `channels` contiguous floats (channel-last); every
+// statistic is per row, over its channels, summed in double as on the CPU.
+
+// mean and inv_std = 1 / sqrt(biased variance + epsilon) per row, y = (x -
+// mean) inv_std gamma + beta.
+cudaError_t LaunchLayerNorm(const float* x, const float* gamma, const float* beta, int64_t rows, int64_t channels,
+                            float epsilon, float* y, float* mean, float* inv_std, cudaStream_t stream);
+// `scratch` holds LayerNormGradScratchFloats(rows, channels) floats (may be
+// null when that is 0), for the per-chunk partial sums of many rows.
+int64_t LayerNormGradScratchFloats(int64_t rows, int64_t channels);
+// With xhat = (x - mean) inv_std and g = dy gamma: dbeta = the sum over rows
+// of dy, dgamma = the sum over rows of dy xhat, and dx = inv_std (g -
+// mean_row(g) - xhat mean_row(g xhat)); rows == 0 zeroes dgamma and dbeta.
+cudaError_t LaunchLayerNormGrad(const float* dy, const float* x, const float* gamma, const float* mean,
+                                const float* inv_std, int64_t rows, int64_t channels, float* scratch, float* dx,
+                                float* dgamma, float* dbeta, cudaStream_t stream);
 
 }  // namespace gpu_kernels
 }  // namespace weft

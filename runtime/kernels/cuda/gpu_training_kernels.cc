@@ -8,6 +8,7 @@
 // variable from concurrent steps run one after another, as the CPU's update
 // lock orders them.
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "runtime/kernels/cuda/gpu_kernel_util.h"
 #include "runtime/kernels/cuda/gpu_launch.h"
 #include "runtime/kernels/training_kernels.h"
@@ -17,33 +18,12 @@ namespace weft {
 namespace gpu_kernels {
 namespace {
 
-struct GradientDescent {
-  explicit GradientDescent(OpKernelConstruction*) {}
-  void Run(OpKernelContext* ctx, const kernels::GradientDescentParams& p) const {
-    OP_REQUIRES_CUDA(ctx,
-                     LaunchApplyGradientDescent(MutableInput(ctx, 0), ctx->input(1).data<float>(), p.learning_rate,
-                                                ctx->input(0).NumElements(), Stream(ctx)),
-                     "ApplyGradientDescent kernel");
-  }
-};
-
-struct Momentum {
-  explicit Momentum(OpKernelConstruction*) {}
-  void Run(OpKernelContext* ctx, const kernels::MomentumParams& p) const {
-    OP_REQUIRES_CUDA(ctx,
-                     LaunchApplyMomentum(MutableInput(ctx, 0), MutableInput(ctx, 1), ctx->input(2).data<float>(),
-                                         p.learning_rate, p.momentum, p.use_nesterov, ctx->input(0).NumElements(),
-                                         Stream(ctx)),
-                     "ApplyMomentum kernel");
-  }
-};
-
-class Adam {
+// The device counter behind an update's count (see UpdateCount in
+// gpu_launch.h): zeroed once, and left at zero by every launch.
+class Ticket {
  public:
-  explicit Adam(OpKernelConstruction* c) {
+  explicit Ticket(OpKernelConstruction* c) {
     if (!c->status().ok()) return;  // an attribute was bad: the kernel is not made
-    // The kernel's ticket counter (see LaunchApplyAdam): zeroed once, and
-    // left at zero by every launch.
     gpu::GpuDevice* gpu = Gpu(c);
     absl::Status current = gpu->MakeCurrent();
     if (!current.ok()) {
@@ -57,20 +37,68 @@ class Adam {
     }
     ticket_ = *std::move(ticket);
     cudaError_t err = cudaMemsetAsync(ticket_.raw_data(), 0, sizeof(int32_t), gpu->stream());
-    if (err != cudaSuccess) c->SetStatus(gpu::CudaStatus(err, "cudaMemsetAsync (ApplyAdam ticket)"));
+    if (err != cudaSuccess) c->SetStatus(gpu::CudaStatus(err, "cudaMemsetAsync (update ticket)"));
   }
 
-  void Run(OpKernelContext* ctx, const kernels::AdamParams& p) {
-    OP_REQUIRES_CUDA(ctx,
-                     LaunchApplyAdam(MutableInput(ctx, 0), MutableInput(ctx, 1), MutableInput(ctx, 2),
-                                     MutableInput(ctx, 3), ctx->input(4).data<float>(), p.learning_rate, p.beta1,
-                                     p.beta2, p.epsilon, ctx->input(0).NumElements(),
-                                     static_cast<unsigned int*>(ticket_.raw_data()), Stream(ctx)),
-                     "ApplyAdam kernel");
+  // The count at input i, when the update has one there (i is not its last
+  // input, the gradient).
+  UpdateCount At(OpKernelContext* ctx, int i) {
+    UpdateCount count;
+    if (ctx->num_inputs() > i + 1) {
+      count.t = MutableInput(ctx, i);
+      count.ticket = static_cast<unsigned int*>(ticket_.raw_data());
+    }
+    return count;
   }
 
  private:
   Tensor ticket_;
+};
+
+const float* Grad(OpKernelContext* ctx) { return ctx->input(ctx->num_inputs() - 1).data<float>(); }
+
+class GradientDescent {
+ public:
+  explicit GradientDescent(OpKernelConstruction* c) : ticket_(c) {}
+  void Run(OpKernelContext* ctx, const kernels::GradientDescentParams& p) {
+    OP_REQUIRES_CUDA(ctx,
+                     LaunchApplyGradientDescent(MutableInput(ctx, 0), Grad(ctx), p.schedule, p.weight_decay,
+                                                ticket_.At(ctx, 1), ctx->input(0).NumElements(), Stream(ctx)),
+                     "ApplyGradientDescent kernel");
+  }
+
+ private:
+  Ticket ticket_;
+};
+
+class Momentum {
+ public:
+  explicit Momentum(OpKernelConstruction* c) : ticket_(c) {}
+  void Run(OpKernelContext* ctx, const kernels::MomentumParams& p) {
+    OP_REQUIRES_CUDA(ctx,
+                     LaunchApplyMomentum(MutableInput(ctx, 0), MutableInput(ctx, 1), Grad(ctx), p.schedule,
+                                         p.weight_decay, p.momentum, p.use_nesterov, ticket_.At(ctx, 2),
+                                         ctx->input(0).NumElements(), Stream(ctx)),
+                     "ApplyMomentum kernel");
+  }
+
+ private:
+  Ticket ticket_;
+};
+
+class Adam {
+ public:
+  explicit Adam(OpKernelConstruction* c) : ticket_(c) {}
+  void Run(OpKernelContext* ctx, const kernels::AdamParams& p) {
+    OP_REQUIRES_CUDA(ctx,
+                     LaunchApplyAdam(MutableInput(ctx, 0), MutableInput(ctx, 1), MutableInput(ctx, 2), Grad(ctx),
+                                     p.schedule, p.weight_decay, p.beta1, p.beta2, p.epsilon, ticket_.At(ctx, 3),
+                                     ctx->input(0).NumElements(), Stream(ctx)),
+                     "ApplyAdam kernel");
+  }
+
+ private:
+  Ticket ticket_;
 };
 
 struct MovingAverage {
@@ -83,6 +111,46 @@ struct MovingAverage {
   }
 };
 
+// The norm's device accumulator (a double, zeroed once and left at zero by
+// every step) belongs to the kernel object. Steps share the device's one
+// stream; the lock keeps one step's launches together on it, so concurrent
+// steps use the accumulator one after another.
+class GlobalNormScale {
+ public:
+  explicit GlobalNormScale(OpKernelConstruction* c) {
+    gpu::GpuDevice* gpu = Gpu(c);
+    absl::Status current = gpu->MakeCurrent();
+    if (!current.ok()) {
+      c->SetStatus(current);
+      return;
+    }
+    auto acc = Tensor::Allocate(DType::kInt64, TensorShape{1}, gpu->allocator());  // 8 bytes for a double
+    if (!acc.ok()) {
+      c->SetStatus(acc.status());
+      return;
+    }
+    acc_ = *std::move(acc);
+    cudaError_t err = cudaMemsetAsync(acc_.raw_data(), 0, sizeof(double), gpu->stream());
+    if (err != cudaSuccess) c->SetStatus(gpu::CudaStatus(err, "cudaMemsetAsync (GlobalNormScale accumulator)"));
+  }
+
+  void Run(OpKernelContext* ctx, float clip_norm, Tensor* scale, Tensor* norm) {
+    absl::MutexLock lock(&mu_);
+    double* acc = static_cast<double*>(acc_.raw_data());
+    for (int i = 0; i < ctx->num_inputs(); ++i) {
+      OP_REQUIRES_CUDA(ctx,
+                       LaunchSumSquares(ctx->input(i).data<float>(), ctx->input(i).NumElements(), acc, Stream(ctx)),
+                       "GlobalNormScale sum of squares");
+    }
+    OP_REQUIRES_CUDA(ctx, LaunchNormScale(acc, clip_norm, scale->data<float>(), norm->data<float>(), Stream(ctx)),
+                     "GlobalNormScale scale");
+  }
+
+ private:
+  absl::Mutex mu_;
+  Tensor acc_;
+};
+
 // Aliases: the macro cannot take a template argument list with a comma.
 using ApplyGradientDescentKernel = kernels::ApplyKernel<kernels::GradientDescentOp, GradientDescent>;
 using ApplyMomentumKernel = kernels::ApplyKernel<kernels::MomentumOp, Momentum>;
@@ -93,6 +161,7 @@ WEFT_REGISTER_KERNEL("ApplyGradientDescent", "GPU", ApplyGradientDescentKernel);
 WEFT_REGISTER_KERNEL("ApplyMomentum", "GPU", ApplyMomentumKernel);
 WEFT_REGISTER_KERNEL("ApplyAdam", "GPU", ApplyAdamKernel);
 WEFT_REGISTER_KERNEL("ApplyMovingAverage", "GPU", ApplyMovingAverageKernel);
+WEFT_REGISTER_KERNEL("GlobalNormScale", "GPU", kernels::GlobalNormScaleKernel<GlobalNormScale>);
 
 }  // namespace
 }  // namespace gpu_kernels

@@ -1,7 +1,7 @@
 // Optimizer updates and ApplyMovingAverage, one launch per variable.
-// Learning rates and momenta are attributes (kernel arguments); Adam's step
-// count t is a device scalar that the kernel reads and increments itself, so
-// no update reads device memory on the host.
+// Schedules and momenta are attributes (kernel arguments); an update's count
+// t is a device scalar that the kernel reads and increments itself, so no
+// update reads device memory on the host.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -14,15 +14,47 @@ namespace weft {
 namespace gpu_kernels {
 namespace {
 
-__global__ void GradientDescentKernel(float* __restrict__ var, const float* __restrict__ grad, float lr, int64_t n) {
-  WEFT_GRID_STRIDE(i, n) { var[i] -= lr * grad[i]; }
+// This update's rate and count, the same in every block: thread 0 of each
+// block reads t and evaluates the schedule at t + 1 as the CPU does (in
+// double); the block that takes the last ticket, after every block has read
+// t, stores t + 1 and resets the ticket for the next launch. Called by every
+// thread of the block.
+struct Rate {
+  float lr;    // the schedule's rate at this update
+  double step; // this update's count (0 without one)
+};
+
+__device__ Rate BlockRate(const LrSchedule& schedule, UpdateCount count) {
+  __shared__ Rate shared;
+  if (threadIdx.x == 0) {
+    if (count.t == nullptr) {
+      shared = Rate{schedule.learning_rate, 0.0};
+    } else {
+      const float t_new = *count.t + 1.0f;
+      shared = Rate{static_cast<float>(schedule.At(t_new)), static_cast<double>(t_new)};
+      __threadfence();
+      if (atomicAdd(count.ticket, 1u) == gridDim.x - 1) {
+        *count.t = t_new;
+        *count.ticket = 0;
+      }
+    }
+  }
+  __syncthreads();
+  return shared;
+}
+
+__global__ void GradientDescentKernel(float* __restrict__ var, const float* __restrict__ grad, LrSchedule schedule,
+                                      float wd, UpdateCount count, int64_t n) {
+  const float lr = BlockRate(schedule, count).lr;
+  WEFT_GRID_STRIDE(i, n) { var[i] -= lr * (grad[i] + wd * var[i]); }
 }
 
 template <bool kNesterov>
 __global__ void MomentumKernel(float* __restrict__ var, float* __restrict__ accum, const float* __restrict__ grad,
-                               float lr, float mu, int64_t n) {
+                               LrSchedule schedule, float wd, float mu, UpdateCount count, int64_t n) {
+  const float lr = BlockRate(schedule, count).lr;
   WEFT_GRID_STRIDE(i, n) {
-    const float g = grad[i];
+    const float g = grad[i] + wd * var[i];
     const float a = accum[i] * mu + g;
     accum[i] = a;
     if (kNesterov) {
@@ -38,51 +70,68 @@ __global__ void MovingAverageKernel(float* __restrict__ var, const float* __rest
   WEFT_GRID_STRIDE(i, n) { var[i] = m * var[i] + w * value[i]; }
 }
 
-// Thread 0 of each block reads t and computes lr_t as the CPU does (in
-// double); the block that takes the last ticket, after every block has read
-// t, stores t + 1 and resets the ticket for the next launch.
-__global__ void AdamKernel(float* __restrict__ var, float* __restrict__ m, float* __restrict__ v, float* t,
-                           const float* __restrict__ grad, float lr, float b1, float b2, float eps, int64_t n,
-                           unsigned int* ticket) {
-  __shared__ float lr_t_shared;
-  if (threadIdx.x == 0) {
-    const float t_new = *t + 1.0f;
-    const double step = t_new;
-    lr_t_shared = static_cast<float>(static_cast<double>(lr) * sqrt(1.0 - pow(static_cast<double>(b2), step)) /
-                                     (1.0 - pow(static_cast<double>(b1), step)));
-    __threadfence();
-    if (atomicAdd(ticket, 1u) == gridDim.x - 1) {
-      *t = t_new;
-      *ticket = 0;
-    }
-  }
-  __syncthreads();
-  const float lr_t = lr_t_shared;
+__global__ void AdamKernel(float* __restrict__ var, float* __restrict__ m, float* __restrict__ v,
+                           const float* __restrict__ grad, LrSchedule schedule, float wd, float b1, float b2,
+                           float eps, UpdateCount count, int64_t n) {
+  const Rate rate = BlockRate(schedule, count);
+  const double step = rate.step;
+  const float lr_t = static_cast<float>(static_cast<double>(rate.lr) * sqrt(1.0 - pow(static_cast<double>(b2), step)) /
+                                        (1.0 - pow(static_cast<double>(b1), step)));
+  const float keep = static_cast<float>(1.0 - static_cast<double>(rate.lr) * wd);
   WEFT_GRID_STRIDE(i, n) {
     const float g = grad[i];
     const float mi = b1 * m[i] + (1.0f - b1) * g;
     const float vi = b2 * v[i] + (1.0f - b2) * g * g;
     m[i] = mi;
     v[i] = vi;
-    var[i] -= lr_t * mi / (sqrtf(vi) + eps);
+    var[i] = keep * var[i] - lr_t * mi / (sqrtf(vi) + eps);
   }
+}
+
+// Adds the sum of x's squares (in double) to *acc: a block reduction in
+// shared memory, then one atomic add per block.
+__global__ void SumSquaresKernel(const float* __restrict__ x, int64_t n, double* acc) {
+  __shared__ double part[kThreads];
+  double s = 0;
+  WEFT_GRID_STRIDE(i, n) { s += static_cast<double>(x[i]) * x[i]; }
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) atomicAdd(acc, part[0]);
+}
+
+__global__ void NormScaleKernel(double* acc, float clip, float* scale, float* norm) {
+  const double global = sqrt(*acc);
+  *norm = static_cast<float>(global);
+  *scale = isfinite(global) ? static_cast<float>(static_cast<double>(clip) / (global > clip ? global : clip))
+                            : __int_as_float(0x7fc00000);  // NaN
+  *acc = 0;  // ready for the next step
 }
 
 }  // namespace
 
-cudaError_t LaunchApplyGradientDescent(float* var, const float* grad, float lr, int64_t n, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  GradientDescentKernel<<<BlocksFor(n), kThreads, 0, stream>>>(var, grad, lr, n);
+// A launch with a count runs even for n == 0: t still counts the update, as
+// on the CPU.
+cudaError_t LaunchApplyGradientDescent(float* var, const float* grad, const LrSchedule& rate, float weight_decay,
+                                       UpdateCount count, int64_t n, cudaStream_t stream) {
+  if (n == 0 && count.t == nullptr) return cudaSuccess;
+  GradientDescentKernel<<<BlocksFor(n), kThreads, 0, stream>>>(var, grad, rate, weight_decay, count, n);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchApplyMomentum(float* var, float* accum, const float* grad, float lr, float momentum,
-                                bool nesterov, int64_t n, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
+cudaError_t LaunchApplyMomentum(float* var, float* accum, const float* grad, const LrSchedule& rate,
+                                float weight_decay, float momentum, bool nesterov, UpdateCount count, int64_t n,
+                                cudaStream_t stream) {
+  if (n == 0 && count.t == nullptr) return cudaSuccess;
   if (nesterov) {
-    MomentumKernel<true><<<BlocksFor(n), kThreads, 0, stream>>>(var, accum, grad, lr, momentum, n);
+    MomentumKernel<true>
+        <<<BlocksFor(n), kThreads, 0, stream>>>(var, accum, grad, rate, weight_decay, momentum, count, n);
   } else {
-    MomentumKernel<false><<<BlocksFor(n), kThreads, 0, stream>>>(var, accum, grad, lr, momentum, n);
+    MomentumKernel<false>
+        <<<BlocksFor(n), kThreads, 0, stream>>>(var, accum, grad, rate, weight_decay, momentum, count, n);
   }
   return cudaGetLastError();
 }
@@ -93,10 +142,22 @@ cudaError_t LaunchApplyMovingAverage(float* var, const float* value, float momen
   return cudaGetLastError();
 }
 
-cudaError_t LaunchApplyAdam(float* var, float* m, float* v, float* t, const float* grad, float lr, float beta1,
-                            float beta2, float epsilon, int64_t n, unsigned int* ticket, cudaStream_t stream) {
-  // Launches even for n == 0: t still counts the update, as on the CPU.
-  AdamKernel<<<BlocksFor(n), kThreads, 0, stream>>>(var, m, v, t, grad, lr, beta1, beta2, epsilon, n, ticket);
+cudaError_t LaunchApplyAdam(float* var, float* m, float* v, const float* grad, const LrSchedule& rate,
+                            float weight_decay, float beta1, float beta2, float epsilon, UpdateCount count, int64_t n,
+                            cudaStream_t stream) {
+  AdamKernel<<<BlocksFor(n), kThreads, 0, stream>>>(var, m, v, grad, rate, weight_decay, beta1, beta2, epsilon,
+                                                    count, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSumSquares(const float* x, int64_t n, double* acc, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  SumSquaresKernel<<<BlocksFor(n), kThreads, 0, stream>>>(x, n, acc);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchNormScale(double* acc, float clip_norm, float* scale, float* norm, cudaStream_t stream) {
+  NormScaleKernel<<<1, 1, 0, stream>>>(acc, clip_norm, scale, norm);
   return cudaGetLastError();
 }
 
