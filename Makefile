@@ -13,7 +13,7 @@ BUILD_PACKAGES := bazel-bootstrap bazel-rules-java default-jdk-headless g++ pkg-
   libc-ares-dev libre2-dev libsqlite3-dev libcpp-httplib-dev \
   python3-yaml python3-kubernetes python3-pytest iproute2 util-linux prometheus chromium \
   python3-grpcio python3-protobuf python3-numpy python3-tqdm python3-setuptools python3-pip
-DATA_PACKAGES := dataset-fashion-mnist
+DATA_PACKAGES := dataset-fashion-mnist bible-kjv
 BENCH_PACKAGES := python3 python3-numpy python3-torch python3-matplotlib libopenblas0-pthread openmpi-bin libopenmpi-dev iperf3
 
 # CUDA code is compiled whenever the toolkit is present, so CI compiles it

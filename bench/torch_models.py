@@ -9,8 +9,14 @@ bench/torch_ddp_cnn.py on CPU and bench/gpu/torch_fmnist.py on a GPU.
                        of 32 filters and a max-pool, a residual block of 32,
                        a strided block of 64 with a 1x1 projection shortcut,
                        global average pooling, dense 10
+    CharTransformer()  examples/kjv_transformer.pbtxt: byte embeddings and
+                       learned positions, pre-norm blocks of causal
+                       multi-head self-attention and a ReLU feed-forward
+                       (each with a residual join), a final layer norm and
+                       dense logits over the 256 bytes
 
-Images come as [N, 1, 28, 28] (the MLP flattens them itself).
+Images come as [N, 1, 28, 28] (the MLP flattens them itself); text as
+[N, sequence] byte ids.
 """
 import torch
 from torch import nn
@@ -52,3 +58,38 @@ def network(model):
             Block(32, 32, 1), Block(32, 64, 2),
             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
     raise ValueError(f"unknown model {model!r} (mlp, cnn, resnet)")
+
+
+class TransformerBlock(nn.Module):
+    """x + attention(layer_norm(x)), then that + feed_forward(layer_norm(that));
+    weft's layer_norm epsilon is 1e-3."""
+
+    def __init__(self, width, heads, hidden):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(width, eps=1e-3)
+        self.attention = nn.MultiheadAttention(width, heads, batch_first=True)
+        self.ln2 = nn.LayerNorm(width, eps=1e-3)
+        self.feed_forward = nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, width))
+
+    def forward(self, x, mask):
+        h = self.ln1(x)
+        x = x + self.attention(h, h, h, attn_mask=mask, need_weights=False)[0]
+        return x + self.feed_forward(self.ln2(x))
+
+
+class CharTransformer(nn.Module):
+    def __init__(self, sequence=128, width=128, heads=4, hidden=512, blocks=2, vocabulary=256):
+        super().__init__()
+        self.embedding = nn.Embedding(vocabulary, width)
+        self.position = nn.Parameter(torch.zeros(sequence, width))
+        self.blocks = nn.ModuleList(TransformerBlock(width, heads, hidden) for _ in range(blocks))
+        self.ln = nn.LayerNorm(width, eps=1e-3)
+        self.logits = nn.Linear(width, vocabulary)
+        # True above the diagonal: a position attends to itself and earlier ones.
+        self.register_buffer("mask", torch.triu(torch.ones(sequence, sequence, dtype=torch.bool), 1))
+
+    def forward(self, ids):
+        x = self.embedding(ids) + self.position
+        for block in self.blocks:
+            x = block(x, self.mask)
+        return self.logits(self.ln(x))

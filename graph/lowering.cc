@@ -14,6 +14,24 @@
 namespace weft {
 namespace {
 
+// The last layer's output as one row of logits per prediction: [batch,
+// num_classes] as it is, or a sequence model's [batch, positions...,
+// num_classes] as [batch * positions, num_classes], whose labels are the
+// positions' (a TEXT dataset's next bytes).
+absl::StatusOr<Output> Predictions(GraphBuilder* b, Output logits, int64_t num_classes, const char* name) {
+  const TensorShape& s = logits.shape();
+  if (s.rank() < 2 || s.dim(s.rank() - 1) != num_classes) {
+    return absl::InvalidArgumentError(absl::StrCat("the last layer must produce [batch, num_classes=", num_classes,
+                                                   "] logits (or [batch, positions..., num_classes] for a "
+                                                   "sequence), got ",
+                                                   s.DebugString()));
+  }
+  if (s.rank() == 2) return logits;
+  Output rows = b->Op("Reshape", {logits}, {Attr("shape", std::vector<int64_t>{-1, num_classes})}, name);
+  RETURN_IF_ERROR(b->status());
+  return rows;
+}
+
 // The job's optimizer with a cosine decay's length filled in from the
 // job's steps, and its schedule checked.
 absl::StatusOr<OptimizerSpec> ResolveOptimizer(const JobSpec& job) {
@@ -73,16 +91,13 @@ absl::StatusOr<TrainingGraph> LowerSequential(const JobSpec& job) {
   ModelLowering lower(job, &b);
   RETURN_IF_ERROR(lower.CheckTopology());
   ASSIGN_OR_RETURN(Output logits, lower.Forward(features, /*training=*/true));
-  if (logits.shape().rank() != 2 || logits.shape().dim(1) != model.num_classes()) {
-    return absl::InvalidArgumentError(absl::StrCat("the last layer must produce [batch, num_classes=",
-                                                   model.num_classes(), "] logits, got ",
-                                                   logits.shape().DebugString()));
-  }
+  ASSIGN_OR_RETURN(logits, Predictions(&b, logits, model.num_classes(), "logits"));
   Output per_example = b.Op("SparseSoftmaxCrossEntropyWithLogits", {logits, labels}, {}, "xent");
   Output loss = b.Op("Mean", {per_example}, {}, "loss");
   RETURN_IF_ERROR(b.status());
 
   ASSIGN_OR_RETURN(Output eval_logits, lower.Forward(features, /*training=*/false));
+  ASSIGN_OR_RETURN(eval_logits, Predictions(&b, eval_logits, model.num_classes(), "eval/logits"));
   Output eval_xent = b.Op("SparseSoftmaxCrossEntropyWithLogits", {eval_logits, labels}, {}, "eval/xent");
   Output eval_loss = b.Op("Sum", {eval_xent}, {}, "eval_loss");
   Output predicted = b.Op("ArgMax", {eval_logits}, {}, "eval/predicted");

@@ -234,5 +234,128 @@ TEST(LoweringTest, AJobsGraphMayNotNameAContainer) {
   EXPECT_NE(Msg(shared.status()).find("variable 'w' names container 'c'"), std::string::npos) << shared.status();
 }
 
+// Token and position embeddings: trainable tables that both passes read,
+// ids [batch, 16] to [batch, 16, 8], and the gradient reaching the token
+// table through EmbeddingGrad and the position table through BiasAddGrad.
+TEST(LoweringTest, EmbeddingsAreTrainableTablesAndBadSizesNameTheLayer) {
+  auto tg = LowerJob(Job(R"(model { input_shape: [16] num_classes: 5
+      layer { name: "tok" embedding { input_dim: 50 output_dim: 8 } }
+      layer { name: "pos" position_embedding {} }
+      layer { flatten {} }
+      layer { dense { units: 5 } } } optimizer { adam {} })"));
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  const Graph& g = *tg->graph;
+  for (auto [name, shape] : {std::pair{"tok/embeddings", TensorShape{50, 8}}, std::pair{"pos/embeddings",
+                                                                                        TensorShape{16, 8}}}) {
+    ASSERT_NE(g.FindNode(name), nullptr) << name;
+    EXPECT_EQ(g.FindNode(name)->output_shape(0), shape) << name;
+    EXPECT_EQ(std::count(tg->variables.begin(), tg->variables.end(), name), 1) << name << " is trainable";
+  }
+  EXPECT_EQ(tg->variables.size(), 4u);  // two tables, dense's kernel and bias
+  for (const char* name : {"tok/Embedding", "eval/tok/Embedding"}) {
+    const Node* n = g.FindNode(name);
+    ASSERT_NE(n, nullptr) << name;
+    EXPECT_EQ(n->input(0).node->name(), "tok/embeddings") << name;
+    EXPECT_EQ(n->output_shape(0), TensorShape({-1, 16, 8})) << name;
+  }
+  int grads = 0;
+  for (int i = 0; i < g.num_nodes(); ++i) grads += g.node(i) != nullptr && g.node(i)->op() == "EmbeddingGrad";
+  EXPECT_EQ(grads, 1);
+
+  struct Case {
+    const char* layers;
+    const char* want;
+  };
+  for (const Case& c : std::vector<Case>{
+           {R"(layer { name: "tok" embedding { input_dim: 0 output_dim: 8 } })",
+            "'tok': embedding.input_dim (the vocabulary size) must be positive, got 0"},
+           {R"(layer { embedding { input_dim: -3 output_dim: 8 } })", "layer 0: embedding.input_dim"},
+           {R"(layer { embedding { input_dim: 50 } })", "embedding.output_dim (the embedding width) must be positive"},
+           {R"(layer { name: "pos" position_embedding {} })",
+            "'pos': position_embedding needs a known [batch, sequence, features] input, got [?,16]"},
+       }) {
+    auto bad = LowerJob(
+        Job(absl::StrCat("model { input_shape: [16] num_classes: 5 ", c.layers,
+                         " layer { flatten {} } layer { dense { units: 5 } } }")));
+    ASSERT_FALSE(bad.ok()) << c.layers;
+    EXPECT_NE(Msg(bad.status()).find("model layer"), std::string::npos) << bad.status();
+    EXPECT_NE(Msg(bad.status()).find(c.want), std::string::npos) << bad.status();
+  }
+}
+
+// Self-attention on a sequence: four projections (q, k, v, output) around
+// the fused Attention op, a dense layer applied position by position, then
+// flatten and a classifier. Training and evaluation share the variables.
+TEST(LoweringTest, MultiHeadAttentionOnASequence) {
+  auto tg = LowerJob(Job(R"(model { input_shape: [8, 16] num_classes: 10
+      layer { name: "mha" multi_head_attention { num_heads: 2 causal: true } }
+      layer { name: "ff" dense { units: 12 activation: RELU } }
+      layer { flatten {} }
+      layer { dense { units: 10 } } } optimizer { adam {} })"));
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  const Graph& g = *tg->graph;
+  for (const char* p : {"mha/query", "mha/key", "mha/value"}) {
+    const std::string kernel = absl::StrCat(p, "/kernel"), bias = absl::StrCat(p, "/bias");
+    ASSERT_NE(g.FindNode(kernel), nullptr) << kernel;
+    EXPECT_EQ(g.FindNode(kernel)->output_shape(0), TensorShape({16, 16})) << kernel;  // key_dim 16 / 2 per head
+    EXPECT_EQ(g.FindNode(bias)->output_shape(0), TensorShape({16})) << bias;
+    EXPECT_EQ(std::count(tg->variables.begin(), tg->variables.end(), kernel), 1) << kernel << " is trainable";
+    EXPECT_EQ(std::count(tg->variables.begin(), tg->variables.end(), bias), 1) << bias << " is trainable";
+  }
+  EXPECT_EQ(std::count(tg->variables.begin(), tg->variables.end(), "mha/attention_output/kernel"), 1);
+  EXPECT_EQ(g.FindNode("ff/kernel")->output_shape(0), TensorShape({16, 12}));  // per position
+  EXPECT_EQ(g.FindNode("layer3_dense/kernel")->output_shape(0), TensorShape({8 * 12, 10}));
+  EXPECT_EQ(tg->variables.size(), 12u);  // 4 projections, ff, the classifier: a kernel and a bias each
+  int attention = 0, grads = 0;
+  for (int i = 0; i < g.num_nodes(); ++i) {
+    const Node* n = g.node(i);
+    if (n == nullptr) continue;
+    if (n->op() == "Attention") {
+      ++attention;
+      EXPECT_EQ(n->output_shape(0), TensorShape({-1, 8, 16})) << n->name();
+      EXPECT_EQ(n->output_shape(1), TensorShape({-1, 2, 8, 8})) << n->name();
+      EXPECT_EQ(GetBoolAttr(n->def(), "causal").value_or(false), true) << n->name();
+      EXPECT_EQ(GetIntAttr(n->def(), "num_heads").value_or(0), 2) << n->name();
+      // Evaluation reads the training pass's variables.
+      const Node* q_proj = n->input(0).node->input(0).node->input(0).node;  // Reshape <- BiasAdd <- MatMul
+      EXPECT_EQ(q_proj->input(1).node->name(), "mha/query/kernel") << n->name();
+    }
+    grads += n->op() == "AttentionGrad";
+  }
+  EXPECT_EQ(attention, 2);  // training and evaluation
+  EXPECT_EQ(grads, 1);
+  EXPECT_NE(g.FindNode("eval/mha/Attention"), nullptr);
+
+  struct Case {
+    const char* layer;
+    const char* want;
+  };
+  for (const Case& c : std::vector<Case>{
+           {R"(name: "att" multi_head_attention { num_heads: 3 })",
+            "'att': multi_head_attention.num_heads 3 does not divide the input's 16 features"},
+           {R"(name: "att" multi_head_attention { num_heads: 0 })",
+            "'att': multi_head_attention.num_heads must be >= 1, got 0"},
+           {R"(name: "att" multi_head_attention { num_heads: 2 key_dim: -1 })", "'att': multi_head_attention.key_dim"},
+       }) {
+    auto bad = LowerJob(Job(absl::StrCat("model { input_shape: [8, 16] num_classes: 10 layer { ", c.layer,
+                                         " } layer { flatten {} } layer { dense { units: 10 } } }")));
+    ASSERT_FALSE(bad.ok()) << c.layer;
+    EXPECT_NE(Msg(bad.status()).find(c.want), std::string::npos) << bad.status();
+  }
+  // key_dim need not divide anything: 3 heads of 5 on 16 features.
+  auto odd = LowerJob(Job(R"(model { input_shape: [8, 16] num_classes: 10
+      layer { name: "mha" multi_head_attention { num_heads: 3 key_dim: 5 } }
+      layer { flatten {} } layer { dense { units: 10 } } })"));
+  ASSERT_TRUE(odd.ok()) << odd.status();
+  EXPECT_EQ(odd->graph->FindNode("mha/query/kernel")->output_shape(0), TensorShape({16, 15}));
+  EXPECT_EQ(odd->graph->FindNode("mha/attention_output/kernel")->output_shape(0), TensorShape({15, 16}));
+  // Attention needs a sequence.
+  auto flat = LowerJob(Job(R"(model { input_shape: [16] num_classes: 10
+      layer { name: "mha" multi_head_attention { num_heads: 2 } } layer { dense { units: 10 } } })"));
+  ASSERT_FALSE(flat.ok());
+  EXPECT_NE(Msg(flat.status()).find("'mha': multi_head_attention needs a sequence input"), std::string::npos)
+      << flat.status();
+}
+
 }  // namespace
 }  // namespace weft

@@ -37,6 +37,9 @@ const char* KindName(const LayerSpec& l) {
     case LayerSpec::kAdd: return "add";
     case LayerSpec::kGlobalAvgPool: return "global_avg_pool";
     case LayerSpec::kLayerNorm: return "layer_norm";
+    case LayerSpec::kMultiHeadAttention: return "multi_head_attention";
+    case LayerSpec::kEmbedding: return "embedding";
+    case LayerSpec::kPositionEmbedding: return "position_embedding";
     default: return "layer";
   }
 }
@@ -111,6 +114,9 @@ absl::Status ModelLowering::LowerLayer(int i, bool last, bool training, const st
     case LayerSpec::kReshape: return Reshape(i, out);
     case LayerSpec::kBatchNorm: return BatchNorm(i, last, training, out);
     case LayerSpec::kLayerNorm: return LayerNorm(i, last, out);
+    case LayerSpec::kMultiHeadAttention: return MultiHeadAttention(i, out);
+    case LayerSpec::kEmbedding: return Embedding(i, out);
+    case LayerSpec::kPositionEmbedding: return PositionEmbedding(i, out);
     case LayerSpec::kAdd: return Add(i, last, in, out);
     case LayerSpec::kFlatten: {
       const TensorShape& s = out->shape();
@@ -165,15 +171,21 @@ absl::Status ModelLowering::Reshape(int i, Output* x) {
 
 absl::Status ModelLowering::Dense(int i, bool last, Output* x) {
   const DenseLayer& d = model_.layer(i).dense();
-  const TensorShape& in = x->shape();
+  const TensorShape in = x->shape();  // a copy: *x changes below
   LayerVars& v = vars_[i];
   if (d.units() <= 0) return Error(i, "dense.units must be positive");
-  if (in.rank() != 2) {
-    return Error(i, absl::StrCat("dense needs a flat [batch, features] input, got ", in.DebugString(),
+  // A sequence [batch, seq, features] is projected position by position, as
+  // rows of features, and reshaped back to [batch, seq, units].
+  const bool sequence = in.rank() == 3 && in.dim(1) > 0 && in.dim(2) > 0;
+  if (in.rank() != 2 && !sequence) {
+    return Error(i, absl::StrCat("dense needs a flat [batch, features] input or a sequence [batch, seq, ",
+                                 "features] of known seq and features, got ", in.DebugString(),
                                  "; add a flatten layer before it"));
   }
+  const int64_t features = in.dim(in.rank() - 1);
+  if (sequence) *x = b_->Op("Reshape", {*x}, {Attr("shape", std::vector<int64_t>{-1, features})});
   if (!v.kernel.valid()) {
-    v.kernel = b_->Variable("kernel", DType::kFloat32, {in.dim(1), d.units()}, "glorot_uniform", job_.seed() + i);
+    v.kernel = b_->Variable("kernel", DType::kFloat32, {features, d.units()}, "glorot_uniform", job_.seed() + i);
     Track(v.kernel);
     if (!d.no_bias()) {
       v.bias = b_->Variable("bias", DType::kFloat32, {d.units()}, "zeros");
@@ -183,6 +195,7 @@ absl::Status ModelLowering::Dense(int i, bool last, Output* x) {
   *x = b_->Op("MatMul", {*x, v.kernel});
   if (v.bias.valid()) *x = b_->Op("BiasAdd", {*x, v.bias});
   *x = ActivateUnlessLastSoftmax(b_, *x, d.activation(), last);
+  if (sequence) *x = b_->Op("Reshape", {*x}, {Attr("shape", std::vector<int64_t>{-1, in.dim(1), d.units()})});
   return absl::OkStatus();
 }
 

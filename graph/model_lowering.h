@@ -46,6 +46,9 @@ class ModelLowering {
   struct LayerVars {
     Output kernel, bias;                      // dense, conv2d
     Output gamma, beta, moving_mean, moving_var;  // batch_norm (layer_norm: gamma, beta)
+    // multi_head_attention: the q, k, v projections (kernel and bias: the output one)
+    Output query_kernel, query_bias, key_kernel, key_bias, value_kernel, value_bias;
+    Output embeddings;                        // embedding, position_embedding
   };
 
   absl::Status LowerLayer(int i, bool last, bool training, const std::vector<Output>& in, Output* out);
@@ -55,6 +58,11 @@ class ModelLowering {
   absl::Status Reshape(int i, Output* x);
   absl::Status BatchNorm(int i, bool last, bool training, Output* x);
   absl::Status LayerNorm(int i, bool last, Output* x);
+  // graph/embedding_lowering.cc
+  absl::Status Embedding(int i, Output* x);
+  absl::Status PositionEmbedding(int i, Output* x);
+  // graph/attention_lowering.cc
+  absl::Status MultiHeadAttention(int i, Output* x);
   absl::Status Add(int i, bool last, const std::vector<Output>& in, Output* out);
   absl::Status Error(int i, absl::string_view msg) const;
   std::string LayerName(int i) const;

@@ -44,7 +44,7 @@ absl::StatusOr<EvalResult> EvaluateDataset(const JobSpec& job, const data::InMem
     if (!got.ok()) return Annotate(got.status(), "evaluation");
     correct += got->first;
     loss += got->second;
-    r.examples += batch->size();
+    r.examples += batch->predictions();  // one per example, or a sequence model's one per position
   }
   r.accuracy = correct / static_cast<double>(r.examples);
   r.loss = loss / static_cast<double>(r.examples);

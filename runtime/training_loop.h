@@ -39,6 +39,9 @@ struct TrainProgress {
   double test_accuracy = -1;  // when an evaluation just ran
 };
 
+// Accuracy and loss are means over the predictions: one per example, or
+// one per position of a sequence model's examples (a TEXT dataset's), which
+// `examples` then counts.
 struct EvalResult {
   double accuracy = 0;
   double loss = 0;

@@ -593,3 +593,122 @@ def test_a_token_file_open_to_others_is_refused(tmp_path, cluster):
     token.write_text("two words\n")
     with pytest.raises(ValueError, match="more than one word"):
         weft.Client(cluster.master, ca=str(cluster.tls_dir / "ca.crt"), token_file=str(token))
+
+
+def test_embeddings_fit_and_predict_as_numpy_looks_them_up(client):
+    """Token ids (whole numbers fed as floats) through Embedding and PositionEmbedding:
+    the class is a function of the id at one position, which only the tables can learn."""
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 20, (640, 8)).astype(np.float32)
+    x_test = rng.integers(0, 20, (320, 8)).astype(np.float32)
+    y, y_test = x[:, 2].astype(int) % 3, x_test[:, 2].astype(int) % 3
+    with weft.distribute.OneDeviceStrategy(client=client).scope():
+        model = weft.keras.Sequential([layers.Embedding(20, 8, input_shape=(8,)), layers.PositionEmbedding(),
+                                       layers.Flatten(), layers.Dense(3, activation="softmax")], name="embeddings")
+        model.compile(optimizer=weft.keras.optimizers.Adam(learning_rate=0.02), metrics=["accuracy"])
+    from weft._pb import job_pb2
+    spec = model.to_job_spec(job_pb2.DatasetSpec(), (8,), batch_size=32, epochs=1).model
+    assert [l.WhichOneof("kind") for l in spec.layer] == ["embedding", "position_embedding", "flatten", "dense"]
+    assert (spec.layer[0].embedding.input_dim, spec.layer[0].embedding.output_dim) == (20, 8)
+    model.fit(x, y, epochs=4, batch_size=32, verbose=0)
+    loss, accuracy = model.evaluate(x_test, y_test)
+    assert accuracy >= 0.9, (loss, accuracy)  # chance: 1/3
+    w = model.get_weights()
+    # A Sequential's layers are named layer<i>_<kind>.
+    tokens, positions = w["layer0_embedding/embeddings"], w["layer1_position_embedding/embeddings"]
+    assert tokens.shape == (20, 8) and positions.shape == (8, 8)
+
+    h = tokens[x_test.astype(int)] + positions
+    logits = h.reshape(320, 64) @ w["layer3_dense/kernel"] + w["layer3_dense/bias"]
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(model.predict(x_test), e / e.sum(axis=1, keepdims=True), atol=1e-4)
+    bad = x_test[:2].copy()
+    bad[1, 5] = 20
+    with pytest.raises(errors.InvalidArgumentError, match=r"ids\[1,5\] \(flat index 13\) is 20: an id must be a "
+                                                          r"whole number in \[0, 20\)"):
+        model.predict(bad)
+    with pytest.raises(ValueError, match="Embedding: mask_zero=True is not supported"):
+        layers.Embedding(20, 8, mask_zero=True)
+    with pytest.raises(ValueError, match="Embedding: input_dim must be positive, got 0"):
+        layers.Embedding(0, 8)
+    with pytest.raises(ValueError, match="PositionEmbedding: position_embedding needs \\(sequence, features\\)"):
+        layers.PositionEmbedding()(weft.keras.Input(shape=(8,)))
+
+
+def numpy_attention(w, x, prefix, heads, causal):
+    """weft's multi_head_attention in NumPy: projections, softmax(q k^T / sqrt(key_dim)) v per head, output."""
+    n, s, _ = x.shape
+
+    def proj(v, p):
+        return v @ w[f"{prefix}/{p}/kernel"] + w[f"{prefix}/{p}/bias"]
+    q, k, v = (proj(x, p).reshape(n, s, heads, -1).transpose(0, 2, 1, 3) for p in ("query", "key", "value"))
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
+    if causal:
+        scores = np.where(np.tril(np.ones((s, s), bool)), scores, -np.inf)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    o = (e / e.sum(axis=-1, keepdims=True)) @ v
+    return proj(o.transpose(0, 2, 1, 3).reshape(n, s, -1), "attention_output")
+
+
+def test_multi_head_attention_fits_and_predicts_as_numpy_attends(client):
+    x, y = stripes(640, 5)
+    x_test, y_test = stripes(320, 6)
+    x, x_test = x.reshape(640, 8, 8), x_test.reshape(320, 8, 8)  # 8 rows of 8 pixels: a sequence
+    with weft.distribute.OneDeviceStrategy(client=client).scope():
+        inp = weft.keras.Input(shape=(8, 8))
+        attended = layers.MultiHeadAttention(num_heads=2, key_dim=4)(query=inp, value=inp, use_causal_mask=True)
+        h = layers.Dense(8, activation="relu")(layers.Add()([inp, attended]))  # per position
+        model = weft.keras.Model(inputs=inp, outputs=layers.Dense(3, activation="softmax")(layers.Flatten()(h)),
+                                 name="attention")
+        model.compile(optimizer=weft.keras.optimizers.Adam(learning_rate=0.01), metrics=["accuracy"])
+    from weft._pb import job_pb2
+    spec = model.to_job_spec(job_pb2.DatasetSpec(), (8, 8), batch_size=32, epochs=1).model
+    assert [l.WhichOneof("kind") for l in spec.layer] == ["multi_head_attention", "add", "dense", "flatten", "dense"]
+    mha = spec.layer[0].multi_head_attention
+    assert (mha.num_heads, mha.key_dim, mha.causal) == (2, 4, True)
+    assert h.shape == (None, 8, 8)
+    model.fit(x, y, epochs=2, batch_size=32, verbose=0)
+    loss, accuracy = model.evaluate(x_test, y_test)
+    assert accuracy >= 0.8, (loss, accuracy)  # chance: 1/3
+    w = model.get_weights()
+    for p in ("query", "key", "value"):
+        assert w[f"multi_head_attention/{p}/kernel"].shape == (8, 8)
+        assert w[f"multi_head_attention/{p}/bias"].shape == (8,)
+    assert w["multi_head_attention/attention_output/kernel"].shape == (8, 8)
+    assert w["dense/kernel"].shape == (8, 8) and w["dense_1/kernel"].shape == (64, 3)
+
+    v = x_test / 255.0
+    h = v + numpy_attention(w, v, "multi_head_attention", 2, True)
+    h = np.maximum(h @ w["dense/kernel"] + w["dense/bias"], 0)
+    logits = h.reshape(320, 64) @ w["dense_1/kernel"] + w["dense_1/bias"]
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(model.predict(x_test), e / e.sum(axis=1, keepdims=True), atol=1e-4)
+
+
+def test_multi_head_attention_refuses_what_weft_lacks():
+    inp = weft.keras.Input(shape=(8, 16))
+    other = weft.keras.Input(shape=(8, 16))
+    with pytest.raises(ValueError, match="MultiHeadAttention: cross-attention is not supported"):
+        layers.MultiHeadAttention(2, 8)(inp, other)
+    with pytest.raises(ValueError, match="MultiHeadAttention: attention_mask is not supported"):
+        layers.MultiHeadAttention(2, 8)(inp, inp, attention_mask=np.ones((8, 8)))
+    with pytest.raises(ValueError, match="MultiHeadAttention: return_attention_scores=True is not supported"):
+        layers.MultiHeadAttention(2, 8)(inp, return_attention_scores=True)
+    with pytest.raises(ValueError, match="MultiHeadAttention: dropout=0.1 is not supported"):
+        layers.MultiHeadAttention(2, 8, dropout=0.1)
+    with pytest.raises(ValueError, match="MultiHeadAttention: value_dim=4 is not supported"):
+        layers.MultiHeadAttention(2, 8, value_dim=4)
+    with pytest.raises(TypeError, match="MultiHeadAttention: unknown argument 'heads'"):
+        layers.MultiHeadAttention(2, heads=3)
+    with pytest.raises(ValueError, match="MultiHeadAttention: num_heads must be positive, got 0"):
+        layers.MultiHeadAttention(0)
+    with pytest.raises(ValueError, match="num_heads 3 does not divide the input's 16 features; set key_dim"):
+        layers.MultiHeadAttention(3)(inp)
+    with pytest.raises(ValueError, match="multi_head_attention needs a sequence input"):
+        layers.MultiHeadAttention(2)(weft.keras.Input(shape=(16,)))
+    # Self-attention as Keras spells it; key_dim None takes 16 / 2; causal in a Sequential.
+    spec = layers.MultiHeadAttention(2, name="a")(inp, inp, inp).layer.to_proto()
+    assert spec.multi_head_attention.key_dim == 0 and not spec.multi_head_attention.causal
+    seq = layers.MultiHeadAttention(4, 4, causal=True, input_shape=(8, 16)).to_proto().multi_head_attention
+    assert (seq.num_heads, seq.key_dim, seq.causal) == (4, 4, True)
+    assert layers.Dense(5)(inp).shape == (None, 8, 5)  # Dense on a sequence, per position

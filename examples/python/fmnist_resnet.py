@@ -1,6 +1,6 @@
 """Fashion-MNIST with a small residual network, built with the functional API.
 
-    PYTHONPATH=python python3 examples/python/fmnist_resnet.py --epochs=8
+    PYTHONPATH=python python3 examples/python/fmnist_resnet.py --epochs=12
 
 The network of examples/fmnist_resnet.pbtxt: a batch-normalised stem and a
 max-pool (14x14, 32 channels), a residual block, a strided residual block
@@ -47,7 +47,7 @@ def resnet():
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--strategy", choices=sorted(STRATEGIES), default="one_device")
-    p.add_argument("--epochs", type=int, default=8)
+    p.add_argument("--epochs", type=int, default=12)
     p.add_argument("--train_limit", type=int, default=0, help="use only the first N training examples")
     p.add_argument("--test_limit", type=int, default=0, help="use only the first N test examples")
     p.add_argument("--local", action="store_true", help="start a local cluster (2 workers, 1 ps)")
@@ -68,7 +68,12 @@ def main(argv=None):
         strategy = STRATEGIES[args.strategy]()(client=client)
         with strategy.scope():
             model = resnet()
-            model.compile(optimizer=weft.keras.optimizers.Adam(learning_rate=0.001), metrics=["accuracy"])
+            # examples/fmnist_resnet.pbtxt's optimizer: AdamW, a one-epoch warm-up, then a cosine.
+            steps = args.epochs * (len(x) // 64)
+            warmup = max(1, min(len(x) // 64, steps // 4))
+            schedule = weft.keras.optimizers.schedules.CosineDecay(
+                0.0, max(1, steps - warmup), alpha=0.01, warmup_target=0.002, warmup_steps=warmup)
+            model.compile(optimizer=weft.keras.optimizers.AdamW(schedule, weight_decay=0.05), metrics=["accuracy"])
         model.summary()
         history = model.fit(x / 255.0, y, epochs=args.epochs, batch_size=64,
                             validation_data=(x_test / 255.0, y_test))

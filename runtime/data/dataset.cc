@@ -15,6 +15,7 @@
 #include "common/status_macros.h"
 #include "runtime/data/dataset_files.h"
 #include "runtime/data/idx_reader.h"
+#include "runtime/data/text_corpus.h"
 #include "runtime/data/tfrecord.h"
 
 namespace weft {
@@ -53,7 +54,12 @@ void ConvertPixels(const uint8_t* __restrict src, float* __restrict dst, int64_t
 
 absl::StatusOr<InMemoryDataset> InMemoryDataset::Create(std::vector<int64_t> example_shape,
                                                         std::vector<uint8_t> pixels,
-                                                        std::vector<int32_t> labels) {
+                                                        std::vector<int32_t> labels, int64_t label_elems) {
+  if (label_elems < 1 || labels.size() % static_cast<uint64_t>(label_elems) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(labels.size(), " labels do not make examples of ", label_elems, " labels each"));
+  }
+  const uint64_t examples = labels.size() / static_cast<uint64_t>(label_elems);
   int64_t elems = 1;
   for (int64_t d : example_shape) {
     if (d <= 0) {
@@ -62,15 +68,16 @@ absl::StatusOr<InMemoryDataset> InMemoryDataset::Create(std::vector<int64_t> exa
     }
     elems *= d;
   }
-  if (pixels.size() != labels.size() * static_cast<uint64_t>(elems)) {
+  if (pixels.size() != examples * static_cast<uint64_t>(elems)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(pixels.size(), " pixels do not make ", labels.size(), " examples of shape [",
+        absl::StrCat(pixels.size(), " pixels do not make ", examples, " examples of shape [",
                      absl::StrJoin(example_shape, ","), "] (", elems, " pixels each)"));
   }
   InMemoryDataset ds;
   ds.example_shape_ = std::move(example_shape);
   ds.example_elems_ = elems;
-  ds.size_ = static_cast<int64_t>(labels.size());
+  ds.label_elems_ = label_elems;
+  ds.size_ = static_cast<int64_t>(examples);
   ds.pixels_ = std::make_shared<const std::vector<uint8_t>>(std::move(pixels));
   ds.labels_ = std::make_shared<const std::vector<int32_t>>(std::move(labels));
   return ds;
@@ -140,7 +147,8 @@ class BatchIterator::Producer {
     // Through Allocate: a batch of a large dataset can exceed what the
     // allocator has, and that must fail the iterator, not the process.
     absl::StatusOr<Tensor> features_or = Tensor::Allocate(DType::kFloat32, batch_shape_, allocator_);
-    absl::StatusOr<Tensor> labels_or = Tensor::Allocate(DType::kInt32, TensorShape{take}, allocator_);
+    const int64_t per = ds_->label_elems();
+    absl::StatusOr<Tensor> labels_or = Tensor::Allocate(DType::kInt32, TensorShape{take * per}, allocator_);
     if (!features_or.ok() || !labels_or.ok()) {
       status_ = Annotate(features_or.ok() ? labels_or.status() : features_or.status(),
                          absl::StrCat("batch of ", take, " examples"));
@@ -155,7 +163,7 @@ class BatchIterator::Producer {
     for (int64_t b = 0; b < take; ++b) {
       const int64_t i = order_[pos_ + b];
       ConvertPixels(ds_->pixels(i), features + b * elems, elems, inv_scale_);
-      labels[b] = ds_->label(i);
+      std::copy_n(ds_->labels(i), per, labels + b * per);
     }
     pos_ += take;
     return batch;
@@ -284,7 +292,8 @@ BatchOptions BatchOptionsFromSpec(const DatasetSpec& spec, int64_t batch_size, u
   o.shuffle = train && !spec.no_shuffle();
   o.drop_remainder = train;
   o.prefetch = spec.prefetch() > 0 ? spec.prefetch() : 2;
-  o.scale = spec.scale() > 0 ? spec.scale() : 255.0f;
+  // A text corpus's features are byte ids: never scaled.
+  o.scale = spec.scale() > 0 ? spec.scale() : spec.format() == DatasetSpec::TEXT ? 1.0f : 255.0f;
   o.num_epochs = train ? 0 : 1;
   return o;
 }
@@ -382,6 +391,8 @@ absl::StatusOr<InMemoryDataset> LoadDataset(const DatasetSpec& spec, bool train,
       return LoadIdx(spec, train, example_shape, num_classes, limit);
     case DatasetSpec::TFRECORD:
       return LoadTFRecord(spec, train, example_shape, num_classes, limit);
+    case DatasetSpec::TEXT:
+      return LoadText(spec, train, example_shape, num_classes, limit, Env::Default());
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("unknown dataset format ", static_cast<int>(spec.format())));

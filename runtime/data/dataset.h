@@ -46,18 +46,23 @@ class InMemoryDataset {
  public:
   InMemoryDataset() = default;  // no examples
 
-  // INVALID_ARGUMENT unless every dim of `example_shape` is positive and
-  // pixels.size() == labels.size() * product(example_shape).
+  // Each example has `label_elems` labels (1 for a class; a sequence
+  // model's one per position). INVALID_ARGUMENT unless every dim of
+  // `example_shape` is positive, label_elems >= 1 divides labels.size(), and
+  // pixels.size() == labels.size() / label_elems * product(example_shape).
   static absl::StatusOr<InMemoryDataset> Create(std::vector<int64_t> example_shape,
                                                 std::vector<uint8_t> pixels,
-                                                std::vector<int32_t> labels);
+                                                std::vector<int32_t> labels, int64_t label_elems = 1);
 
   int64_t size() const { return size_; }
   const std::vector<int64_t>& example_shape() const { return example_shape_; }
   int64_t example_elems() const { return example_elems_; }
+  int64_t label_elems() const { return label_elems_; }
   // REQUIRES: 0 <= i < size().
   const uint8_t* pixels(int64_t i) const { return pixels_->data() + (first_ + i * stride_) * example_elems_; }
-  int32_t label(int64_t i) const { return (*labels_)[static_cast<size_t>(first_ + i * stride_)]; }
+  // Example i's label_elems() labels.
+  const int32_t* labels(int64_t i) const { return labels_->data() + (first_ + i * stride_) * label_elems_; }
+  int32_t label(int64_t i) const { return labels(i)[0]; }
 
   // The examples i with i % count == index, in order (PyTorch's x[index::count]):
   // the shards for index = 0..count-1 partition the dataset. A shard shares
@@ -70,6 +75,7 @@ class InMemoryDataset {
  private:
   std::vector<int64_t> example_shape_;
   int64_t example_elems_ = 0;
+  int64_t label_elems_ = 1;
   // Example i is example first_ + i * stride_ of the shared arrays, which
   // shards and prefixes of one loaded split have in common.
   std::shared_ptr<const std::vector<uint8_t>> pixels_;  // row-major, example_elems_ per example
@@ -87,6 +93,8 @@ class InMemoryDataset {
 //    shape (e.g. [784] or [28, 28, 1] for 28x28 images).
 //  TFRECORD: train_files / test_files, concatenated in order; records use the
 //    layout in tfrecord.h and `example_shape` is required.
+//  TEXT: train_files hold the corpus; each example is a sequence of bytes
+//    with the next byte at every position as its labels (text_corpus.h).
 // train_limit / test_limit keep only the first N examples. When
 // `num_classes` > 0, every label must be below it.
 // Confines every file LoadDataset reads to `root` (a daemon's --data_root):
@@ -112,10 +120,13 @@ absl::StatusOr<int64_t> CountExamples(const DatasetSpec& spec, bool train, Env* 
 
 struct Batch {
   Tensor features;    // float32 [n, example_shape...], pixel * (1 / scale)
-  Tensor labels;      // int32 [n]
+  Tensor labels;      // int32 [n * label_elems]: example b's labels from b * label_elems
   int64_t epoch = 0;  // the epoch the batch belongs to
 
-  int64_t size() const { return labels.NumElements(); }
+  // Examples in the batch.
+  int64_t size() const { return features.shape().dim(0); }
+  // Labels in the batch: what accuracy and loss are averaged over.
+  int64_t predictions() const { return labels.NumElements(); }
 };
 
 struct BatchOptions {

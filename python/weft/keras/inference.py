@@ -3,7 +3,7 @@
 The model's ModelSpec is lowered again here, op by op as
 graph/model_lowering.cc lowers it for evaluation (variables ``<layer
 name>/kernel`` and ``/bias``, ``/gamma``, ``/beta``, ``/moving_mean`` and
-``/moving_variance``; layers named ``layer<i>_<kind>`` unless named; each
+``/moving_variance``, ``/embeddings``; layers named ``layer<i>_<kind>`` unless named; each
 layer reads the layers its ``inputs`` name, else the layer before it), with
 the trained values as constants and a softmax at the end, and run in a
 Session on the cluster. Batch normalisation uses the moving statistics;
@@ -73,11 +73,18 @@ def _lower(g: Graph, layer: "job_pb2.LayerSpec", name: str, ins: List[Tensor], s
     h = ins[0]
     if kind == "dense":
         d = layer.dense
-        h = ops.matmul(h, _variable(weights, name, "kernel"))
+        kernel = _variable(weights, name, "kernel")
+        if len(shape) == 2:  # a sequence: each position projected, as rows of features
+            h = ops.reshape(h, [-1, np.shape(weights[f"{name}/kernel"])[0]])
+        h = ops.matmul(h, kernel)
         bias = _variable(weights, name, "bias", required=not d.no_bias)
         if bias is not None:
             h = ops.bias_add(h, bias)
-        return _activate(h, d.activation, last)
+        h = _activate(h, d.activation, last)
+        return ops.reshape(h, [-1] + list(shape)) if len(shape) == 2 else h
+    if kind == "multi_head_attention":
+        from weft.keras.attention_layers import lower_for_predict
+        return lower_for_predict(g, layer.multi_head_attention, name, h, shape, weights)
     if kind == "conv2d":
         c = layer.conv2d
         h = g.op("Conv2D", [h, _variable(weights, name, "kernel")],
@@ -100,6 +107,12 @@ def _lower(g: Graph, layer: "job_pb2.LayerSpec", name: str, ins: List[Tensor], s
         scale = [_variable(weights, name, v) for v in ("gamma", "beta")]
         h = g.op("LayerNorm", [h] + scale, {"epsilon": float(ln.epsilon or 1e-3)}, num_outputs=3)[0]
         return _activate(h, ln.activation, last)
+    if kind == "embedding":
+        return g.op("Embedding", [_variable(weights, name, "embeddings"), h])
+    if kind == "position_embedding":  # a [seq, width] table added to every example, as a flat BiasAdd
+        flat = shape[0] * shape[1]
+        table = ops.reshape(_variable(weights, name, "embeddings"), [flat])
+        return ops.reshape(ops.bias_add(ops.reshape(h, [-1, flat]), table), [-1] + list(shape))
     if kind == "add":
         return _activate(g.op("AddN", ins), layer.add.activation, last)
     if kind == "global_avg_pool":

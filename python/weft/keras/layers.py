@@ -116,8 +116,11 @@ def output_shape(spec: "job_pb2.LayerSpec", inputs: Sequence[Tuple[int, ...]]) -
     if kind in ("conv2d", "max_pool", "global_avg_pool") and len(x) != 3:
         raise ValueError(f"{kind} needs an image input (height, width, channels), got {x}")
     if kind == "dense":
+        if len(x) == 2:  # a sequence (seq, features): each position projected
+            return (x[0], spec.dense.units)
         if len(x) != 1:
-            raise ValueError(f"dense needs a flat input (features,), got {x}; add a Flatten layer before it")
+            raise ValueError(f"dense needs a flat input (features,) or a sequence (seq, features), got {x}; "
+                             "add a Flatten layer before it")
         return (spec.dense.units,)
     if kind in ("conv2d", "max_pool"):
         if kind == "conv2d":
@@ -419,3 +422,6 @@ class GlobalAveragePooling2D(Layer):
 
 
 GlobalAvgPool2D = GlobalAveragePooling2D
+
+from weft.keras.embedding_layers import Embedding, PositionEmbedding, output_shape  # noqa: E402,F401,F811 (see there)
+from weft.keras.attention_layers import MultiHeadAttention  # noqa: E402,F401 (imports this module: at the end)

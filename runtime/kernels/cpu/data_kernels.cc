@@ -91,6 +91,7 @@ std::string SourceFiles(const DatasetSpec& spec, bool train) {
   if (spec.format() == DatasetSpec::TFRECORD) {
     return absl::StrJoin(train ? spec.train_files() : spec.test_files(), ", ");
   }
+  if (spec.format() == DatasetSpec::TEXT) return absl::StrJoin(spec.train_files(), ", ");  // both splits
   const std::string& images = train ? spec.train_images() : spec.test_images();
   const std::string name = images.empty() ? "(default IDX names)" : images;
   return spec.dir().empty() ? name : absl::StrCat(spec.dir(), "/", name);

@@ -29,7 +29,7 @@ using X = std::vector<Output>;
 // by EveryDifferentiableOpIsChecked.
 const std::set<std::string>& CheckedOps() {
   static const auto* ops = new std::set<std::string>{
-      "Add",     "AddN",      "BatchNorm", "BiasAdd", "Cast", "GlobalAvgPool",      "Conv2D", "Dropout",     "Identity", "LayerNorm", "MatMul",
+      "Add",     "AddN",      "Attention", "BatchNorm", "BiasAdd", "Cast", "GlobalAvgPool",      "Conv2D", "Dropout",     "Embedding", "Identity", "LayerNorm", "MatMul",
       "MaxPool", "Mean",      "Mul",     "Neg",       "Relu",   "Reshape",     "ReshapeLike", "RowDot",
       "ScaleRows", "Sigmoid", "Softmax", "SparseSoftmaxCrossEntropyWithLogits", "Sub",  "Sum", "Tanh"};
   return *ops;
@@ -207,6 +207,24 @@ TEST(GradientCheckTest, LayerNorm) {
   EXPECT_GRADIENTS_OK(ln, {RandomTensor({2, 3, 2, 4}, 4), RandomTensor({4}, 5), RandomTensor({4}, 6)}, options);
 }
 
+// Attention through q, k and v (one head and several, causal and not);
+// every output row depends on every unmasked key and value.
+TEST(GradientCheckTest, Attention) {
+  GradientCheckOptions options;
+  options.eps = 1e-3;
+  options.tolerance = 5e-3;
+  for (bool causal : {false, true}) {
+    for (int64_t heads : {1, 2}) {
+      SCOPED_TRACE(std::to_string(heads) + (causal ? " heads, causal" : " heads"));
+      auto attn = [heads, causal](GraphBuilder* g, const X& x) {
+        return g->Op("Attention", {x[0], x[1], x[2]}, {Attr("num_heads", heads), Attr("causal", causal)});
+      };
+      EXPECT_GRADIENTS_OK(attn, {RandomTensor({2, 4, 6}, 1), RandomTensor({2, 4, 6}, 2), RandomTensor({2, 4, 6}, 3)},
+                          options);
+    }
+  }
+}
+
 TEST(GradientCheckTest, GlobalAvgPool) {
   EXPECT_GRADIENTS_OK([](GraphBuilder* g, const X& x) { return g->Op("GlobalAvgPool", {x[0]}); },
                       {RandomTensor({2, 3, 4, 5}, 1)});
@@ -215,6 +233,17 @@ TEST(GradientCheckTest, GlobalAvgPool) {
 TEST(GradientCheckTest, Dropout) {
   EXPECT_GRADIENTS_OK([](GraphBuilder* g, const X& x) { return ops::Dropout(g, x[0], 0.4f, 3).y; },
                       {RandomTensor({4, 5}, 1)});
+}
+
+// Embedding through params, with ids that repeat (their rows' gradients
+// add up) and rows no id names (zero); int32 ids, and float ids, which are
+// indexes and are not perturbed.
+TEST(GradientCheckTest, Embedding) {
+  auto emb = [](GraphBuilder* g, const X& x) { return g->Op("Embedding", {x[0], x[1]}); };
+  EXPECT_GRADIENTS_OK(emb, {RandomTensor({5, 3}, 1), IntTensor({2, 3}, {4, 0, 4, 1, 4, 0})});
+  GradientCheckOptions params_only;
+  params_only.inputs_to_check = {0};
+  EXPECT_GRADIENTS_OK(emb, {RandomTensor({6, 2}, 2), testing::FloatTensor({4}, {5, 2, 2, 0})}, params_only);
 }
 
 TEST(GradientCheckTest, FanOutSumsEveryPath) {

@@ -329,9 +329,9 @@ void ExpectBothFail(const std::string& op, const std::vector<Tensor>& inputs, co
 
 TEST(GpuKernelRegistrationTest, EveryComputeOpHasAGpuKernel) {
   for (const char* op :
-       {"Add", "AddN", "ApplyAdam", "ApplyGradientDescent", "ApplyMomentum", "ApplyMovingAverage", "ArgMax",
+       {"Add", "AddN", "ApplyAdam", "Attention", "AttentionGrad", "ApplyGradientDescent", "ApplyMomentum", "ApplyMovingAverage", "ArgMax",
         "BatchNorm", "BatchNormGrad", "BatchNormInference", "BiasAdd", "BiasAddGrad", "Cast", "ConcatRows", "Const",
-        "Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput", "Dropout", "Equal", "GlobalAvgPool",
+        "Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput", "Dropout", "Embedding", "EmbeddingGrad", "Equal", "GlobalAvgPool",
         "GlobalAvgPoolGrad", "GlobalNormScale", "Identity", "LayerNorm", "LayerNormGrad", "MatMul", "MaxPool",
         "MaxPoolGrad", "Mean", "MeanGrad", "Mul", "Neg",
         "NoOp", "Relu", "ReluGrad", "Reshape", "ReshapeLike", "RowDot", "ScaleRows", "Sigmoid", "SigmoidGrad",
@@ -925,6 +925,108 @@ TEST(GpuKernelTest, LayerNormAndGrad) {
   ExpectBothFail("LayerNorm", {Rand({4, 0}), Rand({0}), Rand({0})}, eps);  // rows of no values
   ExpectBothFail("LayerNormGrad", {Rand({4, 3}), Rand({4, 3}), Rand({3}), Rand({3}), Rand({4})});  // mean
   ExpectBothFail("LayerNormGrad", {Rand({3, 4}), Rand({4, 3}), Rand({3}), Rand({4}), Rand({4})});  // dy
+}
+
+// One head and several, causal and not: a lone position, odd sequence
+// lengths and head widths, and a batch of longer sequences. The products
+// are cuBLAS's on the GPU and Eigen's on the CPU, summed in other orders.
+TEST(GpuKernelTest, AttentionAndGrad) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    int64_t batch, seq, width, heads;
+  };
+  for (const Case& c : std::vector<Case>{{1, 1, 8, 2}, {2, 5, 6, 1}, {2, 5, 6, 3}, {3, 33, 64, 4}, {4, 128, 64, 2}}) {
+    const TensorShape s{c.batch, c.seq, c.width};
+    const TensorShape probs{c.batch, c.heads, c.seq, c.seq};
+    for (bool causal : {false, true}) {
+      const AttrList attrs = {Attr("num_heads", c.heads), Attr("causal", causal)};
+      ExpectGpuMatchesCpu("Attention", {Rand(s, -2.0f, 2.0f), Rand(s, -2.0f, 2.0f), Rand(s)}, attrs, kGemm);
+      // Scores in the hundreds: the softmax must subtract each row's maximum.
+      ExpectGpuMatchesCpu("Attention", {Rand(s, -20.0f, 20.0f), Rand(s, -20.0f, 20.0f), Rand(s)}, attrs,
+                          Tolerance{1e-3, 1e-3});
+    }
+    ExpectGpuMatchesCpu("AttentionGrad", {Rand(s), Rand(s), Rand(s), Rand(s), Rand(probs, 0.0f, 1.0f)},
+                        {Attr("num_heads", c.heads)}, Tolerance{2e-4, 1e-4});
+  }
+  // No examples or no positions: empty outputs.
+  const AttrList two = {Attr("num_heads", 2)};
+  for (const TensorShape& s : {TensorShape{0, 3, 4}, TensorShape{2, 0, 4}}) {
+    ExpectGpuMatchesCpu("Attention", {Rand(s), Rand(s), Rand(s)}, two, kExact);
+    const TensorShape probs{s.dim(0), 2, s.dim(1), s.dim(1)};
+    ExpectGpuMatchesCpu("AttentionGrad", {Rand(s), Rand(s), Rand(s), Rand(s), Rand(probs)}, two, kExact);
+  }
+  ExpectBothFail("Attention", {Rand({2, 3, 4}), Rand({2, 3, 4}), Rand({2, 3, 6})}, two);       // v's shape
+  ExpectBothFail("Attention", {Rand({2, 3, 5}), Rand({2, 3, 5}), Rand({2, 3, 5})}, two);       // 2 does not divide 5
+  ExpectBothFail("AttentionGrad", {Rand({2, 3, 4}), Rand({2, 3, 4}), Rand({2, 3, 4}), Rand({2, 3, 4}),
+                                   Rand({2, 2, 3, 2})}, two);                                  // probs' shape
+}
+
+// Lookups of float and int32 ids (a row each, rows repeated when the table
+// is small), and the scatter-add of their gradient: atomicAdd on the GPU,
+// in id order on the CPU, so repeated rows' sums agree to rounding.
+TEST(GpuKernelTest, EmbeddingAndGrad) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    TensorShape ids;
+    int64_t rows, width;
+  };
+  for (const Case& c : std::vector<Case>{{{0}, 4, 3},
+                                         {{1}, 1, 1},
+                                         {{7}, 3, 5},
+                                         {{4, 16}, 50, 8},
+                                         {{3, 5, 2}, 2, 33},
+                                         {{64, 256}, 65, 64},
+                                         {{8, 128}, 30000, 16}}) {
+    Tensor params = Rand({c.rows, c.width});
+    TensorShape out = c.ids;
+    out.AddDim(c.width);
+    const Tolerance sums = SumTolerance(static_cast<double>(c.ids.num_elements()));
+    for (const Tensor& ids : {RandSteps(c.ids, 0, static_cast<int>(c.rows - 1)),
+                              RandInts<int32_t>(c.ids, 0, c.rows - 1)}) {
+      ExpectGpuMatchesCpu("Embedding", {params, ids}, {}, kExact);
+      ExpectGpuMatchesCpu("EmbeddingGrad", {ids, Rand(out), params}, {}, sums);
+    }
+  }
+  // g's shape is not ids' and a row: only the kernels see it.
+  ExpectBothFail("EmbeddingGrad", {RandSteps({2}, 0, 2), Rand({2, 3}), Rand({3, 2})});
+}
+
+// A bad id cannot be seen on the host without waiting for the device: the
+// step's rows for it are NaN (its gradient is left out), and the node's
+// next run reports the CPU's error with the id's flat position.
+TEST(GpuKernelTest, BadIdIsReportedByTheNextRun) {
+  SKIP_WITHOUT_GPU();
+  Tensor params = Rand({5, 4});
+  Tensor bad = testing::FloatTensor({3}, {2, 7.5f, 0});
+  Tensor good = testing::FloatTensor({3}, {2, 4, 0});
+  OpUnderTest t("Embedding", {params, bad}, {});
+  ASSERT_TRUE(t.status().ok()) << t.status();
+  KernelRun cpu = t.RunCpu({params, bad});
+  EXPECT_EQ(cpu.status.code(), absl::StatusCode::kInvalidArgument);
+  GpuDevice* gpu = t.gpu();
+  KernelRun first = t.RunGpu(ToDeviceAll(gpu, {params, bad}), {});
+  ASSERT_TRUE(first.status.ok()) << first.status;
+  auto rows = gpu::ToHost(gpu, first.outputs[0]);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_EQ(rows->data<float>()[j], params.data<float>()[2 * 4 + j]);
+    EXPECT_TRUE(std::isnan(rows->data<float>()[4 + j]));
+  }
+  KernelRun second = t.RunGpu(ToDeviceAll(gpu, {params, good}), {});
+  EXPECT_EQ(second.status.code(), absl::StatusCode::kInvalidArgument) << second.status;
+  EXPECT_NE(second.status.message().find("(flat index 1) is 7.5: an id must be a whole number in [0, 5)"),
+            std::string::npos)
+      << second.status;
+  KernelRun third = t.RunGpu(ToDeviceAll(gpu, {params, good}), {});
+  EXPECT_TRUE(third.status.ok()) << third.status;
+
+  Tensor bad_ints = testing::IntTensor({2, 2}, {0, 1, 1, -4});
+  OpUnderTest grad("EmbeddingGrad", {bad_ints, Rand({2, 2, 4}), params}, {});
+  ASSERT_TRUE(grad.status().ok()) << grad.status();
+  KernelRun g1 = grad.RunGpu(ToDeviceAll(gpu, {bad_ints, Rand({2, 2, 4}), params}), {});
+  ASSERT_TRUE(g1.status.ok()) << g1.status;
+  KernelRun g2 = grad.RunGpu(ToDeviceAll(gpu, {bad_ints, Rand({2, 2, 4}), params}), {});
+  EXPECT_NE(g2.status.message().find("ids (flat index 3) is -4"), std::string::npos) << g2.status;
 }
 
 TEST(GpuKernelTest, GlobalAvgPoolAndGrad) {

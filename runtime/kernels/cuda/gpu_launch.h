@@ -210,6 +210,39 @@ cudaError_t LaunchLayerNormGrad(const float* dy, const float* x, const float* ga
                                 const float* inv_std, int64_t rows, int64_t channels, float* scratch, float* dx,
                                 float* dgamma, float* dbeta, cudaStream_t stream);
 
+// ---- embedding.cu ----------------------------------------------------------------------
+
+// `n` ids, float32 whole numbers or int32, naming rows of a [rows, width]
+// table. A bad id (not a whole number in [0, rows)) is recorded, the first
+// only, in host-mapped `error` [flag, position, value as a double's bits,
+// rows] (flag 2 once recorded; may be null).
+
+// out[p, :] = params[ids[p], :]; NaN for a bad id's row.
+cudaError_t LaunchEmbedding(const float* params, const float* ids, int64_t n, int64_t rows, int64_t width,
+                            float* out, int64_t* error, cudaStream_t stream);
+cudaError_t LaunchEmbedding(const float* params, const int32_t* ids, int64_t n, int64_t rows, int64_t width,
+                            float* out, int64_t* error, cudaStream_t stream);
+// dparams [rows, width] = zeros plus g[p, :] added to row ids[p] for every
+// p (atomicAdd: the order of repeated ids' sums varies); bad ids add nothing.
+cudaError_t LaunchEmbeddingGrad(const float* ids, const float* g, int64_t n, int64_t rows, int64_t width,
+                                float* dparams, int64_t* error, cudaStream_t stream);
+cudaError_t LaunchEmbeddingGrad(const int32_t* ids, const float* g, int64_t n, int64_t rows, int64_t width,
+                                float* dparams, int64_t* error, cudaStream_t stream);
+
+// ---- attention.cu ----------------------------------------------------------------------
+
+// `rows` rows of `seq` contiguous floats, row r being query r % seq of one
+// (example, head): the row-wise steps between attention's cuBLAS products.
+
+// In place: each row's scores times `scale`, then its softmax over keys
+// [0, limit) (limit = r % seq + 1 when causal, else seq) taken about its
+// maximum, and 0 past limit.
+cudaError_t LaunchAttentionSoftmax(float* scores, int64_t rows, int64_t seq, bool causal, float scale,
+                                   cudaStream_t stream);
+// In place over dprobs: dS = probs (dprobs - rowsum(probs dprobs)) scale.
+cudaError_t LaunchAttentionSoftmaxGrad(const float* probs, float* dprobs, int64_t rows, int64_t seq, float scale,
+                                       cudaStream_t stream);
+
 }  // namespace gpu_kernels
 }  // namespace weft
 
