@@ -596,11 +596,12 @@ def test_a_token_file_open_to_others_is_refused(tmp_path, cluster):
 
 
 def test_embeddings_fit_and_predict_as_numpy_looks_them_up(client):
-    """Token ids (whole numbers fed as floats) through Embedding and PositionEmbedding:
-    the class is a function of the id at one position, which only the tables can learn."""
+    """Token ids through Embedding and PositionEmbedding: the class is a function of
+    the id at one position, which only the tables can learn. Integer arrays are
+    ids here (the model starts with an Embedding), not pixels to divide by 255."""
     rng = np.random.default_rng(5)
-    x = rng.integers(0, 20, (640, 8)).astype(np.float32)
-    x_test = rng.integers(0, 20, (320, 8)).astype(np.float32)
+    x = rng.integers(0, 20, (640, 8))
+    x_test = rng.integers(0, 20, (320, 8))
     y, y_test = x[:, 2].astype(int) % 3, x_test[:, 2].astype(int) % 3
     with weft.distribute.OneDeviceStrategy(client=client).scope():
         model = weft.keras.Sequential([layers.Embedding(20, 8, input_shape=(8,)), layers.PositionEmbedding(),
@@ -622,6 +623,7 @@ def test_embeddings_fit_and_predict_as_numpy_looks_them_up(client):
     logits = h.reshape(320, 64) @ w["layer3_dense/kernel"] + w["layer3_dense/bias"]
     e = np.exp(logits - logits.max(axis=1, keepdims=True))
     np.testing.assert_allclose(model.predict(x_test), e / e.sum(axis=1, keepdims=True), atol=1e-4)
+    np.testing.assert_allclose(model.predict(x_test.astype(np.float32)), model.predict(x_test), atol=1e-6)
     bad = x_test[:2].copy()
     bad[1, 5] = 20
     with pytest.raises(errors.InvalidArgumentError, match=r"ids\[1,5\] \(flat index 13\) is 20: an id must be a "

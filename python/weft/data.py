@@ -10,7 +10,8 @@ then takes its own shard, as from files. Nothing goes through the master per
 step, and sending the same arrays again costs no transfer on the tasks.
 weft's datasets hold 8-bit examples: arrays must be uint8, or floats that are
 exactly such bytes divided by a scale (``x / 255.0``), with integer labels
-in 0..255.
+in 0..255. Integer examples are pixels, divided by 255, unless the model's
+first layer is an Embedding: they are then token ids, used as they are.
 """
 from __future__ import annotations
 
@@ -69,8 +70,10 @@ def fashion_mnist(**kw) -> Dataset:
     return Dataset(FASHION_MNIST, **kw)
 
 
-def _as_examples(x, name: str) -> Tuple[np.ndarray, float]:
-    """uint8 examples and the scale that maps them back to ``x``."""
+def _as_examples(x, name: str, ids: bool = False) -> Tuple[np.ndarray, float]:
+    """uint8 examples and the scale that maps them back to ``x``. With ``ids``
+    (a model whose input is token ids), integer arrays are ids, kept as they
+    are; otherwise they are 8-bit pixels, divided by 255."""
     if not isinstance(x, np.ndarray):
         try:
             x = np.asarray(x)
@@ -80,13 +83,11 @@ def _as_examples(x, name: str) -> Tuple[np.ndarray, float]:
         raise ValueError(f"{name} must hold at least one example: shape (examples, ...), got {x.shape}")
     if any(d == 0 for d in x.shape[1:]):
         raise ValueError(f"{name}: every dimension must be positive, got {x.shape}")
-    if x.dtype == np.uint8:
-        return x, 255.0
     if x.dtype.kind in "iu":
         if x.min() < 0 or x.max() > 255:
             raise ValueError(f"{name}: integer examples must be in 0..255 (weft's datasets are 8-bit), "
                              f"got {x.min()}..{x.max()}")
-        return x.astype(np.uint8), 255.0
+        return (x if x.dtype == np.uint8 else x.astype(np.uint8)), 1.0 if ids else 255.0
     if x.dtype.kind != "f":
         raise TypeError(f"{name} must hold numbers, not {x.dtype}")
     if not np.isfinite(x).all():
@@ -127,14 +128,14 @@ def idx_bytes(array: np.ndarray) -> bytes:
 class ArrayData:
     """NumPy arrays prepared for upload: IDX bytes per split, and their scale."""
 
-    def __init__(self, x, y, x_test=None, y_test=None) -> None:
-        images, self.scale = _as_examples(x, "x")
+    def __init__(self, x, y, x_test=None, y_test=None, ids: bool = False) -> None:
+        images, self.scale = _as_examples(x, "x", ids)
         self.example_shape = tuple(images.shape[1:])
         self.files = {"train_images": idx_bytes(images), "train_labels": idx_bytes(_as_labels(y, "y", len(images)))}
         self.train_examples = len(images)
         self.test_examples = 0
         if x_test is not None:
-            test, scale = _as_examples(x_test, "validation_data x")
+            test, scale = _as_examples(x_test, "validation_data x", ids)
             if tuple(test.shape[1:]) != self.example_shape:
                 raise ValueError(f"validation_data: examples of shape {tuple(test.shape[1:])}, the training "
                                  f"examples have {self.example_shape}")

@@ -78,6 +78,12 @@ class BaseModel:
         self.metrics = metrics
         self.strategy = distribute.get_strategy()
 
+    def _reads_ids(self) -> bool:
+        """Whether the model's input is token ids (an Embedding reads it): integer
+        arrays are then ids, not 8-bit pixels to divide by 255."""
+        from weft.keras.embedding_layers import Embedding
+        return bool(self.layers) and isinstance(self.layers[0], Embedding)
+
     def _model_spec(self, input_shape) -> "job_pb2.ModelSpec":
         entries = self._layer_specs()
         if not entries:
@@ -149,7 +155,7 @@ class BaseModel:
             if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
                 raise ValueError("validation_data must be a tuple (x_val, y_val)")
             x_val, y_val = validation_data
-        arrays = ArrayData(x, y, x_val, y_val)
+        arrays = ArrayData(x, y, x_val, y_val, ids=self._reads_ids())
         if batch_size > arrays.train_examples:
             raise ValueError(f"batch_size {batch_size} is larger than the {arrays.train_examples} training examples")
         return arrays.upload(client), arrays.example_shape, x_val is not None
@@ -252,7 +258,7 @@ class BaseModel:
         else:
             if x is None or y is None:
                 raise ValueError("x and y: pass the examples and labels to evaluate on")
-            arrays = ArrayData(x, y, x, y)
+            arrays = ArrayData(x, y, x, y, ids=self._reads_ids())
             dataset = arrays.upload(client)
         job = job_pb2.JobSpec()
         job.CopyFrom(trained_job)
