@@ -154,3 +154,7 @@ echo "$(cat "$TMP/summary.txt") -> ${OUT#"$REPO"/}"
 # Issue 22's models on CPU: the ResNet example against the same network in
 # PyTorch, one process and 2 workers, and its accuracy in full.
 "$BENCH/models.sh"
+
+# Issue 22's transformer on CPU: the character-level language model against
+# the same model in PyTorch, and one epoch of each.
+"$BENCH/transformer.sh"

@@ -85,8 +85,9 @@ class CharTransformer(nn.Module):
         self.blocks = nn.ModuleList(TransformerBlock(width, heads, hidden) for _ in range(blocks))
         self.ln = nn.LayerNorm(width, eps=1e-3)
         self.logits = nn.Linear(width, vocabulary)
-        # True above the diagonal: a position attends to itself and earlier ones.
-        self.register_buffer("mask", torch.triu(torch.ones(sequence, sequence, dtype=torch.bool), 1))
+        # -inf above the diagonal: a position attends to itself and earlier ones
+        # (a float mask: DDP's gloo broadcast of buffers takes no bool tensor).
+        self.register_buffer("mask", torch.full((sequence, sequence), float("-inf")).triu(1))
 
     def forward(self, ids):
         x = self.embedding(ids) + self.position
