@@ -8,19 +8,23 @@
 #       libraries they need that a GPU machine may lack (gRPC, protobuf,
 #       Abseil, spdlog, ..., and the CUDA runtime; not the driver, and not
 #       cuBLAS, cuDNN or NCCL, which are large and which the GPU machine's
-#       Python environment holds), data/ Fashion-MNIST, jobs/ the example jobs.
+#       Python environment holds), data/ Fashion-MNIST and the KJV corpus,
+#       jobs/ the example jobs.
 #
 #   bench/gpu.sh --run DIR [--out FILE.md] [--mlp_epochs N] [--cnn_epochs N] [--resnet_epochs N]
-#                [--models "mlp cnn resnet"] [--rounds N] [--skip_tests] [--no_local]
+#                [--transformer_steps N] [--models "mlp cnn resnet transformer"] [--rounds N]
+#                [--skip_tests] [--no_local]
 #       On the GPU machine (one GPU, CUDA driver, PyTorch 2; no Bazel, no
 #       network): finds cuBLAS/cuDNN/NCCL (PyTorch's nvidia-* packages, then
 #       /usr/local/cuda), runs every GPU test binary, trains
 #       examples/fmnist_mlp.pbtxt, examples/fmnist_cnn.pbtxt and
-#       examples/fmnist_resnet.pbtxt (those --models names) on GPU:0 with
+#       examples/fmnist_resnet.pbtxt and examples/kjv_transformer.pbtxt (for
+#       --transformer_steps steps; those --models names) on GPU:0 with
 #       `weft train` (the CNN also with WEFT_CUDNN=0, cuDNN's fallback, and
 #       with WEFT_CUDNN_AUTOTUNE=0, cuDNN's heuristic choice everywhere),
 #       trains the same models with PyTorch on the same GPU
-#       (bench/gpu/torch_fmnist.py): eager, torch.compile's default mode and
+#       (bench/gpu/torch_fmnist.py, bench/torch_transformer.py): eager,
+#       torch.compile's default mode and
 #       its mode="reduce-overhead" (CUDA graphs), each N rounds (default 3,
 #       the median reported), runs `weft local` across processes on the
 #       GPU, and MIRRORED over NCCL when the machine has two GPUs or more, and
@@ -88,7 +92,8 @@ build() {
   # Bazel keeps symbols (--strip=never); the copies need none.
   strip --strip-unneeded "$bundle"/bin/* "$bundle"/tests/* "$bundle"/lib/* 2>/dev/null || true
   cp "$data"/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz "$bundle/data/"
-  cp "$REPO"/examples/fmnist_*.pbtxt "$bundle/jobs/"
+  cp "$REPO"/examples/fmnist_*.pbtxt "$REPO"/examples/kjv_transformer.pbtxt "$bundle/jobs/"
+  "$REPO/tools/kjv_corpus.sh" "$bundle/data/kjv.txt"
   git -C "$REPO" rev-parse --short HEAD > "$bundle/COMMIT" 2>/dev/null || echo unknown > "$bundle/COMMIT"
   # Binaries and libraries compress about 3x; the data is gzip already.
   tar -cJf "$bundle/binaries.tar.xz" -C "$bundle" bin tests lib
@@ -117,9 +122,9 @@ cuda_library_path() {
 }
 
 run() {
-  local bundle out mlp_epochs cnn_epochs resnet_epochs rounds data skip_tests no_local models
+  local bundle out mlp_epochs cnn_epochs resnet_epochs rounds data skip_tests no_local models transformer_steps
   data="$(cd "$1/data" && pwd -P)"; out="$2"; mlp_epochs="$3"; cnn_epochs="$4"; rounds="$5"
-  skip_tests="$6"; no_local="$7"; resnet_epochs="$8"; models="$9"
+  skip_tests="$6"; no_local="$7"; resnet_epochs="$8"; models="$9"; transformer_steps="${10}"
   [ -f "$1/binaries.tar.xz" ] || die "$1 holds no binaries.tar.xz: build it with bench/gpu.sh --bundle $1"
   local work
   work="$(mktemp -d "${TMPDIR:-/tmp}/weft-gpu.XXXXXX")"
@@ -193,9 +198,16 @@ run() {
   # table says so.
   peer() {
     local system="$1" model="$2" epochs="$3" compile="$4" rc=0 error
-    "${torch_env[@]}" timeout 600 "$PYTHON" "$REPO/bench/gpu/torch_fmnist.py" --model "$model" \
-      --data "$bundle/data" --epochs "$epochs" --compile "$compile" \
-      > "$work/$system.$model.json" 2> "$work/$system.$model.err" || rc=$?
+    if [ "$model" = transformer ]; then
+      # The same steps of batch 32 as weft's run (bench/torch_transformer.py).
+      (cd "$REPO/bench" && "${torch_env[@]}" timeout 600 "$PYTHON" torch_transformer.py --device cuda \
+        --corpus "$bundle/data/kjv.txt" --train_limit $((transformer_steps * 32)) --batch 32 --test_limit 256 \
+        --compile "$compile") > "$work/$system.$model.json" 2> "$work/$system.$model.err" || rc=$?
+    else
+      "${torch_env[@]}" timeout 600 "$PYTHON" "$REPO/bench/gpu/torch_fmnist.py" --model "$model" \
+        --data "$bundle/data" --epochs "$epochs" --compile "$compile" \
+        > "$work/$system.$model.json" 2> "$work/$system.$model.err" || rc=$?
+    fi
     if [ "$rc" = 0 ] && grep -q '^{' "$work/$system.$model.json"; then
       echo "$system $model $(grep -m1 '^{' "$work/$system.$model.json")" | tee -a "$runs"
       return 0
@@ -211,9 +223,15 @@ run() {
     for model in $models; do
       case "$model" in mlp) epochs=$mlp_epochs ;; cnn) epochs=$cnn_epochs ;; *) epochs=$resnet_epochs ;; esac
       job="$work/fmnist_$model.pbtxt"
-      # The example job, pointed at the bundle's data, for the benchmark's epochs.
-      sed -e "s|^\( *dir:\).*|\1 \"$bundle/data\"|" -e "s|^epochs:.*|epochs: $epochs|" \
-        "$bundle/jobs/fmnist_$model.pbtxt" > "$job"
+      # The example job, pointed at the bundle's data, for the benchmark's epochs
+      # (the transformer: its steps, on the first 256 validation sequences).
+      if [ "$model" = transformer ]; then
+        sed -e "s|^\( *dir:\).*|\1 \"$bundle/data\"|" -e "s|^epochs:.*|steps: $transformer_steps|" \
+          -e "s|^  text {|  test_limit: 256\n  text {|" "$bundle/jobs/kjv_transformer.pbtxt" > "$job"
+      else
+        sed -e "s|^\( *dir:\).*|\1 \"$bundle/data\"|" -e "s|^epochs:.*|epochs: $epochs|" \
+          "$bundle/jobs/fmnist_$model.pbtxt" > "$job"
+      fi
       train weft "$model" "$job"
       if [ "$round" = 1 ]; then grep -m1 "training step on" "$work/weft.$model.err" || true; fi
       if [ "$model" = cnn ]; then
@@ -290,7 +308,7 @@ local_runs() {
 
 # ---------------------------------------------------------------------- main
 mode=build bundle="$REPO/gpu-bundle" out="" mlp_epochs=3 cnn_epochs=2 resnet_epochs=1 rounds=3 skip_tests=0 no_local=0
-models="mlp cnn resnet"
+transformer_steps=300 models="mlp cnn resnet transformer"
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) bundle="$2"; shift 2 ;;
@@ -299,19 +317,21 @@ while [ $# -gt 0 ]; do
     --mlp_epochs) mlp_epochs="$2"; shift 2 ;;
     --cnn_epochs) cnn_epochs="$2"; shift 2 ;;
     --resnet_epochs) resnet_epochs="$2"; shift 2 ;;
+    --transformer_steps) transformer_steps="$2"; shift 2 ;;
     --models) models="$2"; shift 2
       for m in $models; do
-        case "$m" in mlp|cnn|resnet) ;; *) die "--models: unknown model '$m' (mlp, cnn, resnet)" ;; esac
+        case "$m" in mlp|cnn|resnet|transformer) ;; *) die "--models: unknown model '$m' (mlp, cnn, resnet, transformer)" ;; esac
       done ;;
     --rounds) rounds="$2"; shift 2 ;;
     --skip_tests) skip_tests=1; shift ;;
     --no_local) no_local=1; shift ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
 if [ "$mode" = build ]; then
   build "$bundle"
 else
-  run "$bundle" "${out:-$bundle/gpu_bench.md}" "$mlp_epochs" "$cnn_epochs" "$rounds" "$skip_tests" "$no_local" "$resnet_epochs" "$models"
+  run "$bundle" "${out:-$bundle/gpu_bench.md}" "$mlp_epochs" "$cnn_epochs" "$rounds" "$skip_tests" "$no_local" \
+    "$resnet_epochs" "$models" "$transformer_steps"
 fi
