@@ -168,6 +168,8 @@ TrainResult ResultFromStatus(const JobStatus& s) {
   r.test_accuracy = s.test_accuracy();
   r.test_loss = s.test_loss();
   r.test_examples = s.test_examples();
+  r.test_top_k_accuracy = s.test_top_k_accuracy();
+  r.test_perplexity = s.test_perplexity();
   r.samples_per_second = s.samples_per_second();
   r.warmup_seconds = s.warmup_seconds();
   r.wall_seconds = s.wall_seconds();
@@ -269,9 +271,10 @@ int FollowJob(MasterClient* client, const std::string& job_id, bool json, absl::
   if (json) {
     std::printf("%s\n", r.ToJson().c_str());
   } else {
-    std::printf("job %s (%s) %s: %lld steps, %lld epochs, train loss %.4f, test accuracy %.4f, %.0f samples/s, %.1f s\n",
+    std::printf("job %s (%s) %s: %lld steps, %lld epochs, train loss %.4f, test accuracy %.4f%s, %.0f samples/s, %.1f s\n",
                 job_id.c_str(), r.job.c_str(), StateName(r.state).c_str(), static_cast<long long>(r.steps),
-                static_cast<long long>(r.epochs), r.train_loss, r.test_accuracy, r.samples_per_second, r.wall_seconds);
+                static_cast<long long>(r.epochs), r.train_loss, r.test_accuracy, r.ExtraTestMetrics().c_str(),
+                r.samples_per_second, r.wall_seconds);
   }
   return last.state() == SUCCEEDED ? 0 : 1;
 }

@@ -104,6 +104,10 @@ absl::StatusOr<TrainingGraph> LowerSequential(const JobSpec& job) {
   Output hit = b.Op("Equal", {predicted, labels}, {}, "eval/hit");
   Output correct = b.Op("Sum", {b.Op("Cast", {hit}, {Attr("dtype", DType::kFloat32)}, "eval/hit_float")}, {},
                         "correct");
+  if (job.eval().top_k() > 1) {
+    tg.correct_top_k =
+        b.Op("InTopK", {eval_logits, labels}, {Attr("k", int64_t{job.eval().top_k()})}, "correct_top_k").name();
+  }
   RETURN_IF_ERROR(b.status());
 
   ASSIGN_OR_RETURN(std::vector<Output> grads, AddGradients(&b, loss, lower.variables()));

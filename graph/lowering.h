@@ -9,7 +9,9 @@
 //   and `train` (a NoOp grouping all the updates); and an evaluation forward
 //   pass sharing the variables (no dropout, moving statistics) ending in
 //   `correct` (number of correct predictions in the batch) and `eval_loss`
-//   (summed loss of the batch).
+//   (summed loss of the batch), and, when the job's eval.top_k > 1,
+//   `correct_top_k` (InTopK: predictions whose label is among the k
+//   largest logits).
 // A final softmax activation is left out of the logits that the loss reads,
 // since the loss applies softmax itself.
 //
@@ -38,6 +40,7 @@ struct TrainingGraph {
   std::string train_op;   // node run for its effect each step
   std::string correct;    // scalar: correct predictions in a batch ("" if none)
   std::string eval_loss;  // scalar: summed loss of a batch, without dropout ("" if none)
+  std::string correct_top_k;  // scalar: predictions right within eval.top_k ("" if none)
   std::vector<std::string> variables;  // trainable variables, in creation order
   TensorShape example_shape;           // shape of one example
 };

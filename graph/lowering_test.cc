@@ -5,6 +5,7 @@
 
 #include "google/protobuf/text_format.h"
 #include "absl/strings/str_cat.h"
+#include "graph/attr.h"
 #include "gtest/gtest.h"
 
 namespace weft {
@@ -355,6 +356,96 @@ TEST(LoweringTest, MultiHeadAttentionOnASequence) {
   ASSERT_FALSE(flat.ok());
   EXPECT_NE(Msg(flat.status()).find("'mha': multi_head_attention needs a sequence input"), std::string::npos)
       << flat.status();
+}
+
+// eval.top_k > 1 adds InTopK over the evaluation logits' rows (a sequence
+// model's [batch * positions, classes]); 0 or 1 adds nothing.
+TEST(LoweringTest, EvalTopKAddsInTopKOverTheEvalLogitRows) {
+  const std::string mlp = "model { input_shape: [4] num_classes: 10 layer { dense { units: 10 } } }";
+  auto top5 = LowerJob(Job(mlp + " eval { top_k: 5 }"));
+  ASSERT_TRUE(top5.ok()) << top5.status();
+  ASSERT_EQ(top5->correct_top_k, "correct_top_k");
+  const Node* n = top5->graph->FindNode("correct_top_k");
+  ASSERT_NE(n, nullptr);
+  EXPECT_EQ(n->op(), "InTopK");
+  EXPECT_EQ(*GetIntAttr(n->def(), "k"), 5);
+  EXPECT_EQ(n->output_shape(0), TensorShape{});
+  for (const char* eval : {"", " eval { top_k: 0 }", " eval { top_k: 1 }"}) {
+    auto off = LowerJob(Job(mlp + eval));
+    ASSERT_TRUE(off.ok()) << off.status();
+    EXPECT_TRUE(off->correct_top_k.empty()) << eval;
+    EXPECT_EQ(off->graph->FindNode("correct_top_k"), nullptr) << eval;
+  }
+  // A sequence model: InTopK reads the reshaped rows.
+  auto seq = LowerJob(Job(R"(model { input_shape: [8] num_classes: 256
+      layer { embedding { input_dim: 256 output_dim: 4 } } layer { dense { units: 256 } } }
+      eval { top_k: 3 })"));
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  const Node* s = seq->graph->FindNode(seq->correct_top_k);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->input(0).node->name(), "eval/logits");
+  EXPECT_EQ(s->input(0).node->output_shape(0), TensorShape({-1, 256}));
+}
+
+// An inception-like block: three branches of the stem (two convolutions and
+// a SAME average pool) concatenated along the channels, then avg_pool,
+// flatten and dense. The gradient splits the join with ConcatGrad.
+TEST(LoweringTest, ConcatenatedBranchesThenAvgPool) {
+  auto tg = LowerJob(Job(R"(model { input_shape: [8, 8, 3] num_classes: 10
+      layer { name: "stem" conv2d { filters: 4 kernel_size: 3 activation: RELU } }
+      layer { name: "b1" inputs: ["stem"] conv2d { filters: 2 kernel_size: 1 } }
+      layer { name: "b3" inputs: ["stem"] conv2d { filters: 3 kernel_size: 3 } }
+      layer { name: "bp" inputs: ["stem"] avg_pool { pool_size: 3 stride: 1 padding: "SAME" } }
+      layer { name: "cat" inputs: ["b1", "b3", "bp"] concatenate {} }
+      layer { name: "pool" avg_pool {} }
+      layer { flatten {} }
+      layer { dense { units: 10 } } })"));
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  const Graph& g = *tg->graph;
+  const Node* cat = g.FindNode("cat/Concat");
+  ASSERT_NE(cat, nullptr);
+  ASSERT_EQ(cat->num_inputs(), 3);
+  EXPECT_EQ(cat->input(0).node->name(), "b1/BiasAdd");
+  EXPECT_EQ(cat->input(2).node->name(), "bp/AvgPool");
+  EXPECT_EQ(cat->output_shape(0), TensorShape({-1, 8, 8, 9}));
+  const Node* pool = g.FindNode("pool/AvgPool");
+  ASSERT_NE(pool, nullptr);
+  EXPECT_EQ(pool->output_shape(0), TensorShape({-1, 4, 4, 9}));
+  EXPECT_EQ(*GetIntAttr(pool->def(), "ksize"), 2);
+  EXPECT_EQ(*GetIntAttr(pool->def(), "stride"), 2);
+  ASSERT_NE(g.FindNode("eval/cat/Concat"), nullptr);
+  int splits = 0, pool_grads = 0;
+  for (int i = 0; i < g.num_nodes(); ++i) {
+    if (g.node(i) == nullptr) continue;
+    splits += g.node(i)->op() == "ConcatGrad";
+    pool_grads += g.node(i)->op() == "AvgPoolGrad";
+  }
+  EXPECT_EQ(splits, 1);
+  EXPECT_EQ(pool_grads, 2);
+}
+
+TEST(LoweringTest, BadConcatenateAndAvgPoolNameTheLayer) {
+  struct Case {
+    const char* layers;
+    const char* want;
+  };
+  const std::string stem = R"(layer { name: "stem" conv2d { filters: 4 kernel_size: 3 } } )";
+  for (const Case& c : std::vector<Case>{
+           {R"(layer { name: "v" inputs: ["stem"] conv2d { filters: 2 kernel_size: 3 padding: "VALID" } }
+               layer { name: "cat" inputs: ["stem", "v"] concatenate {} })",
+            "'cat': concatenate's inputs must agree on every dimension but the last: input 0 (stem) is "
+            "[?,8,8,4], input 1 (v) is [?,6,6,2]"},
+           {R"(layer { name: "cat" concatenate {} })", "concatenate needs two or more inputs"},
+           {R"(layer { name: "f" flatten {} } layer { name: "cat" inputs: ["stem", "f"] concatenate {} })",
+            "'cat': concatenate's inputs must agree"},
+           {R"(layer { name: "p" avg_pool { padding: "FULL" } })", "'p': avg_pool.padding must be SAME or VALID"},
+           {R"(layer { flatten {} } layer { name: "p" avg_pool {} })", "'p': avg_pool needs an image input"},
+       }) {
+    auto tg = LowerJob(Job(absl::StrCat("model { input_shape: [8, 8, 3] num_classes: 10 ", stem, c.layers,
+                                        " layer { flatten {} } layer { dense { units: 10 } } }")));
+    ASSERT_FALSE(tg.ok()) << c.layers;
+    EXPECT_NE(Msg(tg.status()).find(c.want), std::string::npos) << tg.status();
+  }
 }
 
 }  // namespace

@@ -40,6 +40,8 @@ const char* KindName(const LayerSpec& l) {
     case LayerSpec::kMultiHeadAttention: return "multi_head_attention";
     case LayerSpec::kEmbedding: return "embedding";
     case LayerSpec::kPositionEmbedding: return "position_embedding";
+    case LayerSpec::kAvgPool: return "avg_pool";
+    case LayerSpec::kConcatenate: return "concatenate";
     default: return "layer";
   }
 }
@@ -76,8 +78,8 @@ absl::Status ModelLowering::CheckTopology() {
       inputs_[i].push_back(it->second);
     }
     if (layer.inputs().empty()) inputs_[i].push_back(i - 1);  // -1 for the first: the model's input
-    const bool joins = layer.kind_case() == LayerSpec::kAdd;
-    if (joins && inputs_[i].size() < 2) return Error(i, "add needs two or more inputs");
+    const bool joins = layer.kind_case() == LayerSpec::kAdd || layer.kind_case() == LayerSpec::kConcatenate;
+    if (joins && inputs_[i].size() < 2) return Error(i, absl::StrCat(KindName(layer), " needs two or more inputs"));
     if (!joins && inputs_[i].size() != 1) {
       return Error(i, absl::StrCat(KindName(layer), " reads one input, got ", inputs_[i].size()));
     }
@@ -118,6 +120,8 @@ absl::Status ModelLowering::LowerLayer(int i, bool last, bool training, const st
     case LayerSpec::kEmbedding: return Embedding(i, out);
     case LayerSpec::kPositionEmbedding: return PositionEmbedding(i, out);
     case LayerSpec::kAdd: return Add(i, last, in, out);
+    case LayerSpec::kAvgPool: return AvgPool(i, out);
+    case LayerSpec::kConcatenate: return Concatenate(i, in, out);
     case LayerSpec::kFlatten: {
       const TensorShape& s = out->shape();
       int64_t n = 1;
@@ -245,6 +249,28 @@ absl::Status ModelLowering::MaxPool(int i, Output* x) {
   return absl::OkStatus();
 }
 
+// A normalisation's trainable gamma (ones) and beta (zeros) over x's last
+// axis, and batch norm's moving statistics (`moving`), made by the training
+// pass and kept for the evaluation pass.
+absl::Status ModelLowering::ScaleAndShift(int i, const char* kind, const Output& x, bool moving) {
+  const TensorShape& in = x.shape();
+  if (in.rank() < 2 || in.dim(in.rank() - 1) <= 0) {
+    return Error(i, absl::StrCat(kind, " needs a known last axis (channels or features), got ", in.DebugString()));
+  }
+  LayerVars& v = vars_[i];
+  if (v.gamma.valid()) return absl::OkStatus();
+  const TensorShape c{in.dim(in.rank() - 1)};
+  v.gamma = b_->Variable("gamma", DType::kFloat32, c, "ones");
+  v.beta = b_->Variable("beta", DType::kFloat32, c, "zeros");
+  if (moving) {
+    v.moving_mean = b_->Variable("moving_mean", DType::kFloat32, c, "zeros");
+    v.moving_var = b_->Variable("moving_variance", DType::kFloat32, c, "ones");
+  }
+  Track(v.gamma);
+  Track(v.beta);
+  return absl::OkStatus();
+}
+
 absl::Status ModelLowering::BatchNorm(int i, bool last, bool training, Output* x) {
   const BatchNormLayer& bn = model_.layer(i).batch_norm();
   const float momentum = bn.momentum() == 0.0f ? 0.99f : bn.momentum();
@@ -253,21 +279,8 @@ absl::Status ModelLowering::BatchNorm(int i, bool last, bool training, Output* x
     return Error(i, absl::StrCat("batch_norm.momentum must be in (0, 1), got ", bn.momentum()));
   }
   if (!(epsilon > 0.0f)) return Error(i, absl::StrCat("batch_norm.epsilon must be positive, got ", bn.epsilon()));
-  const TensorShape& in = x->shape();
-  if (in.rank() < 2 || in.dim(in.rank() - 1) <= 0) {
-    return Error(i, absl::StrCat("batch_norm needs a known last axis (channels or features), got ",
-                                 in.DebugString()));
-  }
-  LayerVars& v = vars_[i];
-  if (!v.gamma.valid()) {
-    const TensorShape c{in.dim(in.rank() - 1)};
-    v.gamma = b_->Variable("gamma", DType::kFloat32, c, "ones");
-    v.beta = b_->Variable("beta", DType::kFloat32, c, "zeros");
-    v.moving_mean = b_->Variable("moving_mean", DType::kFloat32, c, "zeros");
-    v.moving_var = b_->Variable("moving_variance", DType::kFloat32, c, "ones");
-    Track(v.gamma);
-    Track(v.beta);
-  }
+  RETURN_IF_ERROR(ScaleAndShift(i, "batch_norm", *x, /*moving=*/true));
+  const LayerVars& v = vars_[i];
   if (training) {
     Node* n = b_->AddNode("BatchNorm", {*x, v.gamma, v.beta}, {Attr("epsilon", epsilon)});
     if (n == nullptr) return b_->status();
@@ -294,19 +307,8 @@ absl::Status ModelLowering::LayerNorm(int i, bool last, Output* x) {
   if (!(epsilon > 0.0f) || !std::isfinite(epsilon)) {
     return Error(i, absl::StrCat("layer_norm.epsilon must be positive, got ", ln.epsilon()));
   }
-  const TensorShape& in = x->shape();
-  if (in.rank() < 2 || in.dim(in.rank() - 1) <= 0) {
-    return Error(i, absl::StrCat("layer_norm needs a known last axis (channels or features), got ",
-                                 in.DebugString()));
-  }
-  LayerVars& v = vars_[i];
-  if (!v.gamma.valid()) {
-    const TensorShape c{in.dim(in.rank() - 1)};
-    v.gamma = b_->Variable("gamma", DType::kFloat32, c, "ones");
-    v.beta = b_->Variable("beta", DType::kFloat32, c, "zeros");
-    Track(v.gamma);
-    Track(v.beta);
-  }
+  RETURN_IF_ERROR(ScaleAndShift(i, "layer_norm", *x, /*moving=*/false));
+  const LayerVars& v = vars_[i];
   Node* n = b_->AddNode("LayerNorm", {*x, v.gamma, v.beta}, {Attr("epsilon", epsilon)});
   if (n == nullptr) return b_->status();
   *x = ActivateUnlessLastSoftmax(b_, Output(n, 0), ln.activation(), last);

@@ -26,7 +26,8 @@ class ModelLowering {
   ModelLowering(const JobSpec& job, GraphBuilder* b) : job_(job), model_(job.model()), b_(b) {}
 
   // Checks the layers' names and inputs: unique names, inputs naming
-  // earlier layers or "input", one input per layer except add's two or more.
+  // earlier layers or "input", one input per layer except the two or more
+  // of add and concatenate.
   absl::Status CheckTopology();
 
   // Adds one forward pass reading `x`; returns the last layer's output
@@ -56,6 +57,7 @@ class ModelLowering {
   absl::Status Conv2D(int i, bool last, Output* x);
   absl::Status MaxPool(int i, Output* x);
   absl::Status Reshape(int i, Output* x);
+  absl::Status ScaleAndShift(int i, const char* kind, const Output& x, bool moving);
   absl::Status BatchNorm(int i, bool last, bool training, Output* x);
   absl::Status LayerNorm(int i, bool last, Output* x);
   // graph/embedding_lowering.cc
@@ -64,6 +66,9 @@ class ModelLowering {
   // graph/attention_lowering.cc
   absl::Status MultiHeadAttention(int i, Output* x);
   absl::Status Add(int i, bool last, const std::vector<Output>& in, Output* out);
+  // graph/join_lowering.cc
+  absl::Status AvgPool(int i, Output* x);
+  absl::Status Concatenate(int i, const std::vector<Output>& in, Output* out);
   absl::Status Error(int i, absl::string_view msg) const;
   std::string LayerName(int i) const;
   void Track(Output v) { variables_.push_back(v); }

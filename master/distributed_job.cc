@@ -194,7 +194,7 @@ absl::Status AddReplicaInputs(const JobSpec& job, const TrainingGraph& training,
   return absl::OkStatus();
 }
 
-// Evaluation: replica 0's forward pass to `correct` and `eval_loss`,
+// Evaluation: replica 0's forward pass to `correct`, `eval_loss` and `correct_top_k`,
 // copied under "eval/" and fed by the test split on `device` (replica 0's).
 absl::Status AddEvaluation(const JobSpec& job, const TrainingGraph& training, const std::string& device,
                            DistributedPlan* p) {
@@ -208,6 +208,7 @@ absl::Status AddEvaluation(const JobSpec& job, const TrainingGraph& training, co
     absl::flat_hash_set<std::string> copy;
     std::deque<std::string> todo = {InputNodeName(plan.replicated.correct)};
     if (!plan.replicated.eval_loss.empty()) todo.push_back(InputNodeName(plan.replicated.eval_loss));
+    if (!plan.replicated.correct_top_k.empty()) todo.push_back(InputNodeName(plan.replicated.correct_top_k));
     while (!todo.empty()) {
       const std::string name = todo.front();
       todo.pop_front();
@@ -252,6 +253,9 @@ absl::Status AddEvaluation(const JobSpec& job, const TrainingGraph& training, co
     *plan.graph.add_node() = std::move(node);
     plan.eval_correct = absl::StrCat("eval/", plan.replicated.correct);
     if (!plan.replicated.eval_loss.empty()) plan.eval_loss = absl::StrCat("eval/", plan.replicated.eval_loss);
+    if (!plan.replicated.correct_top_k.empty()) {
+      plan.eval_correct_top_k = absl::StrCat("eval/", plan.replicated.correct_top_k);
+    }
     plan.eval_labels = "eval/labels";
   }
   return absl::OkStatus();
@@ -301,6 +305,7 @@ absl::StatusOr<DistributedPlan> PlanUndistributedJob(const JobSpec& job, const T
   plan.replicated.train_targets = {training.train_op};
   plan.replicated.correct = training.correct;
   plan.replicated.eval_loss = training.eval_loss;
+  plan.replicated.correct_top_k = training.correct_top_k;
   plan.graph = training.graph->ToGraphDef();
   // No device: the input goes where the placeholders' feeds went, the
   // session's default device.

@@ -48,6 +48,7 @@ struct DistributedPlan {
   // has no rows (the end of the test pass). Empty when the job has none.
   std::string eval_correct;
   std::string eval_loss;
+  std::string eval_correct_top_k;  // "" unless the job sets eval.top_k
   std::string eval_labels;
 };
 

@@ -65,6 +65,8 @@ void RecordResult(const absl::StatusOr<TrainResult>& result, bool cancelled, Job
   s->set_test_accuracy(result->test_accuracy);
   s->set_test_loss(result->test_loss);
   s->set_test_examples(result->test_examples);
+  s->set_test_top_k_accuracy(result->test_top_k_accuracy);
+  s->set_test_perplexity(result->test_perplexity);
   s->set_samples_per_second(result->samples_per_second);
   s->set_warmup_seconds(result->warmup_seconds);
   s->set_wall_seconds(result->wall_seconds);
@@ -194,6 +196,8 @@ absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec, const std::s
     s.set_total_steps(spec.steps());
     s.set_test_accuracy(-1);
     s.set_test_loss(-1);
+    s.set_test_top_k_accuracy(-1);
+    s.set_test_perplexity(-1);
     s.set_submit_time_unix_ms(absl::ToUnixMillis(absl::Now()));
   }
   Persist(job.get());

@@ -166,6 +166,12 @@ void JobSummaries::OnResult(const absl::StatusOr<TrainResult>& result) {
       eval.push_back({"eval/accuracy", static_cast<float>(result->test_accuracy)});
     }
     if (evaluated && result->test_loss >= 0) eval.push_back({"eval/loss", static_cast<float>(result->test_loss)});
+    if (evaluated && result->test_top_k_accuracy >= 0) {
+      eval.push_back({"eval/top_k_accuracy", static_cast<float>(result->test_top_k_accuracy)});
+    }
+    if (evaluated && result->test_perplexity >= 0) {
+      eval.push_back({"eval/perplexity", static_cast<float>(result->test_perplexity)});
+    }
     Write(result->steps, eval);
   }
   if (writer_ == nullptr) return;

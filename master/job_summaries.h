@@ -20,6 +20,8 @@
 //   eval/accuracy              after each evaluation (eval.every_epochs)
 //                              and at the end, at the step evaluated
 //   eval/loss                  at the end (progress carries no eval loss)
+//   eval/top_k_accuracy,       at the end, when computed (the job's eval.top_k;
+//   eval/perplexity            a TEXT dataset's exp(eval loss))
 // Training scalars are written when the step reaches a multiple of
 // every_steps (0: kDefaultSummaryEverySteps) and at the job's last step.
 // There is no train/accuracy: training steps report no accuracy.

@@ -149,6 +149,7 @@ struct ReplicatedGraph {
   std::string loss;       // sync: mean of the replicas' losses
   std::string correct;    // evaluation on replica 0 ("" when none)
   std::string eval_loss;
+  std::string correct_top_k;  // replica 0's, "" unless the job sets eval.top_k
   // Each variable of the one-replica graph: the node holding its value (the
   // shared one, or replica 0's copy) and that node's device.
   std::map<std::string, std::string> variable_node;

@@ -236,8 +236,10 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const JobSpec
   for (auto& g : s->gpus) s->devices.push_back(g.get());
 
   const std::vector<std::string> feeds = {s->tg.features, s->tg.labels};
+  // correct, then eval_loss and correct_top_k where the graph has them.
   std::vector<std::string> eval_fetches = {s->tg.correct};
   if (!s->tg.eval_loss.empty()) eval_fetches.push_back(s->tg.eval_loss);
+  if (!s->tg.correct_top_k.empty()) eval_fetches.push_back(s->tg.correct_top_k);
   if (s->gpus.empty()) {
     ExecutorOptions train_opts;
     train_opts.feeds = feeds;
@@ -284,11 +286,15 @@ TrainingLoopHooks LocalTrainer::Hooks(const std::function<void(const TrainProgre
   };
   if (s_->eval_step != nullptr) {
     hooks.eval_batch = [this, out = std::vector<Tensor>()](
-                           const data::Batch& batch) mutable -> absl::StatusOr<std::pair<double, double>> {
+                           const data::Batch& batch) mutable -> absl::StatusOr<EvalCounts> {
       const Tensor feeds[] = {batch.features, batch.labels};
       RETURN_IF_ERROR(s_->eval_step->Run(feeds, &out, 0));
-      return std::make_pair(static_cast<double>(out[0].data<float>()[0]),
-                            out.size() > 1 ? static_cast<double>(out[1].data<float>()[0]) : 0.0);
+      EvalCounts c;
+      c.correct = out[0].data<float>()[0];
+      size_t next = 1;
+      if (!s_->tg.eval_loss.empty()) c.loss = out[next++].data<float>()[0];
+      if (!s_->tg.correct_top_k.empty()) c.correct_top_k = out[next].data<float>()[0];
+      return c;
     };
   }
   hooks.on_progress = on_progress;

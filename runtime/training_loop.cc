@@ -24,10 +24,17 @@ double Between(Clock::time_point from, Clock::time_point to) {
 std::string TrainResult::ToJson() const {
   return absl::StrFormat(
       "{\"state\": %s, \"job\": %s, \"steps\": %d, \"epochs\": %d, \"train_loss\": %.6f, \"test_accuracy\": %.4f, "
-      "\"test_loss\": %.6f, \"test_examples\": %d, \"samples_per_second\": %.1f, \"warmup_seconds\": %.3f, "
-      "\"wall_seconds\": %.3f}",
+      "\"test_loss\": %.6f, \"test_examples\": %d, \"test_top_k_accuracy\": %.4f, \"test_perplexity\": %.4f, "
+      "\"samples_per_second\": %.1f, \"warmup_seconds\": %.3f, \"wall_seconds\": %.3f}",
       JsonString(JobState_Name(state)), JsonString(job), steps, epochs, train_loss, test_accuracy, test_loss,
-      test_examples, samples_per_second, warmup_seconds, wall_seconds);
+      test_examples, test_top_k_accuracy, test_perplexity, samples_per_second, warmup_seconds, wall_seconds);
+}
+
+std::string TrainResult::ExtraTestMetrics() const {
+  std::string out;
+  if (test_top_k_accuracy >= 0) absl::StrAppendFormat(&out, ", test top-k accuracy %.4f", test_top_k_accuracy);
+  if (test_perplexity >= 0) absl::StrAppendFormat(&out, ", test perplexity %.4f", test_perplexity);
+  return out;
 }
 
 absl::StatusOr<EvalResult> EvaluateDataset(const JobSpec& job, const data::InMemoryDataset& test,
@@ -36,18 +43,24 @@ absl::StatusOr<EvalResult> EvaluateDataset(const JobSpec& job, const data::InMem
   if (test.size() == 0 || !hooks.eval_batch) return r;
   data::BatchOptions opts = data::BatchOptionsFromSpec(job.dataset(), /*batch_size=*/500, job.seed(), false);
   ASSIGN_OR_RETURN(auto it, data::BatchIterator::Create(&test, opts));
-  double correct = 0, loss = 0;
+  double correct = 0, loss = 0, top_k = 0;
+  bool has_top_k = false;
   for (;;) {
     ASSIGN_OR_RETURN(std::optional<data::Batch> batch, it->Next());
     if (!batch.has_value()) break;
     auto got = hooks.eval_batch(*batch);
     if (!got.ok()) return Annotate(got.status(), "evaluation");
-    correct += got->first;
-    loss += got->second;
+    correct += got->correct;
+    loss += got->loss;
+    if (got->correct_top_k >= 0) {
+      has_top_k = true;
+      top_k += got->correct_top_k;
+    }
     r.examples += batch->predictions();  // one per example, or a sequence model's one per position
   }
   r.accuracy = correct / static_cast<double>(r.examples);
   r.loss = loss / static_cast<double>(r.examples);
+  if (has_top_k) r.top_k_accuracy = top_k / static_cast<double>(r.examples);
   return r;
 }
 
@@ -207,6 +220,11 @@ class Loop {
     result_.test_accuracy = e.accuracy;
     result_.test_loss = e.loss;
     result_.test_examples = e.examples;
+    result_.test_top_k_accuracy = e.top_k_accuracy;
+    // A TEXT dataset's loss is nats per byte: its exponential is the
+    // perplexity per byte.
+    const bool text = job_.dataset().format() == DatasetSpec::TEXT;
+    result_.test_perplexity = text && e.examples > 0 && e.loss >= 0 ? std::exp(e.loss) : -1;
   }
 
   absl::StatusOr<TrainResult> Finish() {

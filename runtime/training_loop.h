@@ -46,6 +46,16 @@ struct EvalResult {
   double accuracy = 0;
   double loss = 0;
   int64_t examples = 0;
+  // Fraction whose label is among the k largest logits (the job's
+  // eval.top_k); -1 when not computed.
+  double top_k_accuracy = -1;
+};
+
+// One evaluation batch's sums (TrainingLoopHooks::eval_batch).
+struct EvalCounts {
+  double correct = 0;         // correct predictions
+  double loss = 0;            // summed loss
+  double correct_top_k = -1;  // predictions right within the top k; -1: not computed
 };
 
 struct TrainResult {
@@ -59,6 +69,11 @@ struct TrainResult {
   double test_accuracy = -1;       // -1 when evaluation was skipped
   double test_loss = -1;
   int64_t test_examples = 0;
+  double test_top_k_accuracy = -1;  // -1 unless the job sets eval.top_k > 1
+  // exp(test_loss), the model's perplexity per byte, for a TEXT dataset
+  // (whose loss is nats per byte); -1 for other datasets or without an
+  // evaluation.
+  double test_perplexity = -1;
   // Training steps only, and not the run's first call of steps when more
   // follow: that call pays for the run's setup (a distributed job registers
   // its partitions, its workers load their shards and initialise variables),
@@ -69,6 +84,10 @@ struct TrainResult {
 
   // One JSON object with every field above.
   std::string ToJson() const;
+  // ", test top-k accuracy A, test perplexity P" for the figures that were
+  // computed (>= 0), for a human summary line after its test accuracy; ""
+  // when neither was.
+  std::string ExtraTestMetrics() const;
 };
 
 // JsonString, for ToJson's users: common/json_text.h.
@@ -76,9 +95,9 @@ struct TrainResult {
 struct TrainingLoopHooks {
   // Runs one training step on `batch`; returns its loss.
   std::function<absl::StatusOr<float>(const data::Batch& batch)> step;
-  // Runs one evaluation batch; returns {correct predictions, summed loss}.
-  // Null: the job is not evaluated.
-  std::function<absl::StatusOr<std::pair<double, double>>(const data::Batch& batch)> eval_batch;
+  // Runs one evaluation batch; returns its sums. Null: the job is not
+  // evaluated.
+  std::function<absl::StatusOr<EvalCounts>(const data::Batch& batch)> eval_batch;
   std::function<void(const TrainProgress&)> on_progress;  // may be null
   const std::atomic<bool>* cancelled = nullptr;           // may be null
 };

@@ -714,3 +714,70 @@ def test_multi_head_attention_refuses_what_weft_lacks():
     seq = layers.MultiHeadAttention(4, 4, causal=True, input_shape=(8, 16)).to_proto().multi_head_attention
     assert (seq.num_heads, seq.key_dim, seq.causal) == (4, 4, True)
     assert layers.Dense(5)(inp).shape == (None, 8, 5)  # Dense on a sequence, per position
+
+
+def _np_avg_pool(x, k, s, same):
+    """Keras's average pooling on NHWC: under SAME, the mean of the in-image positions only."""
+    n, h, w, c = x.shape
+    ho, wo = (-(-h // s), -(-w // s)) if same else ((h - k) // s + 1, (w - k) // s + 1)
+    pt = max((ho - 1) * s + k - h, 0) // 2 if same else 0
+    pl = max((wo - 1) * s + k - w, 0) // 2 if same else 0
+    out = np.zeros((n, ho, wo, c))
+    for i in range(ho):
+        for j in range(wo):
+            i0, j0 = max(i * s - pt, 0), max(j * s - pl, 0)
+            out[:, i, j] = x[:, i0:min(i * s - pt + k, h), j0:min(j * s - pl + k, w)].mean(axis=(1, 2))
+    return out
+
+
+def _np_conv_same(x, kernel, bias):
+    k = kernel.shape[0]
+    p = (k - 1) // 2
+    xp = np.pad(x, ((0, 0), (p, k - 1 - p), (p, k - 1 - p), (0, 0)))
+    h, w = x.shape[1:3]
+    out = sum(np.einsum("nhwc,cf->nhwf", xp[:, a:a + h, b:b + w], kernel[a, b]) for a in range(k) for b in range(k))
+    return out + bias
+
+
+def test_concatenated_branches_and_average_pooling_fit_and_predict(client):
+    x, y = stripes(640, 5)
+    x_test, y_test = stripes(320, 6)
+    with weft.distribute.OneDeviceStrategy(client=client).scope():
+        inp = weft.keras.Input(shape=(8, 8, 1))
+        a = layers.Conv2D(4, 3, padding="same", activation="relu")(inp)
+        b = layers.Conv2D(2, 1, activation="relu")(inp)
+        c = layers.AveragePooling2D(3, strides=1, padding="same")(inp)
+        cat = layers.Concatenate()([a, b, c])
+        assert cat.shape == (None, 8, 8, 7)
+        pooled = layers.AveragePooling2D(2)(cat)
+        assert pooled.shape == (None, 4, 4, 7)
+        out = layers.Dense(3, activation="softmax")(layers.Flatten()(pooled))
+        model = weft.keras.Model(inputs=inp, outputs=out, name="inception")
+        model.compile(optimizer=weft.keras.optimizers.Adam(learning_rate=0.01), metrics=["accuracy"])
+    from weft._pb import job_pb2
+    spec = model.to_job_spec(job_pb2.DatasetSpec(), (8, 8, 1), batch_size=32, epochs=1).model
+    assert [(l.WhichOneof("kind"), list(l.inputs)) for l in spec.layer][:5] == [
+        ("conv2d", ["input"]), ("conv2d", ["input"]), ("avg_pool", ["input"]),
+        ("concatenate", ["conv2d", "conv2d_1", "average_pooling2d"]), ("avg_pool", ["concatenate"])]
+    assert spec.layer[2].avg_pool.padding == "SAME" and spec.layer[2].avg_pool.stride == 1
+    model.fit(x, y, epochs=3, batch_size=32, verbose=0)
+    loss, accuracy = model.evaluate(x_test, y_test)
+    assert accuracy >= 0.8, (loss, accuracy)  # chance: 1/3
+
+    probabilities = model.predict(x_test)
+    w = model.get_weights()
+    xs = x_test / 255.0
+    ha = np.maximum(_np_conv_same(xs, w["conv2d/kernel"], w["conv2d/bias"]), 0)
+    hb = np.maximum(_np_conv_same(xs, w["conv2d_1/kernel"], w["conv2d_1/bias"]), 0)
+    h = np.concatenate([ha, hb, _np_avg_pool(xs, 3, 1, True)], axis=-1)
+    logits = _np_avg_pool(h, 2, 2, False).reshape(320, -1) @ w["dense/kernel"] + w["dense/bias"]
+    want = np.exp(logits - logits.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(probabilities, want / want.sum(axis=1, keepdims=True), atol=1e-4)
+
+    inp = weft.keras.Input(shape=(8, 8, 1))
+    with pytest.raises(ValueError, match="Concatenate\\('cat'\\): concatenate's inputs must agree"):
+        layers.Concatenate(name="cat")([layers.Conv2D(2, 3)(inp), inp])
+    with pytest.raises(ValueError, match="concatenate needs two or more inputs"):
+        layers.Concatenate()([inp])
+    with pytest.raises(ValueError, match="last axis only"):
+        layers.Concatenate(axis=1)

@@ -490,5 +490,29 @@ TEST(WeftCliTest, TransformerExampleLearnsTheCorpusUnderMultiWorkerMirrored) {
   EXPECT_GT(JsonNumber(r.out, "test_accuracy"), 0.2) << r.out;
 }
 
+// eval.top_k: the JSON reports top-3 accuracy, at least the top-1 accuracy
+// and at most 1; an IDX dataset reports no perplexity.
+TEST(WeftCliTest, ReportsTopKAccuracy) {
+  if (::access(kFashionMnist, R_OK) != 0) GTEST_SKIP() << kFashionMnist << " is not installed";
+  const std::string dir = MakeDir("fmnist_top_k");
+  WriteFile(dir + "/job.pbtxt", absl::StrCat(R"(model { input_shape: [784] num_classes: 10
+      layer { dense { units: 32 activation: RELU } } layer { dense { units: 10 } } }
+      dataset { dir: ")", kFashionMnist, R"(" train_limit: 2000 test_limit: 1000 }
+      optimizer { momentum { learning_rate: 0.02 momentum: 0.9 } }
+      eval { top_k: 3 }
+      batch_size: 64 epochs: 1 seed: 5 intra_op_threads: 1)"));
+  Result r = RunWeft(absl::StrCat("train ", dir, "/job.pbtxt --output=json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const double top1 = JsonNumber(r.out, "test_accuracy"), top3 = JsonNumber(r.out, "test_top_k_accuracy");
+  EXPECT_GT(top1, 0.3) << r.out;  // chance is 0.10
+  EXPECT_GE(top3, top1) << r.out;
+  EXPECT_LE(top3, 1.0) << r.out;
+  EXPECT_EQ(JsonNumber(r.out, "test_perplexity"), -1) << r.out;
+  // The text summary names it too.
+  r = RunWeft(absl::StrCat("train ", dir, "/job.pbtxt"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "test top-k accuracy")) << r.out;
+}
+
 }  // namespace
 }  // namespace weft

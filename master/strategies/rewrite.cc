@@ -172,6 +172,7 @@ absl::StatusOr<ReplicatedGraph> Rewrite::Finish() {
   auto on_replica0 = [](const std::string& t) { return t.empty() ? t : RenameInputNode(t, ReplicaRename(0)); };
   out.correct = on_replica0(training.correct);
   out.eval_loss = on_replica0(training.eval_loss);
+  out.correct_top_k = on_replica0(training.correct_top_k);
   for (const auto& [var, node] : variable_node) {
     out.variable_node[var] = node;
     out.variable_device[var] = out.graph->FindNode(node)->def().device();

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "common/tensor.h"
 #include "graph/ops/window_geometry.h"
 #include "runtime/kernels/kernel_checks.h"
@@ -91,6 +92,34 @@ class MaxPoolGradKernel : public OpKernel {
     Tensor* out = ctx->allocate_output(0, DType::kFloat32, x.shape());
     if (out == nullptr || out->NumElements() == 0) return;
     Impl::Run(ctx, g, x, grad, out);
+  }
+
+ private:
+  PoolParams params_;
+};
+
+// AvgPool's forward kernel is MaxPoolKernel with an averaging Impl (the
+// same attributes, geometry and output). AvgPoolGrad of (x, dy): x is read
+// only for its shape. Impl::Run(ctx, geometry, dy, out) with out (dx)
+// non-empty.
+template <typename Impl>
+class AvgPoolGradKernel : public OpKernel {
+ public:
+  explicit AvgPoolGradKernel(OpKernelConstruction* c) : OpKernel(c) { GetAttr(c, GetPoolParams(c->def()), &params_); }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const Tensor& grad = ctx->input(1);
+    auto geo = ComputePoolGeometry(x, params_);
+    OP_REQUIRES_OK(ctx, geo.status());
+    const PoolGeometry& g = *geo;
+    OP_REQUIRES(ctx, grad.shape() == g.OutputShape(),
+                absl::InvalidArgumentError(absl::StrCat("gradient ", grad.shape().DebugString(),
+                                                        " does not match the pooling output ",
+                                                        g.OutputShape().DebugString())));
+    Tensor* out = ctx->allocate_output(0, DType::kFloat32, x.shape());
+    if (out == nullptr || out->NumElements() == 0) return;
+    Impl::Run(ctx, g, grad, out);
   }
 
  private:

@@ -94,5 +94,24 @@ absl::StatusOr<std::vector<Tensor>> RunKernelSkippingInference(NodeDef def, cons
   return RunGraphOnce(g, device, feeds, fetches, targets);
 }
 
+absl::Status RunGraph(const Graph& g, const std::vector<std::pair<std::string, Tensor>>& feeds,
+                      const std::vector<std::string>& fetches, std::vector<Tensor>* out, int threads) {
+  CpuDevice device("/device:CPU:0", threads);
+  ExecutorOptions opts;
+  std::vector<Tensor> values;
+  for (const auto& [name, t] : feeds) {
+    opts.feeds.push_back(name);
+    values.push_back(t);
+  }
+  opts.fetches = fetches;
+  auto exec = Executor::Create(&g, &device, opts);
+  if (!exec.ok()) return exec.status();
+  return (*exec)->Run(values, out, /*step_id=*/1);
+}
+
+bool StatusHas(const absl::Status& s, const std::string& piece) {
+  return std::string(s.message()).find(piece) != std::string::npos;
+}
+
 }  // namespace testing
 }  // namespace weft

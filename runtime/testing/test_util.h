@@ -4,10 +4,13 @@
 #define WEFT_RUNTIME_TESTING_TEST_UTIL_H_
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/tensor.h"
+#include "graph/graph.h"
 #include "proto/graph.pb.h"
 #include "runtime/device.h"
 
@@ -26,6 +29,14 @@ Tensor FloatTensor(const TensorShape& shape, const std::vector<float>& values);
 Tensor IntTensor(const TensorShape& shape, const std::vector<int32_t>& values);
 // max |a - b| over float32 tensors; infinity when the shapes differ.
 double MaxAbsDiff(const Tensor& a, const Tensor& b);
+
+// Runs graph `g` once on a CPU device of `threads` threads, feeding each
+// (name, value) of `feeds` and fetching `fetches` into *out: the step's
+// error, or OK.
+absl::Status RunGraph(const Graph& g, const std::vector<std::pair<std::string, Tensor>>& feeds,
+                      const std::vector<std::string>& fetches, std::vector<Tensor>* out, int threads = 1);
+// Whether the message of `s` contains `piece`.
+bool StatusHas(const absl::Status& s, const std::string& piece);
 
 // Runs the kernel of `def` once on `device` with `inputs`, without its op's
 // shape function (Graph::AddNodeSkippingInference): what a kernel sees from

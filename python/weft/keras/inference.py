@@ -115,6 +115,12 @@ def _lower(g: Graph, layer: "job_pb2.LayerSpec", name: str, ins: List[Tensor], s
         return ops.reshape(ops.bias_add(ops.reshape(h, [-1, flat]), table), [-1] + list(shape))
     if kind == "add":
         return _activate(g.op("AddN", ins), layer.add.activation, last)
+    if kind == "avg_pool":
+        p = layer.avg_pool
+        k = p.pool_size or 2
+        return g.op("AvgPool", [h], {"ksize": k, "stride": p.stride or k, "padding": p.padding or "VALID"})
+    if kind == "concatenate":
+        return g.op("Concat", ins)
     if kind == "global_avg_pool":
         return g.op("GlobalAvgPool", [h])
     if kind in ("flatten", "reshape"):

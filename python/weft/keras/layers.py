@@ -425,3 +425,4 @@ GlobalAvgPool2D = GlobalAveragePooling2D
 
 from weft.keras.embedding_layers import Embedding, PositionEmbedding, output_shape  # noqa: E402,F401,F811 (see there)
 from weft.keras.attention_layers import MultiHeadAttention  # noqa: E402,F401 (imports this module: at the end)
+from weft.keras.join_layers import AveragePooling2D, AvgPool2D, Concatenate, output_shape  # noqa: E402,F401,F811 (see there)

@@ -19,25 +19,8 @@ namespace weft {
 namespace {
 
 using testing::RandomTensor;
-
-absl::Status RunGraph(const Graph& g, const std::vector<std::pair<std::string, Tensor>>& feeds,
-                      const std::vector<std::string>& fetches, std::vector<Tensor>* out, int threads = 1) {
-  CpuDevice device("/device:CPU:0", threads);
-  ExecutorOptions opts;
-  std::vector<Tensor> values;
-  for (const auto& [name, t] : feeds) {
-    opts.feeds.push_back(name);
-    values.push_back(t);
-  }
-  opts.fetches = fetches;
-  auto exec = Executor::Create(&g, &device, opts);
-  if (!exec.ok()) return exec.status();
-  return (*exec)->Run(values, out, /*step_id=*/1);
-}
-
-bool Contains(const absl::Status& s, const std::string& piece) {
-  return std::string(s.message()).find(piece) != std::string::npos;
-}
+using testing::RunGraph;
+using testing::StatusHas;
 
 // A problem's geometry and its double reference.
 struct Problem {
@@ -278,7 +261,7 @@ TEST(AttentionShapeTest, InfersShapesAndRefusesBadInputByRole) {
     bc.AddNode(c.shapes.size() == 3 ? "Attention" : "AttentionGrad", in, c.attrs, "bad");
     ASSERT_FALSE(bc.status().ok()) << c.want[0];
     EXPECT_EQ(bc.status().code(), absl::StatusCode::kInvalidArgument) << bc.status();
-    for (const std::string& w : c.want) EXPECT_TRUE(Contains(bc.status(), w)) << w << " in " << bc.status();
+    for (const std::string& w : c.want) EXPECT_TRUE(StatusHas(bc.status(), w)) << w << " in " << bc.status();
   }
 }
 
@@ -311,7 +294,7 @@ TEST(AttentionKernelTest, KernelsRefuseWhatInferenceCouldNotSee) {
     std::vector<Tensor> out;
     absl::Status s = RunGraph(g, {{"q", c.q}, {"k", c.k}, {"probs", c.probs}}, {c.fetch}, &out);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.want << ": " << s;
-    EXPECT_TRUE(Contains(s, c.want)) << c.want << " in " << s;
+    EXPECT_TRUE(StatusHas(s, c.want)) << c.want << " in " << s;
   }
 }
 
@@ -327,7 +310,7 @@ TEST(AttentionGradientTest, OnlyOutCarriesAGradient) {
   EXPECT_EQ((*through_out)[0].node->op(), "AttentionGrad");
   auto through_probs = AddGradients(&b, ops::Sum(&b, Output(attn, 1)), {q});
   EXPECT_FALSE(through_probs.ok());
-  EXPECT_TRUE(Contains(through_probs.status(), "probs")) << through_probs.status();
+  EXPECT_TRUE(StatusHas(through_probs.status(), "probs")) << through_probs.status();
 }
 
 }  // namespace

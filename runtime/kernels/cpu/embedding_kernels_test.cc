@@ -22,25 +22,8 @@ namespace {
 using testing::FloatTensor;
 using testing::IntTensor;
 using testing::RandomTensor;
-
-absl::Status RunGraph(const Graph& g, const std::vector<std::pair<std::string, Tensor>>& feeds,
-                      const std::vector<std::string>& fetches, std::vector<Tensor>* out, int threads = 1) {
-  CpuDevice device("/device:CPU:0", threads);
-  ExecutorOptions opts;
-  std::vector<Tensor> values;
-  for (const auto& [name, t] : feeds) {
-    opts.feeds.push_back(name);
-    values.push_back(t);
-  }
-  opts.fetches = fetches;
-  auto exec = Executor::Create(&g, &device, opts);
-  if (!exec.ok()) return exec.status();
-  return (*exec)->Run(values, out, /*step_id=*/1);
-}
-
-bool Contains(const absl::Status& s, const std::string& piece) {
-  return std::string(s.message()).find(piece) != std::string::npos;
-}
+using testing::RunGraph;
+using testing::StatusHas;
 
 // Ids of `shape` in [0, rows), as `dtype`, with many repeats when rows is small.
 Tensor RandomIds(const TensorShape& shape, int64_t rows, DType dtype, uint64_t seed) {
@@ -189,7 +172,7 @@ TEST(EmbeddingKernelTest, BadIdsAreRefusedWithTheirPositionAndValue) {
       std::vector<Tensor> out;
       absl::Status s = RunGraph(g, {}, {"op:0"}, &out);
       EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-      EXPECT_TRUE(Contains(s, c.want)) << c.want << " in " << s;
+      EXPECT_TRUE(StatusHas(s, c.want)) << c.want << " in " << s;
     }
   }
 }
@@ -232,7 +215,7 @@ TEST(EmbeddingShapeTest, InfersRowsOfIdsAndRefusesBadOperandsByNodeName) {
     bc.AddNode(c.op, in, {}, "bad");
     ASSERT_FALSE(bc.status().ok()) << c.want[0];
     EXPECT_EQ(bc.status().code(), absl::StatusCode::kInvalidArgument) << bc.status();
-    for (const std::string& w : c.want) EXPECT_TRUE(Contains(bc.status(), w)) << w << " in " << bc.status();
+    for (const std::string& w : c.want) EXPECT_TRUE(StatusHas(bc.status(), w)) << w << " in " << bc.status();
   }
 }
 
@@ -251,7 +234,7 @@ TEST(EmbeddingKernelTest, KernelsRefuseWhatInferenceCouldNotSee) {
                                 {"g", RandomTensor({1, 2, 3}, 2)}},
                             {"grad:0"}, &out);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  EXPECT_TRUE(Contains(s, "g [1,2,3] must be ids' shape [1,2] and a row of params [3,2]: [1,2,2]")) << s;
+  EXPECT_TRUE(StatusHas(s, "g [1,2,3] must be ids' shape [1,2] and a row of params [3,2]: [1,2,2]")) << s;
 }
 
 TEST(EmbeddingGradientTest, OnlyParamsCarriesAGradient) {

@@ -29,7 +29,7 @@ using X = std::vector<Output>;
 // by EveryDifferentiableOpIsChecked.
 const std::set<std::string>& CheckedOps() {
   static const auto* ops = new std::set<std::string>{
-      "Add",     "AddN",      "Attention", "BatchNorm", "BiasAdd", "Cast", "GlobalAvgPool",      "Conv2D", "Dropout",     "Embedding", "Identity", "LayerNorm", "MatMul",
+      "Add",     "AddN",      "Attention", "AvgPool", "Concat", "BatchNorm", "BiasAdd", "Cast", "GlobalAvgPool",      "Conv2D", "Dropout",     "Embedding", "Identity", "LayerNorm", "MatMul",
       "MaxPool", "Mean",      "Mul",     "Neg",       "Relu",   "Reshape",     "ReshapeLike", "RowDot",
       "ScaleRows", "Sigmoid", "Softmax", "SparseSoftmaxCrossEntropyWithLogits", "Sub",  "Sum", "Tanh"};
   return *ops;
@@ -223,6 +223,35 @@ TEST(GradientCheckTest, Attention) {
                           options);
     }
   }
+}
+
+class AvgPoolGradTest : public ::testing::TestWithParam<PoolGradCase> {};
+
+TEST_P(AvgPoolGradTest, Input) {
+  const PoolGradCase c = GetParam();
+  EXPECT_GRADIENTS_OK(
+      [c](GraphBuilder* g, const X& x) {
+        return g->Op("AvgPool", {x[0]},
+                     {Attr("ksize", int64_t{c.ksize}), Attr("stride", int64_t{c.stride}),
+                      Attr("padding", std::string(c.padding))});
+      },
+      {RandomTensor(c.x, 8)});
+}
+
+// Uneven SAME padding (5 by 4 with 2 by 2 windows, 3 by 3 at stride 2)
+// leaves edge windows with fewer in-image positions.
+INSTANTIATE_TEST_SUITE_P(Shapes, AvgPoolGradTest,
+                         ::testing::Values(PoolGradCase{{2, 4, 4, 2}, 2, 2, "VALID"},
+                                           PoolGradCase{{1, 5, 5, 2}, 3, 2, "SAME"},
+                                           PoolGradCase{{1, 5, 4, 3}, 2, 2, "SAME"},
+                                           PoolGradCase{{1, 4, 4, 2}, 3, 1, "SAME"}));
+
+// Concat along the last axis of matrices and images, two inputs and three.
+TEST(GradientCheckTest, Concat) {
+  EXPECT_GRADIENTS_OK([](GraphBuilder* g, const X& x) { return g->Op("Concat", {x[0], x[1]}); },
+                      {RandomTensor({3, 2}, 1), RandomTensor({3, 4}, 2)});
+  EXPECT_GRADIENTS_OK([](GraphBuilder* g, const X& x) { return g->Op("Concat", {x[0], x[1], x[2]}); },
+                      {RandomTensor({2, 3, 2, 1}, 3), RandomTensor({2, 3, 2, 3}, 4), RandomTensor({2, 3, 2, 2}, 5)});
 }
 
 TEST(GradientCheckTest, GlobalAvgPool) {

@@ -19,25 +19,8 @@ namespace {
 
 using testing::FloatTensor;
 using testing::RandomTensor;
-
-absl::Status RunGraph(const Graph& g, const std::vector<std::pair<std::string, Tensor>>& feeds,
-                      const std::vector<std::string>& fetches, std::vector<Tensor>* out, int threads = 1) {
-  CpuDevice device("/device:CPU:0", threads);
-  ExecutorOptions opts;
-  std::vector<Tensor> values;
-  for (const auto& [name, t] : feeds) {
-    opts.feeds.push_back(name);
-    values.push_back(t);
-  }
-  opts.fetches = fetches;
-  auto exec = Executor::Create(&g, &device, opts);
-  if (!exec.ok()) return exec.status();
-  return (*exec)->Run(values, out, /*step_id=*/1);
-}
-
-bool Contains(const absl::Status& s, const std::string& piece) {
-  return std::string(s.message()).find(piece) != std::string::npos;
-}
+using testing::RunGraph;
+using testing::StatusHas;
 
 // x of `shape` in [-3, 3], every odd row moved by +1000 (float sums of x^2
 // would lose these rows' variance entirely).
@@ -231,7 +214,7 @@ TEST(LayerNormShapeTest, InfersRowStatisticsAndRefusesBadInputByRole) {
     bc.AddNode(c.shapes.size() == 3 ? "LayerNorm" : "LayerNormGrad", in, c.attrs, "bad");
     ASSERT_FALSE(bc.status().ok()) << c.want[0];
     EXPECT_EQ(bc.status().code(), absl::StatusCode::kInvalidArgument) << bc.status();
-    for (const std::string& w : c.want) EXPECT_TRUE(Contains(bc.status(), w)) << w << " in " << bc.status();
+    for (const std::string& w : c.want) EXPECT_TRUE(StatusHas(bc.status(), w)) << w << " in " << bc.status();
   }
 }
 
@@ -272,7 +255,7 @@ TEST(LayerNormKernelTest, KernelsRefuseWhatInferenceCouldNotSee) {
                                {"inv_std", c.mean}},
                               {c.fetch}, &out);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.want << ": " << s;
-    EXPECT_TRUE(Contains(s, c.want)) << c.want << " in " << s;
+    EXPECT_TRUE(StatusHas(s, c.want)) << c.want << " in " << s;
   }
 }
 
@@ -288,7 +271,7 @@ TEST(LayerNormGradientTest, OnlyYCarriesAGradient) {
   EXPECT_EQ((*through_y)[0].node->op(), "LayerNormGrad");
   auto through_mean = AddGradients(&b, ops::Sum(&b, Output(ln, 1)), {x});
   EXPECT_FALSE(through_mean.ok());
-  EXPECT_TRUE(Contains(through_mean.status(), "row statistics")) << through_mean.status();
+  EXPECT_TRUE(StatusHas(through_mean.status(), "row statistics")) << through_mean.status();
 }
 
 }  // namespace

@@ -15,21 +15,7 @@ namespace {
 
 using testing::FloatTensor;
 using testing::RandomTensor;
-
-absl::Status RunGraph(const Graph& g, const std::vector<std::pair<std::string, Tensor>>& feeds,
-                 const std::vector<std::string>& fetches, std::vector<Tensor>* out) {
-  CpuDevice device("/device:CPU:0", 1);
-  ExecutorOptions opts;
-  std::vector<Tensor> values;
-  for (const auto& [name, t] : feeds) {
-    opts.feeds.push_back(name);
-    values.push_back(t);
-  }
-  opts.fetches = fetches;
-  auto exec = Executor::Create(&g, &device, opts);
-  if (!exec.ok()) return exec.status();
-  return (*exec)->Run(values, out, /*step_id=*/1);
-}
+using testing::RunGraph;
 
 // Per-channel mean and biased variance of x viewed as rows of c channels.
 void Moments(const Tensor& x, int64_t c, std::vector<double>* mean, std::vector<double>* var) {

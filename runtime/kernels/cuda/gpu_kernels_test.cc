@@ -330,9 +330,10 @@ void ExpectBothFail(const std::string& op, const std::vector<Tensor>& inputs, co
 TEST(GpuKernelRegistrationTest, EveryComputeOpHasAGpuKernel) {
   for (const char* op :
        {"Add", "AddN", "ApplyAdam", "Attention", "AttentionGrad", "ApplyGradientDescent", "ApplyMomentum", "ApplyMovingAverage", "ArgMax",
+        "AvgPool", "AvgPoolGrad", "Concat", "ConcatGrad",
         "BatchNorm", "BatchNormGrad", "BatchNormInference", "BiasAdd", "BiasAddGrad", "Cast", "ConcatRows", "Const",
         "Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput", "Dropout", "Embedding", "EmbeddingGrad", "Equal", "GlobalAvgPool",
-        "GlobalAvgPoolGrad", "GlobalNormScale", "Identity", "LayerNorm", "LayerNormGrad", "MatMul", "MaxPool",
+        "GlobalAvgPoolGrad", "GlobalNormScale", "Identity", "InTopK", "LayerNorm", "LayerNormGrad", "MatMul", "MaxPool",
         "MaxPoolGrad", "Mean", "MeanGrad", "Mul", "Neg",
         "NoOp", "Relu", "ReluGrad", "Reshape", "ReshapeLike", "RowDot", "ScaleRows", "Sigmoid", "SigmoidGrad",
         "SliceRows", "Softmax", "SoftmaxGrad", "SparseSoftmaxCrossEntropyWithLogits", "Sub", "Sum", "SumGrad",
@@ -1217,6 +1218,69 @@ TEST(GpuKernelTest, GlobalNormScaleMatchesTheCpu) {
       }
     }
   }
+}
+
+// Ties (logits from a few steps), k past the classes, and no rows; bad
+// operands fail on both devices. (A label out of range is the CPU's error
+// and the GPU's miss, so it is not compared.)
+TEST(GpuKernelTest, InTopKMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (const TensorShape& s : std::vector<TensorShape>{{0, 10}, {1, 1}, {7, 3}, {64, 10}, {500, 1000}}) {
+    const Tensor labels = RandInts<int32_t>({s.dim(0)}, 0, s.dim(1) - 1);
+    for (int64_t k : {1, 3, 5, 2000}) {
+      ExpectGpuMatchesCpu("InTopK", {Rand(s), labels}, {Attr("k", k)}, kExact);
+      ExpectGpuMatchesCpu("InTopK", {RandSteps(s, 0, 2), labels}, {Attr("k", k)}, kExact);
+    }
+  }
+  ExpectBothFail("InTopK", {Rand({3, 4}), RandInts<int32_t>({4}, 0, 3)}, {Attr("k", int64_t{1})});
+}
+
+// AvgPool and its gradient, over the pooling cases (uneven SAME padding
+// included: windows at the bottom and right edge hold fewer positions);
+// bad operands fail on both devices.
+TEST(GpuKernelTest, AvgPoolAndGradMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (const PoolCase& c : PoolCases()) {
+    const Padding pad = c.padding[0] == 'S' ? Padding::kSame : Padding::kValid;
+    const int64_t ho = ComputeWindow(c.h, c.k, c.stride, pad, "h")->out;
+    const int64_t wo = ComputeWindow(c.w, c.k, c.stride, pad, "w")->out;
+    const AttrList attrs = {Attr("ksize", c.k), Attr("stride", c.stride), Attr("padding", std::string(c.padding))};
+    const TensorShape xs{c.n, c.h, c.w, c.c}, ys{c.n, ho, wo, c.c};
+    ExpectGpuMatchesCpu("AvgPool", {Rand(xs)}, attrs, kReduction);
+    ExpectGpuMatchesCpu("AvgPoolGrad", {Rand(xs), Rand(ys)}, attrs, kReduction);
+  }
+  const AttrList attrs = {Attr("ksize", int64_t{2}), Attr("stride", int64_t{2}), Attr("padding", std::string("VALID"))};
+  ExpectBothFail("AvgPool", {Rand({1, 1, 4, 2})}, attrs);
+  ExpectBothFail("AvgPoolGrad", {Rand({1, 4, 4, 2}), Rand({1, 2, 3, 2})}, attrs);
+}
+
+// Concat along the last axis and its gradient's split: images and matrices,
+// an empty input among others, no rows; mismatched inputs fail on both.
+TEST(GpuKernelTest, ConcatAndGradMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<std::vector<TensorShape>> cases = {
+      {{2, 5, 5, 3}, {2, 5, 5, 4}},
+      {{64, 7}, {64, 1}, {64, 33}},
+      {{3, 4}, {3, 0}, {3, 2}},
+      {{0, 3}, {0, 5}},
+      {{9}, {4}},
+  };
+  for (const auto& shapes : cases) {
+    std::vector<Tensor> xs;
+    int64_t total = 0;
+    for (const TensorShape& s : shapes) {
+      xs.push_back(Rand(s));
+      total += s.dim(s.rank() - 1);
+    }
+    ExpectGpuMatchesCpu("Concat", xs, {}, kExact);
+    TensorShape joined = shapes[0];
+    joined.set_dim(joined.rank() - 1, total);
+    std::vector<Tensor> grad_in = {Rand(joined)};
+    grad_in.insert(grad_in.end(), xs.begin(), xs.end());
+    ExpectGpuMatchesCpu("ConcatGrad", grad_in, {Attr("num_split", static_cast<int64_t>(xs.size()))}, kExact);
+  }
+  ExpectBothFail("Concat", {Rand({2, 3}), Rand({3, 3})});
+  ExpectBothFail("ConcatGrad", {Rand({2, 5}), Rand({2, 3}), Rand({2, 3})}, {Attr("num_split", int64_t{2})});
 }
 
 }  // namespace

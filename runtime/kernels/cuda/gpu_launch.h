@@ -184,6 +184,14 @@ cudaError_t LaunchMaxPool(const WindowGeometry& g, const float* x, float* y, cud
 cudaError_t LaunchMaxPoolGrad(const WindowGeometry& g, const float* x, const float* grad, float* dx,
                               cudaStream_t stream);
 
+// ---- avg_pool.cu -------------------------------------------------------------------
+
+// AvgPool (kh == kw == ksize): each window's mean over its in-image positions.
+cudaError_t LaunchAvgPool(const WindowGeometry& g, const float* x, float* y, cudaStream_t stream);
+// dx: each window's gradient divided among its in-image positions, gathered
+// per input element; writes every element.
+cudaError_t LaunchAvgPoolGrad(const WindowGeometry& g, const float* grad, float* dx, cudaStream_t stream);
+
 // ---- transpose.cu --------------------------------------------------------------------
 
 // out [cols, rows] = in [rows, cols]^T, both row-major. A filter
@@ -242,6 +250,14 @@ cudaError_t LaunchAttentionSoftmax(float* scores, int64_t rows, int64_t seq, boo
 // In place over dprobs: dS = probs (dprobs - rowsum(probs dprobs)) scale.
 cudaError_t LaunchAttentionSoftmaxGrad(const float* probs, float* dprobs, int64_t rows, int64_t seq, float scale,
                                        cudaStream_t stream);
+
+// ---- metric.cu -------------------------------------------------------------------------
+
+// InTopK: *count = the number of rows whose label's logit is finite and has
+// fewer than k logits of its row [rows, cols] strictly greater; a label
+// outside [0, cols) is a miss.
+cudaError_t LaunchInTopK(const float* logits, const int32_t* labels, int64_t rows, int64_t cols, int64_t k,
+                         float* count, cudaStream_t stream);
 
 }  // namespace gpu_kernels
 }  // namespace weft
