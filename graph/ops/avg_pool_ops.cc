@@ -17,30 +17,9 @@ namespace {
 using shape_util::ExpectFloat;
 using shape_util::ExpectRank;
 
-// x [N,H,W,C] -> [N,Ho,Wo,C] under the node's ksize, stride and padding.
-absl::StatusOr<TensorShape> AvgPoolOutputShape(InferenceContext* c) {
-  ASSIGN_OR_RETURN(PoolParams p, GetPoolParams(c->node));
-  RETURN_IF_ERROR(ExpectFloat(c, 0, "x"));
-  RETURN_IF_ERROR(ExpectRank(c, 0, 4, "x (NHWC)"));
-  const TensorShape& x = c->input_shapes[0];
-  int64_t out[2];
-  for (int i = 0; i < 2; ++i) {
-    auto w = ComputeWindow(x.dim(1 + i), p.ksize, p.stride, p.padding, i == 0 ? "input height" : "input width");
-    if (!w.ok()) return c->Error(absl::StrCat(w.status().message(), " (x ", x.DebugString(), ")"));
-    out[i] = w->out;
-  }
-  return TensorShape{x.dim(0), out[0], out[1], x.dim(3)};
-}
-
-absl::Status AvgPoolShape(InferenceContext* c) {
-  ASSIGN_OR_RETURN(c->output_shapes[0], AvgPoolOutputShape(c));
-  c->output_types[0] = DType::kFloat32;
-  return absl::OkStatus();
-}
-
 // (x, g) -> x's shape; g must have the pooling output's shape.
 absl::Status AvgPoolGradShape(InferenceContext* c) {
-  ASSIGN_OR_RETURN(TensorShape y, AvgPoolOutputShape(c));
+  ASSIGN_OR_RETURN(TensorShape y, PoolOutputShape(c));
   RETURN_IF_ERROR(ExpectFloat(c, 1, "gradient"));
   if (!MergeShapes(y, c->input_shapes[1]).ok()) {
     return c->Error(absl::StrCat("gradient ", c->input_shapes[1].DebugString(),
@@ -67,7 +46,7 @@ absl::Status AvgPoolGradFn(GradContext* c) {
 // x[N,H,W,C] -> [N,Ho,Wo,C]; attrs ksize, stride (default ksize), padding
 // (default VALID). Each output is the mean of its window's in-image values.
 WEFT_REGISTER_OP(
-    OpDef{.name = "AvgPool", .num_inputs = 1, .num_outputs = 1, .shape_fn = AvgPoolShape, .grad_fn = AvgPoolGradFn});
+    OpDef{.name = "AvgPool", .num_inputs = 1, .num_outputs = 1, .shape_fn = PoolShape, .grad_fn = AvgPoolGradFn});
 // (x, g) -> dx: each g spread evenly over its window's in-image positions;
 // x is read only for its shape.
 WEFT_REGISTER_OP(OpDef{.name = "AvgPoolGrad", .num_inputs = 2, .num_outputs = 1, .shape_fn = AvgPoolGradShape});

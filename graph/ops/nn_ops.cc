@@ -147,26 +147,6 @@ absl::Status Conv2DGrad(GradContext* c) {
 
 // ---- MaxPool -----------------------------------------------------------------------
 
-absl::StatusOr<TensorShape> PoolOutputShape(InferenceContext* c) {
-  ASSIGN_OR_RETURN(PoolParams p, GetPoolParams(c->node));
-  RETURN_IF_ERROR(ExpectFloat(c, 0, "x"));
-  RETURN_IF_ERROR(ExpectRank(c, 0, 4, "x (NHWC)"));
-  const TensorShape& x = c->input_shapes[0];
-  int64_t out[2];
-  for (int i = 0; i < 2; ++i) {
-    auto w = ComputeWindow(x.dim(1 + i), p.ksize, p.stride, p.padding, i == 0 ? "input height" : "input width");
-    if (!w.ok()) return c->Error(absl::StrCat(w.status().message(), " (x ", x.DebugString(), ")"));
-    out[i] = w->out;
-  }
-  return TensorShape{x.dim(0), out[0], out[1], x.dim(3)};
-}
-
-absl::Status MaxPoolShape(InferenceContext* c) {
-  ASSIGN_OR_RETURN(c->output_shapes[0], PoolOutputShape(c));
-  c->output_types[0] = DType::kFloat32;
-  return absl::OkStatus();
-}
-
 // (x, y, g) -> x's shape.
 absl::Status MaxPoolGradShape(InferenceContext* c) {
   ASSIGN_OR_RETURN(TensorShape y, PoolOutputShape(c));
@@ -213,6 +193,27 @@ absl::Status DropoutGrad(GradContext* c) {
 
 }  // namespace
 
+absl::StatusOr<TensorShape> PoolOutputShape(InferenceContext* c) {
+  ASSIGN_OR_RETURN(PoolParams p, GetPoolParams(c->node));
+  RETURN_IF_ERROR(ExpectFloat(c, 0, "x"));
+  RETURN_IF_ERROR(ExpectRank(c, 0, 4, "x (NHWC)"));
+  const TensorShape& x = c->input_shapes[0];
+  int64_t out[2];
+  for (int i = 0; i < 2; ++i) {
+    auto w = ComputeWindow(x.dim(1 + i), p.ksize, p.stride, p.padding, i == 0 ? "input height" : "input width");
+    if (!w.ok()) return c->Error(absl::StrCat(w.status().message(), " (x ", x.DebugString(), ")"));
+    out[i] = w->out;
+  }
+  return TensorShape{x.dim(0), out[0], out[1], x.dim(3)};
+}
+
+absl::Status PoolShape(InferenceContext* c) {
+  ASSIGN_OR_RETURN(c->output_shapes[0], PoolOutputShape(c));
+  c->output_types[0] = DType::kFloat32;
+  return absl::OkStatus();
+}
+
+
 WEFT_REGISTER_OP(
     OpDef{.name = "Relu", .num_inputs = 1, .num_outputs = 1, .shape_fn = FloatUnchangedShape, .grad_fn = ReluGradFn});
 // (g, x) -> g * (x > 0).
@@ -248,7 +249,7 @@ WEFT_REGISTER_OP(
     OpDef{.name = "Conv2DBackpropFilter", .num_inputs = 3, .num_outputs = 1, .shape_fn = ConvBackpropFilterShape});
 // x[N,H,W,C] -> [N,Ho,Wo,C]; attrs ksize, stride (default ksize), padding (default VALID).
 WEFT_REGISTER_OP(
-    OpDef{.name = "MaxPool", .num_inputs = 1, .num_outputs = 1, .shape_fn = MaxPoolShape, .grad_fn = MaxPoolGradFn});
+    OpDef{.name = "MaxPool", .num_inputs = 1, .num_outputs = 1, .shape_fn = PoolShape, .grad_fn = MaxPoolGradFn});
 // (x, y, g) -> dx: each g goes to its window's first maximum.
 WEFT_REGISTER_OP(OpDef{.name = "MaxPoolGrad", .num_inputs = 3, .num_outputs = 1, .shape_fn = MaxPoolGradShape});
 // x -> (y = x * mask, mask), mask = keep ? 1/(1-rate) : 0; attrs rate, seed.

@@ -97,6 +97,14 @@ inline absl::StatusOr<PoolParams> GetPoolParams(const NodeDef& node) {
   return p;
 }
 
+struct InferenceContext;  // graph/op_registry.h
+
+// A 2-D pooling's output shape, x [N,H,W,C] (input 0) -> [N,Ho,Wo,C] under
+// the node's ksize, stride and padding; PoolShape sets it as output 0,
+// float32. MaxPool's and AvgPool's shape inference (graph/ops/nn_ops.cc).
+absl::StatusOr<TensorShape> PoolOutputShape(InferenceContext* c);
+absl::Status PoolShape(InferenceContext* c);
+
 }  // namespace weft
 
 #endif  // WEFT_GRAPH_OPS_WINDOW_GEOMETRY_H_
