@@ -3,10 +3,14 @@
 // LoadDataset, CountExamples and BatchIterator as image data.
 #include "runtime/data/text_corpus.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/confined_root.h"
 #include "gtest/gtest.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/test_files.h"
@@ -120,6 +124,23 @@ TEST(TextCorpusTest, BadSpecsAndBytesAreRefusedByName) {
     ASSERT_FALSE(ds.ok()) << c.want;
     EXPECT_NE(ds.status().message().find(c.want), std::string::npos) << c.want << ": " << ds.status();
   }
+}
+
+// A corpus is confined to a daemon's --data_root like every dataset file:
+// one outside it is refused, by LoadDataset and by CountExamples.
+TEST(TextCorpusTest, ACorpusOutsideTheDataRootIsRefused) {
+  const DatasetSpec outside = Corpus(8);  // under the test's temp dir
+  const std::string root = TempPath("text-root");
+  ASSERT_TRUE(mkdir(root.c_str(), 0755) == 0 || errno == EEXIST);
+  auto confined = ConfinedRoot::Open(root, false);
+  ASSERT_TRUE(confined.ok()) << confined.status();
+  SetDataRoot(*confined);
+  auto loaded = LoadDataset(outside, true, {8}, 256);
+  auto counted = CountExamples(outside, true);
+  SetDataRoot(std::nullopt);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kPermissionDenied) << loaded.status();
+  EXPECT_NE(loaded.status().message().find("outside the data root"), std::string::npos) << loaded.status();
+  EXPECT_EQ(counted.status().code(), absl::StatusCode::kPermissionDenied) << counted.status();
 }
 
 }  // namespace
