@@ -10,27 +10,10 @@
 #include "graph/gradients.h"
 #include "graph/model_lowering.h"
 #include "graph/ops/training_attrs.h"
+#include "graph/training_pass.h"
 
 namespace weft {
 namespace {
-
-// The last layer's output as one row of logits per prediction: [batch,
-// num_classes] as it is, or a sequence model's [batch, positions...,
-// num_classes] as [batch * positions, num_classes], whose labels are the
-// positions' (a TEXT dataset's next bytes).
-absl::StatusOr<Output> Predictions(GraphBuilder* b, Output logits, int64_t num_classes, const char* name) {
-  const TensorShape& s = logits.shape();
-  if (s.rank() < 2 || s.dim(s.rank() - 1) != num_classes) {
-    return absl::InvalidArgumentError(absl::StrCat("the last layer must produce [batch, num_classes=", num_classes,
-                                                   "] logits (or [batch, positions..., num_classes] for a "
-                                                   "sequence), got ",
-                                                   s.DebugString()));
-  }
-  if (s.rank() == 2) return logits;
-  Output rows = b->Op("Reshape", {logits}, {Attr("shape", std::vector<int64_t>{-1, num_classes})}, name);
-  RETURN_IF_ERROR(b->status());
-  return rows;
-}
 
 // The job's optimizer with a cosine decay's length filled in from the
 // job's steps, and its schedule checked.
@@ -90,11 +73,8 @@ absl::StatusOr<TrainingGraph> LowerSequential(const JobSpec& job) {
 
   ModelLowering lower(job, &b);
   RETURN_IF_ERROR(lower.CheckTopology());
-  ASSIGN_OR_RETURN(Output logits, lower.Forward(features, /*training=*/true));
-  ASSIGN_OR_RETURN(logits, Predictions(&b, logits, model.num_classes(), "logits"));
-  Output per_example = b.Op("SparseSoftmaxCrossEntropyWithLogits", {logits, labels}, {}, "xent");
-  Output loss = b.Op("Mean", {per_example}, {}, "loss");
-  RETURN_IF_ERROR(b.status());
+  ASSIGN_OR_RETURN(TrainingPass pass, TrainingPass::Forward(job, &b, &lower, features, labels));
+  const Output loss = pass.loss();
 
   ASSIGN_OR_RETURN(Output eval_logits, lower.Forward(features, /*training=*/false));
   ASSIGN_OR_RETURN(eval_logits, Predictions(&b, eval_logits, model.num_classes(), "eval/logits"));
@@ -110,13 +90,14 @@ absl::StatusOr<TrainingGraph> LowerSequential(const JobSpec& job) {
   }
   RETURN_IF_ERROR(b.status());
 
-  ASSIGN_OR_RETURN(std::vector<Output> grads, AddGradients(&b, loss, lower.variables()));
+  ASSIGN_OR_RETURN(std::vector<Output> grads, pass.Gradients(&b, lower.variables()));
   std::vector<Output> step_outputs = grads;
   step_outputs.push_back(loss);
+  // Batch norm's moving statistics advance with every training step.
+  ASSIGN_OR_RETURN(std::vector<Node*> moving, lower.MovingAverageUpdates());
   ASSIGN_OR_RETURN(OptimizerSpec optimizer, ResolveOptimizer(job));
   ASSIGN_OR_RETURN(Node * train, AddOptimizer(&b, optimizer, lower.variables(), grads, step_outputs, "train"));
-  // Batch norm's moving statistics advance with every training step.
-  for (Node* u : lower.state_updates()) RETURN_IF_ERROR(tg.graph->AddControlEdge(u, train));
+  for (Node* u : moving) RETURN_IF_ERROR(tg.graph->AddControlEdge(u, train));
 
   tg.features = features.name();
   tg.labels = labels.name();
@@ -152,6 +133,10 @@ absl::StatusOr<TrainingGraph> LowerGraphModel(const JobSpec& job) {
   if (!graph.ok()) return Annotate(graph.status(), "graph model");
   tg.graph = *std::move(graph);
   RETURN_IF_ERROR(RefuseContainers(*tg.graph));
+  if (job.optimizer().gradient_accumulation_steps() > 1) {
+    return absl::InvalidArgumentError(
+        "optimizer.gradient_accumulation_steps needs a model: a graph job writes its own train_op");
+  }
   auto check = [&](const std::string& name, const char* field, bool required) -> absl::Status {
     if (name.empty()) {
       return required ? absl::InvalidArgumentError(absl::StrCat("graph model: '", field, "' is required"))

@@ -1,5 +1,6 @@
 #include "graph/model_lowering.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -282,14 +283,27 @@ absl::Status ModelLowering::BatchNorm(int i, bool last, bool training, Output* x
   RETURN_IF_ERROR(ScaleAndShift(i, "batch_norm", *x, /*moving=*/true));
   const LayerVars& v = vars_[i];
   if (training) {
-    Node* n = b_->AddNode("BatchNorm", {*x, v.gamma, v.beta}, {Attr("epsilon", epsilon)});
+    Node* n = nullptr;
+    if (bn.synchronized()) {
+      // The global batch's sums: CrossReplicaSum is the identity on one
+      // replica and an all-reduce once a strategy replicates the graph.
+      Node* sums = b_->AddNode("BatchNormSums", {*x});
+      Node* global = sums == nullptr ? nullptr
+                                     : b_->AddNode("CrossReplicaSum",
+                                                   {Output(sums, 0), Output(sums, 1), Output(sums, 2)});
+      if (global == nullptr) return b_->status();
+      n = b_->AddNode("BatchNormFromSums",
+                      {*x, v.gamma, v.beta, Output(global, 0), Output(global, 1), Output(global, 2)},
+                      {Attr("epsilon", epsilon)});
+    } else {
+      n = b_->AddNode("BatchNorm", {*x, v.gamma, v.beta}, {Attr("epsilon", epsilon)});
+    }
     if (n == nullptr) return b_->status();
     *x = Output(n, 0);
     for (auto [var, stat] : {std::pair{v.moving_mean, 1}, std::pair{v.moving_var, 2}}) {
-      Node* u = b_->AddNode("ApplyMovingAverage", {var, Output(n, stat)}, {Attr("momentum", momentum)},
-                            absl::StrCat(var.node->name().substr(var.node->name().rfind('/') + 1), "_update"));
-      if (u == nullptr) return b_->status();
-      state_updates_.push_back(u);
+      auto it = std::find_if(moving_.begin(), moving_.end(), [&](const MovingStat& m) { return m.var == var; });
+      if (it == moving_.end()) it = moving_.insert(moving_.end(), MovingStat{var, {}, momentum});
+      it->values.push_back(Output(n, stat));
     }
   } else {
     *x = b_->Op("BatchNormInference", {*x, v.gamma, v.beta, v.moving_mean, v.moving_var},
@@ -297,6 +311,24 @@ absl::Status ModelLowering::BatchNorm(int i, bool last, bool training, Output* x
   }
   *x = ActivateUnlessLastSoftmax(b_, *x, bn.activation(), last);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Node*>> ModelLowering::MovingAverageUpdates() {
+  std::vector<Node*> updates;
+  for (const MovingStat& m : moving_) {
+    Output value = m.values[0];
+    if (m.values.size() > 1) {
+      const std::string& name = m.var.node->name();
+      value = b_->Op("Mul", {b_->Op("AddN", m.values, {}, name + "_sum"),
+                             b_->ScalarConst(1.0f / static_cast<float>(m.values.size()), name + "_scale")},
+                     {}, name + "_mean");
+    }
+    Node* u = b_->AddNode("ApplyMovingAverage", {m.var, value}, {Attr("momentum", m.momentum)},
+                          m.var.node->name() + "_update");
+    if (u == nullptr) return b_->status();
+    updates.push_back(u);
+  }
+  return updates;
 }
 
 // The same op in training and evaluation: each example's own statistics,

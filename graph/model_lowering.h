@@ -38,9 +38,11 @@ class ModelLowering {
 
   // Trainable variables, in creation order.
   const std::vector<Output>& variables() const { return variables_; }
-  // The training pass's moving-statistics updates (ApplyMovingAverage), to
-  // run with each training step.
-  const std::vector<Node*>& state_updates() const { return state_updates_; }
+  // The moving-statistics updates (ApplyMovingAverage) to run with each
+  // training step, one per statistic, of the mean of the training passes'
+  // batch statistics (one pass per micro-batch with gradient accumulation).
+  // Call once, after every training pass is written.
+  absl::StatusOr<std::vector<Node*>> MovingAverageUpdates();
 
  private:
   // A layer's variables, created by the training pass.
@@ -78,7 +80,13 @@ class ModelLowering {
   GraphBuilder* b_;
   std::vector<LayerVars> vars_;
   std::vector<Output> variables_;
-  std::vector<Node*> state_updates_;
+  // A moving statistic and its batch value in each training pass.
+  struct MovingStat {
+    Output var;
+    std::vector<Output> values;
+    float momentum = 0.99f;
+  };
+  std::vector<MovingStat> moving_;
   // Per layer, the indexes of the layers it reads (-1: the model's input).
   std::vector<std::vector<int>> inputs_;
 };

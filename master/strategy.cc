@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "job/strategy_spec.h"
+#include "master/strategies/cross_replica.h"
 #include "master/strategies/rewrite.h"
 #include "master/strategies/strategies.h"
 #include "master/strategies/variables.h"
@@ -65,7 +66,7 @@ absl::Status CheckOptions(const StrategyOptions& options) {
   return absl::OkStatus();
 }
 
-absl::Status RunStrategy(Rewrite* rw) {
+absl::Status RunRewrite(Rewrite* rw) {
   switch (rw->options.kind) {
     case StrategySpec::MULTI_WORKER_MIRRORED:
       return strategies::RewriteMultiWorkerMirrored(rw);
@@ -83,6 +84,14 @@ absl::Status RunStrategy(Rewrite* rw) {
       return absl::InternalError(
           absl::StrCat("strategy ", StrategySpec::Kind_Name(rw->options.kind), " has no rewrite"));
   }
+}
+
+// The strategy's rewrite, then the sums across replicas it left.
+absl::Status RunStrategy(Rewrite* rw) {
+  RETURN_IF_ERROR(RunRewrite(rw));
+  const StrategyOptions& o = rw->options;
+  const bool lockstep = o.kind != StrategySpec::PARAMETER_SERVER || (o.sync && o.replicas_to_aggregate == 0);
+  return strategies::CrossReplicaSumsOnFirstDevice(rw, lockstep);
 }
 
 }  // namespace

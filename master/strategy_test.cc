@@ -238,12 +238,15 @@ INSTANTIATE_TEST_SUITE_P(
 // replicas run on real worker servers over gRPC on loopback.
 class MultiWorkerMirroredTest : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
-TEST_P(MultiWorkerMirroredTest, MatchesSingleProcessTrainingAtTheGlobalBatch) {
-  const auto [n, optimizer] = GetParam();
-  auto tg = LowerJob(MlpJob(optimizer));
-  ASSERT_TRUE(tg.ok()) << tg.status();
-  const Trained want = SingleProcess(*tg);
+// kSteps of `tg` under MULTI_WORKER_MIRRORED on n worker servers: each
+// replica's variables (in tg.variables order) and the mean losses.
+struct MultiWorkerRun {
+  std::vector<std::vector<Tensor>> replicas;
+  std::vector<float> losses;
+};
 
+MultiWorkerRun TrainMultiWorker(const TrainingGraph& tg, int n) {
+  MultiWorkerRun run;
   std::vector<std::unique_ptr<worker::WorkerServer>> servers;
   ClusterDef cluster;
   JobDef* job = cluster.add_job();
@@ -254,47 +257,64 @@ TEST_P(MultiWorkerMirroredTest, MatchesSingleProcessTrainingAtTheGlobalBatch) {
     o.listen_address = "127.0.0.1:0";
     o.collective_timeout = absl::Seconds(30);
     auto s = worker::StartWorkerServer(o);
-    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (!s.ok()) return run;
     (*job->mutable_tasks())[i] = (*s)->address();
     servers.push_back(*std::move(s));
   }
   for (auto& s : servers) s->SetCluster(cluster);
   auto cache = WorkerCache::Create(cluster, GrpcWorkerFactory());
-  ASSERT_TRUE(cache.ok()) << cache.status();
+  EXPECT_TRUE(cache.ok()) << cache.status();
 
   StrategyOptions o;
   o.kind = StrategySpec::MULTI_WORKER_MIRRORED;
   o.fusion_bytes = 200;  // several buckets
   for (int i = 0; i < n; ++i) o.replica_devices.push_back(absl::StrCat("/job:worker/task:", i, "/device:CPU:0"));
-  auto rg = ApplyStrategy(*tg, o);
-  ASSERT_TRUE(rg.ok()) << rg.status();
-  ASSERT_GT(rg->num_buckets, 1);
+  auto rg = ApplyStrategy(tg, o);
+  EXPECT_TRUE(rg.ok()) << rg.status();
+  if (!rg.ok() || !cache.ok()) return run;
+  EXPECT_GT(rg->num_buckets, 1);
   auto session = MasterSession::Create("mwm", rg->graph->ToGraphDef(), cache->get());
-  ASSERT_TRUE(session.ok()) << session.status();
+  EXPECT_TRUE(session.ok()) << session.status();
+  if (!session.ok()) return run;
   std::vector<Tensor> out;
-  std::vector<float> losses;
   for (int step = 0; step < kSteps; ++step) {
     absl::Status s = (*session)->Run(ReplicaFeeds(*rg, step), {rg->loss}, {rg->train_op}, &out);
-    ASSERT_TRUE(s.ok()) << s;
-    losses.push_back(out[0].flat<float>()[0]);
+    EXPECT_TRUE(s.ok()) << s;
+    if (!s.ok()) break;
+    run.losses.push_back(out[0].flat<float>()[0]);
   }
-  // Every replica's copy ends equal to single-process training.
   for (int r = 0; r < n; ++r) {
     std::vector<std::string> fetch;
-    for (const std::string& v : tg->variables) fetch.push_back(ReplicaName(r, v));
-    std::vector<Tensor> got;
-    ASSERT_TRUE((*session)->Run({}, fetch, {}, &got).ok());
-    for (size_t i = 0; i < want.variables.size(); ++i) {
-      EXPECT_LE(RelDiff(got[i], want.variables[i]), 1e-5) << "replica " << r << ": " << tg->variables[i];
-    }
+    for (const std::string& v : tg.variables) fetch.push_back(ReplicaName(r, v));
+    run.replicas.emplace_back();
+    EXPECT_TRUE((*session)->Run({}, fetch, {}, &run.replicas.back()).ok());
   }
-  for (size_t i = 0; i < want.losses.size(); ++i) EXPECT_NEAR(losses[i], want.losses[i], 1e-5) << "step " << i;
-  ASSERT_TRUE((*session)->Close().ok());
+  EXPECT_TRUE((*session)->Close().ok());
   // Stopped together, as a cluster stops: each closes its streams to the
   // others, so none waits out its grace period for a peer's stream.
   std::vector<std::thread> stops;
   for (auto& s : servers) stops.emplace_back([&s] { s->Shutdown(); });
   for (auto& t : stops) t.join();
+  return run;
+}
+
+TEST_P(MultiWorkerMirroredTest, MatchesSingleProcessTrainingAtTheGlobalBatch) {
+  const auto [n, optimizer] = GetParam();
+  auto tg = LowerJob(MlpJob(optimizer));
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  const Trained want = SingleProcess(*tg);
+  const MultiWorkerRun got = TrainMultiWorker(*tg, n);
+  // Every replica's copy ends equal to single-process training.
+  ASSERT_EQ(got.replicas.size(), static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(got.replicas[r].size(), want.variables.size());
+    for (size_t i = 0; i < want.variables.size(); ++i) {
+      EXPECT_LE(RelDiff(got.replicas[r][i], want.variables[i]), 1e-5) << "replica " << r << ": " << tg->variables[i];
+    }
+  }
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (size_t i = 0; i < want.losses.size(); ++i) EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5) << "step " << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Replicas, MultiWorkerMirroredTest,
@@ -513,15 +533,23 @@ TEST(StrategyTest, MultiWorkerMirroredFusesGradientsIntoOrderedBuckets) {
 // MULTI_WORKER_MIRRORED each replica's update reads the mean over the
 // replicas, so every copy keeps the same statistics; under the parameter
 // server the update sits with its variable on the ps.
-TEST(StrategyTest, MovingStatisticsMeetAcrossReplicasLikeGradients) {
+// dense (no activation), batch_norm (RELU), dense, dense.
+JobSpec BatchNormJob(bool synchronized) {
   JobSpec job = MlpJob("optimizer { adam { learning_rate: 0.01 } }");
   job.mutable_model()->mutable_layer(0)->mutable_dense()->set_activation(ACTIVATION_NONE);
+  job.mutable_model()->mutable_layer(0)->mutable_dense()->set_no_bias(true);  // beta is the bias
   LayerSpec bn;
   bn.set_name("bn");
   bn.mutable_batch_norm()->set_activation(RELU);
+  bn.mutable_batch_norm()->set_synchronized(synchronized);
   job.mutable_model()->mutable_layer()->Add(std::move(bn));
   job.mutable_model()->mutable_layer()->SwapElements(1, 3);  // dense, bn, dense, dense
   job.mutable_model()->mutable_layer()->SwapElements(2, 3);
+  return job;
+}
+
+TEST(StrategyTest, MovingStatisticsMeetAcrossReplicasLikeGradients) {
+  JobSpec job = BatchNormJob(false);
   auto tg = LowerJob(job);
   ASSERT_TRUE(tg.ok()) << tg.status();
   StrategyOptions o;
@@ -567,6 +595,199 @@ std::vector<const Node*> AllReduces(const ReplicatedGraph& rg) {
 // Ids "nccl-id-1", "nccl-id-2", ..., counted in *calls.
 NcclIdGenerator FakeNcclIds(int* calls) {
   return [calls]() -> absl::StatusOr<std::string> { return absl::StrCat("nccl-id-", ++*calls); };
+}
+
+// The largest difference between `got` and `want`, variable by variable.
+double MaxRelDiff(const std::vector<Tensor>& got, const std::vector<Tensor>& want) {
+  double worst = 0;
+  EXPECT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) worst = std::max(worst, RelDiff(got[i], want[i]));
+  return worst;
+}
+
+// Synchronised batch norm: 2 replicas of 4 rows train as one process does
+// with plain batch norm on the 8 rows, under every synchronous strategy,
+// moving statistics included. Plain batch norm on the replicas does not:
+// each normalises with its own 4 rows, which is what the comparison sees.
+class SyncBatchNormTest : public ::testing::TestWithParam<StrategySpec::Kind> {};
+
+TEST_P(SyncBatchNormTest, MatchesPlainBatchNormInOneProcessAtTheGlobalBatch) {
+  const StrategySpec::Kind kind = GetParam();
+  auto plain = LowerJob(BatchNormJob(false));
+  auto synced = LowerJob(BatchNormJob(true));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_TRUE(synced.ok()) << synced.status();
+  ASSERT_EQ(plain->variables, synced->variables);
+  const Trained want = SingleProcess(*plain);
+  const std::vector<Tensor> initial = Initial(*plain);
+  EXPECT_GT(MaxRelDiff(want.variables, initial), 1e-3);  // training moved them
+  auto train = [&](const TrainingGraph& tg) -> std::vector<std::vector<Tensor>> {
+    if (kind == StrategySpec::MULTI_WORKER_MIRRORED) return TrainMultiWorker(tg, 2).replicas;
+    Layout layout = For(kind, 2);
+    layout.options.sync = true;
+    return {Replicated(tg, layout).variables};
+  };
+  const std::vector<std::vector<Tensor>> got = train(*synced);
+  ASSERT_FALSE(got.empty());
+  for (size_t r = 0; r < got.size(); ++r) {
+    ASSERT_EQ(got[r].size(), want.variables.size());
+    for (size_t i = 0; i < want.variables.size(); ++i) {
+      EXPECT_LE(RelDiff(got[r][i], want.variables[i]), 1e-5) << "replica " << r << ": " << synced->variables[i];
+    }
+  }
+  const std::vector<std::vector<Tensor>> local = train(*plain);
+  ASSERT_FALSE(local.empty());
+  EXPECT_GT(MaxRelDiff(local[0], want.variables), 1e-4) << "per-replica statistics should differ";
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, SyncBatchNormTest,
+                         ::testing::Values(StrategySpec::MULTI_WORKER_MIRRORED, StrategySpec::MIRRORED,
+                                           StrategySpec::CENTRAL_STORAGE, StrategySpec::PARAMETER_SERVER),
+                         [](const auto& info) { return StrategySpec::Kind_Name(info.param); });
+
+TEST(StrategyTest, SynchronizedBatchNormNeedsReplicasThatStepTogether) {
+  auto synced = LowerJob(BatchNormJob(true));
+  ASSERT_TRUE(synced.ok()) << synced.status();
+  // Asynchronous replicas (k-of-N ones are refused for the moving
+  // averages' updates already).
+  Layout layout = For(StrategySpec::PARAMETER_SERVER, 2);
+  layout.options.sync = false;
+  auto rg = ApplyStrategy(*synced, layout.options);
+  EXPECT_EQ(rg.status().code(), absl::StatusCode::kInvalidArgument) << rg.status();
+  EXPECT_TRUE(::weft::testing::StatusHas(rg.status(), "bn/")) << rg.status();
+  EXPECT_TRUE(::weft::testing::StatusHas(rg.status(), "synchronized batch_norm")) << rg.status();
+  // One replica needs no meeting: the sums stay the identity.
+  Layout one = For(StrategySpec::PARAMETER_SERVER, 1);
+  one.options.sync = false;
+  EXPECT_TRUE(ApplyStrategy(*synced, one.options).ok());
+}
+
+// On GPUs every all-reduce of a replica shares one NCCL communicator, so
+// the batch norm's sums join the gradients' buckets in one chain per
+// replica: the same on every replica, and one the dataflow allows
+// (ApplyStrategy builds the graph, which refuses a cycle).
+TEST(StrategyTest, SynchronizedBatchNormSumsJoinTheNcclChainInDataflowOrder) {
+  auto synced = LowerJob(BatchNormJob(true));
+  ASSERT_TRUE(synced.ok()) << synced.status();
+  int calls = 0;
+  StrategyOptions o;
+  o.kind = StrategySpec::MULTI_WORKER_MIRRORED;
+  for (int t = 0; t < 2; ++t) o.replica_devices.push_back(absl::StrCat("/job:worker/task:", t, "/device:GPU:0"));
+  o.fusion_bytes = 64;
+  o.new_nccl_id = FakeNcclIds(&calls);
+  auto rg = ApplyStrategy(*synced, o);
+  ASSERT_TRUE(rg.ok()) << rg.status();
+  EXPECT_EQ(calls, 1);
+  // Each replica's chain, first to last, as names without the replica.
+  std::vector<std::vector<std::string>> chains(2);
+  for (int r = 0; r < 2; ++r) {
+    std::map<std::string, std::string> next;  // all-reduce -> the one chained after it
+    std::set<std::string> chained_after;
+    const std::string prefix = ReplicaName(r, "");
+    for (const Node* n : AllReduces(*rg)) {
+      if (!absl::StartsWith(n->name(), prefix)) continue;
+      for (const std::string& in : n->def().input()) {
+        if (!absl::StartsWith(in, "^" + prefix)) continue;
+        next[in.substr(1)] = n->name();
+        chained_after.insert(n->name());
+      }
+    }
+    std::string at;
+    for (const Node* n : AllReduces(*rg)) {
+      if (absl::StartsWith(n->name(), prefix) && !chained_after.count(n->name())) at = n->name();
+    }
+    for (; !at.empty(); at = next.count(at) ? next[at] : "") chains[r].push_back(at.substr(prefix.size()));
+  }
+  EXPECT_EQ(chains[0], chains[1]);
+  ASSERT_EQ(chains[0].size(), AllReduces(*rg).size() / 2) << "every all-reduce in one chain";
+  // The forward pass's sums come first: nothing else can run before them.
+  const Node* first = rg->graph->FindNode(ReplicaName(0, chains[0][0]));
+  ASSERT_NE(first, nullptr);
+  EXPECT_FALSE(first->def().attr().at("mean").b()) << first->name();
+  EXPECT_EQ(GetIntAttr(first->def(), "instance_key").value_or(0), rg->num_buckets + 1);
+}
+
+// Gradient accumulation: k micro-batch passes of 8 / k rows, one after
+// another, apply the 8-row batch's update; under MULTI_WORKER_MIRRORED each
+// replica splits its own 4 rows. Adam amplifies any difference in the
+// gradient, so a wrong mean or a missing pass shows.
+class GradientAccumulationTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(GradientAccumulationTest, MatchesOnePassOverTheBatch) {
+  const int k = GetParam();
+  // SGD sees a gradient's scale (a sum for a mean), Adam mostly its direction.
+  for (const char* optimizer : {"sgd { learning_rate: 0.3 }", "adam { learning_rate: 0.01 }"}) {
+    SCOPED_TRACE(optimizer);
+    auto once = LowerJob(MlpJob(absl::StrCat("optimizer { ", optimizer, " }")));
+    auto micro =
+        LowerJob(MlpJob(absl::StrCat("optimizer { ", optimizer, " gradient_accumulation_steps: ", k, " }")));
+    ASSERT_TRUE(once.ok()) << once.status();
+    ASSERT_TRUE(micro.ok()) << micro.status();
+    ASSERT_EQ(once->variables, micro->variables);
+    const Trained want = SingleProcess(*once);
+    const Trained got = SingleProcess(*micro);
+    EXPECT_LE(MaxRelDiff(got.variables, want.variables), 1e-5);
+    for (size_t i = 0; i < want.losses.size(); ++i) EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5) << i;
+    // Pass i waits for pass i - 1's gradients: one pass's activations at a time.
+    for (int i = 1; i < k; ++i) {
+      const Node* slice = micro->graph->FindNode(absl::StrCat("micro_", i, "/features"));
+      ASSERT_NE(slice, nullptr);
+      EXPECT_EQ(slice->op(), "MicroBatch");
+      EXPECT_GE(slice->control_inputs().size(), micro->variables.size()) << slice->name();
+    }
+    if (absl::StrContains(optimizer, "adam")) continue;
+    const MultiWorkerRun mwm = TrainMultiWorker(*micro, 2);
+    ASSERT_EQ(mwm.replicas.size(), 2u);
+    for (const auto& replica : mwm.replicas) EXPECT_LE(MaxRelDiff(replica, want.variables), 1e-5);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(MicroBatches, GradientAccumulationTest, ::testing::Values(2, 4));
+
+// Each pass's batch norm takes its micro-batch's statistics; one update
+// per moving statistic blends in their mean.
+TEST(StrategyTest, GradientAccumulationBlendsTheMeanOfItsPassesStatistics) {
+  JobSpec job = BatchNormJob(false);
+  job.mutable_optimizer()->set_gradient_accumulation_steps(2);
+  auto tg = LowerJob(job);
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  int updates = 0;
+  for (const auto& n : tg->graph->nodes()) updates += n->op() == "ApplyMovingAverage";
+  EXPECT_EQ(updates, 2);
+  const Node* u = tg->graph->FindNode("bn/moving_mean_update");
+  ASSERT_NE(u, nullptr);
+  EXPECT_EQ(u->input(1).node->op(), "Mul");  // (pass 0 + pass 1) / 2
+  // One step moves the moving mean from its zeros.
+  auto cluster = *InProcessCluster::Create({"/job:worker/task:0"});
+  auto session = MasterSession::Create("bn", tg->graph->ToGraphDef(), cluster->workers());
+  ASSERT_TRUE(session.ok()) << session.status();
+  std::vector<Tensor> out;
+  ASSERT_TRUE((*session)
+                  ->Run({{tg->features, RandomTensor({kBatch, kExample}, 100)}, {tg->labels, Labels(kBatch, 0)}},
+                        {}, {tg->train_op}, &out)
+                  .ok());
+  ASSERT_TRUE((*session)->Run({}, {"bn/moving_mean"}, {}, &out).ok());
+  double moved = 0;
+  for (float v : out[0].flat<float>()) moved = std::max(moved, std::abs(static_cast<double>(v)));
+  EXPECT_GT(moved, 1e-4);
+}
+
+TEST(StrategyTest, GradientAccumulationStepsMustSplitTheBatch) {
+  auto uneven = LowerJob(MlpJob("optimizer { sgd { learning_rate: 0.1 } gradient_accumulation_steps: 3 }"));
+  EXPECT_EQ(uneven.status().code(), absl::StatusCode::kInvalidArgument) << uneven.status();
+  EXPECT_TRUE(::weft::testing::StatusHas(uneven.status(), "gradient_accumulation_steps 3 must divide batch_size 8"))
+      << uneven.status();
+  // 8 rows split into 4 on each of 2 replicas, which 8 micro-batches cannot split.
+  auto micro = LowerJob(MlpJob("optimizer { sgd { learning_rate: 0.1 } gradient_accumulation_steps: 8 }"));
+  ASSERT_TRUE(micro.ok()) << micro.status();
+  auto cluster = *InProcessCluster::Create({"/job:worker/task:0"});
+  auto session = MasterSession::Create("uneven", micro->graph->ToGraphDef(), cluster->workers());
+  ASSERT_TRUE(session.ok()) << session.status();
+  std::vector<Tensor> out;
+  absl::Status s = (*session)->Run({{micro->features, RandomTensor({4, kExample}, 1)}, {micro->labels, Labels(4, 0)}},
+                                   {micro->loss}, {micro->train_op}, &out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(::weft::testing::StatusHas(s, "does not split into 8 equal micro-batches")) << s;
 }
 
 TEST(StrategyTest, MultiWorkerMirroredOnGpusGivesEachGroupOneNcclIdAndOneBucketOrder) {

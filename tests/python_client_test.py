@@ -154,7 +154,8 @@ def residual_model():
     x = layers.BatchNormalization(momentum=0.9)(x)
     x = layers.Activation("relu")(x)
     y = layers.Conv2D(8, 3, padding="same", use_bias=False)(x)
-    y = layers.BatchNormalization(momentum=0.9, activation="relu")(y)
+    # Synchronised: on one replica the same statistics, through the sums' ops.
+    y = layers.BatchNormalization(momentum=0.9, activation="relu", synchronized=True)(y)
     x = layers.GlobalAveragePooling2D()(layers.Add()([x, y]))
     return weft.keras.Model(inputs=inp, outputs=layers.Dense(3, activation="softmax")(x), name="residual")
 
@@ -194,6 +195,7 @@ def test_a_functional_residual_model_fits_evaluates_and_predicts(client):
         ("conv2d_1", ["activation"]), ("batch_normalization_1", ["conv2d_1"]),
         ("add", ["activation", "batch_normalization_1"]), ("global_average_pooling2d", ["add"]),
         ("dense", ["global_average_pooling2d"])]
+    assert spec.layer[4].batch_norm.synchronized and not spec.layer[1].batch_norm.synchronized
     model.fit(x, y, epochs=2, batch_size=32, verbose=0)
     loss, accuracy = model.evaluate(x_test, y_test)
     assert accuracy >= 0.8, (loss, accuracy)  # chance: 1/3
@@ -307,6 +309,8 @@ def test_functional_models_refuse_what_weft_lacks():
         layers.BatchNormalization(center=False)
     with pytest.raises(ValueError, match="BatchNormalization: axis=1 is not supported"):
         layers.BatchNormalization(axis=1)
+    with pytest.raises(TypeError, match="synchronized must be True or False"):
+        layers.BatchNormalization(synchronized="yes")
     with pytest.raises(ValueError, match="LayerNormalization: axis=1 is not supported.* the last axis"):
         layers.LayerNormalization(axis=1)
     with pytest.raises(ValueError, match="LayerNormalization: axis=\\[1, 2, 3\\] is not supported"):

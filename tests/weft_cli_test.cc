@@ -420,6 +420,9 @@ TEST(WeftCliTest, LocalRestartsAKilledWorkerAtTheSameAddress) {
 // example's (0.9, not 0.99) so that the few steps here carry them near the
 // data's: evaluation reads them, so a job whose moving statistics did not
 // advance, or advanced from the wrong values, would not get far above chance.
+// The batch norms are synchronised (their sums meet across the two worker
+// processes each way) and each replica's 32 rows run as 2 micro-batches,
+// so both run here between real daemons on real data.
 TEST(WeftCliTest, ResNetExampleTrainsUnderMultiWorkerMirrored) {
   if (::access(kFashionMnist, R_OK) != 0) GTEST_SKIP() << kFashionMnist << " is not installed";
   JobSpec job;
@@ -429,6 +432,7 @@ TEST(WeftCliTest, ResNetExampleTrainsUnderMultiWorkerMirrored) {
   for (LayerSpec& layer : *job.mutable_model()->mutable_layer()) {
     if (!layer.has_batch_norm()) continue;
     layer.mutable_batch_norm()->set_momentum(0.9f);
+    layer.mutable_batch_norm()->set_synchronized(true);
     ++batch_norms;
   }
   ASSERT_EQ(batch_norms, 6);
@@ -441,6 +445,7 @@ TEST(WeftCliTest, ResNetExampleTrainsUnderMultiWorkerMirrored) {
   ASSERT_TRUE(schedule->has_cosine());
   schedule->set_warmup_steps(16);
   schedule->mutable_cosine()->set_decay_steps(112);
+  job.mutable_optimizer()->set_gradient_accumulation_steps(2);
   job.mutable_strategy()->set_kind(StrategySpec::MULTI_WORKER_MIRRORED);
   const std::string dir = MakeDir("resnet");
   std::string text;

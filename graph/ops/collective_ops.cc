@@ -11,12 +11,23 @@
 //   Alternatively `group_devices` lists the devices of one task in rank order
 //   (MIRRORED over NCCL: one rank per GPU of the task, reduced in process);
 //   only GPU kernels take it.
+//
+// CrossReplicaSum(t_0, ..., t_k-1) -> (r_0, ..., r_k-1)
+//   r_i is the sum of t_i over the replicas: written by the model lowering
+//   (synchronised batch norm, graph/ops/sync_norm_ops.cc) into the
+//   one-replica graph, where it is the identity. The strategy rewrites
+//   (master/strategies/cross_replica.cc) make each replica's copy an
+//   all-reduce with mean false, or read sums taken on one device. Its
+//   gradient is the CrossReplicaSum of its outputs' gradients: every
+//   replica's loss depends on every replica's input. float32.
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "graph/attr.h"
+#include "graph/gradients.h"
 #include "graph/op_registry.h"
 
 namespace weft {
@@ -45,8 +56,40 @@ absl::Status AllReduceShape(InferenceContext* c) {
   return absl::OkStatus();
 }
 
+absl::Status CrossReplicaSumShape(InferenceContext* c) {
+  for (size_t i = 0; i < c->input_types.size(); ++i) {
+    if (c->input_types[i] != DType::kFloat32) {
+      return c->Error(absl::StrCat("input ", i, " is ", DTypeName(c->input_types[i]), "; CrossReplicaSum takes float32"));
+    }
+    c->output_types[i] = DType::kFloat32;
+    c->output_shapes[i] = c->input_shapes[i];
+  }
+  return absl::OkStatus();
+}
+
+// The gradients that reach the outputs meet in one CrossReplicaSum; an
+// output no gradient reaches gives its input none.
+absl::Status CrossReplicaSumGrad(GradContext* c) {
+  std::vector<Output> grads;
+  std::vector<int> of;
+  for (size_t i = 0; i < c->grad_outputs.size(); ++i) {
+    if (!c->grad_outputs[i].valid()) continue;
+    grads.push_back(c->grad_outputs[i]);
+    of.push_back(static_cast<int>(i));
+  }
+  Node* g = c->builder->AddNode("CrossReplicaSum", grads);
+  if (g == nullptr) return c->builder->status();
+  for (size_t k = 0; k < of.size(); ++k) c->grad_inputs[of[k]] = Output(g, static_cast<int>(k));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
+WEFT_REGISTER_OP(OpDef{.name = "CrossReplicaSum",
+                       .num_inputs = -1,
+                       .num_outputs = -1,
+                       .shape_fn = CrossReplicaSumShape,
+                       .grad_fn = CrossReplicaSumGrad});
 WEFT_REGISTER_OP(OpDef{.name = "CollectiveAllReduce",
                        .num_inputs = -1,
                        .num_outputs = -1,

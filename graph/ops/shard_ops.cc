@@ -5,7 +5,16 @@
 //                                      every shard has x's trailing dims.
 // SliceRows(x) -> y                    y = rows [begin, begin + size) of x
 //                                      (attrs begin, size).
-// No gradients: the rewrite runs after autodiff.
+// MicroBatch(x) -> y                   y = micro-batch `index` of `count`
+//                                      (attrs): rows [index B / count,
+//                                      (index + 1) B / count) of x's B rows;
+//                                      B must divide by count. The lowering's
+//                                      gradient accumulation slices the
+//                                      features and labels with it.
+// No gradients: the rewrite runs after autodiff, and MicroBatch reads only
+// what is fed.
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "common/checked_math.h"
 #include "common/status_macros.h"
@@ -59,8 +68,30 @@ absl::Status SliceRowsShape(InferenceContext* c) {
   return absl::OkStatus();
 }
 
+absl::Status MicroBatchShape(InferenceContext* c) {
+  ASSIGN_OR_RETURN(int64_t index, GetIntAttr(c->node, "index"));
+  ASSIGN_OR_RETURN(int64_t count, GetIntAttr(c->node, "count"));
+  if (count < 1 || index < 0 || index >= count) {
+    return c->Error(absl::StrCat("micro-batch index ", index, " of count ", count, " needs 0 <= index < count"));
+  }
+  const TensorShape& x = c->input_shapes[0];
+  if (x.rank() < 1) return c->Error("input must have rank >= 1");
+  std::vector<int64_t> dims(x.dims().begin(), x.dims().end());
+  if (x.dim(0) >= 0) {
+    if (x.dim(0) % count != 0) {
+      return c->Error(absl::StrCat("a batch of ", x.dim(0), " rows does not split into ", count,
+                                   " equal micro-batches"));
+    }
+    dims[0] = x.dim(0) / count;
+  }
+  c->output_types[0] = c->input_types[0];
+  c->output_shapes[0] = TensorShape(dims);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
+WEFT_REGISTER_OP(OpDef{.name = "MicroBatch", .num_inputs = 1, .num_outputs = 1, .shape_fn = MicroBatchShape});
 WEFT_REGISTER_OP(OpDef{.name = "ConcatRows", .num_inputs = -1, .num_outputs = 1, .shape_fn = ConcatRowsShape});
 WEFT_REGISTER_OP(OpDef{.name = "SliceRows", .num_inputs = 1, .num_outputs = 1, .shape_fn = SliceRowsShape});
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "master/strategies/cross_replica.h"
 #include "master/strategies/mirrored_common.h"
 #include "master/strategies/strategies.h"
 
@@ -49,6 +50,7 @@ absl::Status RewriteMirrored(Rewrite* rw) {
     // The in-process group is issued as one NCCL group call per bucket
     // (runtime/local_gather.h), so it needs neither an id nor an order.
     AddAllReduceBuckets(rw, how, buckets, &copies);
+    CrossReplicaAllReduces(rw, how);
   } else {
     MeanOnFirstDevice(rw, &copies);
   }

@@ -49,13 +49,24 @@ UpdateCopies CopyMirroredReplicas(Rewrite* rw, Reduction how) {
   return copies;
 }
 
+void SetGroupAttrs(const Rewrite* rw, Reduction how, int64_t instance_key, bool mean, NodeDef* ar) {
+  const std::vector<std::string>& devices = rw->options.replica_devices;
+  Rewrite::SetAttr(ar, Attr("group_size", static_cast<int64_t>(rw->n)));
+  Rewrite::SetAttr(ar, Attr("group_key", rw->options.group_key));
+  Rewrite::SetAttr(ar, Attr("instance_key", instance_key));
+  Rewrite::SetAttr(ar, Attr("mean", mean));
+  if (how == Reduction::kAcrossTasks) {
+    std::vector<std::string> tasks;
+    for (const std::string& d : devices) tasks.push_back(TaskOf(d));
+    Rewrite::SetAttr(ar, Attr("group_tasks", absl::StrJoin(tasks, ",")));
+  } else {
+    Rewrite::SetAttr(ar, Attr("group_devices", absl::StrJoin(devices, ",")));
+  }
+}
+
 void AddAllReduceBuckets(Rewrite* rw, Reduction how, const std::vector<std::vector<int>>& buckets,
                          UpdateCopies* copies) {
   const std::vector<std::string>& devices = rw->options.replica_devices;
-  std::vector<std::string> tasks;
-  for (const std::string& d : devices) tasks.push_back(TaskOf(d));
-  const std::string group_tasks = absl::StrJoin(tasks, ",");
-  const std::string group_devices = absl::StrJoin(devices, ",");
   for (int r = 0; r < rw->n; ++r) {
     for (size_t b = 0; b < buckets.size(); ++b) {
       NodeDef* ar =
@@ -68,15 +79,7 @@ void AddAllReduceBuckets(Rewrite* rw, Reduction how, const std::vector<std::vect
         c->set_input(u.grad_input, k == 0 ? ar->name() : absl::StrCat(ar->name(), ":", k));
         ++k;
       }
-      Rewrite::SetAttr(ar, Attr("group_size", static_cast<int64_t>(rw->n)));
-      Rewrite::SetAttr(ar, Attr("group_key", rw->options.group_key));
-      Rewrite::SetAttr(ar, Attr("instance_key", static_cast<int64_t>(b + 1)));
-      Rewrite::SetAttr(ar, Attr("mean", true));
-      if (how == Reduction::kAcrossTasks) {
-        Rewrite::SetAttr(ar, Attr("group_tasks", group_tasks));
-      } else {
-        Rewrite::SetAttr(ar, Attr("group_devices", group_devices));
-      }
+      SetGroupAttrs(rw, how, static_cast<int64_t>(b + 1), /*mean=*/true, ar);
     }
   }
 }

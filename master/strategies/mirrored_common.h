@@ -39,6 +39,10 @@ UpdateCopies CopyMirroredReplicas(Rewrite* rw, Reduction how);
 void AddAllReduceBuckets(Rewrite* rw, Reduction how, const std::vector<std::vector<int>>& buckets,
                          UpdateCopies* copies);
 
+// Sets the group of `how` on the all-reduce `ar`: group_size, group_key,
+// instance_key, mean, and group_tasks (kAcrossTasks) or group_devices.
+void SetGroupAttrs(const Rewrite* rw, Reduction how, int64_t instance_key, bool mean, NodeDef* ar);
+
 // The one-step "train" over every replica's train op, and the mean loss.
 void FinishMirrored(Rewrite* rw);
 

@@ -8,7 +8,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "master/strategies/cross_replica.h"
 #include "master/strategies/mirrored_common.h"
 #include "master/strategies/strategies.h"
 
@@ -17,12 +20,17 @@ namespace master {
 namespace strategies {
 namespace {
 
-// Orders one replica's all-reduces of a group by control edges, the highest
-// instance first (backprop reaches the last updates' gradients first).
-void ChainBuckets(std::vector<NodeDef*>* chain) {
-  std::stable_sort(chain->begin(), chain->end(), [](const NodeDef* a, const NodeDef* b) {
-    return GetIntAttr(*a, "instance_key").value_or(0) > GetIntAttr(*b, "instance_key").value_or(0);
-  });
+// Orders one replica's all-reduces of a group by control edges, in `order`
+// (DataflowOrder, as replica 0's names).
+void ChainBuckets(const std::vector<std::string>& order, std::vector<NodeDef*>* chain) {
+  absl::flat_hash_map<std::string, size_t> position;
+  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
+  auto at = [&](const NodeDef* nd) {
+    const size_t slash = nd->name().find('/');
+    auto it = position.find(ReplicaName(0, nd->name().substr(slash + 1)));
+    return it == position.end() ? order.size() : it->second;
+  };
+  std::stable_sort(chain->begin(), chain->end(), [&](const NodeDef* a, const NodeDef* b) { return at(a) < at(b); });
   for (size_t i = 1; i < chain->size(); ++i) (*chain)[i]->add_input("^" + (*chain)[i - 1]->name());
 }
 
@@ -32,7 +40,8 @@ void ChainBuckets(std::vector<NodeDef*>* chain) {
 // bucket of the group shares one communicator. Ops on one communicator
 // must be issued in the same order on every rank, and the dataflow alone
 // does not fix the order of independent buckets, so each replica's
-// buckets are chained.
+// all-reduces are chained, in an order that follows the dataflow (a
+// synchronised batch norm's sums meet between the gradients' buckets).
 void SetNcclIds(Rewrite* rw) {
   if (!rw->options.new_nccl_id) return;
   std::map<std::pair<int64_t, std::string>, std::vector<NodeDef*>> groups;
@@ -53,12 +62,17 @@ void SetNcclIds(Rewrite* rw) {
                                                      group.second, "): ", id.status().message()));
       continue;
     }
+    std::vector<std::string> replica0;
+    for (const NodeDef* nd : nodes) {
+      if (absl::StartsWith(nd->name(), ReplicaName(0, ""))) replica0.push_back(nd->name());
+    }
+    const std::vector<std::string> order = DataflowOrder(*rw, replica0);
     std::map<std::string, std::vector<NodeDef*>> by_device;
     for (NodeDef* nd : nodes) {
       Rewrite::SetAttr(nd, Attr("nccl_unique_id", *id));
       by_device[nd->device()].push_back(nd);
     }
-    for (auto& [device, chain] : by_device) ChainBuckets(&chain);
+    for (auto& [device, chain] : by_device) ChainBuckets(order, &chain);
     ++rw->num_nccl_groups;
   }
 }
@@ -70,6 +84,7 @@ absl::Status RewriteMultiWorkerMirrored(Rewrite* rw) {
   rw->num_buckets = static_cast<int>(buckets.size());
   UpdateCopies copies = CopyMirroredReplicas(rw, Reduction::kAcrossTasks);
   AddAllReduceBuckets(rw, Reduction::kAcrossTasks, buckets, &copies);
+  CrossReplicaAllReduces(rw, Reduction::kAcrossTasks);
   SetNcclIds(rw);
   FinishMirrored(rw);
   return absl::OkStatus();

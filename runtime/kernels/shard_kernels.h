@@ -14,7 +14,9 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "common/tensor.h"
+#include "graph/attr.h"
 #include "runtime/kernels/kernel_checks.h"
 #include "runtime/op_kernel.h"
 
@@ -59,6 +61,47 @@ class SliceRowsKernel : public OpKernel {
  private:
   int64_t begin_ = 0;
   int64_t size_ = 0;
+};
+
+// MicroBatch: micro-batch `index` of `count` (attributes) of x's rows, which
+// must split evenly. Impl as SliceRows'.
+template <typename Impl>
+class MicroBatchKernel : public OpKernel {
+ public:
+  explicit MicroBatchKernel(OpKernelConstruction* c) : OpKernel(c) {
+    absl::StatusOr<int64_t> index = GetIntAttr(c->def(), "index");
+    absl::StatusOr<int64_t> count = GetIntAttr(c->def(), "count");
+    if (!index.ok() || !count.ok()) {
+      c->SetStatus(index.ok() ? count.status() : index.status());
+      return;
+    }
+    index_ = *index;
+    count_ = *count;
+    if (count_ < 1 || index_ < 0 || index_ >= count_) {
+      c->SetStatus(absl::InvalidArgumentError(
+          absl::StrCat("micro-batch index ", index_, " of count ", count_, " needs 0 <= index < count")));
+    }
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    if (x.shape().rank() < 1 || x.shape().dim(0) % count_ != 0) {
+      OP_REQUIRES_OK(ctx, absl::InvalidArgumentError(absl::StrCat("a batch of shape ", x.shape().DebugString(),
+                                                                   " does not split into ", count_,
+                                                                   " equal micro-batches")));
+    }
+    const int64_t size = x.shape().dim(0) / count_;
+    absl::StatusOr<size_t> offset = SliceRowsOffset(x, index_ * size, size);
+    OP_REQUIRES_OK(ctx, offset.status());
+    TensorShape shape = x.shape();
+    shape.set_dim(0, size);
+    Tensor* out = ctx->allocate_output(0, x.dtype(), shape);
+    if (out == nullptr || out->TotalBytes() == 0) return;
+    Impl::Run(ctx, static_cast<const char*>(x.raw_data()) + *offset, out);
+  }
+
+ private:
+  int64_t index_ = 0;
+  int64_t count_ = 1;
 };
 
 }  // namespace kernels

@@ -331,7 +331,7 @@ _BATCH_NORM_FIXED = {
     "axis": -1, "center": True, "scale": True, "beta_initializer": "zeros", "gamma_initializer": "ones",
     "moving_mean_initializer": "zeros", "moving_variance_initializer": "ones", "beta_regularizer": None,
     "gamma_regularizer": None, "beta_constraint": None, "gamma_constraint": None, "renorm": False,
-    "synchronized": False, "trainable": True, "fused": None, "virtual_batch_size": None, "adjustment": None,
+    "trainable": True, "fused": None, "virtual_batch_size": None, "adjustment": None,
 }
 
 
@@ -340,11 +340,14 @@ class BatchNormalization(Layer):
     (keeping their moving averages), with the moving averages after.
 
     ``activation`` (weft's, not Keras's) is applied after normalising, as an
-    Activation layer after it would be.
+    Activation layer after it would be. ``synchronized=True`` normalises with
+    the statistics of the global batch across the replicas (one all-reduce
+    each way), as Keras's does under a distribution strategy.
     """
 
     def __init__(self, momentum: float = 0.99, epsilon: float = 1e-3, activation: Optional[str] = None,
-                 name: Optional[str] = None, input_shape: Optional[Sequence[int]] = None, **keras) -> None:
+                 synchronized: bool = False, name: Optional[str] = None,
+                 input_shape: Optional[Sequence[int]] = None, **keras) -> None:
         super().__init__(name=name, input_shape=input_shape)
         d = self.describe()
         _only_weft_values(d, keras, _BATCH_NORM_FIXED,
@@ -353,10 +356,14 @@ class BatchNormalization(Layer):
         self.epsilon = _fraction(d, "epsilon", epsilon, 0.0)
         self.activation = activation
         self._act = _activation(d, activation)
+        if not isinstance(synchronized, bool):
+            raise TypeError(f"{d}: synchronized must be True or False, got {synchronized!r}")
+        self.synchronized = synchronized
 
     def _fill(self, spec):
         bn = spec.batch_norm
         bn.momentum, bn.epsilon, bn.activation = self.momentum, self.epsilon, self._act
+        bn.synchronized = self.synchronized
 
 
 # Keras's LayerNormalization arguments that weft fixes, with the value it has.

@@ -29,7 +29,7 @@ using X = std::vector<Output>;
 // by EveryDifferentiableOpIsChecked.
 const std::set<std::string>& CheckedOps() {
   static const auto* ops = new std::set<std::string>{
-      "Add",     "AddN",      "Attention", "AvgPool", "Concat", "BatchNorm", "BiasAdd", "Cast", "GlobalAvgPool",      "Conv2D", "Dropout",     "Embedding", "Identity", "LayerNorm", "MatMul",
+      "Add",     "AddN",      "Attention", "AvgPool", "Concat", "BatchNorm", "BatchNormFromSums", "BatchNormSums", "CrossReplicaSum", "BiasAdd", "Cast", "GlobalAvgPool",      "Conv2D", "Dropout",     "Embedding", "Identity", "LayerNorm", "MatMul",
       "MaxPool", "Mean",      "Mul",     "Neg",       "Relu",   "Reshape",     "ReshapeLike", "RowDot",
       "ScaleRows", "Sigmoid", "Softmax", "SparseSoftmaxCrossEntropyWithLogits", "Sub",  "Sum", "Tanh"};
   return *ops;
@@ -188,6 +188,22 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MaxPoolGradTest,
 // every x of its channel, which the checker sees through W.
 TEST(GradientCheckTest, BatchNorm) {
   auto bn = [](GraphBuilder* g, const X& x) { return g->Op("BatchNorm", {x[0], x[1], x[2]}); };
+  GradientCheckOptions options;
+  options.eps = 1e-3;
+  options.tolerance = 5e-3;
+  EXPECT_GRADIENTS_OK(bn, {RandomTensor({6, 3}, 1), RandomTensor({3}, 2), RandomTensor({3}, 3)}, options);
+  EXPECT_GRADIENTS_OK(bn, {RandomTensor({2, 3, 2, 4}, 4), RandomTensor({4}, 5), RandomTensor({4}, 6)}, options);
+}
+
+// Synchronised batch norm on one replica, where CrossReplicaSum is the
+// identity: x's gradient comes both straight from BatchNormFromSums and
+// back through the sums.
+TEST(GradientCheckTest, SynchronizedBatchNorm) {
+  auto bn = [](GraphBuilder* g, const X& x) {
+    Node* sums = g->AddNode("BatchNormSums", {x[0]});
+    Node* all = g->AddNode("CrossReplicaSum", {Output(sums, 0), Output(sums, 1), Output(sums, 2)});
+    return g->Op("BatchNormFromSums", {x[0], x[1], x[2], Output(all, 0), Output(all, 1), Output(all, 2)});
+  };
   GradientCheckOptions options;
   options.eps = 1e-3;
   options.tolerance = 5e-3;

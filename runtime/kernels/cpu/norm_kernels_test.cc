@@ -1,6 +1,7 @@
 // BatchNorm (training and inference), ApplyMovingAverage and GlobalAvgPool
 // against references computed here in double, and their refusals of bad
 // input. (Their gradients: gradient_check_test.)
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -115,6 +116,86 @@ TEST(BatchNormKernelTest, RefusesWhatHasNoStatisticsOrMismatches) {
   Output v = b3.Const(RandomTensor({3}, 1));
   b3.Op("BatchNorm", {x3, v, v}, {Attr("epsilon", -1.0f)}, "neg_eps");
   EXPECT_NE(b3.status().message().find("epsilon"), std::string::npos) << b3.status();
+}
+
+// Synchronised batch norm on one replica is batch norm: its sums give the
+// statistics BatchNorm takes in two passes, and its gradient, the direct
+// part plus the part through the sums, is BatchNormGrad's.
+TEST(SyncBatchNormKernelTest, FromItsOwnSumsIsBatchNormForwardAndBackward) {
+  const int64_t c = 4;
+  Tensor x = RandomTensor({3, 2, 5, c}, 7, -2.0f, 2.0f);
+  for (int64_t i = 0; i < x.NumElements(); ++i) x.data<float>()[i] += 0.5f * (i % c);  // a mean per channel
+  Tensor gamma = RandomTensor({c}, 8, 0.5f, 2.0f), beta = RandomTensor({c}, 9), dy = RandomTensor(x.shape(), 10);
+  Graph g;
+  GraphBuilder b(&g);
+  Output xo = b.Placeholder(DType::kFloat32, {-1, 2, 5, c}, "x");
+  Output dyo = b.Placeholder(DType::kFloat32, {-1, 2, 5, c}, "dy");
+  Output ga = b.Const(gamma, "gamma"), be = b.Const(beta, "beta");
+  const AttrList eps = {Attr("epsilon", 1e-3f)};
+  Node* bn = b.AddNode("BatchNorm", {xo, ga, be}, eps, "bn");
+  Node* sums = b.AddNode("BatchNormSums", {xo}, {}, "sums");
+  Node* fs = b.AddNode("BatchNormFromSums", {xo, ga, be, Output(sums, 0), Output(sums, 1), Output(sums, 2)}, eps,
+                       "fs");
+  b.AddNode("BatchNormGrad", {dyo, xo, ga, Output(bn, 1), Output(bn, 3)}, {}, "bn_grad");
+  Node* fg = b.AddNode("BatchNormFromSumsGrad", {dyo, xo, ga, Output(fs, 1), Output(fs, 3), Output(sums, 2)}, {},
+                       "fs_grad");
+  Node* sg = b.AddNode("BatchNormSumsGrad", {xo, Output(fg, 3), Output(fg, 4)}, {}, "sums_grad");
+  b.Op("Add", {Output(fg, 0), Output(sg, 0)}, {}, "dx");
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  std::vector<Tensor> out;
+  ASSERT_TRUE(RunGraph(g, {{"x", x}, {"dy", dy}},
+                       {"bn:0", "bn:1", "bn:2", "bn:3", "fs:0", "fs:1", "fs:2", "fs:3", "sums:2", "bn_grad:0",
+                        "bn_grad:1", "bn_grad:2", "dx", "fs_grad:1", "fs_grad:2", "fs_grad:0"},
+                       &out)
+                  .ok());
+  EXPECT_EQ(out[8].data<float>()[0], 3 * 2 * 5);  // the count
+  for (int k = 0; k < 4; ++k) EXPECT_LE(testing::MaxAbsDiff(out[4 + k], out[k]), 2e-5) << "output " << k;
+  EXPECT_LE(testing::MaxAbsDiff(out[12], out[9]), 2e-5) << "dx";
+  EXPECT_LE(testing::MaxAbsDiff(out[13], out[10]), 2e-5) << "dgamma";
+  EXPECT_LE(testing::MaxAbsDiff(out[14], out[11]), 2e-5) << "dbeta";
+  // The direct part alone is not the whole gradient.
+  EXPECT_GT(testing::MaxAbsDiff(out[12], out[15]), 1e-3);
+}
+
+// Sums of two halves add up to the whole's, which is what lets replicas
+// meet in an all-reduce; a count below one is refused by name.
+TEST(SyncBatchNormKernelTest, SumsAddAcrossHalvesAndNoRowsIsRefused) {
+  Tensor x = RandomTensor({6, 3}, 11);
+  Graph g;
+  GraphBuilder b(&g);
+  Output xo = b.Placeholder(DType::kFloat32, {-1, 3}, "x");
+  b.AddNode("BatchNormSums", {xo}, {}, "sums");
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  std::vector<Tensor> whole, top, bottom;
+  ASSERT_TRUE(RunGraph(g, {{"x", x}}, {"sums:0", "sums:1", "sums:2"}, &whole).ok());
+  Tensor t(DType::kFloat32, {2, 3}), u(DType::kFloat32, {4, 3});
+  std::copy(x.data<float>(), x.data<float>() + 6, t.data<float>());
+  std::copy(x.data<float>() + 6, x.data<float>() + 18, u.data<float>());
+  ASSERT_TRUE(RunGraph(g, {{"x", t}}, {"sums:0", "sums:1", "sums:2"}, &top).ok());
+  ASSERT_TRUE(RunGraph(g, {{"x", u}}, {"sums:0", "sums:1", "sums:2"}, &bottom).ok());
+  for (int k = 0; k < 3; ++k) {
+    for (int64_t i = 0; i < whole[k].NumElements(); ++i) {
+      EXPECT_NEAR(top[k].data<float>()[i] + bottom[k].data<float>()[i], whole[k].data<float>()[i], 1e-5) << k;
+    }
+  }
+  double sq = 0;
+  for (int64_t r = 0; r < 6; ++r) sq += std::pow(x.data<float>()[r * 3 + 1], 2);
+  EXPECT_NEAR(whole[1].data<float>()[1], sq, 1e-5);
+
+  Graph g2;
+  GraphBuilder b2(&g2);
+  Output x2 = b2.Placeholder(DType::kFloat32, {-1, 3}, "x");
+  Output n = b2.Placeholder(DType::kFloat32, {}, "n");
+  Output v = b2.Const(RandomTensor({3}, 12));
+  b2.AddNode("BatchNormFromSums", {x2, v, v, v, v, n}, {}, "fs");
+  ASSERT_TRUE(b2.status().ok()) << b2.status();
+  absl::Status none = RunGraph(g2, {{"x", x}, {"n", Tensor::Scalar<float>(0.0f)}}, {"fs:0"}, &whole);
+  EXPECT_EQ(none.code(), absl::StatusCode::kInvalidArgument) << none;
+  EXPECT_TRUE(testing::StatusHas(none, "count 0")) << none;
+  // Shapes known when the graph is built: the node is refused by name.
+  b2.AddNode("BatchNormFromSums", {x2, v, v, v, b2.Const(RandomTensor({4}, 13)), n}, {}, "bad_fs");
+  EXPECT_TRUE(testing::StatusHas(b2.status(), "bad_fs")) << b2.status();
+  EXPECT_TRUE(testing::StatusHas(b2.status(), "sum_squares")) << b2.status();
 }
 
 TEST(MovingAverageKernelTest, BlendsTheValueIntoTheVariable) {

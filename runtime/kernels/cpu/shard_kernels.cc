@@ -34,6 +34,7 @@ struct SliceRows {
 
 WEFT_REGISTER_KERNEL("ConcatRows", "CPU", kernels::ConcatRowsKernel<ConcatRows>);
 WEFT_REGISTER_KERNEL("SliceRows", "CPU", kernels::SliceRowsKernel<SliceRows>);
+WEFT_REGISTER_KERNEL("MicroBatch", "CPU", kernels::MicroBatchKernel<SliceRows>);
 
 }  // namespace cpu
 }  // namespace weft

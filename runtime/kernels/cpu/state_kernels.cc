@@ -181,6 +181,16 @@ class IdentityOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override { ctx->set_output(0, ctx->input(0)); }
 };
 
+// CrossReplicaSum of one replica (graph/ops/collective_ops.cc): each input
+// is its own sum.
+class CrossReplicaSumOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    for (int i = 0; i < ctx->num_inputs(); ++i) ctx->set_output(i, ctx->input(i));
+  }
+};
+
 class NoOpOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
@@ -191,9 +201,11 @@ WEFT_REGISTER_KERNEL("Placeholder", "CPU", PlaceholderOp);
 WEFT_REGISTER_KERNEL("Const", "CPU", ConstOp);
 WEFT_REGISTER_KERNEL("Variable", "CPU", VariableOp);
 WEFT_REGISTER_KERNEL("Identity", "CPU", IdentityOp);
+WEFT_REGISTER_KERNEL("CrossReplicaSum", "CPU", CrossReplicaSumOp);
 WEFT_REGISTER_KERNEL("NoOp", "CPU", NoOpOp);
 // Neither reads a payload, so they serve a GPU as they are.
 WEFT_REGISTER_KERNEL("Identity", "GPU", IdentityOp);
+WEFT_REGISTER_KERNEL("CrossReplicaSum", "GPU", CrossReplicaSumOp);
 WEFT_REGISTER_KERNEL("NoOp", "GPU", NoOpOp);
 
 }  // namespace

@@ -331,12 +331,13 @@ TEST(GpuKernelRegistrationTest, EveryComputeOpHasAGpuKernel) {
   for (const char* op :
        {"Add", "AddN", "ApplyAdam", "Attention", "AttentionGrad", "ApplyGradientDescent", "ApplyMomentum", "ApplyMovingAverage", "ArgMax",
         "AvgPool", "AvgPoolGrad", "Concat", "ConcatGrad",
-        "BatchNorm", "BatchNormGrad", "BatchNormInference", "BiasAdd", "BiasAddGrad", "Cast", "ConcatRows", "Const",
+        "BatchNorm", "BatchNormGrad", "BatchNormInference", "BatchNormSums", "BatchNormSumsGrad",
+        "BatchNormFromSums", "BatchNormFromSumsGrad", "BiasAdd", "BiasAddGrad", "Cast", "ConcatRows", "Const",
         "Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput", "Dropout", "Embedding", "EmbeddingGrad", "Equal", "GlobalAvgPool",
         "GlobalAvgPoolGrad", "GlobalNormScale", "Identity", "InTopK", "LayerNorm", "LayerNormGrad", "MatMul", "MaxPool",
         "MaxPoolGrad", "Mean", "MeanGrad", "Mul", "Neg",
         "NoOp", "Relu", "ReluGrad", "Reshape", "ReshapeLike", "RowDot", "ScaleRows", "Sigmoid", "SigmoidGrad",
-        "SliceRows", "Softmax", "SoftmaxGrad", "SparseSoftmaxCrossEntropyWithLogits", "Sub", "Sum", "SumGrad",
+        "MicroBatch", "SliceRows", "Softmax", "SoftmaxGrad", "SparseSoftmaxCrossEntropyWithLogits", "Sub", "Sum", "SumGrad",
         "Tanh", "TanhGrad", "Variable"}) {
     EXPECT_TRUE(KernelRegistry::Global()->Has(op, "CPU")) << op;
     EXPECT_TRUE(KernelRegistry::Global()->Has(op, "GPU")) << op;
@@ -897,6 +898,92 @@ TEST(GpuKernelTest, BatchNormTrainingGradAndInference) {
   ExpectBothFail("BatchNormInference", {Rand({4, 3}), Rand({3}), Rand({3}), Rand({3}), Rand({2})}, eps);
 }
 
+// Per-channel sums of x and of its squares, in double, stored as float: what
+// BatchNormSums gives and CrossReplicaSum passes on with one replica.
+void ChannelSums(const Tensor& x, Tensor* sum, Tensor* sum_sq) {
+  const int64_t nc = x.shape().dim(x.shape().rank() - 1);
+  std::vector<double> s(nc), ss(nc);
+  const float* xp = x.data<float>();
+  for (int64_t i = 0; nc > 0 && i < x.NumElements(); ++i) {
+    s[i % nc] += xp[i];
+    ss[i % nc] += static_cast<double>(xp[i]) * xp[i];
+  }
+  *sum = Tensor(DType::kFloat32, TensorShape{nc});
+  *sum_sq = Tensor(DType::kFloat32, TensorShape{nc});
+  for (int64_t c = 0; c < nc; ++c) {
+    sum->data<float>()[c] = static_cast<float>(s[c]);
+    sum_sq->data<float>()[c] = static_cast<float>(ss[c]);
+  }
+}
+
+// Synchronised batch norm as one replica runs it: BatchNormFromSums gets the
+// sums of the x it normalises (so the variance is positive) and its row
+// count, 1 for a lone row (the biased variance). Large batches take the
+// chunked sums.
+TEST(GpuKernelTest, SyncBatchNormSumsAndFromSums) {
+  SKIP_WITHOUT_GPU();
+  const AttrList eps = {Attr("epsilon", 1e-3f)};
+  for (const TensorShape& s : NormShapes()) {
+    const TensorShape c{s.dim(s.rank() - 1)};
+    // Both devices sum in double: the sums agree to a float's rounding.
+    const Tolerance sums = SumTolerance(RowsOf(s), 1e-9);
+    Tensor x = Rand(s, -2.0f, 2.0f), gamma = Rand(c, 0.5f, 2.0f), beta = Rand(c);
+    ExpectGpuMatchesCpu("BatchNormSums", {x}, {}, sums);
+    ExpectGpuMatchesCpu("BatchNormSumsGrad", {x, Rand(c), Rand(c)}, {}, kElementwise);
+    Tensor sum, sum_sq;
+    ChannelSums(x, &sum, &sum_sq);
+    const Tensor count = Tensor::Scalar(static_cast<float>(RowsOf(s)));
+    ExpectGpuMatchesCpu("BatchNormFromSums", {x, gamma, beta, sum, sum_sq, count}, eps, kReduction);
+    ExpectGpuMatchesCpu("BatchNormFromSumsGrad",
+                        {Rand(s), x, gamma, Rand(c, -0.1f, 0.1f), Rand(c, 0.5f, 2.0f), count}, {}, sums);
+  }
+  // No rows on this replica: zero sums and count, statistics from the other
+  // replicas' sums, and zero sums in the gradient.
+  ExpectGpuMatchesCpu("BatchNormSums", {Rand({0, 5})}, {}, kExact);
+  ExpectGpuMatchesCpu("BatchNormSums", {Rand({0, 3, 3, 5})}, {}, kExact);
+  const Tensor four = Tensor::Scalar(4.0f);
+  ExpectGpuMatchesCpu("BatchNormFromSums",
+                      {Rand({0, 5}), Rand({5}, 0.5f, 2.0f), Rand({5}), Rand({5}), Rand({5}, 1.0f, 2.0f), four}, eps,
+                      kReduction);
+  ExpectGpuMatchesCpu("BatchNormFromSumsGrad",
+                      {Rand({0, 5}), Rand({0, 5}), Rand({5}), Rand({5}), Rand({5}, 0.5f, 2.0f), four}, {}, kExact);
+  // gamma of the wrong length, g_sum_squares of the wrong length, dy not x's shape.
+  ExpectBothFail("BatchNormFromSums", {Rand({4, 3}), Rand({2}), Rand({3}), Rand({3}), Rand({3}), four}, eps);
+  ExpectBothFail("BatchNormSumsGrad", {Rand({4, 3}), Rand({3}), Rand({4})});
+  ExpectBothFail("BatchNormFromSumsGrad", {Rand({3, 4}), Rand({4, 3}), Rand({3}), Rand({3}), Rand({3}), four});
+}
+
+// The GPU cannot refuse a count below 1 without reading it on the host
+// (the CPU does): its statistics are NaN. And the chunked sums of a large
+// batch, added without atomics, are the same on every run.
+TEST(GpuKernelTest, SyncBatchNormNaNForNoCountAndDeterministicSums) {
+  SKIP_WITHOUT_GPU();
+  const Tensor x = Rand({4, 3});
+  const std::vector<Tensor> in = {x, Rand({3}), Rand({3}), Rand({3}), Rand({3}, 1.0f, 2.0f), Tensor::Scalar(0.0f)};
+  OpUnderTest from_sums("BatchNormFromSums", in, {Attr("epsilon", 1e-3f)});
+  ASSERT_TRUE(from_sums.status().ok()) << from_sums.status();
+  EXPECT_EQ(from_sums.RunCpu(in).status.code(), absl::StatusCode::kInvalidArgument);
+  KernelRun dev = from_sums.RunGpu(ToDeviceAll(from_sums.gpu(), in), {});
+  ASSERT_TRUE(dev.status.ok()) << dev.status;
+  for (const Tensor& out : dev.outputs) {
+    auto host = gpu::ToHost(from_sums.gpu(), out);
+    ASSERT_TRUE(host.ok()) << host.status();
+    for (float v : host->flat<float>()) EXPECT_TRUE(std::isnan(v));
+  }
+  const std::vector<Tensor> big = {Rand({100000, 64})};
+  OpUnderTest sums("BatchNormSums", big, {});
+  ASSERT_TRUE(sums.status().ok()) << sums.status();
+  KernelRun first = sums.RunGpu(ToDeviceAll(sums.gpu(), big), {});
+  KernelRun second = sums.RunGpu(ToDeviceAll(sums.gpu(), big), {});
+  ASSERT_TRUE(first.status.ok() && second.status.ok()) << first.status << second.status;
+  for (int i = 0; i < 3; ++i) {
+    auto a = gpu::ToHost(sums.gpu(), first.outputs[i]);
+    auto b = gpu::ToHost(sums.gpu(), second.outputs[i]);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ExpectMatches(*a, *b, kExact, absl::StrCat("BatchNormSums output ", i, ", second run"));
+  }
+}
+
 // Wide rows (a warp strides over them), narrow ones (most lanes idle), one
 // channel, and many rows, whose dgamma and dbeta go through chunk partials.
 TEST(GpuKernelTest, LayerNormAndGrad) {
@@ -1066,6 +1153,12 @@ TEST(GpuKernelTest, ConcatAndSliceRows) {
     }
   }
   ExpectBothFail("SliceRows", {Rand({4, 3})}, {Attr("begin", int64_t{3}), Attr("size", int64_t{2})});
+  for (int64_t index : {0, 2}) {
+    const AttrList attrs = {Attr("index", index), Attr("count", int64_t{3})};
+    ExpectGpuMatchesCpu("MicroBatch", {Rand({6, 2, 3})}, attrs, kExact);
+    ExpectGpuMatchesCpu("MicroBatch", {RandInts<int32_t>({9}, 0, 9)}, attrs, kExact);
+  }
+  ExpectBothFail("MicroBatch", {Rand({4, 3})}, {Attr("index", int64_t{0}), Attr("count", int64_t{3})});
 }
 
 TEST(GpuKernelTest, ConstIsCopiedToTheDevice) {

@@ -157,6 +157,41 @@ cudaError_t LaunchGlobalAvgPool(const float* x, int64_t n, int64_t hw, int64_t c
 cudaError_t LaunchGlobalAvgPoolGrad(const float* g, int64_t n, int64_t hw, int64_t channels, float* dx,
                                     cudaStream_t stream);
 
+// ---- sync_norm.cu -------------------------------------------------------------------
+
+// Synchronised batch norm on norm.cu's layout (x is `rows` rows of
+// `channels`, every statistic per channel). `count`, the global batch's
+// rows, is a device scalar; below 1 or not finite it makes the statistics
+// (and dsum, dsum_squares) NaN, as nothing here reads it on the host.
+// `scratch` holds BatchNormSumsScratchFloats(rows, channels) floats (may be
+// null when that is 0), for the per-chunk partial sums of a large batch;
+// the sums are deterministic (no atomics).
+int64_t BatchNormSumsScratchFloats(int64_t rows, int64_t channels);
+
+// sum and sum_squares of x, accumulated in double, and *count = rows (no
+// rows: zeros).
+cudaError_t LaunchBatchNormSums(const float* x, int64_t rows, int64_t channels, float* scratch, float* sum,
+                                float* sum_squares, float* count, cudaStream_t stream);
+// dx = g_sum + 2 x g_sum_squares.
+cudaError_t LaunchBatchNormSumsGrad(const float* x, const float* g_sum, const float* g_sum_squares, int64_t rows,
+                                    int64_t channels, float* dx, cudaStream_t stream);
+// With n = *count: mean = sum / n, biased = max(sum_squares / n - mean^2, 0),
+// variance = biased n / (n - 1) (biased for n <= 1), inv_std = 1 / sqrt(biased
+// + epsilon), in double; y = x scale + shift with scale = gamma inv_std and
+// shift = beta - mean scale. The statistics are written even for no rows.
+cudaError_t LaunchBatchNormFromSums(const float* x, const float* gamma, const float* beta, const float* sum,
+                                    const float* sum_squares, const float* count, int64_t rows, int64_t channels,
+                                    float epsilon, float* y, float* mean, float* variance, float* inv_std,
+                                    cudaStream_t stream);
+// dbeta = sum dy, dgamma = sum dy xhat (xhat = (x - mean) inv_std), in
+// double; dsum = (dmean - 2 mean dvar) / n and dsum_squares = dvar / n with
+// dmean = -gamma inv_std dbeta, dvar = -gamma inv_std^2 dgamma / 2; and
+// dx = gamma inv_std dy. No rows: zero sums.
+cudaError_t LaunchBatchNormFromSumsGrad(const float* dy, const float* x, const float* gamma, const float* mean,
+                                        const float* inv_std, const float* count, int64_t rows, int64_t channels,
+                                        float* scratch, float* dx, float* dgamma, float* dbeta, float* dsum,
+                                        float* dsum_squares, cudaStream_t stream);
+
 // ---- conv_pool.cu ------------------------------------------------------------------
 
 // A 2-D window geometry on NHWC tensors.

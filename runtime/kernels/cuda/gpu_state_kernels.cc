@@ -196,6 +196,7 @@ WEFT_REGISTER_KERNEL("Variable", "GPU", VariableOp);
 WEFT_REGISTER_KERNEL("Cast", "GPU", CastOp);
 WEFT_REGISTER_KERNEL("ConcatRows", "GPU", kernels::ConcatRowsKernel<ConcatRows>);
 WEFT_REGISTER_KERNEL("SliceRows", "GPU", kernels::SliceRowsKernel<SliceRows>);
+WEFT_REGISTER_KERNEL("MicroBatch", "GPU", kernels::MicroBatchKernel<SliceRows>);
 
 }  // namespace
 }  // namespace gpu_kernels
