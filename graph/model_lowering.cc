@@ -43,6 +43,8 @@ const char* KindName(const LayerSpec& l) {
     case LayerSpec::kPositionEmbedding: return "position_embedding";
     case LayerSpec::kAvgPool: return "avg_pool";
     case LayerSpec::kConcatenate: return "concatenate";
+    case LayerSpec::kLstm: return "lstm";
+    case LayerSpec::kGru: return "gru";
     default: return "layer";
   }
 }
@@ -123,6 +125,8 @@ absl::Status ModelLowering::LowerLayer(int i, bool last, bool training, const st
     case LayerSpec::kAdd: return Add(i, last, in, out);
     case LayerSpec::kAvgPool: return AvgPool(i, out);
     case LayerSpec::kConcatenate: return Concatenate(i, in, out);
+    case LayerSpec::kLstm: return Recurrent(i, out);
+    case LayerSpec::kGru: return Recurrent(i, out);
     case LayerSpec::kFlatten: {
       const TensorShape& s = out->shape();
       int64_t n = 1;

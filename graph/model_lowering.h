@@ -52,6 +52,7 @@ class ModelLowering {
     // multi_head_attention: the q, k, v projections (kernel and bias: the output one)
     Output query_kernel, query_bias, key_kernel, key_bias, value_kernel, value_bias;
     Output embeddings;                        // embedding, position_embedding
+    Output recurrent_kernel;                  // lstm, gru (with kernel and bias)
   };
 
   absl::Status LowerLayer(int i, bool last, bool training, const std::vector<Output>& in, Output* out);
@@ -68,6 +69,8 @@ class ModelLowering {
   // graph/attention_lowering.cc
   absl::Status MultiHeadAttention(int i, Output* x);
   absl::Status Add(int i, bool last, const std::vector<Output>& in, Output* out);
+  // graph/recurrent_lowering.cc
+  absl::Status Recurrent(int i, Output* x);  // lstm, gru
   // graph/join_lowering.cc
   absl::Status AvgPool(int i, Output* x);
   absl::Status Concatenate(int i, const std::vector<Output>& in, Output* out);

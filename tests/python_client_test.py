@@ -236,6 +236,54 @@ def test_layer_normalization_fits_and_predicts_as_numpy_normalises(client):
     np.testing.assert_allclose(model.predict(x_test), e / e.sum(axis=1, keepdims=True), atol=1e-4)
 
 
+def _numpy_recurrent(kind, w, steps, units):
+    """The last step's h of an LSTM or GRU (Keras's gate orders and biases) in NumPy."""
+    def sig(z):
+        return 1 / (1 + np.exp(-z))
+    k, rk, b = w[f"{kind}/kernel"], w[f"{kind}/recurrent_kernel"], w[f"{kind}/bias"]
+    h = np.zeros((steps.shape[0], units))
+    c = np.zeros_like(h)
+    u = units
+    for t in range(steps.shape[1]):
+        if kind == "lstm":
+            z = steps[:, t] @ k + h @ rk + b
+            i, f, g, o = sig(z[:, :u]), sig(z[:, u:2 * u]), np.tanh(z[:, 2 * u:3 * u]), sig(z[:, 3 * u:])
+            c = f * c + i * g
+            h = o * np.tanh(c)
+        else:
+            xi, hi = steps[:, t] @ k + b[0], h @ rk + b[1]
+            z, r = sig(xi[:, :u] + hi[:, :u]), sig(xi[:, u:2 * u] + hi[:, u:2 * u])
+            h = z * h + (1 - z) * np.tanh(xi[:, 2 * u:] + r * hi[:, 2 * u:])
+    return h
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_a_recurrent_layer_reads_image_rows_as_steps_and_predicts_as_numpy_recurs(client, kind):
+    # Stripes across the rows or down the columns: a recurrent layer over the
+    # 8 rows must carry what it saw in earlier rows to tell them apart.
+    x, y = stripes(640, 5)
+    x_test, y_test = stripes(320, 6)
+    with weft.distribute.OneDeviceStrategy(client=client).scope():
+        inp = weft.keras.Input(shape=(8, 8, 1))
+        h = (layers.LSTM if kind == "lstm" else layers.GRU)(16)(layers.Reshape((8, 8))(inp))
+        model = weft.keras.Model(inputs=inp, outputs=layers.Dense(3, activation="softmax")(h), name=kind)
+        model.compile(optimizer=weft.keras.optimizers.Adam(learning_rate=0.02), metrics=["accuracy"])
+    from weft._pb import job_pb2
+    spec = model.to_job_spec(job_pb2.DatasetSpec(), (8, 8, 1), batch_size=32, epochs=1).model
+    assert [l.WhichOneof("kind") for l in spec.layer] == ["reshape", kind, "dense"]
+    assert getattr(spec.layer[1], kind).units == 16 and not getattr(spec.layer[1], kind).return_sequences
+    model.fit(x, y, epochs=3, batch_size=32, verbose=0)
+    loss, accuracy = model.evaluate(x_test, y_test)
+    assert accuracy >= 0.8, (loss, accuracy)  # chance: 1/3
+    w = model.get_weights()
+    gates = 4 if kind == "lstm" else 3
+    assert w[f"{kind}/kernel"].shape == (8, 16 * gates) and w[f"{kind}/recurrent_kernel"].shape == (16, 16 * gates)
+    assert w[f"{kind}/bias"].shape == ((64,) if kind == "lstm" else (2, 48))
+    logits = _numpy_recurrent(kind, w, (x_test / 255.0).reshape(320, 8, 8), 16) @ w["dense/kernel"] + w["dense/bias"]
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(model.predict(x_test), e / e.sum(axis=1, keepdims=True), atol=1e-4)
+
+
 def test_a_cancelled_fit_raises_and_the_cluster_keeps_serving(client, fmnist):
     x, y, _, _ = fmnist
     model = mlp(weft.distribute.MultiWorkerMirroredStrategy(client=client), hidden=(64,))
@@ -275,9 +323,12 @@ def test_a_cancelled_fit_raises_and_the_cluster_keeps_serving(client, fmnist):
     (lambda: weft.Client("127.0.0.1:1", insecure=True, timeout=-1), ValueError, "timeout"),
     (lambda: weft.Client("no-port", insecure=True), ValueError, "master"),
     (lambda: weft.Client("127.0.0.1:1", ca=7), TypeError, "ca"),
+    (lambda: layers.LSTM(0), ValueError, "LSTM: units must be positive"),
+    (lambda: layers.LSTM(4, dropout=0.2), ValueError, "LSTM: dropout=0.2 is not supported"),
+    (lambda: layers.GRU(4, reset_after=False), ValueError, "GRU: reset_after=False is not supported"),
 ], ids=["units", "units_type", "activation", "rate", "kernel_size", "learning_rate", "optimizer", "clipnorm",
         "adamw_weight_decay", "staircase", "warmup_from_zero", "decay_steps",
-        "replicas_to_aggregate", "timeout", "master", "ca_type"])
+        "replicas_to_aggregate", "timeout", "master", "ca_type", "lstm_units", "lstm_dropout", "gru_reset_after"])
 def test_bad_arguments_name_the_argument(call, exc, words):
     with pytest.raises(exc, match=words):
         call()

@@ -28,9 +28,19 @@ absl::Status VariableShape(InferenceContext* c) {
   ASSIGN_OR_RETURN(VariableShapes shapes, GetVariableShapes(c->node));
   c->output_shapes[0] = shapes.shape;
   ASSIGN_OR_RETURN(std::string init, GetStringAttrOr(c->node, "initializer", "zeros"));
-  if (init != "zeros" && init != "ones" && init != "constant" && init != "glorot_uniform" && init != "he_normal") {
+  if (init != "zeros" && init != "ones" && init != "constant" && init != "glorot_uniform" && init != "he_normal" &&
+      init != "orthogonal" && init != "unit_forget_bias") {
     return c->Error(absl::StrCat("unknown initializer '", init,
-                                 "' (expected zeros, ones, constant, glorot_uniform or he_normal)"));
+                                 "' (expected zeros, ones, constant, glorot_uniform, he_normal, orthogonal or "
+                                 "unit_forget_bias)"));
+  }
+  const TensorShape& s = shapes.shape;
+  if (init == "orthogonal" && s.rank() != 2) {
+    return c->Error(absl::StrCat("initializer orthogonal needs a matrix, got ", s.DebugString()));
+  }
+  if (init == "unit_forget_bias" && (s.rank() != 1 || s.dim(0) < 0 || s.dim(0) % 4 != 0)) {
+    return c->Error(absl::StrCat("initializer unit_forget_bias needs an LSTM's [4 units] bias, got ",
+                                 s.DebugString()));
   }
   // A string when given; the master checks a session's names (master/containers.h).
   RETURN_IF_ERROR(GetStringAttrOr(c->node, "container", "").status());

@@ -3,7 +3,7 @@
 The model's ModelSpec is lowered again here, op by op as
 graph/model_lowering.cc lowers it for evaluation (variables ``<layer
 name>/kernel`` and ``/bias``, ``/gamma``, ``/beta``, ``/moving_mean`` and
-``/moving_variance``, ``/embeddings``; layers named ``layer<i>_<kind>`` unless named; each
+``/moving_variance``, ``/embeddings``, ``/recurrent_kernel``; layers named ``layer<i>_<kind>`` unless named; each
 layer reads the layers its ``inputs`` name, else the layer before it), with
 the trained values as constants and a softmax at the end, and run in a
 Session on the cluster. Batch normalisation uses the moving statistics;
@@ -113,6 +113,10 @@ def _lower(g: Graph, layer: "job_pb2.LayerSpec", name: str, ins: List[Tensor], s
         flat = shape[0] * shape[1]
         table = ops.reshape(_variable(weights, name, "embeddings"), [flat])
         return ops.reshape(ops.bias_add(ops.reshape(h, [-1, flat]), table), [-1] + list(shape))
+    if kind in ("lstm", "gru"):
+        weights_of = [_variable(weights, name, v) for v in ("kernel", "recurrent_kernel", "bias")]
+        return g.op(kind.upper(), [h] + weights_of,
+                    {"return_sequences": bool(getattr(layer, kind).return_sequences)}, num_outputs=4)[0]
     if kind == "add":
         return _activate(g.op("AddN", ins), layer.add.activation, last)
     if kind == "avg_pool":

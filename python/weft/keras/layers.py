@@ -2,7 +2,9 @@
 
 Only what weft's model lowering has: Dense, Conv2D, MaxPooling2D, Flatten,
 Dropout, Activation, Reshape, BatchNormalization, LayerNormalization, Add,
-GlobalAveragePooling2D, and ``Input`` for the input. Arguments are checked
+GlobalAveragePooling2D, and ``Input`` for the input (and, from the modules
+imported at the end, Embedding, PositionEmbedding, MultiHeadAttention,
+AveragePooling2D, Concatenate, LSTM and GRU). Arguments are checked
 when the layer is made; a wrong one, or a Keras argument weft lacks, raises
 ValueError or TypeError naming the layer and the argument.
 
@@ -433,3 +435,4 @@ GlobalAvgPool2D = GlobalAveragePooling2D
 from weft.keras.embedding_layers import Embedding, PositionEmbedding, output_shape  # noqa: E402,F401,F811 (see there)
 from weft.keras.attention_layers import MultiHeadAttention  # noqa: E402,F401 (imports this module: at the end)
 from weft.keras.join_layers import AveragePooling2D, AvgPool2D, Concatenate, output_shape  # noqa: E402,F401,F811 (see there)
+from weft.keras.recurrent_layers import GRU, LSTM, output_shape  # noqa: E402,F401,F811 (see there)

@@ -29,7 +29,7 @@ using X = std::vector<Output>;
 // by EveryDifferentiableOpIsChecked.
 const std::set<std::string>& CheckedOps() {
   static const auto* ops = new std::set<std::string>{
-      "Add",     "AddN",      "Attention", "AvgPool", "Concat", "BatchNorm", "BatchNormFromSums", "BatchNormSums", "CrossReplicaSum", "BiasAdd", "Cast", "GlobalAvgPool",      "Conv2D", "Dropout",     "Embedding", "Identity", "LayerNorm", "MatMul",
+      "Add",     "AddN",      "Attention", "AvgPool", "Concat", "BatchNorm", "BatchNormFromSums", "BatchNormSums", "CrossReplicaSum", "BiasAdd", "Cast", "GlobalAvgPool",      "Conv2D", "GRU", "Dropout",     "Embedding", "Identity", "LayerNorm", "LSTM", "MatMul",
       "MaxPool", "Mean",      "Mul",     "Neg",       "Relu",   "Reshape",     "ReshapeLike", "RowDot",
       "ScaleRows", "Sigmoid", "Softmax", "SparseSoftmaxCrossEntropyWithLogits", "Sub",  "Sum", "Tanh"};
   return *ops;
@@ -209,6 +209,42 @@ TEST(GradientCheckTest, SynchronizedBatchNorm) {
   options.tolerance = 5e-3;
   EXPECT_GRADIENTS_OK(bn, {RandomTensor({6, 3}, 1), RandomTensor({3}, 2), RandomTensor({3}, 3)}, options);
   EXPECT_GRADIENTS_OK(bn, {RandomTensor({2, 3, 2, 4}, 4), RandomTensor({4}, 5), RandomTensor({4}, 6)}, options);
+}
+
+// An LSTM through x, the kernels and the bias, over 3 steps, returning the
+// sequence and the last step: every later h depends on every earlier x.
+TEST(GradientCheckTest, Lstm) {
+  GradientCheckOptions options;
+  options.eps = 1e-3;
+  options.tolerance = 5e-3;
+  for (bool sequences : {true, false}) {
+    SCOPED_TRACE(sequences ? "sequences" : "last step");
+    auto lstm = [sequences](GraphBuilder* g, const X& x) {
+      return g->Op("LSTM", {x[0], x[1], x[2], x[3]}, {Attr("return_sequences", sequences)});
+    };
+    EXPECT_GRADIENTS_OK(lstm,
+                        {RandomTensor({2, 3, 4}, 1), RandomTensor({4, 8}, 2, -0.6f, 0.6f),
+                         RandomTensor({2, 8}, 3, -0.6f, 0.6f), RandomTensor({8}, 4, -0.5f, 0.5f)},
+                        options);
+  }
+}
+
+// A GRU likewise, through both rows of its bias (the input side's and the
+// recurrent side's, which the reset gate scales).
+TEST(GradientCheckTest, Gru) {
+  GradientCheckOptions options;
+  options.eps = 1e-3;
+  options.tolerance = 5e-3;
+  for (bool sequences : {true, false}) {
+    SCOPED_TRACE(sequences ? "sequences" : "last step");
+    auto gru = [sequences](GraphBuilder* g, const X& x) {
+      return g->Op("GRU", {x[0], x[1], x[2], x[3]}, {Attr("return_sequences", sequences)});
+    };
+    EXPECT_GRADIENTS_OK(gru,
+                        {RandomTensor({2, 3, 4}, 1), RandomTensor({4, 6}, 2, -0.6f, 0.6f),
+                         RandomTensor({2, 6}, 3, -0.6f, 0.6f), RandomTensor({2, 6}, 4, -0.5f, 0.5f)},
+                        options);
+  }
 }
 
 // Layer norm, through x (rows of a matrix and the channels of each NHWC

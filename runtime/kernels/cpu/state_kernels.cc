@@ -1,8 +1,11 @@
 // CPU kernels for Placeholder, Const, Variable, Identity and NoOp.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 
+#include "Eigen/Core"
+#include "Eigen/QR"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "graph/ops/variable_shapes.h"
@@ -37,6 +40,26 @@ class ConstOp : public OpKernel {
  private:
   Tensor value_;
 };
+
+// Saxe et al.'s orthogonal initialisation, as Keras's Orthogonal: the Q of a
+// standard normal matrix's QR, its columns' signs fixed by R's diagonal, for
+// the [rows, cols] matrix p (orthonormal rows or columns, whichever are fewer).
+void Orthogonal(const TensorShape& shape, std::mt19937_64* rng, float* p) {
+  const int64_t rows = shape.dim(0), cols = shape.dim(1);
+  const int64_t big = std::max(rows, cols), small = std::min(rows, cols);
+  std::normal_distribution<double> dist(0.0, 1.0);
+  Eigen::MatrixXd a(big, small);
+  for (int64_t i = 0; i < a.size(); ++i) a.data()[i] = dist(*rng);
+  Eigen::HouseholderQR<Eigen::MatrixXd> qr(a);
+  Eigen::MatrixXd q = qr.householderQ() * Eigen::MatrixXd::Identity(big, small);
+  const Eigen::MatrixXd r = qr.matrixQR().topRows(small).triangularView<Eigen::Upper>();
+  for (int64_t j = 0; j < small; ++j) {
+    if (r(j, j) < 0) q.col(j) = -q.col(j);
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) p[i * cols + j] = static_cast<float>(rows >= cols ? q(i, j) : q(j, i));
+  }
+}
 
 class VariableOp : public OpKernel {
  public:
@@ -129,6 +152,11 @@ class VariableOp : public OpKernel {
     }
     float* p = t->data<float>();
     const int64_t n = t->NumElements();
+    if (initializer_ == "unit_forget_bias") {  // an LSTM's bias: the forget gate's quarter 1, the rest 0
+      const int64_t h = n / 4;
+      for (int64_t i = 0; i < n; ++i) p[i] = i >= h && i < 2 * h ? 1.0f : 0.0f;
+      return absl::OkStatus();
+    }
     if (initializer_ == "zeros" || initializer_ == "ones" || initializer_ == "constant") {
       const float v = initializer_ == "zeros" ? 0.0f : initializer_ == "ones" ? 1.0f : init_value_;
       std::fill(p, p + n, v);
@@ -146,7 +174,9 @@ class VariableOp : public OpKernel {
       fan_in = fan_out = static_cast<double>(shape.dim(0));
     }
     std::mt19937_64 rng(static_cast<uint64_t>(seed_) * 0x9E3779B97F4A7C15ull + std::hash<std::string>()(init_name_));
-    if (initializer_ == "glorot_uniform") {
+    if (initializer_ == "orthogonal") {
+      Orthogonal(shape, &rng, p);
+    } else if (initializer_ == "glorot_uniform") {
       const double limit = std::sqrt(6.0 / (fan_in + fan_out));
       std::uniform_real_distribution<double> dist(-limit, limit);
       for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(dist(rng));

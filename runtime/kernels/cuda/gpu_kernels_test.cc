@@ -334,7 +334,8 @@ TEST(GpuKernelRegistrationTest, EveryComputeOpHasAGpuKernel) {
         "BatchNorm", "BatchNormGrad", "BatchNormInference", "BatchNormSums", "BatchNormSumsGrad",
         "BatchNormFromSums", "BatchNormFromSumsGrad", "BiasAdd", "BiasAddGrad", "Cast", "ConcatRows", "Const",
         "Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput", "Dropout", "Embedding", "EmbeddingGrad", "Equal", "GlobalAvgPool",
-        "GlobalAvgPoolGrad", "GlobalNormScale", "Identity", "InTopK", "LayerNorm", "LayerNormGrad", "MatMul", "MaxPool",
+        "GlobalAvgPoolGrad", "GlobalNormScale", "GRU", "GRUGrad", "Identity", "InTopK", "LayerNorm", "LayerNormGrad", "LSTM", "LSTMGrad",
+        "MatMul", "MaxPool",
         "MaxPoolGrad", "Mean", "MeanGrad", "Mul", "Neg",
         "NoOp", "Relu", "ReluGrad", "Reshape", "ReshapeLike", "RowDot", "ScaleRows", "Sigmoid", "SigmoidGrad",
         "MicroBatch", "SliceRows", "Softmax", "SoftmaxGrad", "SparseSoftmaxCrossEntropyWithLogits", "Sub", "Sum", "SumGrad",
@@ -1047,6 +1048,105 @@ TEST(GpuKernelTest, AttentionAndGrad) {
   ExpectBothFail("Attention", {Rand({2, 3, 5}), Rand({2, 3, 5}), Rand({2, 3, 5})}, two);       // 2 does not divide 5
   ExpectBothFail("AttentionGrad", {Rand({2, 3, 4}), Rand({2, 3, 4}), Rand({2, 3, 4}), Rand({2, 3, 4}),
                                    Rand({2, 2, 3, 2})}, two);                                  // probs' shape
+}
+
+// LSTMGrad's h, c and gates come from the CPU's LSTM on the same operands,
+// so the backward pass sees a real forward pass. Odd sizes, a single step,
+// no features, no examples, and a batch of longer sequences whose
+// gradients sum over 640 rows (BiasAddGrad's two-pass path). Weights are
+// small enough that the gates do not saturate; the products are cuBLAS's
+// on the GPU and Eigen's on the CPU, summed in other orders, and their
+// differences carry through the steps.
+TEST(GpuKernelTest, LstmAndGrad) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    int64_t batch, steps, features, units;
+  };
+  for (const Case& c : std::vector<Case>{{2, 3, 4, 5}, {1, 1, 3, 2}, {4, 7, 6, 8}, {0, 2, 3, 4}, {3, 2, 0, 3},
+                                         {16, 40, 12, 32}}) {
+    SCOPED_TRACE(absl::StrCat("B=", c.batch, " T=", c.steps, " F=", c.features, " H=", c.units));
+    const TensorShape state{c.batch, c.steps, c.units};
+    const int64_t G = 4 * c.units;
+    const std::vector<Tensor> in = {Rand({c.batch, c.steps, c.features}), Rand({c.features, G}, -0.5f, 0.5f),
+                                    Rand({c.units, G}, -0.5f, 0.5f), Rand({G})};
+    for (bool sequences : {true, false}) {
+      const AttrList attrs = {Attr("return_sequences", sequences)};
+      ExpectGpuMatchesCpu("LSTM", in, attrs, Tolerance{1e-4, 1e-4});
+      OpUnderTest forward("LSTM", in, attrs);
+      ASSERT_TRUE(forward.status().ok()) << forward.status();
+      KernelRun saved = forward.RunCpu(in);
+      ASSERT_TRUE(saved.status.ok()) << saved.status;
+      const Tensor dy = Rand(sequences ? state : TensorShape{c.batch, c.units});
+      std::vector<Tensor> grad_in = {dy};
+      grad_in.insert(grad_in.end(), in.begin(), in.end());
+      grad_in.insert(grad_in.end(), saved.outputs.begin() + 1, saved.outputs.end());  // h, c, gates
+      const double rows = static_cast<double>(c.batch * c.steps);
+      ExpectGpuMatchesCpu("LSTMGrad", grad_in, attrs, Tolerance{2e-4 + 2e-6 * rows, 2e-4});
+    }
+  }
+  const std::vector<Tensor> bad = {Rand({2, 3, 4}), Rand({5, 20}), Rand({5, 20}), Rand({20})};  // kernel [5, 20]
+  ExpectBothFail("LSTM", bad);
+  const std::vector<Tensor> good = {Rand({2, 3, 4}), Rand({4, 20}), Rand({5, 20}), Rand({20})};
+  ExpectBothFail("LSTM", {good[0], good[1], Rand({5, 16}), good[3]});  // recurrent_kernel [5, 16]
+  const TensorShape state{2, 3, 5};
+  ExpectBothFail("LSTMGrad", {Rand(state), good[0], bad[1], good[2], good[3], Rand(state), Rand(state),
+                              Rand({2, 3, 20}, 0.0f, 1.0f)});  // kernel [5, 20]
+  ExpectBothFail("LSTMGrad", {Rand(state), good[0], good[1], good[2], good[3], Rand(state), Rand(state),
+                              Rand({2, 3, 16}, 0.0f, 1.0f)});  // gates [2, 3, 16]
+  ExpectBothFail("LSTMGrad", {Rand({2, 4}), good[0], good[1], good[2], good[3], Rand(state), Rand(state),
+                              Rand({2, 3, 20}, 0.0f, 1.0f)},
+                 {Attr("return_sequences", false)});  // dy [2, 4] for y [2, 5]
+}
+
+// GRUGrad's h, gates and hn come from the CPU's GRU on the same operands,
+// as LstmAndGrad's; the same sizes, including 640 rows summed into each of
+// dbias's two rows. The bias is [2, 3H]: row 0 the input side's, row 1 the
+// recurrent side's, which r scales in the n block.
+TEST(GpuKernelTest, GruAndGrad) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    int64_t batch, steps, features, units;
+  };
+  for (const Case& c : std::vector<Case>{{2, 3, 4, 5}, {1, 1, 3, 2}, {4, 7, 6, 8}, {0, 2, 3, 4}, {3, 2, 0, 3},
+                                         {16, 40, 12, 32}}) {
+    SCOPED_TRACE(absl::StrCat("B=", c.batch, " T=", c.steps, " F=", c.features, " H=", c.units));
+    const TensorShape state{c.batch, c.steps, c.units};
+    const int64_t G = 3 * c.units;
+    const std::vector<Tensor> in = {Rand({c.batch, c.steps, c.features}), Rand({c.features, G}, -0.5f, 0.5f),
+                                    Rand({c.units, G}, -0.5f, 0.5f), Rand({2, G})};
+    for (bool sequences : {true, false}) {
+      const AttrList attrs = {Attr("return_sequences", sequences)};
+      ExpectGpuMatchesCpu("GRU", in, attrs, Tolerance{1e-4, 1e-4});
+      OpUnderTest forward("GRU", in, attrs);
+      ASSERT_TRUE(forward.status().ok()) << forward.status();
+      KernelRun saved = forward.RunCpu(in);
+      ASSERT_TRUE(saved.status.ok()) << saved.status;
+      const Tensor dy = Rand(sequences ? state : TensorShape{c.batch, c.units});
+      std::vector<Tensor> grad_in = {dy};
+      grad_in.insert(grad_in.end(), in.begin(), in.end());
+      grad_in.insert(grad_in.end(), saved.outputs.begin() + 1, saved.outputs.end());  // h, gates, hn
+      const double rows = static_cast<double>(c.batch * c.steps);
+      ExpectGpuMatchesCpu("GRUGrad", grad_in, attrs, Tolerance{2e-4 + 2e-6 * rows, 2e-4});
+    }
+  }
+  const std::vector<Tensor> good = {Rand({2, 3, 4}), Rand({4, 15}), Rand({5, 15}), Rand({2, 15})};
+  // An LSTM's [3H] bias is the graph's to refuse (its rank); a one-row [1, 3H]
+  // one has the rank and only the kernels see it.
+  ExpectBothFail("GRU", {good[0], good[1], good[2], Rand({1, 15})});        // bias [1, 15]
+  ExpectBothFail("GRU", {good[0], Rand({5, 15}), good[2], good[3]});        // kernel [5, 15]
+  ExpectBothFail("GRU", {good[0], good[1], Rand({5, 20}), Rand({2, 20})});  // recurrent_kernel [5, 20]
+  const TensorShape state{2, 3, 5};
+  const Tensor gates = Rand({2, 3, 15}, 0.0f, 1.0f);
+  ExpectBothFail("GRUGrad", {Rand(state), good[0], good[1], good[2], Rand({1, 15}), Rand(state), gates,
+                             Rand(state)});  // bias [1, 15]
+  ExpectBothFail("GRUGrad", {Rand(state), good[0], Rand({5, 15}), good[2], good[3], Rand(state), gates,
+                             Rand(state)});  // kernel [5, 15]
+  ExpectBothFail("GRUGrad", {Rand(state), good[0], good[1], good[2], good[3], Rand(state),
+                             Rand({2, 3, 20}, 0.0f, 1.0f), Rand(state)});  // gates [2, 3, 20]
+  ExpectBothFail("GRUGrad", {Rand(state), good[0], good[1], good[2], good[3], Rand(state), gates,
+                             Rand({2, 3, 4})});  // hn [2, 3, 4]
+  ExpectBothFail("GRUGrad", {Rand({2, 4}), good[0], good[1], good[2], good[3], Rand(state), gates, Rand(state)},
+                 {Attr("return_sequences", false)});  // dy [2, 4] for y [2, 5]
 }
 
 // Lookups of float and int32 ids (a row each, rows repeated when the table

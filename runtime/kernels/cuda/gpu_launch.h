@@ -286,6 +286,43 @@ cudaError_t LaunchAttentionSoftmax(float* scores, int64_t rows, int64_t seq, boo
 cudaError_t LaunchAttentionSoftmaxGrad(const float* probs, float* dprobs, int64_t rows, int64_t seq, float scale,
                                        cudaStream_t stream);
 
+// ---- recurrent.cu ----------------------------------------------------------------------
+
+// The LSTM's and GRU's elementwise steps between their cuBLAS products, on
+// the layouts of runtime/kernels/recurrent_kernels.h: h, c and hn [batch,
+// steps, units], z and the gates [batch, steps, 4 units] with the blocks i,
+// f, g, o side by side (GRU: [batch, steps, 3 units], blocks z, r, n).
+
+// z[r, j] = bias[j] for `rows` rows of `cols`.
+cudaError_t LaunchLstmBiasRows(const float* bias, float* z, int64_t rows, int64_t cols, cudaStream_t stream);
+// Step t, in place over its rows of z (pre-activations in, activated gates
+// out: i, f, o sigmoid, g tanh); c_t = f c_t-1 + i g (c_-1 = 0) and h_t =
+// o tanh(c_t).
+cudaError_t LaunchLstmStep(float* z, float* c, float* h, int64_t batch, int64_t steps, int64_t units, int64_t t,
+                           cudaStream_t stream);
+// Backward step t: from dy (y's shape: [batch, steps, units] with sequences,
+// else [batch, units], the last step's), dh_next and dc_next [batch, units]
+// (dL/dh_t and dL/dc_t through step t + 1, zero for the last step), writes
+// step t's rows of dz, the pre-activation gradients, and sets dc_next to
+// dL/dc_t-1. dh_t-1 = dz_t recurrent_kernel^T is the caller's.
+cudaError_t LaunchLstmStepGrad(const float* dy, bool sequences, const float* gates, const float* c,
+                               const float* dh_next, float* dc_next, float* dz, int64_t batch, int64_t steps,
+                               int64_t units, int64_t t, cudaStream_t stream);
+// GRU step t (reset_after), in place over its rows of z (x kernel + bias[0]
+// in; activated z, r, n out). u [batch, 3 units] is h_t-1 recurrent_kernel,
+// not read at t = 0; with rec_bias (bias[1], 3 units) added it is the
+// recurrent side, whose n block goes to hn. h_t = z h_t-1 + (1 - z) n.
+cudaError_t LaunchGruStep(float* z, const float* u, const float* rec_bias, float* hn, float* h, int64_t batch,
+                          int64_t steps, int64_t units, int64_t t, cudaStream_t stream);
+// GRU backward step t: from dy (as LaunchLstmStepGrad's) and dh_next
+// [batch, units] (dL/dh_t through step t + 1, zero for the last step),
+// writes step t's rows of dxg and drg [batch, steps, 3 units] (the input
+// and recurrent sides' pre-activation gradients) and sets dh_next to dh z,
+// the direct path; the caller adds drg_t recurrent_kernel^T.
+cudaError_t LaunchGruStepGrad(const float* dy, bool sequences, const float* gates, const float* h, const float* hn,
+                              float* dh_next, float* dxg, float* drg, int64_t batch, int64_t steps, int64_t units,
+                              int64_t t, cudaStream_t stream);
+
 // ---- metric.cu -------------------------------------------------------------------------
 
 // InTopK: *count = the number of rows whose label's logit is finite and has
