@@ -25,6 +25,7 @@
 // GRUGrad(dy, x, kernel, recurrent_kernel, bias, h, gates, hn)
 //         -> (dx, dkernel, drecurrent_kernel, dbias)
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/checked_math.h"
@@ -91,37 +92,52 @@ absl::StatusOr<LstmDims> CheckRecurrent(InferenceContext* c, int x_input, int64_
   return d;
 }
 
-absl::StatusOr<LstmDims> CheckLstm(InferenceContext* c, int x_input) { return CheckRecurrent(c, x_input, 4); }
-
 TensorShape YShape(InferenceContext* c, const LstmDims& d) {
   const bool seq = GetBoolAttrOr(c->node, "return_sequences", true).value_or(true);
   return seq ? TensorShape{d.batch, d.steps, d.units} : TensorShape{d.batch, d.units};
 }
 
-absl::Status LstmShape(InferenceContext* c) {
-  ASSIGN_OR_RETURN(LstmDims d, CheckLstm(c, 0));
-  const int64_t gates = d.units < 0 ? -1 : 4 * d.units;
+// An op's layout: its gate blocks, and its saved outputs 1 to 3 (the
+// gradient op's inputs 5 to 7), one of them the gates [B, T, blocks H], the
+// others [B, T, H].
+struct RecurrentOp {
+  const char* name;
+  int64_t blocks;
+  const char* saved[3];
+  int gates_at;  // in saved
+};
+constexpr RecurrentOp kLstm{"LSTM", 4, {"h", "c", "gates"}, 2};
+constexpr RecurrentOp kGru{"GRU", 3, {"h", "gates", "hn"}, 1};
+
+std::vector<TensorShape> SavedShapes(const LstmDims& d, const RecurrentOp& op) {
+  std::vector<TensorShape> shapes;
+  for (int k = 0; k < 3; ++k) {
+    shapes.push_back(TensorShape{d.batch, d.steps, k != op.gates_at ? d.units : d.units < 0 ? -1 : op.blocks * d.units});
+  }
+  return shapes;
+}
+
+absl::Status RecurrentShape(InferenceContext* c, const RecurrentOp& op) {
+  ASSIGN_OR_RETURN(LstmDims d, CheckRecurrent(c, 0, op.blocks));
+  const std::vector<TensorShape> saved = SavedShapes(d, op);
   c->output_types.assign(4, DType::kFloat32);
-  c->output_shapes = {YShape(c, d), TensorShape{d.batch, d.steps, d.units}, TensorShape{d.batch, d.steps, d.units},
-                      TensorShape{d.batch, d.steps, gates}};
+  c->output_shapes = {YShape(c, d), saved[0], saved[1], saved[2]};
   return absl::OkStatus();
 }
 
-absl::Status LstmGradShape(InferenceContext* c) {
-  ASSIGN_OR_RETURN(LstmDims d, CheckLstm(c, 1));
+absl::Status RecurrentGradShape(InferenceContext* c, const RecurrentOp& op) {
+  ASSIGN_OR_RETURN(LstmDims d, CheckRecurrent(c, 1, op.blocks));
   RETURN_IF_ERROR(ExpectFloat(c, 0, "dy"));
   if (!MergeShapes(c->input_shapes[0], YShape(c, d)).ok()) {
     return c->Error(absl::StrCat("dy ", c->input_shapes[0].DebugString(), " must have y's shape ",
                                  YShape(c, d).DebugString()));
   }
-  const TensorShape state{d.batch, d.steps, d.units};
-  const TensorShape gates{d.batch, d.steps, d.units < 0 ? -1 : 4 * d.units};
-  const char* roles[] = {"h", "c", "gates"};
+  const std::vector<TensorShape> saved = SavedShapes(d, op);
   for (int k = 0; k < 3; ++k) {
-    RETURN_IF_ERROR(ExpectFloat(c, 5 + k, roles[k]));
-    if (!MergeShapes(c->input_shapes[5 + k], k == 2 ? gates : state).ok()) {
-      return c->Error(absl::StrCat(roles[k], " ", c->input_shapes[5 + k].DebugString(), " must be ",
-                                   (k == 2 ? gates : state).DebugString()));
+    RETURN_IF_ERROR(ExpectFloat(c, 5 + k, op.saved[k]));
+    if (!MergeShapes(c->input_shapes[5 + k], saved[k]).ok()) {
+      return c->Error(absl::StrCat(op.saved[k], " ", c->input_shapes[5 + k].DebugString(), " must be ",
+                                   saved[k].DebugString()));
     }
   }
   c->output_types.assign(4, DType::kFloat32);
@@ -129,61 +145,15 @@ absl::Status LstmGradShape(InferenceContext* c) {
   return absl::OkStatus();
 }
 
-absl::Status LstmGradFn(GradContext* c) {
+absl::Status RecurrentGradFn(GradContext* c, const RecurrentOp& op) {
   for (int i = 1; i < 4; ++i) {
     if (c->grad_outputs[i].valid()) {
-      return absl::UnimplementedError("no gradient flows through LSTM's saved states (outputs 1 to 3); use output 0");
+      return absl::UnimplementedError(
+          absl::StrCat("no gradient flows through ", op.name, "'s saved states (outputs 1 to 3); use output 0"));
     }
   }
   ASSIGN_OR_RETURN(bool seq, GetBoolAttrOr(c->node->def(), "return_sequences", true));
-  Node* g = c->builder->AddNode("LSTMGrad",
-                                {c->grad_outputs[0], c->inputs[0], c->inputs[1], c->inputs[2], c->inputs[3],
-                                 c->outputs[1], c->outputs[2], c->outputs[3]},
-                                {Attr("return_sequences", seq)});
-  if (g == nullptr) return c->builder->status();
-  c->grad_inputs = {Output(g, 0), Output(g, 1), Output(g, 2), Output(g, 3)};
-  return absl::OkStatus();
-}
-
-absl::Status GruShape(InferenceContext* c) {
-  ASSIGN_OR_RETURN(LstmDims d, CheckRecurrent(c, 0, 3));
-  const TensorShape state{d.batch, d.steps, d.units};
-  c->output_types.assign(4, DType::kFloat32);
-  c->output_shapes = {YShape(c, d), state, TensorShape{d.batch, d.steps, d.units < 0 ? -1 : 3 * d.units}, state};
-  return absl::OkStatus();
-}
-
-absl::Status GruGradShape(InferenceContext* c) {
-  ASSIGN_OR_RETURN(LstmDims d, CheckRecurrent(c, 1, 3));
-  RETURN_IF_ERROR(ExpectFloat(c, 0, "dy"));
-  if (!MergeShapes(c->input_shapes[0], YShape(c, d)).ok()) {
-    return c->Error(absl::StrCat("dy ", c->input_shapes[0].DebugString(), " must have y's shape ",
-                                 YShape(c, d).DebugString()));
-  }
-  const TensorShape state{d.batch, d.steps, d.units};
-  const TensorShape gates{d.batch, d.steps, d.units < 0 ? -1 : 3 * d.units};
-  const char* roles[] = {"h", "gates", "hn"};
-  for (int k = 0; k < 3; ++k) {
-    const TensorShape& want = k == 1 ? gates : state;
-    RETURN_IF_ERROR(ExpectFloat(c, 5 + k, roles[k]));
-    if (!MergeShapes(c->input_shapes[5 + k], want).ok()) {
-      return c->Error(absl::StrCat(roles[k], " ", c->input_shapes[5 + k].DebugString(), " must be ",
-                                   want.DebugString()));
-    }
-  }
-  c->output_types.assign(4, DType::kFloat32);
-  c->output_shapes = {c->input_shapes[1], c->input_shapes[2], c->input_shapes[3], c->input_shapes[4]};
-  return absl::OkStatus();
-}
-
-absl::Status GruGradFn(GradContext* c) {
-  for (int i = 1; i < 4; ++i) {
-    if (c->grad_outputs[i].valid()) {
-      return absl::UnimplementedError("no gradient flows through GRU's saved states (outputs 1 to 3); use output 0");
-    }
-  }
-  ASSIGN_OR_RETURN(bool seq, GetBoolAttrOr(c->node->def(), "return_sequences", true));
-  Node* g = c->builder->AddNode("GRUGrad",
+  Node* g = c->builder->AddNode(absl::StrCat(op.name, "Grad"),
                                 {c->grad_outputs[0], c->inputs[0], c->inputs[1], c->inputs[2], c->inputs[3],
                                  c->outputs[1], c->outputs[2], c->outputs[3]},
                                 {Attr("return_sequences", seq)});
@@ -194,10 +164,23 @@ absl::Status GruGradFn(GradContext* c) {
 
 }  // namespace
 
-WEFT_REGISTER_OP(OpDef{.name = "GRU", .num_inputs = 4, .num_outputs = 4, .shape_fn = GruShape, .grad_fn = GruGradFn});
-WEFT_REGISTER_OP(OpDef{.name = "GRUGrad", .num_inputs = 8, .num_outputs = 4, .shape_fn = GruGradShape});
-WEFT_REGISTER_OP(
-    OpDef{.name = "LSTM", .num_inputs = 4, .num_outputs = 4, .shape_fn = LstmShape, .grad_fn = LstmGradFn});
-WEFT_REGISTER_OP(OpDef{.name = "LSTMGrad", .num_inputs = 8, .num_outputs = 4, .shape_fn = LstmGradShape});
+WEFT_REGISTER_OP(OpDef{.name = "LSTM",
+                       .num_inputs = 4,
+                       .num_outputs = 4,
+                       .shape_fn = [](InferenceContext* c) { return RecurrentShape(c, kLstm); },
+                       .grad_fn = [](GradContext* c) { return RecurrentGradFn(c, kLstm); }});
+WEFT_REGISTER_OP(OpDef{.name = "LSTMGrad",
+                       .num_inputs = 8,
+                       .num_outputs = 4,
+                       .shape_fn = [](InferenceContext* c) { return RecurrentGradShape(c, kLstm); }});
+WEFT_REGISTER_OP(OpDef{.name = "GRU",
+                       .num_inputs = 4,
+                       .num_outputs = 4,
+                       .shape_fn = [](InferenceContext* c) { return RecurrentShape(c, kGru); },
+                       .grad_fn = [](GradContext* c) { return RecurrentGradFn(c, kGru); }});
+WEFT_REGISTER_OP(OpDef{.name = "GRUGrad",
+                       .num_inputs = 8,
+                       .num_outputs = 4,
+                       .shape_fn = [](InferenceContext* c) { return RecurrentGradShape(c, kGru); }});
 
 }  // namespace weft

@@ -78,46 +78,54 @@ inline bool ReadSequences(OpKernelConstruction* c) {
   return seq.value_or(true);
 }
 
-// LSTM(x, kernel, recurrent_kernel, bias) -> (y, h, c, gates).
-// Impl::Run(ctx, g, x, kernel, recurrent_kernel, bias, h, c, gates, y) with
-// y null when it is h.
-template <typename Impl>
-class LstmKernel : public OpKernel {
+// LSTM(x, kernel, recurrent_kernel, bias) -> (y, h, c, gates) and
+// GRU(x, kernel, recurrent_kernel, bias) -> (y, h, gates, hn), kBlocks 4 and
+// 3: Impl::Run(ctx, g, x, kernel, recurrent_kernel, bias, saved_1, saved_2,
+// saved_3, y), the saved outputs in order and y null when it is h.
+template <typename Impl, int64_t kBlocks>
+class RecurrentKernel : public OpKernel {
  public:
-  explicit LstmKernel(OpKernelConstruction* c) : OpKernel(c), sequences_(ReadSequences(c)) {}
+  explicit RecurrentKernel(OpKernelConstruction* c) : OpKernel(c), sequences_(ReadSequences(c)) {}
   void Compute(OpKernelContext* ctx) override {
-    absl::StatusOr<LstmGeometry> g = CheckLstmInputs(ctx, 0, sequences_);
+    absl::StatusOr<LstmGeometry> g = CheckLstmInputs(ctx, 0, sequences_, kBlocks);
     OP_REQUIRES_OK(ctx, g.status());
-    Tensor* h = ctx->allocate_output(1, DType::kFloat32, g->state());
-    Tensor* c = h == nullptr ? nullptr : ctx->allocate_output(2, DType::kFloat32, g->state());
-    Tensor* gates = c == nullptr ? nullptr : ctx->allocate_output(3, DType::kFloat32, g->gates());
-    if (gates == nullptr) return;
+    Tensor* saved[3] = {};
+    for (int k = 0; k < 3; ++k) {
+      saved[k] = ctx->allocate_output(1 + k, DType::kFloat32, k == GatesAt() ? g->gates() : g->state());
+      if (saved[k] == nullptr) return;
+    }
     Tensor* y = nullptr;
     if (!sequences_) {
       y = ctx->allocate_output(0, DType::kFloat32, g->y());
       if (y == nullptr) return;
     }
-    Impl::Run(ctx, *g, ctx->input(0), ctx->input(1), ctx->input(2), ctx->input(3), h, c, gates, y);
-    if (sequences_) ctx->set_output(0, *h);
+    Impl::Run(ctx, *g, ctx->input(0), ctx->input(1), ctx->input(2), ctx->input(3), saved[0], saved[1], saved[2], y);
+    if (sequences_) ctx->set_output(0, *saved[0]);  // y is h
   }
+
+  // Which saved output holds the gates: an LSTM's third (after h and c), a
+  // GRU's second (before hn).
+  static constexpr int GatesAt() { return kBlocks == 4 ? 2 : 1; }
 
  private:
   const bool sequences_;
 };
 
-// LSTMGrad(dy, x, kernel, recurrent_kernel, bias, h, c, gates)
-//     -> (dx, dkernel, drecurrent_kernel, dbias).
-// Impl::Run(ctx, g, dy, x, kernel, recurrent_kernel, h, c, gates, dx,
-//           dkernel, drecurrent_kernel, dbias).
-template <typename Impl>
-class LstmGradKernel : public OpKernel {
+// LSTMGrad and GRUGrad(dy, x, kernel, recurrent_kernel, bias, saved_1,
+// saved_2, saved_3) -> (dx, dkernel, drecurrent_kernel, dbias).
+// Impl::Run(ctx, g, dy, x, kernel, recurrent_kernel, saved_1, saved_2,
+//           saved_3, dx, dkernel, drecurrent_kernel, dbias).
+template <typename Impl, int64_t kBlocks>
+class RecurrentGradKernel : public OpKernel {
  public:
-  explicit LstmGradKernel(OpKernelConstruction* c) : OpKernel(c), sequences_(ReadSequences(c)) {}
+  explicit RecurrentGradKernel(OpKernelConstruction* c) : OpKernel(c), sequences_(ReadSequences(c)) {}
   void Compute(OpKernelContext* ctx) override {
-    absl::StatusOr<LstmGeometry> g = CheckLstmInputs(ctx, 1, sequences_);
+    absl::StatusOr<LstmGeometry> g = CheckLstmInputs(ctx, 1, sequences_, kBlocks);
     OP_REQUIRES_OK(ctx, g.status());
-    const TensorShape want[] = {g->y(), g->state(), g->state(), g->gates()};
-    const char* roles[] = {"dy", "h", "c", "gates"};
+    constexpr int kGates = RecurrentKernel<Impl, kBlocks>::GatesAt();
+    const TensorShape want[] = {g->y(), kGates == 0 ? g->gates() : g->state(),
+                                kGates == 1 ? g->gates() : g->state(), kGates == 2 ? g->gates() : g->state()};
+    const char* roles[] = {"dy", "h", kBlocks == 4 ? "c" : "gates", kBlocks == 4 ? "gates" : "hn"};
     for (int k = 0; k < 4; ++k) {
       const Tensor& t = ctx->input(k == 0 ? 0 : 4 + k);
       OP_REQUIRES_OK(ctx, ExpectDType(t, DType::kFloat32, roles[k]));
@@ -139,66 +147,14 @@ class LstmGradKernel : public OpKernel {
   const bool sequences_;
 };
 
-// GRU(x, kernel, recurrent_kernel, bias) -> (y, h, gates, hn).
-// Impl::Run(ctx, g, x, kernel, recurrent_kernel, bias, h, gates, hn, y)
-// with y null when it is h.
 template <typename Impl>
-class GruKernel : public OpKernel {
- public:
-  explicit GruKernel(OpKernelConstruction* c) : OpKernel(c), sequences_(ReadSequences(c)) {}
-  void Compute(OpKernelContext* ctx) override {
-    absl::StatusOr<LstmGeometry> g = CheckLstmInputs(ctx, 0, sequences_, 3);
-    OP_REQUIRES_OK(ctx, g.status());
-    Tensor* h = ctx->allocate_output(1, DType::kFloat32, g->state());
-    Tensor* gates = h == nullptr ? nullptr : ctx->allocate_output(2, DType::kFloat32, g->gates());
-    Tensor* hn = gates == nullptr ? nullptr : ctx->allocate_output(3, DType::kFloat32, g->state());
-    if (hn == nullptr) return;
-    Tensor* y = nullptr;
-    if (!sequences_) {
-      y = ctx->allocate_output(0, DType::kFloat32, g->y());
-      if (y == nullptr) return;
-    }
-    Impl::Run(ctx, *g, ctx->input(0), ctx->input(1), ctx->input(2), ctx->input(3), h, gates, hn, y);
-    if (sequences_) ctx->set_output(0, *h);
-  }
-
- private:
-  const bool sequences_;
-};
-
-// GRUGrad(dy, x, kernel, recurrent_kernel, bias, h, gates, hn)
-//     -> (dx, dkernel, drecurrent_kernel, dbias).
-// Impl::Run(ctx, g, dy, x, kernel, recurrent_kernel, h, gates, hn, dx,
-//           dkernel, drecurrent_kernel, dbias).
+using LstmKernel = RecurrentKernel<Impl, 4>;
 template <typename Impl>
-class GruGradKernel : public OpKernel {
- public:
-  explicit GruGradKernel(OpKernelConstruction* c) : OpKernel(c), sequences_(ReadSequences(c)) {}
-  void Compute(OpKernelContext* ctx) override {
-    absl::StatusOr<LstmGeometry> g = CheckLstmInputs(ctx, 1, sequences_, 3);
-    OP_REQUIRES_OK(ctx, g.status());
-    const TensorShape want[] = {g->y(), g->state(), g->gates(), g->state()};
-    const char* roles[] = {"dy", "h", "gates", "hn"};
-    for (int k = 0; k < 4; ++k) {
-      const Tensor& t = ctx->input(k == 0 ? 0 : 4 + k);
-      OP_REQUIRES_OK(ctx, ExpectDType(t, DType::kFloat32, roles[k]));
-      if (t.shape() != want[k]) {
-        OP_REQUIRES_OK(ctx, absl::InvalidArgumentError(absl::StrCat(roles[k], " ", t.shape().DebugString(),
-                                                                     " must be ", want[k].DebugString())));
-      }
-    }
-    Tensor* outs[4] = {};
-    for (int i = 0; i < 4; ++i) {
-      outs[i] = ctx->allocate_output(i, DType::kFloat32, ctx->input(1 + i).shape());
-      if (outs[i] == nullptr) return;
-    }
-    Impl::Run(ctx, *g, ctx->input(0), ctx->input(1), ctx->input(2), ctx->input(3), ctx->input(5), ctx->input(6),
-              ctx->input(7), outs[0], outs[1], outs[2], outs[3]);
-  }
-
- private:
-  const bool sequences_;
-};
+using LstmGradKernel = RecurrentGradKernel<Impl, 4>;
+template <typename Impl>
+using GruKernel = RecurrentKernel<Impl, 3>;
+template <typename Impl>
+using GruGradKernel = RecurrentGradKernel<Impl, 3>;
 
 }  // namespace kernels
 }  // namespace weft

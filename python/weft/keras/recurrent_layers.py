@@ -41,7 +41,28 @@ _LSTM_FIXED = {
 }
 
 
-class LSTM(Layer):
+class _Recurrent(Layer):
+    """What LSTM and GRU share: ``units``, ``return_sequences``, and Keras's
+    other arguments only at the values weft implements."""
+
+    _KIND = ""
+    _FIXED: dict = {}
+    _WHAT = ""
+
+    def __init__(self, units: int, return_sequences: bool = False, name: Optional[str] = None,
+                 input_shape: Optional[Sequence[int]] = None, **keras) -> None:
+        super().__init__(name=name, input_shape=input_shape)
+        d = self.describe()
+        self.units = _positive_int(d, "units", units)
+        self.return_sequences = _bool(d, "return_sequences", return_sequences)
+        _only_weft_values(d, keras, self._FIXED, self._WHAT)
+
+    def _fill(self, spec):
+        layer = getattr(spec, self._KIND)
+        layer.units, layer.return_sequences = self.units, self.return_sequences
+
+
+class LSTM(_Recurrent):
     """A long short-term memory layer over (steps, features): the last step's
     (units,) output, or every step's (steps, units) with
     ``return_sequences=True``. Keras's defaults throughout (tanh and sigmoid,
@@ -49,18 +70,9 @@ class LSTM(Layer):
     states and masking are not supported.
     """
 
-    def __init__(self, units: int, return_sequences: bool = False, name: Optional[str] = None,
-                 input_shape: Optional[Sequence[int]] = None, **keras) -> None:
-        super().__init__(name=name, input_shape=input_shape)
-        d = self.describe()
-        self.units = _positive_int(d, "units", units)
-        self.return_sequences = _bool(d, "return_sequences", return_sequences)
-        _only_weft_values(d, keras, _LSTM_FIXED,
-                          "weft's LSTM has Keras's default activations and initialisers, without dropout or "
-                          "states")
-
-    def _fill(self, spec):
-        spec.lstm.units, spec.lstm.return_sequences = self.units, self.return_sequences
+    _KIND = "lstm"
+    _FIXED = _LSTM_FIXED
+    _WHAT = "weft's LSTM has Keras's default activations and initialisers, without dropout or states"
 
 
 # Keras's GRU arguments that weft fixes, with the value it has.
@@ -68,20 +80,12 @@ _GRU_FIXED = dict(_LSTM_FIXED, reset_after=True)
 del _GRU_FIXED["unit_forget_bias"]
 
 
-class GRU(Layer):
+class GRU(_Recurrent):
     """A gated recurrent unit layer over (steps, features), as Keras's GRU with
     its defaults (reset_after, two bias rows); outputs as LSTM's.
     """
 
-    def __init__(self, units: int, return_sequences: bool = False, name: Optional[str] = None,
-                 input_shape: Optional[Sequence[int]] = None, **keras) -> None:
-        super().__init__(name=name, input_shape=input_shape)
-        d = self.describe()
-        self.units = _positive_int(d, "units", units)
-        self.return_sequences = _bool(d, "return_sequences", return_sequences)
-        _only_weft_values(d, keras, _GRU_FIXED,
-                          "weft's GRU has Keras's default activations and initialisers (reset_after), without "
-                          "dropout or states")
-
-    def _fill(self, spec):
-        spec.gru.units, spec.gru.return_sequences = self.units, self.return_sequences
+    _KIND = "gru"
+    _FIXED = _GRU_FIXED
+    _WHAT = ("weft's GRU has Keras's default activations and initialisers (reset_after), without dropout or "
+             "states")

@@ -57,6 +57,22 @@ inline absl::StatusOr<Tensor> Scratch(OpKernelContext* ctx, int64_t floats) {
   return ctx->allocate_temp(DType::kFloat32, TensorShape{floats < 1 ? 1 : floats});
 }
 
+// `floats` floats of scratch in *holder, at *p (null when floats is 0, as
+// for a batch small enough to need no partial sums). False, with ctx's
+// status set, when the allocator refuses.
+inline bool OptionalScratch(OpKernelContext* ctx, int64_t floats, Tensor* holder, float** p) {
+  *p = nullptr;
+  if (floats == 0) return true;
+  absl::StatusOr<Tensor> t = Scratch(ctx, floats);
+  if (!t.ok()) {
+    ctx->SetStatus(t.status());
+    return false;
+  }
+  *holder = *std::move(t);
+  *p = holder->data<float>();
+  return true;
+}
+
 // A writable pointer to input i, which an update kernel writes in place (a
 // variable's own buffer).
 inline float* MutableInput(OpKernelContext* ctx, int i) {

@@ -21,20 +21,9 @@ using kernels::NormGeometry;
 const float* F(const Tensor& t) { return t.data<float>(); }
 float* F(Tensor* t) { return t->data<float>(); }
 
-// The partial sums' scratch for `g` in *holder; *floats is null when none is
-// needed. False, with ctx's status set, when the allocator refuses.
+// The partial sums' scratch for `g` (none for one chunk).
 bool PartialsScratch(OpKernelContext* ctx, const NormGeometry& g, Tensor* holder, float** floats) {
-  *floats = nullptr;
-  const int64_t n = BatchNormScratchFloats(g.rows, g.channels);
-  if (n == 0) return true;
-  absl::StatusOr<Tensor> t = Scratch(ctx, n);
-  if (!t.ok()) {
-    ctx->SetStatus(t.status());
-    return false;
-  }
-  *holder = *std::move(t);
-  *floats = F(holder);
-  return true;
+  return OptionalScratch(ctx, BatchNormScratchFloats(g.rows, g.channels), holder, floats);
 }
 
 struct BatchNorm {
