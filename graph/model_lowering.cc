@@ -304,9 +304,10 @@ absl::Status ModelLowering::BatchNorm(int i, bool last, bool training, Output* x
     }
     if (n == nullptr) return b_->status();
     *x = Output(n, 0);
-    for (auto [var, stat] : {std::pair{v.moving_mean, 1}, std::pair{v.moving_var, 2}}) {
-      auto it = std::find_if(moving_.begin(), moving_.end(), [&](const MovingStat& m) { return m.var == var; });
-      if (it == moving_.end()) it = moving_.insert(moving_.end(), MovingStat{var, {}, momentum});
+    for (const auto& [var, stat] : {std::pair{v.moving_mean, 1}, std::pair{v.moving_var, 2}}) {
+      const Output moving = var;  // a lambda may not capture a structured binding (C++17)
+      auto it = std::find_if(moving_.begin(), moving_.end(), [&](const MovingStat& m) { return m.var == moving; });
+      if (it == moving_.end()) it = moving_.insert(moving_.end(), MovingStat{moving, {}, momentum});
       it->values.push_back(Output(n, stat));
     }
   } else {
