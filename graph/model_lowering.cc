@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "graph/attr.h"
+#include "graph/training_pass.h"
 
 namespace weft {
 namespace {
@@ -321,13 +322,7 @@ absl::Status ModelLowering::BatchNorm(int i, bool last, bool training, Output* x
 absl::StatusOr<std::vector<Node*>> ModelLowering::MovingAverageUpdates() {
   std::vector<Node*> updates;
   for (const MovingStat& m : moving_) {
-    Output value = m.values[0];
-    if (m.values.size() > 1) {
-      const std::string& name = m.var.node->name();
-      value = b_->Op("Mul", {b_->Op("AddN", m.values, {}, name + "_sum"),
-                             b_->ScalarConst(1.0f / static_cast<float>(m.values.size()), name + "_scale")},
-                     {}, name + "_mean");
-    }
+    const Output value = MeanOf(b_, m.values, m.var.node->name() + "_mean");  // over the training passes
     Node* u = b_->AddNode("ApplyMovingAverage", {m.var, value}, {Attr("momentum", m.momentum)},
                           m.var.node->name() + "_update");
     if (u == nullptr) return b_->status();

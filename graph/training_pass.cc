@@ -26,7 +26,8 @@ absl::StatusOr<Output> PassLoss(GraphBuilder* b, ModelLowering* lower, int64_t n
   return rows;
 }
 
-// The mean of `terms` as node `name` (the one term itself when alone).
+}  // namespace
+
 Output MeanOf(GraphBuilder* b, const std::vector<Output>& terms, const std::string& name) {
   if (terms.size() == 1) return terms[0];
   return b->Op("Mul",
@@ -34,8 +35,6 @@ Output MeanOf(GraphBuilder* b, const std::vector<Output>& terms, const std::stri
                 b->ScalarConst(1.0f / static_cast<float>(terms.size()), name + "_scale")},
                {}, name);
 }
-
-}  // namespace
 
 absl::StatusOr<Output> Predictions(GraphBuilder* b, Output logits, int64_t num_classes, const char* name) {
   const TensorShape& s = logits.shape();

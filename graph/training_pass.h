@@ -17,6 +17,7 @@
 #ifndef WEFT_GRAPH_TRAINING_PASS_H_
 #define WEFT_GRAPH_TRAINING_PASS_H_
 
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -29,6 +30,10 @@ namespace weft {
 // The logits of `features` from the model's output (the last layer's
 // logits, or a [batch, positions, classes] sequence's as rows of classes).
 absl::StatusOr<Output> Predictions(GraphBuilder* b, Output logits, int64_t num_classes, const char* name);
+
+// The mean of `terms` as node `name` (AddN, then a Mul by 1 / n), or the one
+// term itself when alone.
+Output MeanOf(GraphBuilder* b, const std::vector<Output>& terms, const std::string& name);
 
 class TrainingPass {
  public:

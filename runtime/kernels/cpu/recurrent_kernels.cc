@@ -50,6 +50,13 @@ float* Scratch(OpKernelContext* ctx, int64_t n, Tensor* holder) {
   return holder->data<float>();
 }
 
+// y [B, H] = the last step's rows of h [B, T, H].
+void LastStep(const LstmGeometry& g, const float* h, Tensor* y) {
+  for (int64_t b = 0; b < g.batch; ++b) {
+    std::memcpy(y->data<float>() + b * g.units, h + (b * g.steps + g.steps - 1) * g.units, sizeof(float) * g.units);
+  }
+}
+
 struct Lstm {
   static void Run(OpKernelContext* ctx, const LstmGeometry& g, const Tensor& x, const Tensor& kernel,
                   const Tensor& recurrent, const Tensor& bias, Tensor* h, Tensor* c, Tensor* gates, Tensor* y) {
@@ -80,11 +87,7 @@ struct Lstm {
         }
       }
     }
-    if (y != nullptr) {
-      for (int64_t b = 0; b < g.batch; ++b) {
-        std::memcpy(y->data<float>() + b * H, hp + (b * g.steps + g.steps - 1) * H, sizeof(float) * H);
-      }
-    }
+    if (y != nullptr) LastStep(g, hp, y);
   }
 };
 
@@ -185,11 +188,7 @@ struct Gru {
         }
       }
     }
-    if (y != nullptr) {
-      for (int64_t b = 0; b < g.batch; ++b) {
-        std::memcpy(y->data<float>() + b * H, hp + (b * g.steps + g.steps - 1) * H, sizeof(float) * H);
-      }
-    }
+    if (y != nullptr) LastStep(g, hp, y);
   }
 };
 

@@ -51,6 +51,14 @@ absl::Status Zero(Tensor* t, cudaStream_t stream) {
   return absl::OkStatus();
 }
 
+// y [B, H] = the last step's rows of h [B, T, H], rows T H apart.
+absl::Status LastStep(const LstmGeometry& g, const Tensor& h, Tensor* y, cudaStream_t stream) {
+  const int64_t H = g.units, T = g.steps;
+  WEFT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(F(y), H * kFloat, F(h) + (T - 1) * H, T * H * kFloat, H * kFloat,
+                                              g.batch, cudaMemcpyDeviceToDevice, stream));
+  return absl::OkStatus();
+}
+
 absl::Status Forward(OpKernelContext* ctx, const LstmGeometry& g, const Tensor& x, const Tensor& kernel,
                      const Tensor& recurrent, const Tensor& bias, Tensor* h, Tensor* c, Tensor* gates, Tensor* y) {
   const int64_t H = g.units, G = 4 * H, T = g.steps, rows = g.batch * T;
@@ -69,11 +77,7 @@ absl::Status Forward(OpKernelContext* ctx, const LstmGeometry& g, const Tensor& 
     }
     WEFT_CUDA_RETURN_IF_ERROR(LaunchLstmStep(z, F(c), F(h), g.batch, T, H, t, stream));
   }
-  if (y != nullptr) {  // the last step's rows of h
-    WEFT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(F(y), H * kFloat, F(h) + (T - 1) * H, T * H * kFloat, H * kFloat,
-                                                g.batch, cudaMemcpyDeviceToDevice, stream));
-  }
-  return absl::OkStatus();
+  return y == nullptr ? absl::OkStatus() : LastStep(g, *h, y, stream);
 }
 
 struct Lstm {
@@ -191,11 +195,7 @@ absl::Status GruForward(OpKernelContext* ctx, const LstmGeometry& g, const Tenso
     }
     WEFT_CUDA_RETURN_IF_ERROR(LaunchGruStep(z, u, F(bias) + G, F(hn), F(h), g.batch, T, H, t, stream));
   }
-  if (y != nullptr) {  // the last step's rows of h
-    WEFT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(F(y), H * kFloat, F(h) + (T - 1) * H, T * H * kFloat, H * kFloat,
-                                                g.batch, cudaMemcpyDeviceToDevice, stream));
-  }
-  return absl::OkStatus();
+  return y == nullptr ? absl::OkStatus() : LastStep(g, *h, y, stream);
 }
 
 struct Gru {
