@@ -11,15 +11,16 @@
 #       Python environment holds), data/ Fashion-MNIST and the KJV corpus,
 #       jobs/ the example jobs.
 #
-#   bench/gpu.sh --run DIR [--out FILE.md] [--mlp_epochs N] [--cnn_epochs N] [--resnet_epochs N]
-#                [--transformer_steps N] [--models "mlp cnn resnet transformer"] [--rounds N]
+#   bench/gpu.sh --run DIR [--out FILE.md] [--mlp_epochs N] [--cnn_epochs N] [--resnet_epochs N] [--lstm_epochs N]
+#                [--transformer_steps N] [--models "mlp cnn resnet transformer lstm"] [--rounds N]
 #                [--skip_tests] [--no_local]
 #       On the GPU machine (one GPU, CUDA driver, PyTorch 2; no Bazel, no
 #       network): finds cuBLAS/cuDNN/NCCL (PyTorch's nvidia-* packages, then
 #       /usr/local/cuda), runs every GPU test binary, trains
 #       examples/fmnist_mlp.pbtxt, examples/fmnist_cnn.pbtxt and
-#       examples/fmnist_resnet.pbtxt and examples/kjv_transformer.pbtxt (for
-#       --transformer_steps steps; those --models names) on GPU:0 with
+#       examples/fmnist_resnet.pbtxt, examples/kjv_transformer.pbtxt (for
+#       --transformer_steps steps) and examples/fmnist_lstm.pbtxt (those
+#       --models names; the default leaves the LSTM out) on GPU:0 with
 #       `weft train` (the CNN also with WEFT_CUDNN=0, cuDNN's fallback, and
 #       with WEFT_CUDNN_AUTOTUNE=0, cuDNN's heuristic choice everywhere),
 #       trains the same models with PyTorch on the same GPU
@@ -122,9 +123,9 @@ cuda_library_path() {
 }
 
 run() {
-  local bundle out mlp_epochs cnn_epochs resnet_epochs rounds data skip_tests no_local models transformer_steps
+  local bundle out mlp_epochs cnn_epochs resnet_epochs rounds data skip_tests no_local models transformer_steps lstm_epochs
   data="$(cd "$1/data" && pwd -P)"; out="$2"; mlp_epochs="$3"; cnn_epochs="$4"; rounds="$5"
-  skip_tests="$6"; no_local="$7"; resnet_epochs="$8"; models="$9"; transformer_steps="${10}"
+  skip_tests="$6"; no_local="$7"; resnet_epochs="$8"; models="$9"; transformer_steps="${10}"; lstm_epochs="${11}"
   [ -f "$1/binaries.tar.xz" ] || die "$1 holds no binaries.tar.xz: build it with bench/gpu.sh --bundle $1"
   local work
   work="$(mktemp -d "${TMPDIR:-/tmp}/weft-gpu.XXXXXX")"
@@ -221,7 +222,9 @@ run() {
   }
   for round in $(seq 1 "$rounds"); do
     for model in $models; do
-      case "$model" in mlp) epochs=$mlp_epochs ;; cnn) epochs=$cnn_epochs ;; *) epochs=$resnet_epochs ;; esac
+      case "$model" in
+        mlp) epochs=$mlp_epochs ;; cnn) epochs=$cnn_epochs ;; lstm) epochs=$lstm_epochs ;; *) epochs=$resnet_epochs ;;
+      esac
       job="$work/fmnist_$model.pbtxt"
       # The example job, pointed at the bundle's data, for the benchmark's epochs
       # (the transformer: its steps, on the first 256 validation sequences).
@@ -307,7 +310,8 @@ local_runs() {
 }
 
 # ---------------------------------------------------------------------- main
-mode=build bundle="$REPO/gpu-bundle" out="" mlp_epochs=3 cnn_epochs=2 resnet_epochs=1 rounds=3 skip_tests=0 no_local=0
+mode=build bundle="$REPO/gpu-bundle" out="" mlp_epochs=3 cnn_epochs=2 resnet_epochs=1 lstm_epochs=1 rounds=3
+skip_tests=0 no_local=0
 transformer_steps=300 models="mlp cnn resnet transformer"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -318,14 +322,18 @@ while [ $# -gt 0 ]; do
     --cnn_epochs) cnn_epochs="$2"; shift 2 ;;
     --resnet_epochs) resnet_epochs="$2"; shift 2 ;;
     --transformer_steps) transformer_steps="$2"; shift 2 ;;
+    --lstm_epochs) lstm_epochs="$2"; shift 2 ;;
     --models) models="$2"; shift 2
       for m in $models; do
-        case "$m" in mlp|cnn|resnet|transformer) ;; *) die "--models: unknown model '$m' (mlp, cnn, resnet, transformer)" ;; esac
+        case "$m" in
+          mlp|cnn|resnet|transformer|lstm) ;;
+          *) die "--models: unknown model '$m' (mlp, cnn, resnet, transformer, lstm)" ;;
+        esac
       done ;;
     --rounds) rounds="$2"; shift 2 ;;
     --skip_tests) skip_tests=1; shift ;;
     --no_local) no_local=1; shift ;;
-    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
@@ -333,5 +341,5 @@ if [ "$mode" = build ]; then
   build "$bundle"
 else
   run "$bundle" "${out:-$bundle/gpu_bench.md}" "$mlp_epochs" "$cnn_epochs" "$rounds" "$skip_tests" "$no_local" \
-    "$resnet_epochs" "$models" "$transformer_steps"
+    "$resnet_epochs" "$models" "$transformer_steps" "$lstm_epochs"
 fi

@@ -9,13 +9,16 @@ bench/torch_ddp_cnn.py on CPU and bench/gpu/torch_fmnist.py on a GPU.
                        of 32 filters and a max-pool, a residual block of 32,
                        a strided block of 64 with a 1x1 projection shortcut,
                        global average pooling, dense 10
+    network("lstm")    examples/fmnist_lstm.pbtxt: the 28 rows as 28 steps
+                       of an LSTM of 128 units, its last output, dense 10
     CharTransformer()  examples/kjv_transformer.pbtxt: byte embeddings and
                        learned positions, pre-norm blocks of causal
                        multi-head self-attention and a ReLU feed-forward
                        (each with a residual join), a final layer norm and
                        dense logits over the 256 bytes
 
-Images come as [N, 1, 28, 28] (the MLP flattens them itself); text as
+Images come as [N, 1, 28, 28] (the MLP flattens them itself, the LSTM reads
+them as rows); text as
 [N, sequence] byte ids.
 """
 import torch
@@ -57,7 +60,25 @@ def network(model):
             nn.Conv2d(1, 32, 3, padding=1, bias=False), bn(32), nn.ReLU(), nn.MaxPool2d(2),
             Block(32, 32, 1), Block(32, 64, 2),
             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
-    raise ValueError(f"unknown model {model!r} (mlp, cnn, resnet)")
+    if model == "lstm":
+        return RowLstm(28, 128, 10)
+    raise ValueError(f"unknown model {model!r} (mlp, cnn, resnet, lstm)")
+
+
+class RowLstm(nn.Module):
+    """An image's rows as the steps of one LSTM layer; its last output, dense.
+    PyTorch's LSTM has two biases where Keras's (and weft's) has one, with the
+    forget gate's set to 1: that is the one initial difference."""
+
+    def __init__(self, row, units, classes):
+        super().__init__()
+        self.row = row
+        self.lstm = nn.LSTM(row, units, batch_first=True)
+        self.dense = nn.Linear(units, classes)
+
+    def forward(self, x):
+        out, _ = self.lstm(x.reshape(x.shape[0], -1, self.row))
+        return self.dense(out[:, -1])
 
 
 class TransformerBlock(nn.Module):

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """PyTorch on one GPU, eager or compiled: the Fashion-MNIST models of
-examples/fmnist_mlp.pbtxt and examples/fmnist_cnn.pbtxt, trained the way
+examples/fmnist_{mlp,cnn,resnet,lstm}.pbtxt, trained the way
 `weft train` trains them (same layers, optimizer, learning rate, batch), for
 bench/gpu.sh.
 
-Usage: torch_fmnist.py --model mlp|cnn|resnet --data DIR [--epochs N] [--batch 64]
+Usage: torch_fmnist.py --model mlp|cnn|resnet|lstm --data DIR [--epochs N] [--batch 64]
                        [--lr LR] [--device cuda]
                        [--compile none|default|reduce-overhead] [--warmup N]
 Prints one JSON line: samples/s over the training steps, the final train loss
@@ -60,7 +60,7 @@ def sync(dev):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--model", choices=["mlp", "cnn", "resnet"], required=True)
+    p.add_argument("--model", choices=["mlp", "cnn", "resnet", "lstm"], required=True)
     p.add_argument("--data", required=True)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch", type=int, default=64)
@@ -72,7 +72,10 @@ def main():
     if a.compile != "none" and not hasattr(torch, "compile"):
         sys.exit(f"torch_fmnist.py: --compile {a.compile} needs torch.compile (PyTorch 2 or newer); "
                  f"this is PyTorch {torch.__version__}")
-    lr = a.lr if a.lr is not None else (0.0005 if a.model == "mlp" else 0.001)
+    # The example jobs' learning rates; the LSTM's job also clips the
+    # gradients' global norm at 5.
+    lr = a.lr if a.lr is not None else {"mlp": 0.0005, "lstm": 0.002}.get(a.model, 0.001)
+    clip = 5.0 if a.model == "lstm" else None
     dev = torch.device(a.device)
     torch.manual_seed(1)
 
@@ -95,12 +98,16 @@ def main():
             opt.zero_grad(set_to_none=True)
             loss = lossf(model(x), y)
             loss.backward()
+            if clip is not None:
+                nn.utils.clip_grad_norm_(model.parameters(), clip)
             opt.step()
             return loss.detach()
     else:
         def train_step(x, y):
             loss = lossf(model(x), y)
             loss.backward()
+            if clip is not None:
+                nn.utils.clip_grad_norm_(model.parameters(), clip)
             opt.step()
             opt.zero_grad(set_to_none=True)
             return loss.detach()
