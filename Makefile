@@ -14,6 +14,9 @@ BUILD_PACKAGES := bazel-bootstrap bazel-rules-java default-jdk-headless g++ pkg-
   python3-yaml python3-kubernetes python3-pytest iproute2 util-linux prometheus chromium \
   python3-grpcio python3-protobuf python3-numpy python3-tqdm python3-setuptools python3-pip
 DATA_PACKAGES := dataset-fashion-mnist bible-kjv
+# Data whose package's recommendations (plotting, a numerical stack) the data
+# do not need: examples/seattle_weather_lstm.pbtxt's CSV files.
+DATA_PACKAGES_ALONE := python3-vega-datasets
 BENCH_PACKAGES := python3 python3-numpy python3-torch python3-matplotlib libopenblas0-pthread openmpi-bin libopenmpi-dev iperf3
 
 # CUDA code is compiled whenever the toolkit is present, so CI compiles it
@@ -52,6 +55,7 @@ NOT_SANITIZE := --build_tag_filters=-sanitize --test_tag_filters=-sanitize
 deps:
 	@tools/install_deps.sh $(BUILD_PACKAGES) $(DATA_PACKAGES) \
 	  $$(PATH=/bin:/usr/bin:/usr/local/bin command -v kubectl >/dev/null || echo kubernetes-client)
+	@tools/install_deps.sh --no-install-recommends $(DATA_PACKAGES_ALONE)
 	@tools/configure.sh
 
 build: deps

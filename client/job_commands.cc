@@ -271,9 +271,9 @@ int FollowJob(MasterClient* client, const std::string& job_id, bool json, absl::
   if (json) {
     std::printf("%s\n", r.ToJson().c_str());
   } else {
-    std::printf("job %s (%s) %s: %lld steps, %lld epochs, train loss %.4f, test accuracy %.4f%s, %.0f samples/s, %.1f s\n",
+    std::printf("job %s (%s) %s: %lld steps, %lld epochs, train loss %.4f%s, %.0f samples/s, %.1f s\n",
                 job_id.c_str(), r.job.c_str(), StateName(r.state).c_str(), static_cast<long long>(r.steps),
-                static_cast<long long>(r.epochs), r.train_loss, r.test_accuracy, r.ExtraTestMetrics().c_str(),
+                static_cast<long long>(r.epochs), r.train_loss, r.TestMetrics().c_str(),
                 r.samples_per_second, r.wall_seconds);
   }
   return last.state() == SUCCEEDED ? 0 : 1;

@@ -139,10 +139,10 @@ int Train(int argc, char** argv) {
   if (json) {
     std::printf("%s\n", result->ToJson().c_str());
   } else {
-    std::printf("job %s %s: %lld steps, %lld epochs, train loss %.4f, test accuracy %.4f%s, %.0f samples/s, %.1f s\n",
+    std::printf("job %s %s: %lld steps, %lld epochs, train loss %.4f%s, %.0f samples/s, %.1f s\n",
                 result->job.c_str(), JobState_Name(result->state).c_str(), static_cast<long long>(result->steps),
-                static_cast<long long>(result->epochs), result->train_loss, result->test_accuracy,
-                result->ExtraTestMetrics().c_str(), result->samples_per_second, result->wall_seconds);
+                static_cast<long long>(result->epochs), result->train_loss,
+                result->TestMetrics().c_str(), result->samples_per_second, result->wall_seconds);
   }
   return result->state == SUCCEEDED ? 0 : 1;
 }

@@ -33,7 +33,8 @@ InputBatchOutputs InputBatch(GraphBuilder* b, const DatasetSpec& dataset, const 
                         Attr("batch_size", options.batch_size), Attr("shard_index", options.shard_index),
                         Attr("num_shards", options.num_shards), Attr("seed", static_cast<int64_t>(options.seed)),
                         Attr("example_shape", options.example_shape), Attr("num_classes", options.num_classes),
-                        Attr("skip_batches", options.skip_batches)},
+                        Attr("skip_batches", options.skip_batches),
+                        Attr("float_targets", dataset.format() == DatasetSpec::SERIES)},
                        name);
   if (n == nullptr) return {};
   return {Output(n, 0), Output(n, 1), Output(n, 2)};

@@ -56,7 +56,7 @@ struct InputBatchOptions {
 
 struct InputBatchOutputs {
   Output features;  // float32 [?, example_shape...]
-  Output labels;    // int32 [?]
+  Output labels;    // int32 [?]; float32 targets for a SERIES dataset
   Output epoch;     // int64 scalar: the epoch (or test pass) the batch belongs to
 };
 

@@ -57,8 +57,11 @@ absl::StatusOr<OptimizerSpec> ResolveOptimizer(const JobSpec& job) {
 absl::StatusOr<TrainingGraph> LowerSequential(const JobSpec& job) {
   const ModelSpec& model = job.model();
   if (model.input_shape_size() == 0) return absl::InvalidArgumentError("model.input_shape is empty");
-  if (model.num_classes() < 2) return absl::InvalidArgumentError("model.num_classes must be at least 2");
+  ASSIGN_OR_RETURN(const LossTargets targets, LossTargetsOf(job));
   if (model.layer_size() == 0) return absl::InvalidArgumentError("model has no layers");
+  if (targets.regression && job.eval().top_k() > 1) {
+    return absl::InvalidArgumentError("eval.top_k is for classes; a MEAN_SQUARED_ERROR model has none");
+  }
   TrainingGraph tg;
   tg.graph = std::make_unique<Graph>();
   GraphBuilder b(tg.graph.get());
@@ -69,24 +72,27 @@ absl::StatusOr<TrainingGraph> LowerSequential(const JobSpec& job) {
   TensorShape batch_shape{-1};
   for (int64_t d : example.dims()) batch_shape.AddDim(d);
   Output features = b.Placeholder(DType::kFloat32, batch_shape, "features");
-  Output labels = b.Placeholder(DType::kInt32, {-1}, "labels");
+  // Class labels, or a regression's float targets: flat, per example in turn.
+  Output labels = b.Placeholder(targets.regression ? DType::kFloat32 : DType::kInt32, {-1}, "labels");
 
   ModelLowering lower(job, &b);
   RETURN_IF_ERROR(lower.CheckTopology());
   ASSIGN_OR_RETURN(TrainingPass pass, TrainingPass::Forward(job, &b, &lower, features, labels));
   const Output loss = pass.loss();
 
-  ASSIGN_OR_RETURN(Output eval_logits, lower.Forward(features, /*training=*/false));
-  ASSIGN_OR_RETURN(eval_logits, Predictions(&b, eval_logits, model.num_classes(), "eval/logits"));
-  Output eval_xent = b.Op("SparseSoftmaxCrossEntropyWithLogits", {eval_logits, labels}, {}, "eval/xent");
-  Output eval_loss = b.Op("Sum", {eval_xent}, {}, "eval_loss");
-  Output predicted = b.Op("ArgMax", {eval_logits}, {}, "eval/predicted");
-  Output hit = b.Op("Equal", {predicted, labels}, {}, "eval/hit");
-  Output correct = b.Op("Sum", {b.Op("Cast", {hit}, {Attr("dtype", DType::kFloat32)}, "eval/hit_float")}, {},
-                        "correct");
-  if (job.eval().top_k() > 1) {
-    tg.correct_top_k =
-        b.Op("InTopK", {eval_logits, labels}, {Attr("k", int64_t{job.eval().top_k()})}, "correct_top_k").name();
+  ASSIGN_OR_RETURN(Output eval_outputs, lower.Forward(features, /*training=*/false));
+  ASSIGN_OR_RETURN(const LossTerms eval_terms, AddLossTerms(&b, targets, eval_outputs, labels, "eval/"));
+  Output eval_loss = b.Op("Sum", {eval_terms.terms}, {}, "eval_loss");
+  if (!targets.regression) {
+    const Output& eval_logits = eval_terms.rows;
+    Output predicted = b.Op("ArgMax", {eval_logits}, {}, "eval/predicted");
+    Output hit = b.Op("Equal", {predicted, labels}, {}, "eval/hit");
+    tg.correct =
+        b.Op("Sum", {b.Op("Cast", {hit}, {Attr("dtype", DType::kFloat32)}, "eval/hit_float")}, {}, "correct").name();
+    if (job.eval().top_k() > 1) {
+      tg.correct_top_k =
+          b.Op("InTopK", {eval_logits, labels}, {Attr("k", int64_t{job.eval().top_k()})}, "correct_top_k").name();
+    }
   }
   RETURN_IF_ERROR(b.status());
 
@@ -103,7 +109,6 @@ absl::StatusOr<TrainingGraph> LowerSequential(const JobSpec& job) {
   tg.labels = labels.name();
   tg.loss = loss.name();
   tg.train_op = train->name();
-  tg.correct = correct.name();
   tg.eval_loss = eval_loss.name();
   for (const Output& v : lower.variables()) tg.variables.push_back(v.node->name());
   tg.example_shape = example;

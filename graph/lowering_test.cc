@@ -450,3 +450,41 @@ TEST(LoweringTest, BadConcatenateAndAvgPoolNameTheLayer) {
 
 }  // namespace
 }  // namespace weft
+
+namespace weft {
+namespace {
+
+// A regression: float targets in, squared errors out, no accuracy.
+TEST(LoweringTest, MeanSquaredErrorComparesOutputsWithFloatTargets) {
+  const std::string series = R"(dataset { format: SERIES series { column: "v" window: 8 horizon: 2 } }
+      optimizer { adam { learning_rate: 0.01 } } batch_size: 4)";
+  auto tg = LowerJob(Job(absl::StrCat(R"(model { input_shape: [8, 1] loss: MEAN_SQUARED_ERROR
+      layer { lstm { units: 4 } } layer { dense { units: 2 } } })",
+                                      series)));
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  const Graph& g = *tg->graph;
+  const Endpoint labels = *g.FindEndpoint(tg->labels);
+  EXPECT_EQ(labels.node->output_type(labels.index), DType::kFloat32);
+  EXPECT_EQ(g.FindNode("squares")->op(), "Mul");
+  EXPECT_EQ(g.FindNode("loss")->input(0).node->name(), "squares");
+  EXPECT_EQ(g.FindNode("eval_loss")->input(0).node->name(), "eval/squares");
+  EXPECT_TRUE(tg->correct.empty());
+  EXPECT_TRUE(tg->correct_top_k.empty());
+
+  // The wrong width, classes, another dataset or top-k are refused by name.
+  auto error = [&](const std::string& model, const std::string& rest) {
+    return Msg(LowerJob(Job(absl::StrCat(model, rest))).status());
+  };
+  const std::string regression = R"(model { input_shape: [8, 1] loss: MEAN_SQUARED_ERROR
+      layer { lstm { units: 4 } } layer { dense { units: 3 } } })";
+  EXPECT_NE(error(regression, series).find("[batch, targets=2]"), std::string::npos) << error(regression, series);
+  const std::string classes = R"(model { input_shape: [8, 1] loss: MEAN_SQUARED_ERROR num_classes: 2
+      layer { dense { units: 2 } } })";
+  EXPECT_NE(error(classes, series).find("num_classes is 2"), std::string::npos) << error(classes, series);
+  const std::string idx = R"(dataset { format: IDX } optimizer { sgd { learning_rate: 0.1 } })";
+  EXPECT_NE(error(regression, idx).find("only a SERIES dataset"), std::string::npos) << error(regression, idx);
+  EXPECT_NE(error(regression, series + " eval { top_k: 3 }").find("eval.top_k"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weft

@@ -11,22 +11,69 @@ namespace weft {
 namespace {
 
 // One pass's mean loss over `features` and `labels`.
-absl::StatusOr<Output> PassLoss(GraphBuilder* b, ModelLowering* lower, int64_t num_classes, Output features,
+absl::StatusOr<Output> PassLoss(GraphBuilder* b, ModelLowering* lower, const LossTargets& targets, Output features,
                                 Output labels, const std::string& scope) {
-  ASSIGN_OR_RETURN(Output logits, lower->Forward(features, /*training=*/true));
+  ASSIGN_OR_RETURN(Output outputs, lower->Forward(features, /*training=*/true));
   if (!scope.empty()) b->PushScope(scope);
-  absl::StatusOr<Output> rows = Predictions(b, logits, num_classes, "logits");
-  if (rows.ok()) {
-    Output per_example = b->Op("SparseSoftmaxCrossEntropyWithLogits", {*rows, labels}, {}, "xent");
-    rows = b->Op("Mean", {per_example}, {}, "loss");
-  }
+  absl::StatusOr<LossTerms> terms = AddLossTerms(b, targets, outputs, labels, "");
+  Output loss;
+  if (terms.ok()) loss = b->Op("Mean", {terms->terms}, {}, "loss");
   if (!scope.empty()) b->PopScope();
-  RETURN_IF_ERROR(rows.status());
+  RETURN_IF_ERROR(terms.status());
   RETURN_IF_ERROR(b->status());
-  return rows;
+  return loss;
 }
 
 }  // namespace
+
+absl::StatusOr<LossTargets> LossTargetsOf(const JobSpec& job) {
+  const ModelSpec& model = job.model();
+  switch (model.loss()) {
+    case LOSS_DEFAULT:
+    case SPARSE_SOFTMAX_CROSS_ENTROPY:
+      if (model.num_classes() < 2) return absl::InvalidArgumentError("model.num_classes must be at least 2");
+      return LossTargets{false, model.num_classes()};
+    case MEAN_SQUARED_ERROR: {
+      if (job.dataset().format() != DatasetSpec::SERIES) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "model.loss MEAN_SQUARED_ERROR needs float targets, which only a SERIES dataset has (this one is ",
+            DatasetSpec::Format_Name(job.dataset().format()), ")"));
+      }
+      if (model.num_classes() != 0) {
+        return absl::InvalidArgumentError(absl::StrCat("model.num_classes is ", model.num_classes(),
+                                                       ", but a MEAN_SQUARED_ERROR model has targets, not classes: "
+                                                       "leave it unset"));
+      }
+      const int64_t horizon = job.dataset().series().horizon();
+      return LossTargets{true, horizon == 0 ? 1 : horizon};
+    }
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("model.loss ", static_cast<int>(model.loss()), " is unknown"));
+  }
+}
+
+absl::StatusOr<LossTerms> AddLossTerms(GraphBuilder* b, const LossTargets& targets, Output outputs, Output labels,
+                                       const std::string& prefix) {
+  LossTerms t;
+  if (!targets.regression) {
+    const std::string logits = prefix + "logits";
+    ASSIGN_OR_RETURN(t.rows, Predictions(b, outputs, targets.width, logits.c_str()));
+    t.terms = b->Op("SparseSoftmaxCrossEntropyWithLogits", {t.rows, labels}, {}, prefix + "xent");
+    RETURN_IF_ERROR(b->status());
+    return t;
+  }
+  const TensorShape& s = outputs.shape();
+  if (s.rank() != 2 || s.dim(1) != targets.width) {
+    return absl::InvalidArgumentError(absl::StrCat("the last layer must produce [batch, targets=", targets.width,
+                                                   "] outputs for MEAN_SQUARED_ERROR (the series' horizon), got ",
+                                                   s.DebugString()));
+  }
+  Output flat = b->Op("Reshape", {outputs}, {Attr("shape", std::vector<int64_t>{-1})}, prefix + "outputs");
+  Output diff = b->Op("Sub", {flat, labels}, {}, prefix + "diff");
+  t.terms = b->Op("Mul", {diff, diff}, {}, prefix + "squares");
+  RETURN_IF_ERROR(b->status());
+  return t;
+}
 
 Output MeanOf(GraphBuilder* b, const std::vector<Output>& terms, const std::string& name) {
   if (terms.size() == 1) return terms[0];
@@ -53,14 +100,14 @@ absl::StatusOr<Output> Predictions(GraphBuilder* b, Output logits, int64_t num_c
 absl::StatusOr<TrainingPass> TrainingPass::Forward(const JobSpec& job, GraphBuilder* b, ModelLowering* lower,
                                                    Output features, Output labels) {
   const int64_t k = job.optimizer().gradient_accumulation_steps();
-  const int64_t num_classes = job.model().num_classes();
+  ASSIGN_OR_RETURN(const LossTargets targets, LossTargetsOf(job));
   TrainingPass pass;
   if (k < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("optimizer.gradient_accumulation_steps must be 0 or more, got ", k));
   }
   if (k <= 1) {
-    ASSIGN_OR_RETURN(pass.loss_, PassLoss(b, lower, num_classes, features, labels, ""));
+    ASSIGN_OR_RETURN(pass.loss_, PassLoss(b, lower, targets, features, labels, ""));
     pass.losses_ = {pass.loss_};
     return pass;
   }
@@ -80,7 +127,7 @@ absl::StatusOr<TrainingPass> TrainingPass::Forward(const JobSpec& job, GraphBuil
     Node* l = b->AddNode("MicroBatch", {labels}, attrs, "labels", previous);
     absl::StatusOr<Output> loss = (f == nullptr || l == nullptr)
                                       ? absl::StatusOr<Output>(b->status())
-                                      : PassLoss(b, lower, num_classes, Output(f, 0), Output(l, 0),
+                                      : PassLoss(b, lower, targets, Output(f, 0), Output(l, 0),
                                                  i == 0 ? scope : "");
     if (i > 0) b->PopScope();
     RETURN_IF_ERROR(loss.status());

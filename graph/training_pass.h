@@ -31,6 +31,30 @@ namespace weft {
 // logits, or a [batch, positions, classes] sequence's as rows of classes).
 absl::StatusOr<Output> Predictions(GraphBuilder* b, Output logits, int64_t num_classes, const char* name);
 
+// What a sequential model's loss compares its outputs with: class labels
+// (int32, one per example or position; `width` = num_classes) or, for
+// MEAN_SQUARED_ERROR, float targets (`width` per example: a SERIES
+// dataset's horizon). INVALID_ARGUMENT, naming the field, for an unknown
+// loss, a regression on a dataset without float targets, or num_classes
+// that does not suit the loss.
+struct LossTargets {
+  bool regression = false;
+  int64_t width = 0;
+};
+absl::StatusOr<LossTargets> LossTargetsOf(const JobSpec& job);
+
+// One pass's loss terms for the model's `outputs`: the per-example (or
+// per-position) cross-entropies of the logits as rows, or the squared
+// errors of every target, flat; their Mean is the pass's loss and their Sum
+// the evaluation's. Nodes are named `prefix` + logits, xent (or outputs,
+// diff, squares).
+struct LossTerms {
+  Output rows;   // the logits as [rows, classes] (classification only)
+  Output terms;  // [rows] cross-entropies, or [targets] squared errors
+};
+absl::StatusOr<LossTerms> AddLossTerms(GraphBuilder* b, const LossTargets& targets, Output outputs, Output labels,
+                                       const std::string& prefix);
+
 // The mean of `terms` as node `name` (AddN, then a Mul by 1 / n), or the one
 // term itself when alone.
 Output MeanOf(GraphBuilder* b, const std::vector<Output>& terms, const std::string& name);

@@ -194,19 +194,21 @@ absl::Status AddReplicaInputs(const JobSpec& job, const TrainingGraph& training,
   return absl::OkStatus();
 }
 
-// Evaluation: replica 0's forward pass to `correct`, `eval_loss` and `correct_top_k`,
-// copied under "eval/" and fed by the test split on `device` (replica 0's).
+// Evaluation: replica 0's forward pass to `correct`, `eval_loss` and `correct_top_k`
+// (a regression has only `eval_loss`), copied under "eval/" and fed by the
+// test split on `device` (replica 0's).
 absl::Status AddEvaluation(const JobSpec& job, const TrainingGraph& training, const std::string& device,
                            DistributedPlan* p) {
   DistributedPlan& plan = *p;
   const int64_t num_classes = job.has_model() ? job.model().num_classes() : 0;
-  if (!plan.replicated.correct.empty() && !job.eval().skip()) {
+  if ((!plan.replicated.correct.empty() || !plan.replicated.eval_loss.empty()) && !job.eval().skip()) {
     absl::flat_hash_map<std::string, const NodeDef*> by_name;
     for (const NodeDef& nd : plan.graph.node()) by_name[nd.name()] = &nd;
     const std::string features = plan.replicated.replicas[0].features;
     const std::string labels = plan.replicated.replicas[0].labels;
     absl::flat_hash_set<std::string> copy;
-    std::deque<std::string> todo = {InputNodeName(plan.replicated.correct)};
+    std::deque<std::string> todo;
+    if (!plan.replicated.correct.empty()) todo.push_back(InputNodeName(plan.replicated.correct));
     if (!plan.replicated.eval_loss.empty()) todo.push_back(InputNodeName(plan.replicated.eval_loss));
     if (!plan.replicated.correct_top_k.empty()) todo.push_back(InputNodeName(plan.replicated.correct_top_k));
     while (!todo.empty()) {
@@ -251,7 +253,7 @@ absl::Status AddEvaluation(const JobSpec& job, const TrainingGraph& training, co
     in.num_classes = num_classes;
     ASSIGN_OR_RETURN(NodeDef node, InputNode(job, training, "eval/input", device, in));
     *plan.graph.add_node() = std::move(node);
-    plan.eval_correct = absl::StrCat("eval/", plan.replicated.correct);
+    if (!plan.replicated.correct.empty()) plan.eval_correct = absl::StrCat("eval/", plan.replicated.correct);
     if (!plan.replicated.eval_loss.empty()) plan.eval_loss = absl::StrCat("eval/", plan.replicated.eval_loss);
     if (!plan.replicated.correct_top_k.empty()) {
       plan.eval_correct_top_k = absl::StrCat("eval/", plan.replicated.correct_top_k);

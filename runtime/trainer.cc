@@ -187,7 +187,7 @@ struct LocalTrainer::State {
   std::vector<std::unique_ptr<Device>> gpus;  // at most one used
   std::vector<Device*> devices;               // CPU first
   std::unique_ptr<Step> train_step;
-  std::unique_ptr<Step> eval_step;  // null when the graph has no `correct`
+  std::unique_ptr<Step> eval_step;  // null when the graph has neither `correct` nor `eval_loss`
   Clock::time_point created;
 
   ~State() {
@@ -209,7 +209,8 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const JobSpec
   const int64_t num_classes = job.has_model() ? job.model().num_classes() : 0;
   const std::vector<int64_t> shape(s->tg.example_shape.dims().begin(), s->tg.example_shape.dims().end());
   ASSIGN_OR_RETURN(s->train_data, data::LoadDataset(job.dataset(), /*train=*/true, shape, num_classes));
-  if (!job.eval().skip() && !s->tg.correct.empty()) {
+  const bool evaluates = !s->tg.correct.empty() || !s->tg.eval_loss.empty();
+  if (!job.eval().skip() && evaluates) {
     ASSIGN_OR_RETURN(s->test_data, data::LoadDataset(job.dataset(), /*train=*/false, shape, num_classes));
   }
   const int threads = job.intra_op_threads() == 0 ? NumCores() : job.intra_op_threads();
@@ -236,8 +237,9 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const JobSpec
   for (auto& g : s->gpus) s->devices.push_back(g.get());
 
   const std::vector<std::string> feeds = {s->tg.features, s->tg.labels};
-  // correct, then eval_loss and correct_top_k where the graph has them.
-  std::vector<std::string> eval_fetches = {s->tg.correct};
+  // correct, eval_loss and correct_top_k where the graph has them.
+  std::vector<std::string> eval_fetches;
+  if (!s->tg.correct.empty()) eval_fetches.push_back(s->tg.correct);
   if (!s->tg.eval_loss.empty()) eval_fetches.push_back(s->tg.eval_loss);
   if (!s->tg.correct_top_k.empty()) eval_fetches.push_back(s->tg.correct_top_k);
   if (s->gpus.empty()) {
@@ -248,7 +250,7 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const JobSpec
     train_opts.inter_op_pool = s->inter_op_pool.get();
     ASSIGN_OR_RETURN(auto train, Executor::Create(s->tg.graph.get(), s->device.get(), train_opts));
     s->train_step = std::make_unique<Step>(std::move(train));
-    if (!s->tg.correct.empty()) {
+    if (evaluates) {
       ExecutorOptions eval_opts;
       eval_opts.feeds = feeds;
       eval_opts.fetches = eval_fetches;
@@ -261,7 +263,7 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const JobSpec
                                                          {s->tg.train_op}, s->inter_op_pool.get()));
     Logger("train")->info("training step on {}", absl::StrJoin(train->DeviceNames(), ", "));
     s->train_step = std::make_unique<Step>(std::move(train));
-    if (!s->tg.correct.empty()) {
+    if (evaluates) {
       ASSIGN_OR_RETURN(auto eval, PartitionedStep::Create(*s->tg.graph, s->devices, feeds, eval_fetches, {},
                                                           s->inter_op_pool.get()));
       s->eval_step = std::make_unique<Step>(std::move(eval));
@@ -290,8 +292,8 @@ TrainingLoopHooks LocalTrainer::Hooks(const std::function<void(const TrainProgre
       const Tensor feeds[] = {batch.features, batch.labels};
       RETURN_IF_ERROR(s_->eval_step->Run(feeds, &out, 0));
       EvalCounts c;
-      c.correct = out[0].data<float>()[0];
-      size_t next = 1;
+      size_t next = 0;
+      c.correct = s_->tg.correct.empty() ? -1 : out[next++].data<float>()[0];
       if (!s_->tg.eval_loss.empty()) c.loss = out[next++].data<float>()[0];
       if (!s_->tg.correct_top_k.empty()) c.correct_top_k = out[next].data<float>()[0];
       return c;
@@ -303,7 +305,7 @@ TrainingLoopHooks LocalTrainer::Hooks(const std::function<void(const TrainProgre
 }
 
 absl::StatusOr<EvalResult> LocalTrainer::Evaluate() {
-  if (s_->eval_step == nullptr) return absl::FailedPreconditionError("the model has no accuracy output to evaluate");
+  if (s_->eval_step == nullptr) return absl::FailedPreconditionError("the model has no output to evaluate");
   return EvaluateDataset(s_->job, s_->test_data, Hooks(nullptr));
 }
 

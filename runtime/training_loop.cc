@@ -30,8 +30,13 @@ std::string TrainResult::ToJson() const {
       test_examples, test_top_k_accuracy, test_perplexity, samples_per_second, warmup_seconds, wall_seconds);
 }
 
-std::string TrainResult::ExtraTestMetrics() const {
+std::string TrainResult::TestMetrics() const {
   std::string out;
+  if (test_accuracy >= 0) {
+    absl::StrAppendFormat(&out, ", test accuracy %.4f", test_accuracy);
+  } else if (test_loss >= 0) {
+    absl::StrAppendFormat(&out, ", test loss %.6f", test_loss);
+  }
   if (test_top_k_accuracy >= 0) absl::StrAppendFormat(&out, ", test top-k accuracy %.4f", test_top_k_accuracy);
   if (test_perplexity >= 0) absl::StrAppendFormat(&out, ", test perplexity %.4f", test_perplexity);
   return out;
@@ -44,12 +49,13 @@ absl::StatusOr<EvalResult> EvaluateDataset(const JobSpec& job, const data::InMem
   data::BatchOptions opts = data::BatchOptionsFromSpec(job.dataset(), /*batch_size=*/500, job.seed(), false);
   ASSIGN_OR_RETURN(auto it, data::BatchIterator::Create(&test, opts));
   double correct = 0, loss = 0, top_k = 0;
-  bool has_top_k = false;
+  bool has_top_k = false, has_correct = true;
   for (;;) {
     ASSIGN_OR_RETURN(std::optional<data::Batch> batch, it->Next());
     if (!batch.has_value()) break;
     auto got = hooks.eval_batch(*batch);
     if (!got.ok()) return Annotate(got.status(), "evaluation");
+    if (got->correct < 0) has_correct = false;
     correct += got->correct;
     loss += got->loss;
     if (got->correct_top_k >= 0) {
@@ -58,7 +64,7 @@ absl::StatusOr<EvalResult> EvaluateDataset(const JobSpec& job, const data::InMem
     }
     r.examples += batch->predictions();  // one per example, or a sequence model's one per position
   }
-  r.accuracy = correct / static_cast<double>(r.examples);
+  r.accuracy = has_correct ? correct / static_cast<double>(r.examples) : -1;
   r.loss = loss / static_cast<double>(r.examples);
   if (has_top_k) r.top_k_accuracy = top_k / static_cast<double>(r.examples);
   return r;

@@ -43,7 +43,7 @@ struct TrainProgress {
 // one per position of a sequence model's examples (a TEXT dataset's), which
 // `examples` then counts.
 struct EvalResult {
-  double accuracy = 0;
+  double accuracy = 0;  // -1 for a model without classes (a regression)
   double loss = 0;
   int64_t examples = 0;
   // Fraction whose label is among the k largest logits (the job's
@@ -53,7 +53,7 @@ struct EvalResult {
 
 // One evaluation batch's sums (TrainingLoopHooks::eval_batch).
 struct EvalCounts {
-  double correct = 0;         // correct predictions
+  double correct = 0;         // correct predictions; -1: not computed (a regression)
   double loss = 0;            // summed loss
   double correct_top_k = -1;  // predictions right within the top k; -1: not computed
 };
@@ -84,10 +84,11 @@ struct TrainResult {
 
   // One JSON object with every field above.
   std::string ToJson() const;
-  // ", test top-k accuracy A, test perplexity P" for the figures that were
-  // computed (>= 0), for a human summary line after its test accuracy; ""
-  // when neither was.
-  std::string ExtraTestMetrics() const;
+  // ", test accuracy A, test top-k accuracy K, test perplexity P" for the
+  // figures that were computed (>= 0), or ", test loss L" for a model
+  // evaluated without accuracy (a regression: its mean squared error), for
+  // a human summary line; "" when nothing was evaluated.
+  std::string TestMetrics() const;
 };
 
 // JsonString, for ToJson's users: common/json_text.h.

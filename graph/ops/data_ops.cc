@@ -40,18 +40,21 @@ absl::Status InputBatchShape(InferenceContext* c) {
     }
     features.AddDim(d);
   }
-  c->output_types = {DType::kFloat32, DType::kInt32, DType::kInt64};
+  ASSIGN_OR_RETURN(bool float_targets, GetBoolAttrOr(c->node, "float_targets", false));
+  c->output_types = {DType::kFloat32, float_targets ? DType::kFloat32 : DType::kInt32, DType::kInt64};
   c->output_shapes = {features, TensorShape({-1}), TensorShape{}};
   return absl::OkStatus();
 }
 
 }  // namespace
 
-// () -> (features float32 [?, example_shape...], labels int32 [?], epoch int64 []).
+// () -> (features float32 [?, example_shape...], labels int32 [?] (float32
+// targets with float_targets, which a SERIES dataset needs), epoch int64 []).
 // Each run yields the next batch of shard `shard_index` of `num_shards`
 // (examples i with i % num_shards == shard_index, split before shuffling) of
 // the dataset's train (`train` true) or test split.
-// Attrs: dataset (base64 DatasetSpec, graph/input_ops.h), train, batch_size,
+// Attrs: dataset (base64 DatasetSpec, graph/input_ops.h), float_targets
+// (false; true exactly for a SERIES dataset), train, batch_size,
 // shard_index (0), num_shards (1), seed (0), example_shape, num_classes (0:
 // unchecked), skip_batches (0: training starts with the first batch; k: with
 // the one after the first k, as when a job resumes at a step).

@@ -1,10 +1,9 @@
 #include "runtime/data/dataset.h"
 
-#include <optional>
-
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -12,9 +11,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_join.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "runtime/data/dataset_files.h"
 #include "runtime/data/idx_reader.h"
+#include "runtime/data/series.h"
 #include "runtime/data/text_corpus.h"
 #include "runtime/data/tfrecord.h"
 
@@ -83,6 +84,38 @@ absl::StatusOr<InMemoryDataset> InMemoryDataset::Create(std::vector<int64_t> exa
   return ds;
 }
 
+absl::StatusOr<InMemoryDataset> InMemoryDataset::CreateWindows(std::vector<int64_t> example_shape,
+                                                               std::vector<float> values, int64_t count,
+                                                               int64_t step, int64_t target_offset,
+                                                               int64_t target_elems) {
+  int64_t elems = 1;
+  for (int64_t d : example_shape) {
+    if (d <= 0 || !CheckedMul(elems, d, &elems)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("example shape [", absl::StrJoin(example_shape, ","), "] has a non-positive or huge dim"));
+    }
+  }
+  // The last example's features and targets must end inside `values`.
+  int64_t last = 0, end = 0, target_end = 0;
+  if (step < 1 || target_offset < 0 || target_elems < 1 || count < 0 ||
+      (count > 0 && (!CheckedMul(count - 1, step, &last) || !CheckedAdd(target_offset, target_elems, &target_end) ||
+                     !CheckedAdd(last, std::max(elems, target_end), &end) ||
+                     end > static_cast<int64_t>(values.size())))) {
+    return absl::InvalidArgumentError(absl::StrCat(count, " windows of ", elems, " values and ", target_elems,
+                                                   " targets at offset ", target_offset, ", ", step,
+                                                   " apart, do not fit in ", values.size(), " values"));
+  }
+  InMemoryDataset ds;
+  ds.example_shape_ = std::move(example_shape);
+  ds.example_elems_ = elems;
+  ds.label_elems_ = target_elems;
+  ds.size_ = count;
+  ds.step_ = step;
+  ds.target_offset_ = target_offset;
+  ds.values_ = std::make_shared<const std::vector<float>>(std::move(values));
+  return ds;
+}
+
 absl::StatusOr<InMemoryDataset> InMemoryDataset::Shard(int64_t index, int64_t count) const {
   if (count < 1 || index < 0 || index >= count) {
     return absl::InvalidArgumentError(
@@ -148,7 +181,9 @@ class BatchIterator::Producer {
     // allocator has, and that must fail the iterator, not the process.
     absl::StatusOr<Tensor> features_or = Tensor::Allocate(DType::kFloat32, batch_shape_, allocator_);
     const int64_t per = ds_->label_elems();
-    absl::StatusOr<Tensor> labels_or = Tensor::Allocate(DType::kInt32, TensorShape{take * per}, allocator_);
+    const bool floats = ds_->float_examples();
+    absl::StatusOr<Tensor> labels_or =
+        Tensor::Allocate(floats ? DType::kFloat32 : DType::kInt32, TensorShape{take * per}, allocator_);
     if (!features_or.ok() || !labels_or.ok()) {
       status_ = Annotate(features_or.ok() ? labels_or.status() : features_or.status(),
                          absl::StrCat("batch of ", take, " examples"));
@@ -159,11 +194,20 @@ class BatchIterator::Producer {
     batch.labels = *std::move(labels_or);
     batch.epoch = epoch_;
     float* features = batch.features.data<float>();
-    int32_t* labels = batch.labels.data<int32_t>();
-    for (int64_t b = 0; b < take; ++b) {
-      const int64_t i = order_[pos_ + b];
-      ConvertPixels(ds_->pixels(i), features + b * elems, elems, inv_scale_);
-      std::copy_n(ds_->labels(i), per, labels + b * per);
+    if (floats) {
+      float* targets = batch.labels.data<float>();
+      for (int64_t b = 0; b < take; ++b) {
+        const int64_t i = order_[pos_ + b];
+        std::copy_n(ds_->values(i), elems, features + b * elems);
+        std::copy_n(ds_->targets(i), per, targets + b * per);
+      }
+    } else {
+      int32_t* labels = batch.labels.data<int32_t>();
+      for (int64_t b = 0; b < take; ++b) {
+        const int64_t i = order_[pos_ + b];
+        ConvertPixels(ds_->pixels(i), features + b * elems, elems, inv_scale_);
+        std::copy_n(ds_->labels(i), per, labels + b * per);
+      }
     }
     pos_ += take;
     return batch;
@@ -292,8 +336,9 @@ BatchOptions BatchOptionsFromSpec(const DatasetSpec& spec, int64_t batch_size, u
   o.shuffle = train && !spec.no_shuffle();
   o.drop_remainder = train;
   o.prefetch = spec.prefetch() > 0 ? spec.prefetch() : 2;
-  // A text corpus's features are byte ids: never scaled.
-  o.scale = spec.scale() > 0 ? spec.scale() : spec.format() == DatasetSpec::TEXT ? 1.0f : 255.0f;
+  // A text corpus's features are byte ids, a series's its values: never scaled.
+  const bool unscaled = spec.format() == DatasetSpec::TEXT || spec.format() == DatasetSpec::SERIES;
+  o.scale = spec.scale() > 0 ? spec.scale() : unscaled ? 1.0f : 255.0f;
   o.num_epochs = train ? 0 : 1;
   return o;
 }
@@ -393,6 +438,8 @@ absl::StatusOr<InMemoryDataset> LoadDataset(const DatasetSpec& spec, bool train,
       return LoadTFRecord(spec, train, example_shape, num_classes, limit);
     case DatasetSpec::TEXT:
       return LoadText(spec, train, example_shape, num_classes, limit, Env::Default());
+    case DatasetSpec::SERIES:
+      return LoadSeries(spec, train, example_shape, limit, Env::Default());
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("unknown dataset format ", static_cast<int>(spec.format())));

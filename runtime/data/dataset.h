@@ -1,11 +1,12 @@
-// Image-classification examples held in memory, and the pipeline that turns
-// them into training and evaluation batches.
+// Examples held in memory, and the pipeline that turns them into training
+// and evaluation batches.
 //
-// InMemoryDataset is one split (train or test) as uint8 pixels plus int32
-// labels; LoadDataset fills one from a DatasetSpec (IDX or TFRecord files).
-// BatchIterator walks a dataset epoch by epoch, in a seeded shuffled order or
-// in file order, and yields float32 feature tensors (pixels / scale) with
-// int32 label tensors. With `prefetch` > 0 a background thread prepares
+// InMemoryDataset is one split (train or test): uint8 pixels plus int32
+// labels (classification), or float windows of one series plus float
+// targets (regression); LoadDataset fills one from a DatasetSpec. BatchIterator
+// walks a dataset epoch by epoch, in a seeded shuffled order or in file
+// order, and yields float32 feature tensors (pixels / scale, or the values)
+// with int32 label (or float32 target) tensors. With `prefetch` > 0 a background thread prepares
 // batches ahead into a bounded queue.
 //
 // Shuffle order is a pure function of (seed, epoch): the same pair always
@@ -54,7 +55,19 @@ class InMemoryDataset {
                                                 std::vector<uint8_t> pixels,
                                                 std::vector<int32_t> labels, int64_t label_elems = 1);
 
+  // Float examples that are windows of one array (a SERIES dataset):
+  // example j's features are the product(example_shape) values from
+  // values[j * step] and its targets the `target_elems` values from
+  // values[j * step + target_offset]. INVALID_ARGUMENT unless the dims are
+  // positive, step >= 1, target_offset >= 0, target_elems >= 1, count >= 0
+  // and every example's features and targets lie inside `values`.
+  static absl::StatusOr<InMemoryDataset> CreateWindows(std::vector<int64_t> example_shape, std::vector<float> values,
+                                                       int64_t count, int64_t step, int64_t target_offset,
+                                                       int64_t target_elems);
+
   int64_t size() const { return size_; }
+  // Float features and targets (CreateWindows) rather than pixels and labels.
+  bool float_examples() const { return values_ != nullptr; }
   const std::vector<int64_t>& example_shape() const { return example_shape_; }
   int64_t example_elems() const { return example_elems_; }
   int64_t label_elems() const { return label_elems_; }
@@ -63,6 +76,10 @@ class InMemoryDataset {
   // Example i's label_elems() labels.
   const int32_t* labels(int64_t i) const { return labels_->data() + (first_ + i * stride_) * label_elems_; }
   int32_t label(int64_t i) const { return labels(i)[0]; }
+  // REQUIRES: float_examples(), 0 <= i < size(). Example i's features and
+  // its label_elems() targets.
+  const float* values(int64_t i) const { return values_->data() + (first_ + i * stride_) * step_; }
+  const float* targets(int64_t i) const { return values(i) + target_offset_; }
 
   // The examples i with i % count == index, in order (PyTorch's x[index::count]):
   // the shards for index = 0..count-1 partition the dataset. A shard shares
@@ -80,6 +97,10 @@ class InMemoryDataset {
   // shards and prefixes of one loaded split have in common.
   std::shared_ptr<const std::vector<uint8_t>> pixels_;  // row-major, example_elems_ per example
   std::shared_ptr<const std::vector<int32_t>> labels_;
+  // Float examples instead (CreateWindows): the array they are windows of.
+  std::shared_ptr<const std::vector<float>> values_;
+  int64_t step_ = 0;
+  int64_t target_offset_ = 0;
   int64_t first_ = 0;
   int64_t stride_ = 1;
   int64_t size_ = 0;
@@ -121,6 +142,7 @@ absl::StatusOr<int64_t> CountExamples(const DatasetSpec& spec, bool train, Env* 
 struct Batch {
   Tensor features;    // float32 [n, example_shape...], pixel * (1 / scale)
   Tensor labels;      // int32 [n * label_elems]: example b's labels from b * label_elems
+                      // (float32 targets for a dataset of float examples)
   int64_t epoch = 0;  // the epoch the batch belongs to
 
   // Examples in the batch.

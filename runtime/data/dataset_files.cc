@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/idx_reader.h"
+#include "runtime/data/series.h"
 #include "runtime/data/text_corpus.h"
 #include "runtime/data/tfrecord.h"
 #include "runtime/data/uploaded_dataset.h"
@@ -160,6 +161,10 @@ absl::StatusOr<int64_t> CountExamples(const DatasetSpec& spec, bool train, Env* 
     }
     case DatasetSpec::TEXT: {
       ASSIGN_OR_RETURN(count, CountTextExamples(spec, train, env));
+      break;
+    }
+    case DatasetSpec::SERIES: {
+      ASSIGN_OR_RETURN(count, CountSeriesExamples(spec, train, env));
       break;
     }
     default:

@@ -91,7 +91,9 @@ std::string SourceFiles(const DatasetSpec& spec, bool train) {
   if (spec.format() == DatasetSpec::TFRECORD) {
     return absl::StrJoin(train ? spec.train_files() : spec.test_files(), ", ");
   }
-  if (spec.format() == DatasetSpec::TEXT) return absl::StrJoin(spec.train_files(), ", ");  // both splits
+  if (spec.format() == DatasetSpec::TEXT || spec.format() == DatasetSpec::SERIES) {
+    return absl::StrJoin(spec.train_files(), ", ");  // both splits
+  }
   const std::string& images = train ? spec.train_images() : spec.test_images();
   const std::string name = images.empty() ? "(default IDX names)" : images;
   return spec.dir().empty() ? name : absl::StrCat(spec.dir(), "/", name);
@@ -168,7 +170,8 @@ class InputState {
     // Zero rows: no payload, so these cannot fail; Allocate keeps the path
     // free of the throwing constructor all the same.
     b.features = Tensor::Allocate(DType::kFloat32, shape).value_or(Tensor());
-    b.labels = Tensor::Allocate(DType::kInt32, TensorShape({0})).value_or(Tensor());
+    b.labels = Tensor::Allocate(full_->float_examples() ? DType::kFloat32 : DType::kInt32, TensorShape({0}))
+                   .value_or(Tensor());
     b.epoch = iterator_->epoch() - 1;  // the pass that just ended
     return b;
   }
@@ -197,6 +200,13 @@ absl::StatusOr<InputAttrs> ReadAttrs(const NodeDef& def) {
   a.example_shape.assign(shape.dims().begin(), shape.dims().end());
   ASSIGN_OR_RETURN(a.num_classes, GetIntAttrOr(def, "num_classes", 0));
   ASSIGN_OR_RETURN(a.skip_batches, GetIntAttrOr(def, "skip_batches", 0));
+  ASSIGN_OR_RETURN(bool float_targets, GetBoolAttrOr(def, "float_targets", false));
+  if (float_targets != (a.spec.format() == DatasetSpec::SERIES)) {
+    return absl::InvalidArgumentError(absl::StrCat("attribute 'float_targets' is ", float_targets ? "true" : "false",
+                                                   ", but only a SERIES dataset (this one is ",
+                                                   DatasetSpec::Format_Name(a.spec.format()),
+                                                   ") has float targets"));
+  }
   // The op's shape function has checked these; a kernel built from a
   // hand-made NodeDef gets the same answer.
   if (a.batch_size < 1) return absl::InvalidArgumentError(absl::StrCat("batch_size must be >= 1, got ", a.batch_size));
