@@ -155,6 +155,9 @@ echo "$(cat "$TMP/summary.txt") -> ${OUT#"$REPO"/}"
 # PyTorch, one process and 2 workers, and its accuracy in full.
 "$BENCH/models.sh"
 
+# The seed's LSTM regression in full: one process, 2 workers, and PyTorch.
+"$BENCH/regression.sh"
+
 # Issue 22's transformer on CPU: the character-level language model against
 # the same model in PyTorch, and one epoch of each.
 "$BENCH/transformer.sh"
