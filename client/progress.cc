@@ -35,6 +35,14 @@ std::string StepSeconds(double seconds) {
   return seconds < 1 ? absl::StrFormat("%.1f ms", seconds * 1000) : absl::StrFormat("%.2f s", seconds);
 }
 
+// " test accuracy A" after an evaluation, or " test loss L" for a model
+// without accuracy (a regression); "" when none ran.
+std::string EvalFigures(const TrainProgress& p) {
+  if (p.test_accuracy >= 0) return absl::StrFormat(" test accuracy %.4f", p.test_accuracy);
+  if (p.test_loss >= 0) return absl::StrFormat(" test loss %.4f", p.test_loss);
+  return "";
+}
+
 }  // namespace
 
 std::string ProgressDisplay::BarLine(const TrainProgress& p, int width) {
@@ -57,17 +65,17 @@ void ProgressDisplay::Update(const TrainProgress& p) {
     if (!p.epoch_end && !last && drawn_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
     last_draw_ = now;
     std::string line = BarLine(p, 30);
-    if (p.epoch_end && p.test_accuracy >= 0) line += absl::StrFormat(" test accuracy %.4f", p.test_accuracy);
+    const std::string eval = p.epoch_end ? EvalFigures(p) : std::string();
+    line += eval;
     std::fprintf(out_, "\r%s\x1b[K", line.c_str());
-    if (p.epoch_end && p.test_accuracy >= 0) std::fprintf(out_, "\n");
+    if (!eval.empty()) std::fprintf(out_, "\n");
     std::fflush(out_);
     drawn_ = true;
     return;
   }
   if (p.epoch_end) {
     absl::FPrintF(out_, "epoch %d done: step %d/%d loss %.4f %s samples/s%s\n", p.epoch, p.step, p.total_steps,
-                  p.loss, Rate(p.samples_per_second),
-                  p.test_accuracy >= 0 ? absl::StrFormat(" test accuracy %.4f", p.test_accuracy) : std::string());
+                  p.loss, Rate(p.samples_per_second), EvalFigures(p));
     std::fflush(out_);
     return;
   }

@@ -42,7 +42,9 @@ TEST(ProgressTest, PlainModePrintsATenthOfTheRunAndEpochEnds) {
       d.Update(p);
       if (s % 500 == 0) {
         p.epoch_end = true;
-        p.test_accuracy = 0.5;
+        // The first epoch as a regression's (a loss, no accuracy), the second a classifier's.
+        p.test_accuracy = s == 500 ? -1 : 0.5;
+        p.test_loss = 0.25;
         d.Update(p);
         p.epoch_end = false;
       }
@@ -56,7 +58,9 @@ TEST(ProgressTest, PlainModePrintsATenthOfTheRunAndEpochEnds) {
   for (char c : text) lines += c == '\n';
   EXPECT_EQ(lines, 10 + 2) << text;  // one line per tenth, plus two epoch ends
   EXPECT_TRUE(absl::StrContains(text, "epoch 2 done: step 1000/1000")) << text;
-  EXPECT_TRUE(absl::StrContains(text, "test accuracy 0.5000")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "epoch 1 done: step 500/1000 loss 0.0000 0 samples/s test loss 0.2500\n"))
+      << text;
+  EXPECT_TRUE(absl::StrContains(text, "test accuracy 0.5000\n")) << text;
   EXPECT_EQ(text.find('\r'), std::string::npos);  // no bar redraws in a log
 }
 

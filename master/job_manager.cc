@@ -369,6 +369,7 @@ void JobManager::RunJob(Job* job) {
           s->set_loss(p.loss);
           if (p.epoch_end) s->set_train_loss(p.loss);
           if (p.test_accuracy >= 0) s->set_test_accuracy(p.test_accuracy);
+          if (p.test_loss >= 0) s->set_test_loss(p.test_loss);
           s->set_samples_per_second(p.samples_per_second);
           s->set_wall_seconds(p.elapsed_seconds);
         },

@@ -204,10 +204,12 @@ class Loop {
     last_epoch_loss_ = loss_steps_ > 0 ? epoch_loss_ / loss_steps_ : 0;
     p_.epoch_end = true;
     p_.test_accuracy = -1;
+    p_.test_loss = -1;
     evaluated_last_ = false;
     if (every_ > 0 && p_.epoch % every_ == 0 && evaluate_) {
       ASSIGN_OR_RETURN(EvalResult e, source_.evaluate());
       p_.test_accuracy = e.accuracy;
+      p_.test_loss = e.examples > 0 ? e.loss : -1;
       RecordEval(e);
       evaluated_last_ = true;
     }

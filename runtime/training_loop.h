@@ -37,6 +37,7 @@ struct TrainProgress {
   double elapsed_seconds = 0;
   bool epoch_end = false;   // set on the update that closes an epoch
   double test_accuracy = -1;  // when an evaluation just ran
+  double test_loss = -1;      // likewise (a regression has a loss and no accuracy)
 };
 
 // Accuracy and loss are means over the predictions: one per example, or

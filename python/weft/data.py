@@ -16,6 +16,7 @@ first layer is an Embedding: they are then token ids, used as they are.
 from __future__ import annotations
 
 import hashlib
+import os
 import struct
 from typing import Iterator, Optional, Tuple
 
@@ -63,6 +64,35 @@ class Dataset:
 
     def __repr__(self) -> str:
         return f"Dataset(dir={self.spec.dir!r})"
+
+
+def series(path: str, column: str, window: int, *, horizon: int = 1, test_fraction: float = 0.1,
+           raw: bool = False, train_limit: int = 0, test_limit: int = 0) -> Dataset:
+    """A time series in a CSV file on the tasks (format SERIES): column
+    ``column``'s values in file order; example i is ``window`` values (shape
+    ``(window, 1)``) and its float targets the ``horizon`` values after them.
+    The last ``test_fraction`` is the test split; values are standardised with
+    the train split's mean and deviation unless ``raw``. For
+    ``loss="mean_squared_error"``.
+    """
+    if not isinstance(path, str) or not os.path.isabs(path):
+        raise ValueError(f"path: the CSV file's absolute path on the tasks, got {path!r}")
+    if not isinstance(column, str) or not column:
+        raise ValueError(f"column: name the CSV column, got {column!r}")
+    for name, v, low in (("window", window, 1), ("horizon", horizon, 1), ("train_limit", train_limit, 0),
+                         ("test_limit", test_limit, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {v!r}")
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    spec = job_pb2.DatasetSpec(format=job_pb2.DatasetSpec.SERIES, dir=os.path.dirname(path),
+                               train_files=[os.path.basename(path)], train_limit=train_limit, test_limit=test_limit)
+    spec.series.column = column
+    spec.series.window = window
+    spec.series.horizon = horizon
+    spec.series.test_fraction = float(test_fraction)
+    spec.series.raw = bool(raw)
+    return Dataset(spec=spec)
 
 
 def fashion_mnist(**kw) -> Dataset:

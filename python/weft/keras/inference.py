@@ -44,7 +44,8 @@ def _variable(weights: Dict[str, np.ndarray], prefix: str, name: str, required: 
 
 
 def forward_graph(model: "job_pb2.ModelSpec", weights: Dict[str, np.ndarray]):
-    """(graph, input placeholder, class probabilities) for ``model`` with ``weights``."""
+    """(graph, input placeholder, class probabilities) for ``model`` with ``weights`` (for a
+    mean-squared-error model, its outputs)."""
     g = Graph()
     with g.as_default():
         x = ops.placeholder("float32", [None] + list(model.input_shape), name="input")
@@ -62,7 +63,10 @@ def forward_graph(model: "job_pb2.ModelSpec", weights: Dict[str, np.ndarray]):
             shape = output_shape(layer, [outs[r][1] for r in reads])
             outs[name] = (_lower(g, layer, name, ins, shape, weights, i == last), shape)
             previous = name
-        probs = ops.softmax(outs[previous][0], name="probabilities")
+        if model.loss == job_pb2.MEAN_SQUARED_ERROR:
+            probs = ops.identity(outs[previous][0], name="outputs")  # a regression's outputs as they are
+        else:
+            probs = ops.softmax(outs[previous][0], name="probabilities")
     return g, x, probs
 
 

@@ -1,4 +1,6 @@
-"""Losses weft's models train with: sparse softmax cross-entropy."""
+"""Losses weft's models train with: sparse softmax cross-entropy over class
+labels, and mean squared error over float targets (a regression on a
+``weft.data.series`` dataset)."""
 from __future__ import annotations
 
 from weft._pb import job_pb2
@@ -17,18 +19,35 @@ class SparseCategoricalCrossentropy:
             raise TypeError(f"from_logits must be a bool, not {type(from_logits).__name__}")
         self.from_logits = from_logits
 
+    regression = False
+
     def to_proto(self) -> int:
         return job_pb2.SPARSE_SOFTMAX_CROSS_ENTROPY
 
 
-_NAMES = {"sparse_categorical_crossentropy": False, "sparsecategoricalcrossentropy": False}
+class MeanSquaredError:
+    """The mean over every target of (output - target) ** 2: the model's last
+    layer gives one value per target (a series' horizon), with no
+    activation, and the dataset has float targets (``weft.data.series``)."""
+
+    regression = True
+    from_logits = True  # the outputs are used as they are
+
+    def to_proto(self) -> int:
+        return job_pb2.MEAN_SQUARED_ERROR
 
 
-def get(identifier) -> SparseCategoricalCrossentropy:
-    if isinstance(identifier, SparseCategoricalCrossentropy):
+_NAMES = {"sparse_categorical_crossentropy": lambda: SparseCategoricalCrossentropy(from_logits=False),
+          "sparsecategoricalcrossentropy": lambda: SparseCategoricalCrossentropy(from_logits=False),
+          "mse": MeanSquaredError, "mean_squared_error": MeanSquaredError, "meansquarederror": MeanSquaredError}
+
+
+def get(identifier):
+    if isinstance(identifier, (SparseCategoricalCrossentropy, MeanSquaredError)):
         return identifier
     if isinstance(identifier, str):
         if identifier.lower() not in _NAMES:
-            raise ValueError(f"loss: unknown loss {identifier!r}; weft has 'sparse_categorical_crossentropy'")
-        return SparseCategoricalCrossentropy(from_logits=_NAMES[identifier.lower()])
+            raise ValueError(f"loss: unknown loss {identifier!r}; weft has 'sparse_categorical_crossentropy' "
+                             f"and 'mean_squared_error' ('mse')")
+        return _NAMES[identifier.lower()]()
     raise TypeError(f"loss must be a loss object or a name, not {type(identifier).__name__}")

@@ -75,6 +75,8 @@ class BaseModel:
         for m in metrics:
             if not isinstance(m, str) or m.lower() not in _METRICS:
                 raise ValueError(f"metrics: unknown metric {m!r}; weft reports 'accuracy'")
+            if self.loss.regression:
+                raise ValueError(f"metrics: {m!r} is for classes; a mean_squared_error model reports its loss")
         self.metrics = metrics
         self.strategy = distribute.get_strategy()
 
@@ -89,6 +91,8 @@ class BaseModel:
         if not entries:
             raise ValueError("the model has no layers")
         last = entries[-1][0]
+        if self.loss.regression:
+            return self._regression_spec(input_shape, entries)
         ends_in_softmax = getattr(last, "activation", None) == "softmax"
         if not self.loss.from_logits:
             if not ends_in_softmax:
@@ -108,6 +112,17 @@ class BaseModel:
                 if isinstance(layer, layers_mod.Activation):
                     continue
                 p.dense.activation = job_pb2.ACTIVATION_NONE
+            spec.layer.append(p)
+        return spec
+
+    def _regression_spec(self, input_shape, entries) -> "job_pb2.ModelSpec":
+        """A mean-squared-error model: its outputs are compared with the targets as they are."""
+        last = entries[-1][0]
+        if getattr(last, "activation", None) not in (None, "linear"):
+            raise ValueError(f"loss: mean_squared_error compares the last layer's outputs with the targets as they "
+                             f"are; its activation {last.activation!r} would bound them (leave it out)")
+        spec = job_pb2.ModelSpec(input_shape=list(input_shape), loss=self.loss.to_proto())
+        for _, p in entries:
             spec.layer.append(p)
         return spec
 
@@ -271,13 +286,15 @@ class BaseModel:
         job.checkpoint.resume_from = self.checkpoint_dir
         job_id = client.submit(job)
         final = client.wait(job_id)
-        if final.test_accuracy < 0:
+        if final.test_loss < 0:
             raise errors.WeftError(f"evaluate: job {job_id} ended without evaluating")
+        if self.loss.regression:
+            return {"loss": final.test_loss} if return_dict else final.test_loss
         result = {"loss": final.test_loss, "accuracy": final.test_accuracy}
         return result if return_dict else [result["loss"], result["accuracy"]]
 
     def predict(self, x, batch_size: int = 256, verbose: int = 0):
-        """Class probabilities for examples ``x``, computed on the cluster.
+        """Class probabilities (a regression's outputs) for examples ``x``, computed on the cluster.
 
         Runs the model's forward pass in a Session with the last fit's
         weights (read through the master, as get_weights). Integer examples are divided by the training
@@ -362,8 +379,10 @@ def _model_variables(variables: Dict[str, Any]) -> Dict[str, Any]:
 
 def _logs(st, validate: bool) -> Dict[str, float]:
     logs = {"loss": st.train_loss if st.train_loss else st.loss}
-    if validate and st.test_accuracy >= 0:
-        logs["val_accuracy"] = st.test_accuracy
+    if validate:
+        # A regression has a val_loss and no accuracy.
+        if st.test_accuracy >= 0:
+            logs["val_accuracy"] = st.test_accuracy
         if st.test_loss >= 0:
             logs["val_loss"] = st.test_loss
     return logs
