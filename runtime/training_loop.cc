@@ -25,7 +25,7 @@ std::string TrainResult::ToJson() const {
   return absl::StrFormat(
       "{\"state\": %s, \"job\": %s, \"steps\": %d, \"epochs\": %d, \"train_loss\": %.6f, \"test_accuracy\": %.4f, "
       "\"test_loss\": %.6f, \"test_examples\": %d, \"test_top_k_accuracy\": %.4f, \"test_perplexity\": %.4f, "
-      "\"samples_per_second\": %.1f, \"warmup_seconds\": %.3f, \"wall_seconds\": %.3f}",
+      "\"samples_per_second\": %.1f, \"warmup_seconds\": %.6f, \"wall_seconds\": %.6f}",
       JsonString(JobState_Name(state)), JsonString(job), steps, epochs, train_loss, test_accuracy, test_loss,
       test_examples, test_top_k_accuracy, test_perplexity, samples_per_second, warmup_seconds, wall_seconds);
 }
