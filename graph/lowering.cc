@@ -62,6 +62,9 @@ absl::StatusOr<TrainingGraph> LowerSequential(const JobSpec& job) {
   if (targets.regression && job.eval().top_k() > 1) {
     return absl::InvalidArgumentError("eval.top_k is for classes; a MEAN_SQUARED_ERROR model has none");
   }
+  if (targets.binary && job.eval().top_k() > 1) {
+    return absl::InvalidArgumentError("eval.top_k of 2 classes is always 1: leave it unset for BINARY_CROSS_ENTROPY");
+  }
   TrainingGraph tg;
   tg.graph = std::make_unique<Graph>();
   GraphBuilder b(tg.graph.get());

@@ -488,3 +488,40 @@ TEST(LoweringTest, MeanSquaredErrorComparesOutputsWithFloatTargets) {
 
 }  // namespace
 }  // namespace weft
+
+namespace weft {
+namespace {
+
+// Binary cross-entropy: one logit, read as the two classes' logits [0, z].
+TEST(LoweringTest, BinaryCrossEntropyReadsOneLogitAsTwoClasses) {
+  const std::string rest = R"(optimizer { sgd { learning_rate: 0.1 } } batch_size: 8)";
+  auto tg = LowerJob(Job(absl::StrCat(R"(model { input_shape: [4] num_classes: 2 loss: BINARY_CROSS_ENTROPY
+      layer { dense { units: 3 activation: RELU } } layer { dense { units: 1 } } })",
+                                      rest)));
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  const Graph& g = *tg->graph;
+  const Node* logits = g.FindNode("logits");
+  ASSERT_NE(logits, nullptr);
+  EXPECT_EQ(logits->op(), "Concat");
+  EXPECT_EQ(logits->input(0).node->op(), "Sub");  // z - z: zeros shaped as z
+  EXPECT_EQ(logits->output_shape(0), TensorShape({-1, 2}));
+  EXPECT_EQ(g.FindNode("xent")->input(0).node, logits);
+  EXPECT_EQ(g.FindNode("eval/predicted")->input(0).node->name(), "eval/logits");
+  EXPECT_FALSE(tg->correct.empty());
+  const Endpoint labels = *g.FindEndpoint(tg->labels);
+  EXPECT_EQ(labels.node->output_type(labels.index), DType::kInt32);
+
+  auto error = [&](const std::string& model) { return Msg(LowerJob(Job(absl::StrCat(model, rest))).status()); };
+  const std::string wide = R"(model { input_shape: [4] num_classes: 2 loss: BINARY_CROSS_ENTROPY
+      layer { dense { units: 2 } } })";
+  EXPECT_NE(error(wide).find("[batch, 1] logits for BINARY_CROSS_ENTROPY"), std::string::npos) << error(wide);
+  const std::string three = R"(model { input_shape: [4] num_classes: 3 loss: BINARY_CROSS_ENTROPY
+      layer { dense { units: 1 } } })";
+  EXPECT_NE(error(three).find("num_classes is 3"), std::string::npos) << error(three);
+  const std::string top_k = R"(eval { top_k: 2 } model { input_shape: [4] num_classes: 2
+      loss: BINARY_CROSS_ENTROPY layer { dense { units: 1 } } })";
+  EXPECT_NE(error(top_k).find("eval.top_k"), std::string::npos) << error(top_k);
+}
+
+}  // namespace
+}  // namespace weft

@@ -32,7 +32,13 @@ absl::StatusOr<LossTargets> LossTargetsOf(const JobSpec& job) {
     case LOSS_DEFAULT:
     case SPARSE_SOFTMAX_CROSS_ENTROPY:
       if (model.num_classes() < 2) return absl::InvalidArgumentError("model.num_classes must be at least 2");
-      return LossTargets{false, model.num_classes()};
+      return LossTargets{false, false, model.num_classes()};
+    case BINARY_CROSS_ENTROPY:
+      if (model.num_classes() != 2) {
+        return absl::InvalidArgumentError(absl::StrCat("model.num_classes is ", model.num_classes(),
+                                                       ", but BINARY_CROSS_ENTROPY is for classes 0 and 1: set 2"));
+      }
+      return LossTargets{false, true, 2};
     case MEAN_SQUARED_ERROR: {
       if (job.dataset().format() != DatasetSpec::SERIES) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -45,7 +51,7 @@ absl::StatusOr<LossTargets> LossTargetsOf(const JobSpec& job) {
                                                        "leave it unset"));
       }
       const int64_t horizon = job.dataset().series().horizon();
-      return LossTargets{true, horizon == 0 ? 1 : horizon};
+      return LossTargets{true, false, horizon == 0 ? 1 : horizon};
     }
     default:
       return absl::InvalidArgumentError(absl::StrCat("model.loss ", static_cast<int>(model.loss()), " is unknown"));
@@ -55,6 +61,23 @@ absl::StatusOr<LossTargets> LossTargetsOf(const JobSpec& job) {
 absl::StatusOr<LossTerms> AddLossTerms(GraphBuilder* b, const LossTargets& targets, Output outputs, Output labels,
                                        const std::string& prefix) {
   LossTerms t;
+  if (targets.binary) {
+    // One logit z per example; [0, z] as two classes' logits makes the
+    // softmax of class 1 sigmoid(z), so the sparse cross-entropy is the
+    // sigmoid's and class 1 wins exactly when z > 0.
+    const TensorShape& s = outputs.shape();
+    if (s.rank() < 2 || s.dim(s.rank() - 1) != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("the last layer must produce [batch, 1] logits for "
+                                                     "BINARY_CROSS_ENTROPY (one per example), got ",
+                                                     s.DebugString()));
+    }
+    ASSIGN_OR_RETURN(Output z, Predictions(b, outputs, 1, (prefix + "logit").c_str()));
+    Output zero = b->Op("Sub", {z, z}, {}, prefix + "zero");
+    t.rows = b->Op("Concat", {zero, z}, {}, prefix + "logits");
+    t.terms = b->Op("SparseSoftmaxCrossEntropyWithLogits", {t.rows, labels}, {}, prefix + "xent");
+    RETURN_IF_ERROR(b->status());
+    return t;
+  }
   if (!targets.regression) {
     const std::string logits = prefix + "logits";
     ASSIGN_OR_RETURN(t.rows, Predictions(b, outputs, targets.width, logits.c_str()));

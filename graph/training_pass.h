@@ -32,13 +32,15 @@ namespace weft {
 absl::StatusOr<Output> Predictions(GraphBuilder* b, Output logits, int64_t num_classes, const char* name);
 
 // What a sequential model's loss compares its outputs with: class labels
-// (int32, one per example or position; `width` = num_classes) or, for
+// (int32, one per example or position; `width` = num_classes, 2 for
+// BINARY_CROSS_ENTROPY's one logit) or, for
 // MEAN_SQUARED_ERROR, float targets (`width` per example: a SERIES
 // dataset's horizon). INVALID_ARGUMENT, naming the field, for an unknown
 // loss, a regression on a dataset without float targets, or num_classes
 // that does not suit the loss.
 struct LossTargets {
   bool regression = false;
+  bool binary = false;  // BINARY_CROSS_ENTROPY: one logit, classes 0 and 1
   int64_t width = 0;
 };
 absl::StatusOr<LossTargets> LossTargetsOf(const JobSpec& job);
@@ -49,7 +51,7 @@ absl::StatusOr<LossTargets> LossTargetsOf(const JobSpec& job);
 // the evaluation's. Nodes are named `prefix` + logits, xent (or outputs,
 // diff, squares).
 struct LossTerms {
-  Output rows;   // the logits as [rows, classes] (classification only)
+  Output rows;   // the logits as [rows, classes] (classification only; [z] as [0, z] for binary)
   Output terms;  // [rows] cross-entropies, or [targets] squared errors
 };
 absl::StatusOr<LossTerms> AddLossTerms(GraphBuilder* b, const LossTargets& targets, Output outputs, Output labels,

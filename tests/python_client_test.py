@@ -284,6 +284,43 @@ def test_a_recurrent_layer_reads_image_rows_as_steps_and_predicts_as_numpy_recur
     np.testing.assert_allclose(model.predict(x_test), e / e.sum(axis=1, keepdims=True), atol=1e-4)
 
 
+def test_binary_crossentropy_fits_one_sigmoid_and_predicts_class_1s_probability(client):
+    # Class 1: the first four bytes outweigh the last four.
+    def data(n, seed):
+        x = np.random.default_rng(seed).integers(0, 256, (n, 8), dtype=np.uint8)
+        return x, (x[:, :4].astype(int).sum(1) > x[:, 4:].astype(int).sum(1)).astype(np.int64)
+    x, y = data(2048, 3)
+    x_test, y_test = data(512, 4)
+    with pytest.raises(ValueError, match="one logit"):
+        _binary_model(2)
+    with weft.distribute.OneDeviceStrategy(client=client).scope():
+        model = _binary_model(1)
+    from weft._pb import job_pb2
+    spec = model.to_job_spec(job_pb2.DatasetSpec(), (8,), batch_size=32, epochs=1).model
+    assert spec.loss == job_pb2.BINARY_CROSS_ENTROPY and spec.num_classes == 2
+    assert spec.layer[-1].dense.activation == job_pb2.ACTIVATION_NONE  # the sigmoid is the loss's
+    model.fit(x, y, epochs=6, batch_size=32, verbose=0)
+    loss, accuracy = model.evaluate(x_test, y_test)
+    assert accuracy >= 0.9, (loss, accuracy)  # chance: about 1/2
+    p = model.predict(x_test)
+    assert p.shape == (512, 1) and np.all((p >= 0) & (p <= 1))
+    assert np.mean((p[:, 0] > 0.5) == y_test) == pytest.approx(accuracy, abs=1e-6)
+    q = p[:, 0].astype(np.float64)
+    bce = np.mean(np.where(y_test == 1, -np.log(q), -np.log1p(-q)))
+    assert bce == pytest.approx(loss, rel=1e-3)
+
+
+def _binary_model(units):
+    model = weft.keras.Sequential([layers.Dense(16, activation="relu", input_shape=(8,)),
+                                   layers.Dense(units, activation="sigmoid")], name="binary")
+    model.compile(optimizer=weft.keras.optimizers.Adam(learning_rate=0.01), loss="binary_crossentropy",
+                  metrics=["accuracy"])
+    if units != 1:
+        from weft._pb import job_pb2
+        model.to_job_spec(job_pb2.DatasetSpec(), (8,), batch_size=8, epochs=1)
+    return model
+
+
 WEATHER = "/usr/lib/python3/dist-packages/vega_datasets/_data/seattle-weather.csv"
 
 

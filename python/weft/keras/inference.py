@@ -45,7 +45,7 @@ def _variable(weights: Dict[str, np.ndarray], prefix: str, name: str, required: 
 
 def forward_graph(model: "job_pb2.ModelSpec", weights: Dict[str, np.ndarray]):
     """(graph, input placeholder, class probabilities) for ``model`` with ``weights`` (for a
-    mean-squared-error model, its outputs)."""
+    mean-squared-error model, its outputs; for a binary one, class 1's probability)."""
     g = Graph()
     with g.as_default():
         x = ops.placeholder("float32", [None] + list(model.input_shape), name="input")
@@ -65,6 +65,8 @@ def forward_graph(model: "job_pb2.ModelSpec", weights: Dict[str, np.ndarray]):
             previous = name
         if model.loss == job_pb2.MEAN_SQUARED_ERROR:
             probs = ops.identity(outs[previous][0], name="outputs")  # a regression's outputs as they are
+        elif model.loss == job_pb2.BINARY_CROSS_ENTROPY:
+            probs = ops.sigmoid(outs[previous][0], name="probabilities")  # class 1's, as Keras gives them
         else:
             probs = ops.softmax(outs[previous][0], name="probabilities")
     return g, x, probs

@@ -93,20 +93,26 @@ class BaseModel:
         last = entries[-1][0]
         if self.loss.regression:
             return self._regression_spec(input_shape, entries)
-        ends_in_softmax = getattr(last, "activation", None) == "softmax"
+        # The output activation the loss absorbs: a softmax, or a binary loss's sigmoid.
+        squash, loss_name = ("sigmoid", "binary_crossentropy") if self.loss.binary else (
+            "softmax", "sparse_categorical_crossentropy")
+        ends_in_softmax = getattr(last, "activation", None) == squash
         if not self.loss.from_logits:
             if not ends_in_softmax:
-                raise ValueError("loss: sparse_categorical_crossentropy without from_logits=True expects the last "
-                                 "layer to end in a softmax; add activation='softmax' or pass "
-                                 "SparseCategoricalCrossentropy(from_logits=True)")
+                raise ValueError(f"loss: {loss_name} without from_logits=True expects the last layer to end in a "
+                                 f"{squash}; add activation='{squash}' or pass from_logits=True to the loss")
         elif ends_in_softmax:
-            raise ValueError("loss: from_logits=True but the last layer ends in a softmax")
+            raise ValueError(f"loss: from_logits=True but the last layer ends in a {squash}")
         # The classifier: the last layer, or the Dense layer an output Activation reads (just before it).
         head = last if isinstance(last, layers_mod.Dense) else entries[-2][0] if (
             isinstance(last, layers_mod.Activation) and len(entries) > 1) else None
         if not isinstance(head, layers_mod.Dense):
             raise ValueError("the last layer must be a Dense layer with one unit per class")
-        spec = job_pb2.ModelSpec(input_shape=list(input_shape), num_classes=head.units, loss=self.loss.to_proto())
+        if self.loss.binary and head.units != 1:
+            raise ValueError(f"loss: binary_crossentropy reads one logit per example; the last Dense layer has "
+                             f"{head.units} units")
+        spec = job_pb2.ModelSpec(input_shape=list(input_shape), num_classes=2 if self.loss.binary else head.units,
+                                 loss=self.loss.to_proto())
         for layer, p in entries:
             if layer is last and ends_in_softmax:  # absorbed by the loss
                 if isinstance(layer, layers_mod.Activation):
