@@ -423,6 +423,20 @@ def test_optimizers_write_their_schedules_into_the_job():
     assert not adamw.HasField("schedule")
 
 
+def test_gradient_accumulation_updates_every_k_batches_as_one_step_of_k_micro_batches():
+    from weft._pb import job_pb2
+    model = weft.keras.Sequential([layers.Dense(10, activation="softmax", input_shape=(784,))])
+    model.compile(optimizer=weft.keras.optimizers.AdamW(1e-3, gradient_accumulation_steps=4))
+    job = model.to_job_spec(job_pb2.DatasetSpec(), (784,), batch_size=32, epochs=1)
+    assert job.batch_size == 128 and job.optimizer.gradient_accumulation_steps == 4
+    model.compile(optimizer=weft.keras.optimizers.SGD(0.1))
+    job = model.to_job_spec(job_pb2.DatasetSpec(), (784,), batch_size=32, epochs=1)
+    assert job.batch_size == 32 and job.optimizer.gradient_accumulation_steps == 0
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="gradient_accumulation_steps"):
+            weft.keras.optimizers.Adam(gradient_accumulation_steps=bad)
+
+
 def test_functional_models_refuse_what_weft_lacks():
     inp = weft.keras.Input(shape=(8, 8, 1))
     conv = layers.Conv2D(4, 3)

@@ -83,11 +83,19 @@ schedules = types.SimpleNamespace(LearningRateSchedule=LearningRateSchedule, Cos
 
 
 class Optimizer:
-    """Every optimizer takes ``learning_rate`` as a number or a schedule, and
+    """Every optimizer takes ``learning_rate`` as a number or a schedule,
     ``global_clipnorm``: each replica scales its gradients to a global norm of at
-    most this before they are averaged."""
+    most this before they are averaged, and ``gradient_accumulation_steps``
+    k: as Keras', one update every k batches with the mean of their gradients
+    (``fit``'s job then takes steps of k * batch_size examples, each run as k
+    micro-batches of batch_size one after another, so its steps count updates)."""
 
-    def __init__(self, who: str, learning_rate, global_clipnorm, clipnorm) -> None:
+    def __init__(self, who: str, learning_rate, global_clipnorm, clipnorm,
+                 gradient_accumulation_steps=None) -> None:
+        k = gradient_accumulation_steps
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise ValueError(f"{who}: gradient_accumulation_steps must be an int >= 1, got {k!r}")
+        self.gradient_accumulation_steps = k or 1
         if clipnorm is not None:
             raise ValueError(f"{who}: weft clips by the global norm of all gradients: use global_clipnorm, "
                              "not clipnorm")
@@ -106,6 +114,8 @@ class Optimizer:
             self.schedule._fill(spec.schedule)
         if self.global_clipnorm is not None:
             spec.clip_global_norm = self.global_clipnorm
+        if self.gradient_accumulation_steps > 1:
+            spec.gradient_accumulation_steps = self.gradient_accumulation_steps
         return spec
 
     def to_proto(self) -> "job_pb2.OptimizerSpec":
@@ -117,8 +127,9 @@ class SGD(Optimizer):
     ``weight_decay`` adds weight_decay * var to the gradient (PyTorch's SGD)."""
 
     def __init__(self, learning_rate=0.01, momentum: float = 0.0, nesterov: bool = False,
-                 weight_decay: float = 0.0, global_clipnorm: float | None = None, clipnorm=None) -> None:
-        super().__init__("SGD", learning_rate, global_clipnorm, clipnorm)
+                 weight_decay: float = 0.0, global_clipnorm: float | None = None, clipnorm=None,
+                 gradient_accumulation_steps: int | None = None) -> None:
+        super().__init__("SGD", learning_rate, global_clipnorm, clipnorm, gradient_accumulation_steps)
         self.momentum = _rate("SGD", "momentum", momentum, 0.0, 1.0, open_low=False)
         self.weight_decay = _rate("SGD", "weight_decay", weight_decay, 0.0, open_low=False)
         if not isinstance(nesterov, bool):
@@ -140,8 +151,9 @@ class SGD(Optimizer):
 
 class Adam(Optimizer):
     def __init__(self, learning_rate=0.001, beta_1: float = 0.9, beta_2: float = 0.999,
-                 epsilon: float = 1e-7, global_clipnorm: float | None = None, clipnorm=None) -> None:
-        super().__init__(type(self).__name__, learning_rate, global_clipnorm, clipnorm)
+                 epsilon: float = 1e-7, global_clipnorm: float | None = None, clipnorm=None,
+                 gradient_accumulation_steps: int | None = None) -> None:
+        super().__init__(type(self).__name__, learning_rate, global_clipnorm, clipnorm, gradient_accumulation_steps)
         who = type(self).__name__
         self.beta_1 = _rate(who, "beta_1", beta_1, 0.0, 1.0, open_low=False)
         self.beta_2 = _rate(who, "beta_2", beta_2, 0.0, 1.0, open_low=False)
@@ -162,8 +174,9 @@ class AdamW(Adam):
 
     def __init__(self, learning_rate=0.001, weight_decay: float = 0.004, beta_1: float = 0.9,
                  beta_2: float = 0.999, epsilon: float = 1e-7, global_clipnorm: float | None = None,
-                 clipnorm=None) -> None:
-        super().__init__(learning_rate, beta_1, beta_2, epsilon, global_clipnorm, clipnorm)
+                 clipnorm=None, gradient_accumulation_steps: int | None = None) -> None:
+        super().__init__(learning_rate, beta_1, beta_2, epsilon, global_clipnorm, clipnorm,
+                         gradient_accumulation_steps)
         self.weight_decay = _rate("AdamW", "weight_decay", weight_decay)
 
     def to_proto(self):

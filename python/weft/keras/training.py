@@ -138,7 +138,10 @@ class BaseModel:
         """The JobSpec ``fit`` submits (also for ``weft submit``: print it with text_format)."""
         if self.optimizer is None:
             raise RuntimeError("compile the model before training it (model.compile(...))")
-        job = job_pb2.JobSpec(name=name or self.name, batch_size=batch_size, epochs=epochs, seed=seed)
+        # Keras' gradient accumulation: an update every k batches, which weft
+        # runs as one step of k micro-batches.
+        k = self.optimizer.gradient_accumulation_steps
+        job = job_pb2.JobSpec(name=name or self.name, batch_size=batch_size * k, epochs=epochs, seed=seed)
         job.model.CopyFrom(self._model_spec(input_shape))
         job.dataset.CopyFrom(dataset)
         job.optimizer.CopyFrom(self.optimizer.to_proto())
