@@ -31,6 +31,8 @@
 #       GPU, and MIRRORED over NCCL when the machine has two GPUs or more, and
 #       prints samples/s side by side; the table is also written as markdown
 #       (FILE.md, default DIR/gpu_bench.md).
+#       It also trains examples/seattle_weather_lstm.pbtxt on the GPU once, as
+#       a check (float targets), when the bundle has its data.
 #       --skip_tests leaves out the GPU test binaries and --no_local the
 #       `weft local` and NCCL runs, so that a short session on a GPU spends
 #       its time on the training figures.
@@ -95,6 +97,12 @@ build() {
   cp "$data"/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz "$bundle/data/"
   cp "$REPO"/examples/fmnist_*.pbtxt "$REPO"/examples/kjv_transformer.pbtxt "$bundle/jobs/"
   "$REPO/tools/kjv_corpus.sh" "$bundle/data/kjv.txt"
+  # The regression example's series (python3-vega-datasets), where installed.
+  local weather=/usr/lib/python3/dist-packages/vega_datasets/_data/seattle-weather.csv
+  if [ -r "$weather" ]; then
+    cp "$weather" "$bundle/data/"
+    cp "$REPO/examples/seattle_weather_lstm.pbtxt" "$bundle/jobs/"
+  fi
   git -C "$REPO" rev-parse --short HEAD > "$bundle/COMMIT" 2>/dev/null || echo unknown > "$bundle/COMMIT"
   # Binaries and libraries compress about 3x; the data is gzip already.
   tar -cJf "$bundle/binaries.tar.xz" -C "$bundle" bin tests lib
@@ -249,6 +257,7 @@ run() {
       peer torch-compile-ro "$model" "$epochs" reduce-overhead
     done
   done
+  regression_check
   if [ "$no_local" = 1 ]; then
     echo "== distributed and NCCL: skipped (--no_local)" >&2
   else
@@ -258,6 +267,25 @@ run() {
     --markdown "$out" || failed=1
   echo "gpu.sh: markdown in $out" >&2
   return $failed
+}
+
+# The regression example on the GPU (float targets fed to it, the squared
+# errors computed there): a check, not a row of the table. Its test loss must
+# beat 0.3 (an untrained model's is near 1). run()'s locals are visible here.
+regression_check() {
+  [ -f "$bundle/jobs/seattle_weather_lstm.pbtxt" ] || { echo "== regression: not in the bundle" >&2; return 0; }
+  echo "== regression on the GPU (examples/seattle_weather_lstm.pbtxt)" >&2
+  local job="$work/regression.pbtxt"
+  sed -e "s|^\( *dir:\).*|\1 \"$bundle/data\"|" -e '$a device: GPU' "$bundle/jobs/seattle_weather_lstm.pbtxt" > "$job"
+  if "$bundle/bin/weft" train "$job" --output=json > "$work/regression.json" 2> "$work/regression.err" &&
+      "$PYTHON" -c 'import json, sys
+r = json.loads(next(l for l in open(sys.argv[1]) if l.startswith("{")))
+print("weft-regression", json.dumps(r))
+sys.exit(0 if 0 < r["test_loss"] < 0.3 else 1)' "$work/regression.json"; then
+    grep -m1 "training step on" "$work/regression.err" || true
+  else
+    echo "regression on the GPU failed:"; tail -20 "$work/regression.err"; failed=1
+  fi
 }
 
 # `weft local` across processes on the GPU, and MIRRORED over NCCL where there
@@ -333,7 +361,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds="$2"; shift 2 ;;
     --skip_tests) skip_tests=1; shift ;;
     --no_local) no_local=1; shift ;;
-    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
