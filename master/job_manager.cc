@@ -38,6 +38,22 @@ class JobWatchImpl final : public JobWatch {
 };
 
 // The status of a job whose runner returned `result`.
+// JobStatus.epoch_end keeps the newest this many epochs.
+constexpr int kEpochEndsKept = 4096;
+
+// Appends the epoch that `p` ends to s->epoch_end, dropping the oldest past
+// kEpochEndsKept.
+void RecordEpochEnd(const TrainProgress& p, JobStatus* s) {
+  auto* ends = s->mutable_epoch_end();
+  if (ends->size() >= kEpochEndsKept) ends->DeleteSubrange(0, ends->size() - kEpochEndsKept + 1);
+  EpochEnd* e = ends->Add();
+  e->set_epoch(p.epoch);
+  e->set_step(p.step);
+  e->set_train_loss(p.loss);
+  e->set_test_accuracy(p.test_accuracy);
+  e->set_test_loss(p.test_loss);
+}
+
 void RecordResult(const absl::StatusOr<TrainResult>& result, bool cancelled, JobStatus* s) {
   if (!result.ok()) {
     s->set_state(cancelled ? CANCELLED : FAILED);
@@ -372,6 +388,7 @@ void JobManager::RunJob(Job* job) {
           if (p.test_loss >= 0) s->set_test_loss(p.test_loss);
           s->set_samples_per_second(p.samples_per_second);
           s->set_wall_seconds(p.elapsed_seconds);
+          if (p.epoch_end) RecordEpochEnd(p, s);
         },
         /*force=*/false);
   });

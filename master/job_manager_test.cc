@@ -133,6 +133,14 @@ TEST_F(JobManagerTest, TrainsToSucceededWithTheFiguresOfALocalRun) {
   EXPECT_GT(st->warmup_seconds(), 0);  // the first call of steps, timed apart
   EXPECT_GT(st->wall_seconds(), 0);
   EXPECT_EQ(st->name(), "tiny");
+  // Every epoch's end, in order, whichever statuses a watcher saw.
+  ASSERT_EQ(st->epoch_end_size(), 3);
+  for (int e = 0; e < 3; ++e) {
+    EXPECT_EQ(st->epoch_end(e).epoch(), e + 1);
+    EXPECT_EQ(st->epoch_end(e).step(), (e + 1) * (240 / 16));
+    EXPECT_GT(st->epoch_end(e).train_loss(), 0);
+  }
+  EXPECT_EQ(st->epoch_end(2).train_loss(), st->train_loss());
   // The finished job's session released its variables on every task.
   EXPECT_TRUE(cluster_->worker(kPs)->VariableNames().empty());
   EXPECT_TRUE(cluster_->worker(kW0)->VariableNames().empty());

@@ -246,14 +246,16 @@ class BaseModel:
                 bar.set_postfix(loss=f"{st.loss:.4f}")
                 for cb in callbacks:
                     cb.on_train_batch_end(st.step, {"loss": st.loss})
-                # status.epoch is the epoch running (1-based); the ones before it ended.
-                ended = st.epoch if st.done and st.state == "SUCCEEDED" else st.epoch - 1
-                if ended > done_epochs and st.step > 0:
-                    done_epochs = ended
+                # Every epoch that ended since the last status, with its own
+                # figures (statuses of fast epochs can replace one another).
+                for end in st.epoch_end:
+                    if end.epoch <= done_epochs:
+                        continue
+                    done_epochs = end.epoch
                     for cb in callbacks:
-                        cb.on_epoch_end(ended - 1, _logs(st, validate))
-                    if self.stop_training and not st.done:
-                        client.cancel(job_id)
+                        cb.on_epoch_end(end.epoch - 1, _epoch_logs(end, validate))
+                if self.stop_training and not st.done:
+                    client.cancel(job_id)
         except KeyboardInterrupt:
             client.cancel(job_id)
             raise
@@ -384,6 +386,17 @@ def _model_variables(variables: Dict[str, Any]) -> Dict[str, Any]:
             name = rest
         out[name] = value
     return out
+
+
+def _epoch_logs(end, validate: bool) -> Dict[str, float]:
+    """Keras' epoch logs from one JobStatus.epoch_end entry."""
+    logs = {"loss": end.train_loss}
+    if validate:
+        if end.test_accuracy >= 0:
+            logs["val_accuracy"] = end.test_accuracy
+        if end.test_loss >= 0:
+            logs["val_loss"] = end.test_loss
+    return logs
 
 
 def _logs(st, validate: bool) -> Dict[str, float]:
