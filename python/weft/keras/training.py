@@ -390,23 +390,22 @@ def _model_variables(variables: Dict[str, Any]) -> Dict[str, Any]:
 
 def _epoch_logs(end, validate: bool) -> Dict[str, float]:
     """Keras' epoch logs from one JobStatus.epoch_end entry."""
-    logs = {"loss": end.train_loss}
-    if validate:
-        if end.test_accuracy >= 0:
-            logs["val_accuracy"] = end.test_accuracy
-        if end.test_loss >= 0:
-            logs["val_loss"] = end.test_loss
-    return logs
+    return _figures(end.train_loss, end, validate)
 
 
 def _logs(st, validate: bool) -> Dict[str, float]:
-    logs = {"loss": st.train_loss if st.train_loss else st.loss}
+    """Keras' logs from a whole status (the run's end)."""
+    return _figures(st.train_loss if st.train_loss else st.loss, st, validate)
+
+
+def _figures(loss: float, evaluated, validate: bool) -> Dict[str, float]:
+    # A regression has a val_loss and no accuracy; -1 is "not evaluated".
+    logs = {"loss": loss}
     if validate:
-        # A regression has a val_loss and no accuracy.
-        if st.test_accuracy >= 0:
-            logs["val_accuracy"] = st.test_accuracy
-        if st.test_loss >= 0:
-            logs["val_loss"] = st.test_loss
+        if evaluated.test_accuracy >= 0:
+            logs["val_accuracy"] = evaluated.test_accuracy
+        if evaluated.test_loss >= 0:
+            logs["val_loss"] = evaluated.test_loss
     return logs
 
 
