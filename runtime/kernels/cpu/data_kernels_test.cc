@@ -7,8 +7,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/thread_pool.h"
+#include "graph/attr.h"
 #include "graph/builder.h"
 #include "graph/input_ops.h"
 #include "gtest/gtest.h"
@@ -332,6 +334,58 @@ TEST_F(InputBatchTest, MissingFileNamesTheFileAndNode) {
   EXPECT_NE(s.message().find("train_input"), std::string::npos) << s;
   // A failed load leaves no state; the next step tries again and can succeed.
   EXPECT_TRUE(device_.resources()->ResourceNames().empty());
+}
+
+// A SERIES dataset's batches carry float targets, its test pass ends with an
+// empty float batch, and a node whose float_targets does not match its
+// dataset is refused by the kernel, naming the attribute.
+TEST_F(InputBatchTest, SeriesBatchesCarryFloatTargets) {
+  std::string csv = "v\n";
+  for (int i = 0; i < 20; ++i) absl::StrAppend(&csv, i, "\n");
+  WriteFile(TempPath("input-series.csv"), csv);
+  DatasetSpec spec;
+  spec.set_format(DatasetSpec::SERIES);
+  spec.add_train_files(TempPath("input-series.csv"));
+  spec.mutable_series()->set_column("v");
+  spec.mutable_series()->set_window(3);
+  spec.mutable_series()->set_test_fraction(0.5f);
+  spec.mutable_series()->set_raw(true);
+  ops::InputBatchOptions o = Options(false, 4, 0, 1);
+  o.example_shape = TensorShape{3, 1};
+  o.num_classes = 0;
+  Graph g;
+  GraphBuilder b(&g);
+  ops::InputBatchOutputs in = ops::InputBatch(&b, spec, o, "series_input");
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  EXPECT_EQ(in.labels.dtype(), DType::kFloat32);
+  auto exec = MakeExecutor(g, &device_, in);
+  ASSERT_NE(exec, nullptr);
+  // Test split: values 10..19, 7 windows of 3 with the next value as target.
+  std::vector<float> targets;
+  for (;;) {
+    std::vector<Tensor> out;
+    ASSERT_TRUE(exec->Run({}, &out).ok());
+    ASSERT_EQ(out[1].dtype(), DType::kFloat32);
+    if (out[1].NumElements() == 0) break;
+    for (int64_t r = 0; r < out[1].NumElements(); ++r) {
+      EXPECT_EQ(out[0].data<float>()[r * 3 + 2] + 1, out[1].data<float>()[r]);
+      targets.push_back(out[1].data<float>()[r]);
+    }
+  }
+  EXPECT_EQ(targets, (std::vector<float>{13, 14, 15, 16, 17, 18, 19}));
+
+  // float_targets false for a SERIES spec: the kernel refuses the node.
+  Graph bad;
+  GraphBuilder bb(&bad);
+  Node* n = bb.AddNode("InputBatch", {},
+                       {Attr("dataset", EncodeDatasetSpecAttr(spec)), Attr("train", true), Attr("batch_size", int64_t{2}),
+                        Attr("example_shape", TensorShape{3, 1}), Attr("float_targets", false)},
+                       "mislabelled");
+  ASSERT_NE(n, nullptr) << bb.status();
+  absl::Status s = RunGraphOnce(bad, &device_, {}, {"mislabelled:1"}).status();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("float_targets"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("SERIES"), std::string::npos) << s;
 }
 
 TEST_F(InputBatchTest, CorruptFileNamesTheFile) {
