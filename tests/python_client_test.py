@@ -321,6 +321,17 @@ def _binary_model(units):
     return model
 
 
+def test_a_series_spec_names_its_columns_and_refuses_bad_arguments():
+    spec = weft.data.series("/data/w.csv", "t", 30, inputs=["a", "t"], horizon=2).to_proto()
+    assert (spec.dir, list(spec.train_files), spec.series.column) == ("/data", ["w.csv"], "t")
+    assert list(spec.series.inputs) == ["a", "t"] and spec.series.window == 30 and spec.series.horizon == 2
+    for kw, words in (({"path": "w.csv"}, "absolute path"), ({"window": 0}, "window"), ({"inputs": "a"}, "inputs"),
+                      ({"test_fraction": 1}, "test_fraction")):
+        args = {"path": "/data/w.csv", "column": "t", "window": 3, **kw}
+        with pytest.raises(ValueError, match=words):
+            weft.data.series(**args)
+
+
 WEATHER = "/usr/lib/python3/dist-packages/vega_datasets/_data/seattle-weather.csv"
 
 

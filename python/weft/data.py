@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
-from typing import Iterator, Optional, Tuple
+from typing import Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -66,13 +66,14 @@ class Dataset:
         return f"Dataset(dir={self.spec.dir!r})"
 
 
-def series(path: str, column: str, window: int, *, horizon: int = 1, test_fraction: float = 0.1,
-           raw: bool = False, train_limit: int = 0, test_limit: int = 0) -> Dataset:
-    """A time series in a CSV file on the tasks (format SERIES): column
-    ``column``'s values in file order; example i is ``window`` values (shape
-    ``(window, 1)``) and its float targets the ``horizon`` values after them.
-    The last ``test_fraction`` is the test split; values are standardised with
-    the train split's mean and deviation unless ``raw``. For
+def series(path: str, column: str, window: int, *, inputs: Optional[Sequence[str]] = None, horizon: int = 1,
+           test_fraction: float = 0.1, raw: bool = False, train_limit: int = 0, test_limit: int = 0) -> Dataset:
+    """A time series in a CSV file on the tasks (format SERIES), in file
+    order: example i is ``window`` rows of the ``inputs`` columns (default:
+    ``column`` alone; shape ``(window, len(inputs))``) and its float targets
+    the ``horizon`` values of ``column`` after them. The last
+    ``test_fraction`` is the test split; each column is standardised with
+    its train split's mean and deviation unless ``raw``. For
     ``loss="mean_squared_error"``.
     """
     if not isinstance(path, str) or not os.path.isabs(path):
@@ -92,6 +93,10 @@ def series(path: str, column: str, window: int, *, horizon: int = 1, test_fracti
     spec.series.horizon = horizon
     spec.series.test_fraction = float(test_fraction)
     spec.series.raw = bool(raw)
+    if inputs is not None:
+        if isinstance(inputs, str) or not all(isinstance(c, str) and c for c in inputs) or not inputs:
+            raise ValueError(f"inputs: a list of CSV column names, got {inputs!r}")
+        spec.series.inputs.extend(inputs)
     return Dataset(spec=spec)
 
 

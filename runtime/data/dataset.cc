@@ -11,7 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_join.h"
-#include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "runtime/data/dataset_files.h"
 #include "runtime/data/idx_reader.h"
@@ -81,38 +80,6 @@ absl::StatusOr<InMemoryDataset> InMemoryDataset::Create(std::vector<int64_t> exa
   ds.size_ = static_cast<int64_t>(examples);
   ds.pixels_ = std::make_shared<const std::vector<uint8_t>>(std::move(pixels));
   ds.labels_ = std::make_shared<const std::vector<int32_t>>(std::move(labels));
-  return ds;
-}
-
-absl::StatusOr<InMemoryDataset> InMemoryDataset::CreateWindows(std::vector<int64_t> example_shape,
-                                                               std::vector<float> values, int64_t count,
-                                                               int64_t step, int64_t target_offset,
-                                                               int64_t target_elems) {
-  int64_t elems = 1;
-  for (int64_t d : example_shape) {
-    if (d <= 0 || !CheckedMul(elems, d, &elems)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("example shape [", absl::StrJoin(example_shape, ","), "] has a non-positive or huge dim"));
-    }
-  }
-  // The last example's features and targets must end inside `values`.
-  int64_t last = 0, end = 0, target_end = 0;
-  if (step < 1 || target_offset < 0 || target_elems < 1 || count < 0 ||
-      (count > 0 && (!CheckedMul(count - 1, step, &last) || !CheckedAdd(target_offset, target_elems, &target_end) ||
-                     !CheckedAdd(last, std::max(elems, target_end), &end) ||
-                     end > static_cast<int64_t>(values.size())))) {
-    return absl::InvalidArgumentError(absl::StrCat(count, " windows of ", elems, " values and ", target_elems,
-                                                   " targets at offset ", target_offset, ", ", step,
-                                                   " apart, do not fit in ", values.size(), " values"));
-  }
-  InMemoryDataset ds;
-  ds.example_shape_ = std::move(example_shape);
-  ds.example_elems_ = elems;
-  ds.label_elems_ = target_elems;
-  ds.size_ = count;
-  ds.step_ = step;
-  ds.target_offset_ = target_offset;
-  ds.values_ = std::make_shared<const std::vector<float>>(std::move(values));
   return ds;
 }
 

@@ -55,14 +55,18 @@ class InMemoryDataset {
                                                 std::vector<uint8_t> pixels,
                                                 std::vector<int32_t> labels, int64_t label_elems = 1);
 
-  // Float examples that are windows of one array (a SERIES dataset):
-  // example j's features are the product(example_shape) values from
-  // values[j * step] and its targets the `target_elems` values from
-  // values[j * step + target_offset]. INVALID_ARGUMENT unless the dims are
-  // positive, step >= 1, target_offset >= 0, target_elems >= 1, count >= 0
-  // and every example's features and targets lie inside `values`.
-  static absl::StatusOr<InMemoryDataset> CreateWindows(std::vector<int64_t> example_shape, std::vector<float> values,
-                                                       int64_t count, int64_t step, int64_t target_offset,
+  // Float examples that are windows of arrays (a SERIES dataset): example
+  // j's features are the product(example_shape) values from
+  // features[j * feature_step], and its `target_elems` targets the values
+  // from targets[j + target_offset] (`targets` may be `features` itself).
+  // INVALID_ARGUMENT unless the dims are positive, feature_step >= 1,
+  // target_offset >= 0, target_elems >= 1, count >= 0, neither array is
+  // null, and every example's features and targets lie inside their arrays.
+  // (Defined in series.cc, beside its one user.)
+  static absl::StatusOr<InMemoryDataset> CreateWindows(std::vector<int64_t> example_shape,
+                                                       std::shared_ptr<const std::vector<float>> features,
+                                                       std::shared_ptr<const std::vector<float>> targets,
+                                                       int64_t count, int64_t feature_step, int64_t target_offset,
                                                        int64_t target_elems);
 
   int64_t size() const { return size_; }
@@ -79,7 +83,7 @@ class InMemoryDataset {
   // REQUIRES: float_examples(), 0 <= i < size(). Example i's features and
   // its label_elems() targets.
   const float* values(int64_t i) const { return values_->data() + (first_ + i * stride_) * step_; }
-  const float* targets(int64_t i) const { return values(i) + target_offset_; }
+  const float* targets(int64_t i) const { return targets_->data() + (first_ + i * stride_) + target_offset_; }
 
   // The examples i with i % count == index, in order (PyTorch's x[index::count]):
   // the shards for index = 0..count-1 partition the dataset. A shard shares
@@ -97,8 +101,9 @@ class InMemoryDataset {
   // shards and prefixes of one loaded split have in common.
   std::shared_ptr<const std::vector<uint8_t>> pixels_;  // row-major, example_elems_ per example
   std::shared_ptr<const std::vector<int32_t>> labels_;
-  // Float examples instead (CreateWindows): the array they are windows of.
+  // Float examples instead (CreateWindows): the arrays they are windows of.
   std::shared_ptr<const std::vector<float>> values_;
+  std::shared_ptr<const std::vector<float>> targets_;
   int64_t step_ = 0;
   int64_t target_offset_ = 0;
   int64_t first_ = 0;

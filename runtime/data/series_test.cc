@@ -5,6 +5,7 @@
 #include "runtime/data/series.h"
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,22 +21,28 @@ namespace {
 using testing::TempPath;
 using testing::WriteFile;
 
-// 20 rows whose `v` column is 0, 1, ..., 19 (in a middle column, with
-// Windows line ends and a blank line).
-DatasetSpec Series(int64_t window, int64_t horizon, bool raw, float test_fraction = 0.25f) {
-  std::string csv = "date,v,note\r\n";
-  for (int i = 0; i < 20; ++i) absl::StrAppend(&csv, "2012/01/", i + 1, ",", i, ".0,x\r\n", i == 9 ? "\r\n" : "");
-  WriteFile(TempPath("series.csv"), csv);
+// A SERIES spec of `csv`, written to `name` in the test's directory.
+DatasetSpec SeriesFile(const std::string& name, const std::string& csv, const std::string& column, int64_t window,
+                       int64_t horizon, bool raw, float test_fraction) {
+  WriteFile(TempPath(name), csv);
   DatasetSpec spec;
   spec.set_format(DatasetSpec::SERIES);
   spec.set_dir(TempPath(""));
-  spec.add_train_files("series.csv");
-  spec.mutable_series()->set_column("v");
+  spec.add_train_files(name);
+  spec.mutable_series()->set_column(column);
   spec.mutable_series()->set_window(window);
   spec.mutable_series()->set_horizon(horizon);
   spec.mutable_series()->set_test_fraction(test_fraction);
   spec.mutable_series()->set_raw(raw);
   return spec;
+}
+
+// 20 rows whose `v` column is 0, 1, ..., 19 (in a middle column, with
+// Windows line ends and a blank line).
+DatasetSpec Series(int64_t window, int64_t horizon, bool raw, float test_fraction = 0.25f) {
+  std::string csv = "date,v,note\r\n";
+  for (int i = 0; i < 20; ++i) absl::StrAppend(&csv, "2012/01/", i + 1, ",", i, ".0,x\r\n", i == 9 ? "\r\n" : "");
+  return SeriesFile("series.csv", csv, "v", window, horizon, raw, test_fraction);
 }
 
 std::vector<float> Values(const float* p, int64_t n) { return std::vector<float>(p, p + n); }
@@ -127,7 +134,8 @@ TEST(SeriesTest, BadSpecsAndFilesAreRefusedNamingWhatIsWrong) {
   spec.mutable_series()->set_test_fraction(1);
   EXPECT_NE(std::string(error(spec).message()).find("test_fraction"), std::string::npos) << error(spec);
   spec = Series(4, 1, true);
-  EXPECT_NE(std::string(LoadDataset(spec, true, {5}).status().message()).find("[window=4]"), std::string::npos);
+  EXPECT_NE(std::string(LoadDataset(spec, true, {5}).status().message()).find("[window=4, inputs=1]"),
+            std::string::npos);
   // A constant series cannot be standardised.
   WriteFile(TempPath("flat.csv"), "v\n1\n1\n1\n1\n1\n1\n1\n1\n");
   spec = Series(2, 1, false);
@@ -136,25 +144,60 @@ TEST(SeriesTest, BadSpecsAndFilesAreRefusedNamingWhatIsWrong) {
 }
 
 TEST(SeriesTest, CsvErrorsNameTheFileLineAndColumn) {
-  EXPECT_EQ(ParseCsvColumn("a,b\n1,2\n3,4", "b", "f.csv").value_or(std::vector<float>{}),
-            (std::vector<float>{2, 4}));
-  absl::Status s = ParseCsvColumn("a,b\n1,2\n3,oops\n", "b", "f.csv").status();
+  auto parse = [](absl::string_view csv, std::vector<std::string> columns) {
+    return ParseCsvColumns(csv, columns, "f.csv");
+  };
+  EXPECT_EQ(parse("a,b\n1,2\n3,4", {"b", "a"}).value_or(std::vector<std::vector<float>>{}),
+            (std::vector<std::vector<float>>{{2, 4}, {1, 3}}));
+  absl::Status s = parse("a,b\n1,2\n3,oops\n", {"b"}).status();
   EXPECT_NE(std::string(s.message()).find("f.csv:3: column 'b' holds 'oops'"), std::string::npos) << s;
-  s = ParseCsvColumn("a,b\n1,2\n3\n", "b", "f.csv").status();
+  s = parse("a,b\n1,2\n3\n", {"b"}).status();
   EXPECT_NE(std::string(s.message()).find("f.csv:3: 1 fields where the header has 2"), std::string::npos) << s;
-  s = ParseCsvColumn("a,b\n1,nan\n", "b", "f.csv").status();
-  EXPECT_NE(std::string(s.message()).find("not a finite number"), std::string::npos) << s;
-  s = ParseCsvColumn("", "b", "f.csv").status();
+  s = parse("a,b\n1,nan\n", {"a", "b"}).status();
+  EXPECT_NE(std::string(s.message()).find("column 'b' holds 'nan', not a finite number"), std::string::npos) << s;
+  s = parse("", {"b"}).status();
   EXPECT_NE(std::string(s.message()).find("no header line"), std::string::npos) << s;
 }
 
-TEST(SeriesTest, WindowsMustFitTheirArray) {
-  EXPECT_TRUE(InMemoryDataset::CreateWindows({3}, std::vector<float>(5), 2, 1, 3, 1).ok());
+// Several input columns: features are rows of the inputs, targets the target
+// column's values after them, each column standardised on its own.
+TEST(SeriesTest, SeveralInputColumnsMakeRowsOfFeatures) {
+  std::string csv = "t,a,b\n";
+  for (int i = 0; i < 12; ++i) absl::StrAppend(&csv, i, ",", 2 * i, ",", 100 - i, "\n");
+  DatasetSpec spec = SeriesFile("multi.csv", csv, "t", /*window=*/3, /*horizon=*/1, /*raw=*/true, 0.25f);
+  spec.mutable_series()->add_inputs("b");
+  spec.mutable_series()->add_inputs("a");
+  // 12 rows: 9 train rows make 9 - 3 - 1 + 1 = 6 examples.
+  absl::StatusOr<InMemoryDataset> train = LoadDataset(spec, true, {3, 2});
+  ASSERT_TRUE(train.ok()) << train.status();
+  ASSERT_EQ(train->size(), 6);
+  EXPECT_EQ(train->example_shape(), (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(Values(train->values(2), 6), (std::vector<float>{98, 4, 97, 6, 96, 8}));
+  EXPECT_EQ(train->targets(2)[0], 5);
+  EXPECT_NE(std::string(LoadDataset(spec, true, {3}).status().message()).find("[window=3, inputs=2]"),
+            std::string::npos);
+  // Standardised: column a (0, 2, ..., 16 in train) and b each by their own figures.
+  spec.mutable_series()->set_raw(false);
+  train = LoadDataset(spec, true);
+  ASSERT_TRUE(train.ok()) << train.status();
+  const double sd_a = std::sqrt(4 * 60.0 / 9);  // population deviation of 0, 2, ..., 16
+  EXPECT_NEAR(train->values(0)[1], (0 - 8) / sd_a, 1e-6);
+  EXPECT_NEAR(train->values(0)[0], (100 - 96) / (sd_a / 2), 1e-6);
+  spec.mutable_series()->add_inputs("b");
+  EXPECT_NE(std::string(LoadDataset(spec, true).status().message()).find("'b' twice"), std::string::npos);
+}
+
+TEST(SeriesTest, WindowsMustFitTheirArrays) {
+  auto values = [](size_t n) { return std::make_shared<const std::vector<float>>(n); };
+  EXPECT_TRUE(InMemoryDataset::CreateWindows({3}, values(5), values(5), 2, 1, 3, 1).ok());
   // The second window's target would be value 5 of 5.
-  EXPECT_FALSE(InMemoryDataset::CreateWindows({3}, std::vector<float>(5), 3, 1, 3, 1).ok());
-  EXPECT_FALSE(InMemoryDataset::CreateWindows({3}, std::vector<float>(5), int64_t{1} << 62, 4, 3, 1).ok());
-  EXPECT_FALSE(InMemoryDataset::CreateWindows({3}, std::vector<float>(5), 1, 0, 3, 1).ok());
-  EXPECT_TRUE(InMemoryDataset::CreateWindows({3}, std::vector<float>(0), 0, 1, 3, 1).ok());
+  EXPECT_FALSE(InMemoryDataset::CreateWindows({3}, values(5), values(5), 3, 1, 3, 1).ok());
+  // Features 2 apart: the second window ends at value 5 of 4.
+  EXPECT_FALSE(InMemoryDataset::CreateWindows({3}, values(4), values(9), 2, 2, 3, 1).ok());
+  EXPECT_FALSE(InMemoryDataset::CreateWindows({3}, values(5), values(5), int64_t{1} << 62, 4, 3, 1).ok());
+  EXPECT_FALSE(InMemoryDataset::CreateWindows({3}, values(5), values(5), 1, 0, 3, 1).ok());
+  EXPECT_FALSE(InMemoryDataset::CreateWindows({3}, nullptr, values(5), 1, 1, 3, 1).ok());
+  EXPECT_TRUE(InMemoryDataset::CreateWindows({3}, values(0), values(0), 0, 1, 3, 1).ok());
 }
 
 }  // namespace
