@@ -30,6 +30,28 @@ using ConstArrayMap = Eigen::Map<const Eigen::ArrayXf>;
 inline ConstArrayMap AsArray(const Tensor& t) { return ConstArrayMap(t.data<float>(), t.NumElements()); }
 inline ArrayMap AsArray(Tensor* t) { return ArrayMap(t->data<float>(), t->NumElements()); }
 
+// A zeroed scratch of `n` floats (ZeroedFloats) or doubles (ZeroedDoubles,
+// two float32 each: n fits, since a float tensor of the data it sums
+// exists), held by `holder`; nullptr, with the error recorded, when the
+// allocator refuses.
+inline float* ZeroedScratch(OpKernelContext* ctx, int64_t floats, Tensor* holder) {
+  absl::StatusOr<Tensor> t = ctx->allocate_temp(DType::kFloat32, TensorShape{std::max<int64_t>(floats, 1)});
+  if (!t.ok()) {
+    ctx->SetStatus(t.status());
+    return nullptr;
+  }
+  *holder = *std::move(t);
+  std::fill(holder->data<float>(), holder->data<float>() + floats, 0.0f);
+  return holder->data<float>();
+}
+inline float* ZeroedFloats(OpKernelContext* ctx, int64_t n, Tensor* holder) {
+  return ZeroedScratch(ctx, n, holder);
+}
+inline double* ZeroedDoubles(OpKernelContext* ctx, int64_t n, Tensor* holder) {
+  float* p = ZeroedScratch(ctx, 2 * n, holder);
+  return p == nullptr ? nullptr : reinterpret_cast<double*>(p);
+}
+
 // The device-neutral checks (kernel_checks.h), under the names the CPU
 // kernels have always used.
 using kernels::ConcatRowsOutputShape;

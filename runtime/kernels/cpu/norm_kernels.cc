@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "runtime/kernels/cpu/kernel_util.h"
+#include "runtime/kernels/cpu/norm_sums.h"
 #include "runtime/kernels/norm_kernels.h"
 #include "runtime/op_kernel.h"
 
@@ -20,21 +21,6 @@ using kernels::NormGeometry;
 // acc[c] += row[c].
 void AccumulateRow(const float* __restrict row, double* __restrict acc, int64_t nc) {
   for (int64_t c = 0; c < nc; ++c) acc[c] += row[c];
-}
-
-// A double scratch vector of `n` entries, zeroed; nullptr (with the error
-// recorded) when the allocator refuses.
-double* ScratchDoubles(OpKernelContext* ctx, int64_t n, Tensor* holder) {
-  // Two float32 per double: n fits, since a float tensor of n elements exists.
-  absl::StatusOr<Tensor> t = ctx->allocate_temp(DType::kFloat32, TensorShape{2 * std::max<int64_t>(n, 1)});
-  if (!t.ok()) {
-    ctx->SetStatus(t.status());
-    return nullptr;
-  }
-  *holder = *std::move(t);
-  double* p = reinterpret_cast<double*>(holder->data<float>());
-  std::fill(p, p + n, 0.0);
-  return p;
 }
 
 // y[r, c] = x[r, c] * scale[c] + shift[c] over the rows.
@@ -55,7 +41,7 @@ struct BatchNorm {
                   const Tensor& beta, float epsilon, Tensor* y, Tensor* mean, Tensor* var, Tensor* inv_std) {
     const int64_t nc = g.channels;
     Tensor holder;
-    double* acc = ScratchDoubles(ctx, nc, &holder);
+    double* acc = ZeroedDoubles(ctx, nc, &holder);
     if (acc == nullptr) return;
     const float* xp = x.data<float>();
     for (int64_t r = 0; r < g.rows; ++r) AccumulateRow(xp + r * nc, acc, nc);
@@ -100,7 +86,7 @@ struct BatchNormGrad {
                   Tensor* dbeta) {
     const int64_t nc = g.channels;
     Tensor holder;
-    double* acc = ScratchDoubles(ctx, 2 * nc, &holder);
+    double* acc = ZeroedDoubles(ctx, 2 * nc, &holder);
     if (acc == nullptr) return;
     double* sum_dy = acc;
     double* sum_dy_xhat = acc + nc;
@@ -108,14 +94,7 @@ struct BatchNormGrad {
     const float* xp = x.data<float>();
     const float* mp = mean.data<float>();
     const float* ip = inv_std.data<float>();
-    for (int64_t r = 0; r < g.rows; ++r) {
-      const float* dr = dyp + r * nc;
-      const float* xr = xp + r * nc;
-      for (int64_t c = 0; c < nc; ++c) {
-        sum_dy[c] += dr[c];
-        sum_dy_xhat[c] += static_cast<double>(dr[c]) * ((xr[c] - mp[c]) * ip[c]);
-      }
-    }
+    SumDyAndDyXhat(g, dyp, xp, mp, ip, sum_dy, sum_dy_xhat);
     float* dgp = dgamma->data<float>();
     float* dbp = dbeta->data<float>();
     for (int64_t c = 0; c < nc; ++c) {

@@ -38,18 +38,6 @@ ConstStrided StepRows(const float* p, const LstmGeometry& g, int64_t width, int6
   return ConstStrided(p + t * width, g.batch, width, Eigen::OuterStride<>(g.steps * width));
 }
 
-// A zeroed float scratch of n entries; nullptr (status set) when refused.
-float* Scratch(OpKernelContext* ctx, int64_t n, Tensor* holder) {
-  absl::StatusOr<Tensor> t = ctx->allocate_temp(DType::kFloat32, TensorShape{std::max<int64_t>(n, 1)});
-  if (!t.ok()) {
-    ctx->SetStatus(t.status());
-    return nullptr;
-  }
-  *holder = *std::move(t);
-  std::fill(holder->data<float>(), holder->data<float>() + n, 0.0f);
-  return holder->data<float>();
-}
-
 // y [B, H] = the last step's rows of h [B, T, H].
 void LastStep(const LstmGeometry& g, const float* h, Tensor* y) {
   for (int64_t b = 0; b < g.batch; ++b) {
@@ -97,8 +85,8 @@ struct LstmGrad {
                   const Tensor& gates, Tensor* dx, Tensor* dkernel, Tensor* drecurrent, Tensor* dbias) {
     const int64_t H = g.units, G = 4 * H, rows = g.batch * g.steps;
     Tensor dz_holder, carry_holder;
-    float* dz = Scratch(ctx, rows * G, &dz_holder);  // pre-activation gradients, [B, T, 4H]
-    float* carry = dz == nullptr ? nullptr : Scratch(ctx, 2 * g.batch * H, &carry_holder);
+    float* dz = ZeroedFloats(ctx, rows * G, &dz_holder);  // pre-activation gradients, [B, T, 4H]
+    float* carry = dz == nullptr ? nullptr : ZeroedFloats(ctx, 2 * g.batch * H, &carry_holder);
     if (carry == nullptr) return;
     float* dh_next = carry;               // [B, H]: dL/dh_t from step t + 1
     float* dc_next = carry + g.batch * H;  // [B, H]
@@ -154,7 +142,7 @@ struct Gru {
                   const Tensor& recurrent, const Tensor& bias, Tensor* h, Tensor* gates, Tensor* hn, Tensor* y) {
     const int64_t H = g.units, G = 3 * H, rows = g.batch * g.steps;
     Tensor u_holder;
-    float* up = Scratch(ctx, g.batch * G, &u_holder);
+    float* up = ZeroedFloats(ctx, g.batch * G, &u_holder);
     if (up == nullptr) return;
     float* zp = gates->data<float>();
     Map z(zp, rows, G);
@@ -201,7 +189,7 @@ struct GruGrad {
                   const Tensor& hn, Tensor* dx, Tensor* dkernel, Tensor* drecurrent, Tensor* dbias) {
     const int64_t H = g.units, G = 3 * H, rows = g.batch * g.steps;
     Tensor holder;
-    float* buf = Scratch(ctx, 2 * rows * G + g.batch * H, &holder);
+    float* buf = ZeroedFloats(ctx, 2 * rows * G + g.batch * H, &holder);
     if (buf == nullptr) return;
     float* dxg = buf;
     float* drg = buf + rows * G;

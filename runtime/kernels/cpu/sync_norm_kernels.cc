@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/kernels/cpu/kernel_util.h"
+#include "runtime/kernels/cpu/norm_sums.h"
 #include "runtime/kernels/sync_norm_kernels.h"
 #include "runtime/op_kernel.h"
 
@@ -27,28 +28,13 @@ bool ReadCount(OpKernelContext* ctx, const Tensor& count, double* n) {
   return true;
 }
 
-// Per-channel double scratch of `n` entries, zeroed; the statistics are C
-// doubles each, small next to x, so this is the one allocation besides
-// the outputs.
-bool Scratch(OpKernelContext* ctx, int64_t n, Tensor* holder, double** out) {
-  absl::StatusOr<Tensor> t = ctx->allocate_temp(DType::kFloat32, TensorShape{2 * std::max<int64_t>(n, 1)});
-  if (!t.ok()) {
-    ctx->SetStatus(t.status());
-    return false;
-  }
-  *holder = *std::move(t);
-  *out = reinterpret_cast<double*>(holder->data<float>());
-  std::fill(*out, *out + n, 0.0);
-  return true;
-}
-
 struct BatchNormSums {
   static void Run(OpKernelContext* ctx, const NormGeometry& g, const Tensor& x, Tensor* sum, Tensor* sum_sq,
                   Tensor* count) {
     const int64_t nc = g.channels;
     Tensor holder;
-    double* acc = nullptr;
-    if (!Scratch(ctx, 2 * nc, &holder, &acc)) return;
+    double* acc = ZeroedDoubles(ctx, 2 * nc, &holder);
+    if (acc == nullptr) return;
     const float* xp = x.data<float>();
     for (int64_t r = 0; r < g.rows; ++r) {
       const float* row = xp + r * nc;
@@ -122,8 +108,8 @@ struct BatchNormFromSumsGrad {
     if (!ReadCount(ctx, count, &n)) return;
     const int64_t nc = g.channels;
     Tensor holder;
-    double* acc = nullptr;
-    if (!Scratch(ctx, 2 * nc, &holder, &acc)) return;
+    double* acc = ZeroedDoubles(ctx, 2 * nc, &holder);
+    if (acc == nullptr) return;
     double* sum_dy = acc;
     double* sum_dy_xhat = acc + nc;
     const float* dyp = dy.data<float>();
@@ -131,13 +117,7 @@ struct BatchNormFromSumsGrad {
     const float* mp = mean.data<float>();
     const float* ip = inv_std.data<float>();
     const float* gp = gamma.data<float>();
-    for (int64_t r = 0; r < g.rows; ++r) {
-      for (int64_t c = 0; c < nc; ++c) {
-        const float d = dyp[r * nc + c];
-        sum_dy[c] += d;
-        sum_dy_xhat[c] += static_cast<double>(d) * ((xp[r * nc + c] - mp[c]) * ip[c]);
-      }
-    }
+    SumDyAndDyXhat(g, dyp, xp, mp, ip, sum_dy, sum_dy_xhat);
     float* dgamma = outs[1]->data<float>();
     float* dbeta = outs[2]->data<float>();
     float* dsum = outs[3]->data<float>();
