@@ -311,6 +311,30 @@ std::string ReadAll(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+// The example job file `path` (under examples/); a test failure names it
+// when it does not parse.
+JobSpec ReadExample(const std::string& path) {
+  JobSpec job;
+  const std::string text = ReadAll(path);
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &job)) << path << ":\n" << text;
+  return job;
+}
+
+// Writes `job` as text to dir/name; returns the file's path.
+std::string WriteJob(const std::string& dir, const std::string& name, const JobSpec& job) {
+  std::string text;
+  EXPECT_TRUE(google::protobuf::TextFormat::PrintToString(job, &text));
+  WriteFile(dir + "/" + name, text);
+  return dir + "/" + name;
+}
+
+// `weft local --workers=2` of the job file, its logs and checkpoints under
+// `dir`, with `flags` before the job, printing JSON.
+Result RunLocal(const std::string& dir, const std::string& job_file, const std::string& flags = "") {
+  return RunWeft(absl::StrCat("local --workers=2 --log_dir=", dir, " --checkpoint_root=", dir, "/ckpt ", flags,
+                              flags.empty() ? "" : " ", job_file, " --output=json"));
+}
+
 // `weft local`'s tasks.txt: task name -> {pid, address}.
 std::map<std::string, std::pair<pid_t, std::string>> ReadTasksFile(const std::string& path) {
   std::map<std::string, std::pair<pid_t, std::string>> tasks;
@@ -425,9 +449,7 @@ TEST(WeftCliTest, LocalRestartsAKilledWorkerAtTheSameAddress) {
 // so both run here between real daemons on real data.
 TEST(WeftCliTest, ResNetExampleTrainsUnderMultiWorkerMirrored) {
   if (::access(kFashionMnist, R_OK) != 0) GTEST_SKIP() << kFashionMnist << " is not installed";
-  JobSpec job;
-  const std::string example = ReadAll("examples/fmnist_resnet.pbtxt");
-  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(example, &job)) << example;
+  JobSpec job = ReadExample("examples/fmnist_resnet.pbtxt");
   int batch_norms = 0;
   for (LayerSpec& layer : *job.mutable_model()->mutable_layer()) {
     if (!layer.has_batch_norm()) continue;
@@ -448,11 +470,7 @@ TEST(WeftCliTest, ResNetExampleTrainsUnderMultiWorkerMirrored) {
   job.mutable_optimizer()->set_gradient_accumulation_steps(2);
   job.mutable_strategy()->set_kind(StrategySpec::MULTI_WORKER_MIRRORED);
   const std::string dir = MakeDir("resnet");
-  std::string text;
-  ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(job, &text));
-  WriteFile(dir + "/job.pbtxt", text);
-  Result r = RunWeft(absl::StrCat("local --workers=2 --log_dir=", dir, " --checkpoint_root=", dir, "/ckpt ", dir,
-                                  "/job.pbtxt --output=json"));
+  Result r = RunLocal(dir, WriteJob(dir, "job.pbtxt", job));
   ASSERT_EQ(r.exit_code, 0) << r.err << ReadAll(dir + "/master-0.log");
   EXPECT_EQ(JsonNumber(r.out, "steps"), 2 * 4096 / 64) << r.out;
   EXPECT_EQ(JsonNumber(r.out, "test_examples"), 1000) << r.out;
@@ -465,20 +483,14 @@ TEST(WeftCliTest, ResNetExampleTrainsUnderMultiWorkerMirrored) {
 // what earlier rows showed and its gradient flows back through the steps.
 TEST(WeftCliTest, LstmExampleLearnsUnderMultiWorkerMirrored) {
   if (::access(kFashionMnist, R_OK) != 0) GTEST_SKIP() << kFashionMnist << " is not installed";
-  JobSpec job;
-  const std::string example = ReadAll("examples/fmnist_lstm.pbtxt");
-  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(example, &job)) << example;
+  JobSpec job = ReadExample("examples/fmnist_lstm.pbtxt");
   job.mutable_dataset()->set_train_limit(4096);
   job.mutable_dataset()->set_test_limit(1000);
   job.set_epochs(1);
   job.set_intra_op_threads(1);
   job.mutable_strategy()->set_kind(StrategySpec::MULTI_WORKER_MIRRORED);
   const std::string dir = MakeDir("lstm");
-  std::string text;
-  ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(job, &text));
-  WriteFile(dir + "/job.pbtxt", text);
-  Result r = RunWeft(absl::StrCat("local --workers=2 --log_dir=", dir, " --checkpoint_root=", dir, "/ckpt ", dir,
-                                  "/job.pbtxt --output=json"));
+  Result r = RunLocal(dir, WriteJob(dir, "job.pbtxt", job));
   ASSERT_EQ(r.exit_code, 0) << r.err << ReadAll(dir + "/master-0.log");
   EXPECT_EQ(JsonNumber(r.out, "steps"), 4096 / 64) << r.out;
   EXPECT_GT(JsonNumber(r.out, "test_accuracy"), 0.5) << r.out;
@@ -494,27 +506,19 @@ TEST(WeftCliTest, LstmExampleLearnsUnderMultiWorkerMirrored) {
 TEST(WeftCliTest, SeattleWeatherRegressionLearnsInOneProcessAndUnderMultiWorkerMirrored) {
   constexpr char kWeather[] = "/usr/lib/python3/dist-packages/vega_datasets/_data/seattle-weather.csv";
   if (::access(kWeather, R_OK) != 0) GTEST_SKIP() << kWeather << " is not installed (make deps installs it)";
-  JobSpec job;
-  const std::string example = ReadAll("examples/seattle_weather_lstm.pbtxt");
-  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(example, &job)) << example;
+  JobSpec job = ReadExample("examples/seattle_weather_lstm.pbtxt");
   job.set_epochs(6);
   job.set_intra_op_threads(1);
   const std::string dir = MakeDir("weather");
-  std::string text;
-  ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(job, &text));
-  WriteFile(dir + "/one.pbtxt", text);
-  Result one = RunWeft(absl::StrCat("train ", dir, "/one.pbtxt"));
+  Result one = RunWeft(absl::StrCat("train ", WriteJob(dir, "one.pbtxt", job)));
   ASSERT_EQ(one.exit_code, 0) << one.err;
   EXPECT_TRUE(absl::StrContains(one.out, ", test loss 0.")) << one.out;
   EXPECT_FALSE(absl::StrContains(one.out, "accuracy")) << one.out;
 
   job.mutable_strategy()->set_kind(StrategySpec::MULTI_WORKER_MIRRORED);
-  ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(job, &text));
-  WriteFile(dir + "/mwm.pbtxt", text);
   // The data lie outside the daemons' default data root, /usr/share/datasets.
-  Result r = RunWeft(absl::StrCat("local --workers=2 --data_root=/usr/lib/python3/dist-packages/vega_datasets/_data",
-                                  " --log_dir=", dir, " --checkpoint_root=", dir, "/ckpt ", dir,
-                                  "/mwm.pbtxt --output=json"));
+  Result r = RunLocal(dir, WriteJob(dir, "mwm.pbtxt", job),
+                      "--data_root=/usr/lib/python3/dist-packages/vega_datasets/_data");
   ASSERT_EQ(r.exit_code, 0) << r.err << ReadAll(dir + "/master-0.log");
   // 1461 days, the last 146 for test: 1315 - 30 train windows, 40 steps of 32 an epoch.
   EXPECT_EQ(JsonNumber(r.out, "steps"), 6 * (1285 / 32)) << r.out;
@@ -531,9 +535,7 @@ TEST(WeftCliTest, SeattleWeatherRegressionLearnsInOneProcessAndUnderMultiWorkerM
 // corpus's unigram entropy is 3.07 nats, so a loss below 2.9 needs the
 // model to read the bytes before each position.
 TEST(WeftCliTest, TransformerExampleLearnsTheCorpusUnderMultiWorkerMirrored) {
-  JobSpec job;
-  const std::string example = ReadAll("examples/kjv_transformer.pbtxt");
-  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(example, &job)) << example;
+  JobSpec job = ReadExample("examples/kjv_transformer.pbtxt");
   // The corpus the build wrote, copied under a data root of the test's own
   // (the runfiles hold a symbolic link, which a data root refuses).
   const std::string dir = MakeDir("transformer");
@@ -548,11 +550,7 @@ TEST(WeftCliTest, TransformerExampleLearnsTheCorpusUnderMultiWorkerMirrored) {
   schedule->set_warmup_steps(8);
   schedule->mutable_cosine()->set_decay_steps(56);
   job.mutable_strategy()->set_kind(StrategySpec::MULTI_WORKER_MIRRORED);
-  std::string text;
-  ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(job, &text));
-  WriteFile(dir + "/job.pbtxt", text);
-  Result r = RunWeft(absl::StrCat("local --workers=2 --log_dir=", dir, " --checkpoint_root=", dir, "/ckpt --data_root=",
-                                  dir, "/data ", dir, "/job.pbtxt --output=json"));
+  Result r = RunLocal(dir, WriteJob(dir, "job.pbtxt", job), absl::StrCat("--data_root=", dir, "/data"));
   ASSERT_EQ(r.exit_code, 0) << r.err << ReadAll(dir + "/master-0.log");
   EXPECT_EQ(JsonNumber(r.out, "steps"), 2048 / 32) << r.out;
   EXPECT_EQ(JsonNumber(r.out, "test_examples"), 64 * 128) << r.out;  // one prediction per byte
