@@ -4,12 +4,17 @@
 // LoadDataset, CountExamples and BatchIterator as every dataset.
 #include "runtime/data/series.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/confined_root.h"
 #include "gtest/gtest.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/test_files.h"
@@ -185,6 +190,34 @@ TEST(SeriesTest, SeveralInputColumnsMakeRowsOfFeatures) {
   EXPECT_NEAR(train->values(0)[0], (100 - 96) / (sd_a / 2), 1e-6);
   spec.mutable_series()->add_inputs("b");
   EXPECT_NE(std::string(LoadDataset(spec, true).status().message()).find("'b' twice"), std::string::npos);
+}
+
+// A series is confined to a daemon's --data_root like every dataset file,
+// and a file above kMaxSeriesBytes is refused before it is read.
+TEST(SeriesTest, AFileOutsideTheDataRootOrTooLargeIsRefused) {
+  const DatasetSpec outside = Series(4, 1, /*raw=*/true);  // under the test's temp dir
+  const std::string root = TempPath("series-root");
+  ASSERT_TRUE(mkdir(root.c_str(), 0755) == 0 || errno == EEXIST);
+  auto confined = ConfinedRoot::Open(root, false);
+  ASSERT_TRUE(confined.ok()) << confined.status();
+  SetDataRoot(*confined);
+  auto loaded = LoadDataset(outside, true);
+  auto counted = CountExamples(outside, true);
+  SetDataRoot(std::nullopt);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kPermissionDenied) << loaded.status();
+  EXPECT_NE(loaded.status().message().find("outside the data root"), std::string::npos) << loaded.status();
+  EXPECT_EQ(counted.status().code(), absl::StatusCode::kPermissionDenied) << counted.status();
+
+  // A sparse file one byte over the cap: refused by its size alone.
+  DatasetSpec big = Series(4, 1, /*raw=*/true);
+  const std::string path = TempPath("huge-series.csv");
+  WriteFile(path, "v\n1\n");
+  ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(kMaxSeriesBytes + 1)), 0) << errno;
+  big.set_train_files(0, "huge-series.csv");
+  absl::Status s = LoadDataset(big, true).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("more than the 268435456"), std::string::npos) << s;
+  ::unlink(path.c_str());
 }
 
 TEST(SeriesTest, WindowsMustFitTheirArrays) {
