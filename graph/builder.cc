@@ -22,6 +22,11 @@ Node* GraphBuilder::AddNode(absl::string_view op, absl::Span<const Output> input
   }
   for (Node* c : control_inputs) def.add_input(absl::StrCat("^", c->name()));
   for (const auto& [k, v] : attrs) (*def.mutable_attr())[k] = v;
+  if (auto d = op_defaults_.find(def.op()); d != op_defaults_.end()) {
+    for (const auto& [k, v] : d->second) {
+      if (def.attr().count(k) == 0) (*def.mutable_attr())[k] = v;
+    }
+  }
   auto node = graph_->AddNode(std::move(def));
   if (!node.ok()) {
     UpdateStatus(node.status());

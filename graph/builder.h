@@ -16,6 +16,7 @@
 #ifndef WEFT_GRAPH_BUILDER_H_
 #define WEFT_GRAPH_BUILDER_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -76,12 +77,17 @@ class GraphBuilder {
   void PopScope();
   // Device requested for the nodes added from now on ("" = none).
   void set_device(std::string device) { device_ = std::move(device); }
+  // Attributes that every `op` node added from now on gets, unless the call
+  // gives them itself: MatMul's compute_type under mixed precision, so the
+  // gradients' MatMuls that autodiff adds get it too.
+  void SetOpDefaults(const std::string& op, AttrList attrs) { op_defaults_[op] = std::move(attrs); }
 
  private:
   Graph* graph_;
   absl::Status status_;
   std::vector<std::string> scopes_;
   std::string device_;
+  std::map<std::string, AttrList> op_defaults_;
 };
 
 // Pushes a name scope for the lifetime of the object.

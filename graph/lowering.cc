@@ -8,6 +8,7 @@
 #include "graph/attr.h"
 #include "graph/builder.h"
 #include "graph/gradients.h"
+#include "graph/mixed_precision.h"
 #include "graph/model_lowering.h"
 #include "graph/ops/training_attrs.h"
 #include "graph/training_pass.h"
@@ -78,9 +79,12 @@ absl::StatusOr<TrainingGraph> LowerSequential(const JobSpec& job) {
   // Class labels, or a regression's float targets: flat, per example in turn.
   Output labels = b.Placeholder(targets.regression ? DType::kFloat32 : DType::kInt32, {-1}, "labels");
 
+  ASSIGN_OR_RETURN(const MixedPrecisionPlan precision, PlanMixedPrecision(job));
+  UseComputeType(&b, precision);
   ModelLowering lower(job, &b);
   RETURN_IF_ERROR(lower.CheckTopology());
-  ASSIGN_OR_RETURN(TrainingPass pass, TrainingPass::Forward(job, &b, &lower, features, labels));
+  const Output loss_scale = LossScaleVariable(&b, precision);
+  ASSIGN_OR_RETURN(TrainingPass pass, TrainingPass::Forward(job, &b, &lower, features, labels, loss_scale));
   const Output loss = pass.loss();
 
   ASSIGN_OR_RETURN(Output eval_outputs, lower.Forward(features, /*training=*/false));
@@ -105,7 +109,16 @@ absl::StatusOr<TrainingGraph> LowerSequential(const JobSpec& job) {
   // Batch norm's moving statistics advance with every training step.
   ASSIGN_OR_RETURN(std::vector<Node*> moving, lower.MovingAverageUpdates());
   ASSIGN_OR_RETURN(OptimizerSpec optimizer, ResolveOptimizer(job));
-  ASSIGN_OR_RETURN(Node * train, AddOptimizer(&b, optimizer, lower.variables(), grads, step_outputs, "train"));
+  AttrList update_attrs;
+  if (loss_scale.valid()) {
+    ASSIGN_OR_RETURN(Unscaled unscaled, UnscaleGradients(&b, loss_scale, grads));
+    grads = unscaled.grads;
+    update_attrs.push_back(Attr("skip_nonfinite", true));
+    ASSIGN_OR_RETURN(Node * update, AddLossScaleUpdate(&b, precision, loss_scale, unscaled.overflow));
+    moving.push_back(update);  // the train op waits for it as for the moving statistics
+  }
+  ASSIGN_OR_RETURN(Node * train,
+                   AddOptimizer(&b, optimizer, lower.variables(), grads, step_outputs, "train", update_attrs));
   for (Node* u : moving) RETURN_IF_ERROR(tg.graph->AddControlEdge(u, train));
 
   tg.features = features.name();
@@ -144,6 +157,11 @@ absl::StatusOr<TrainingGraph> LowerGraphModel(const JobSpec& job) {
   if (job.optimizer().gradient_accumulation_steps() > 1) {
     return absl::InvalidArgumentError(
         "optimizer.gradient_accumulation_steps needs a model: a graph job writes its own train_op");
+  }
+  if (job.has_mixed_precision()) {
+    return absl::InvalidArgumentError(
+        "mixed_precision needs a model: a graph job writes its own train_op (give its MatMuls a compute_type "
+        "attribute instead)");
   }
   auto check = [&](const std::string& name, const char* field, bool required) -> absl::Status {
     if (name.empty()) {
@@ -263,7 +281,7 @@ std::vector<bool> StepNodes(Graph* g, const std::vector<Output>& step_outputs) {
 // The update of `var` by `grad`, after `readers`. SGD and momentum count
 // their updates only for a schedule (`counted`); Adam always does.
 absl::StatusOr<Node*> AddUpdate(GraphBuilder* b, const OptimizerSpec& spec, const Output& var, const Output& grad,
-                                bool counted, const std::vector<Node*>& readers) {
+                                bool counted, const std::vector<Node*>& readers, const AttrList& extra) {
   const std::string vname = var.node->name();
   auto count = [&](const char* slot) {
     return b->Variable(absl::StrCat(vname, "/", slot), DType::kFloat32, TensorShape{}, "zeros");
@@ -276,6 +294,7 @@ absl::StatusOr<Node*> AddUpdate(GraphBuilder* b, const OptimizerSpec& spec, cons
       if (counted) in.push_back(count("step"));
       in.push_back(grad);
       AttrList attrs = RateAttrs(spec.schedule(), BaseRate(spec), m.weight_decay());
+      attrs.insert(attrs.end(), extra.begin(), extra.end());
       attrs.push_back(Attr("momentum", m.momentum()));
       attrs.push_back(Attr("use_nesterov", m.nesterov()));
       update = b->AddNode("ApplyMomentum", in, attrs, "apply", readers);
@@ -292,6 +311,7 @@ absl::StatusOr<Node*> AddUpdate(GraphBuilder* b, const OptimizerSpec& spec, cons
       attrs.push_back(Attr("beta1", a.beta1() > 0 ? a.beta1() : 0.9f));
       attrs.push_back(Attr("beta2", a.beta2() > 0 ? a.beta2() : 0.999f));
       attrs.push_back(Attr("epsilon", a.epsilon() > 0 ? a.epsilon() : 1e-7f));
+      attrs.insert(attrs.end(), extra.begin(), extra.end());
       update = b->AddNode("ApplyAdam", {var, m, v, count("adam_t"), grad}, attrs, "apply", readers);
       break;
     }
@@ -300,8 +320,9 @@ absl::StatusOr<Node*> AddUpdate(GraphBuilder* b, const OptimizerSpec& spec, cons
       std::vector<Output> in = {var};
       if (counted) in.push_back(count("step"));
       in.push_back(grad);
-      update = b->AddNode("ApplyGradientDescent", in,
-                          RateAttrs(spec.schedule(), BaseRate(spec), spec.sgd().weight_decay()), "apply", readers);
+      AttrList attrs = RateAttrs(spec.schedule(), BaseRate(spec), spec.sgd().weight_decay());
+      attrs.insert(attrs.end(), extra.begin(), extra.end());
+      update = b->AddNode("ApplyGradientDescent", in, attrs, "apply", readers);
       break;
     }
   }
@@ -313,7 +334,7 @@ absl::StatusOr<Node*> AddUpdate(GraphBuilder* b, const OptimizerSpec& spec, cons
 
 absl::StatusOr<Node*> AddOptimizer(GraphBuilder* b, const OptimizerSpec& spec, const std::vector<Output>& vars,
                                    const std::vector<Output>& grads, const std::vector<Output>& step_outputs,
-                                   const std::string& train_op_name) {
+                                   const std::string& train_op_name, const AttrList& update_attrs) {
   std::vector<bool> in_step = StepNodes(b->graph(), step_outputs);
   NameScope ns(b, "optimizer");
   ASSIGN_OR_RETURN(std::vector<Output> applied, ClipGradients(b, spec.clip_global_norm(), grads));
@@ -326,7 +347,7 @@ absl::StatusOr<Node*> AddOptimizer(GraphBuilder* b, const OptimizerSpec& spec, c
     for (const Node::OutEdge& e : var.node->out_edges()) {
       if (e.dst->id() < static_cast<int>(in_step.size()) && in_step[e.dst->id()]) readers.push_back(e.dst);
     }
-    ASSIGN_OR_RETURN(Node * update, AddUpdate(b, spec, var, applied[i], counted, readers));
+    ASSIGN_OR_RETURN(Node * update, AddUpdate(b, spec, var, applied[i], counted, readers, update_attrs));
     updates.push_back(update);
   }
   b->PopScope();  // the train op sits at the top level

@@ -46,10 +46,11 @@ struct TrainingGraph {
 };
 
 // Adds optimizer updates for `vars` given their gradients, and a NoOp named
-// `train_op_name` grouping them. Exposed for raw graphs and tests.
+// `train_op_name` grouping them; every update also gets `update_attrs`
+// (skip_nonfinite under loss scaling). Exposed for raw graphs and tests.
 absl::StatusOr<Node*> AddOptimizer(GraphBuilder* b, const OptimizerSpec& spec, const std::vector<Output>& vars,
                                    const std::vector<Output>& grads, const std::vector<Output>& step_outputs,
-                                   const std::string& train_op_name);
+                                   const std::string& train_op_name, const AttrList& update_attrs = {});
 
 absl::StatusOr<TrainingGraph> LowerJob(const JobSpec& job);
 

@@ -120,11 +120,22 @@ absl::StatusOr<Output> Predictions(GraphBuilder* b, Output logits, int64_t num_c
   return rows;
 }
 
+namespace {
+
+// What autodiff differentiates: the loss, times the loss scale when there is one.
+Output Differentiated(GraphBuilder* b, Output loss, Output loss_scale) {
+  if (!loss_scale.valid()) return loss;
+  return b->Op("Mul", {loss, loss_scale}, {}, "scaled_loss");
+}
+
+}  // namespace
+
 absl::StatusOr<TrainingPass> TrainingPass::Forward(const JobSpec& job, GraphBuilder* b, ModelLowering* lower,
-                                                   Output features, Output labels) {
+                                                   Output features, Output labels, Output loss_scale) {
   const int64_t k = job.optimizer().gradient_accumulation_steps();
   ASSIGN_OR_RETURN(const LossTargets targets, LossTargetsOf(job));
   TrainingPass pass;
+  pass.loss_scale_ = loss_scale;
   if (k < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("optimizer.gradient_accumulation_steps must be 0 or more, got ", k));
@@ -155,7 +166,8 @@ absl::StatusOr<TrainingPass> TrainingPass::Forward(const JobSpec& job, GraphBuil
     if (i > 0) b->PopScope();
     RETURN_IF_ERROR(loss.status());
     pass.losses_.push_back(*loss);
-    ASSIGN_OR_RETURN(std::vector<Output> grads, AddGradients(b, *loss, lower->variables()));
+    ASSIGN_OR_RETURN(std::vector<Output> grads,
+                     AddGradients(b, Differentiated(b, *loss, loss_scale), lower->variables()));
     previous.clear();
     for (const Output& g : grads) previous.push_back(g.node);
     pass.grads_.push_back(std::move(grads));
@@ -166,7 +178,7 @@ absl::StatusOr<TrainingPass> TrainingPass::Forward(const JobSpec& job, GraphBuil
 }
 
 absl::StatusOr<std::vector<Output>> TrainingPass::Gradients(GraphBuilder* b, const std::vector<Output>& vars) {
-  if (grads_.empty()) return AddGradients(b, loss_, vars);
+  if (grads_.empty()) return AddGradients(b, Differentiated(b, loss_, loss_scale_), vars);
   std::vector<Output> mean;
   NameScope ns(b, "accumulated");
   for (size_t j = 0; j < vars.size(); ++j) {

@@ -65,8 +65,10 @@ class TrainingPass {
  public:
   // INVALID_ARGUMENT for a negative k, or a batch_size that k does not
   // divide.
+  // With a valid `loss_scale` (graph/mixed_precision.h) the gradients are
+  // those of loss * loss_scale; loss() stays unscaled.
   static absl::StatusOr<TrainingPass> Forward(const JobSpec& job, GraphBuilder* b, ModelLowering* lower,
-                                              Output features, Output labels);
+                                              Output features, Output labels, Output loss_scale = Output());
 
   // The gradients of `vars`, the model's variables: for one pass written
   // now (after whatever the caller added since Forward, as the one-pass
@@ -80,6 +82,7 @@ class TrainingPass {
   std::vector<Output> losses_;       // one per pass
   std::vector<std::vector<Output>> grads_;  // per micro-batch pass (none for one pass)
   Output loss_;
+  Output loss_scale_;  // invalid without loss scaling
 };
 
 }  // namespace weft

@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <random>
@@ -31,6 +33,7 @@
 #include "ps/manifest.h"
 #include "ps/shard_file.h"
 #include "runtime/data/test_files.h"
+#include "tests/test_checkpoints.h"
 #include "tests/test_cluster.h"
 
 namespace weft {
@@ -475,6 +478,56 @@ TEST(WeftCliTest, ResNetExampleTrainsUnderMultiWorkerMirrored) {
   EXPECT_EQ(JsonNumber(r.out, "steps"), 2 * 4096 / 64) << r.out;
   EXPECT_EQ(JsonNumber(r.out, "test_examples"), 1000) << r.out;
   EXPECT_GT(JsonNumber(r.out, "test_accuracy"), 0.6) << r.out;  // chance is 0.10
+}
+
+// Mixed precision (float16 products, dynamic loss scaling) under
+// MULTI_WORKER_MIRRORED: a first loss scale of 1e30 makes every gradient
+// product overflow float16 (its largest value is 65504), so the first steps
+// must be skipped, on both replicas alike, while the scale halves down to a
+// usable one (about 2^20 here, after some 80 halvings); the model still
+// learns from the steps after, and the checkpoint at the end holds the
+// scale and the count of applied steps (Adam's t) of each replica. On a CPU
+// the products round their operands as the GPU's tensor cores do.
+TEST(WeftCliTest, MixedPrecisionSkipsOverflowingStepsUnderMultiWorkerMirrored) {
+  if (::access(kFashionMnist, R_OK) != 0) GTEST_SKIP() << kFashionMnist << " is not installed";
+  const std::string dir = MakeDir("mixed");
+  JobSpec job;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(absl::StrCat(R"(model { input_shape: [784] num_classes: 10
+      layer { dense { units: 64 activation: RELU } } layer { dense { units: 10 } } }
+      dataset { dir: ")", kFashionMnist, R"(" train_limit: 12000 test_limit: 2000 }
+      optimizer { adam { learning_rate: 0.002 } }
+      mixed_precision { compute: FLOAT16 initial_loss_scale: 1e30 growth_interval: 100000 }
+      strategy { kind: MULTI_WORKER_MIRRORED }
+      batch_size: 64 epochs: 2 seed: 5 intra_op_threads: 1)"), &job));
+  job.mutable_checkpoint()->set_dir(dir + "/ckpt/mixed");
+  Result r = RunLocal(dir, WriteJob(dir, "job.pbtxt", job));
+  ASSERT_EQ(r.exit_code, 0) << r.err << ReadAll(dir + "/master-0.log");
+  EXPECT_GT(JsonNumber(r.out, "test_accuracy"), 0.75) << r.out;  // chance is 0.10
+  auto ckpt = testing::ReadNewestCheckpoint(dir + "/ckpt/mixed");
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  // Each worker's replica is saved: both skipped the same steps.
+  auto scalar = [&](const std::string& task, const std::string& name) {
+    auto it = ckpt->variables.find(absl::StrCat("/job:worker/task:", task, "|", name));
+    float v = NAN;
+    if (it == ckpt->variables.end() || it->second.bytes.size() != 4) {
+      ADD_FAILURE() << "the checkpoint has no scalar " << name << " of worker " << task;
+    } else {
+      std::memcpy(&v, it->second.bytes.data(), 4);
+    }
+    return v;
+  };
+  const float scale = scalar("0", "loss_scale");
+  EXPECT_EQ(scalar("1", "loss_scale"), scale);
+  // Halved at least 60 times from 1e30 (2^99.7), never below 1, and no
+  // growth (the interval is longer than the job).
+  EXPECT_GE(scale, 1.0f);
+  EXPECT_LE(scale, std::ldexp(1e30f, -60)) << "the overflowing steps did not halve the scale";
+  // Adam counted only the applied steps, the same on both replicas.
+  const float applied = scalar("0", "optimizer/layer0_dense/kernel/adam_t");
+  EXPECT_EQ(scalar("1", "optimizer/layer1_dense/bias/adam_t"), applied);
+  const double steps = JsonNumber(r.out, "steps");
+  EXPECT_GT(applied, 0.5 * steps) << r.out;
+  EXPECT_LE(applied, steps - 60) << r.out;
 }
 
 // examples/fmnist_lstm.pbtxt (image rows as the steps of an LSTM) under

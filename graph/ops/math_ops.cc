@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "graph/attr.h"
 #include "graph/gradients.h"
+#include "graph/ops/compute_type.h"
 #include "graph/op_registry.h"
 #include "graph/ops/ops.h"
 #include "graph/ops/shape_util.h"
@@ -26,6 +27,7 @@ using shape_util::MergeInputs;
 absl::Status MatMulShape(InferenceContext* c) {
   ASSIGN_OR_RETURN(bool ta, GetBoolAttrOr(c->node, "transpose_a", false));
   ASSIGN_OR_RETURN(bool tb, GetBoolAttrOr(c->node, "transpose_b", false));
+  RETURN_IF_ERROR(ComputeTypeOf(c->node).status());
   RETURN_IF_ERROR(ExpectFloat(c, 0, "a"));
   RETURN_IF_ERROR(ExpectFloat(c, 1, "b"));
   RETURN_IF_ERROR(ExpectRank(c, 0, 2, "a"));
@@ -46,22 +48,29 @@ absl::Status MatMulShape(InferenceContext* c) {
 }
 
 absl::Status MatMulGrad(GradContext* c) {
+  ASSIGN_OR_RETURN(ComputeType compute, ComputeTypeOf(c->node->def()));
   ASSIGN_OR_RETURN(bool ta, GetBoolAttrOr(c->node->def(), "transpose_a", false));
   ASSIGN_OR_RETURN(bool tb, GetBoolAttrOr(c->node->def(), "transpose_b", false));
   GraphBuilder* b = c->builder;
+  // The gradients' products compute in the forward product's precision.
+  auto matmul = [&](Output p, Output q, bool tp, bool tq) {
+    AttrList attrs = {Attr("transpose_a", tp), Attr("transpose_b", tq)};
+    if (compute != ComputeType::kFloat32) attrs.push_back(Attr("compute_type", ComputeTypeName(compute)));
+    return b->Op("MatMul", {p, q}, attrs);
+  };
   const Output a = c->inputs[0], x = c->inputs[1], g = c->grad_outputs[0];
   if (!ta && !tb) {  // C = A B
-    c->grad_inputs[0] = ops::MatMul(b, g, x, false, true);
-    c->grad_inputs[1] = ops::MatMul(b, a, g, true, false);
+    c->grad_inputs[0] = matmul(g, x, false, true);
+    c->grad_inputs[1] = matmul(a, g, true, false);
   } else if (!ta && tb) {  // C = A B^T
-    c->grad_inputs[0] = ops::MatMul(b, g, x, false, false);
-    c->grad_inputs[1] = ops::MatMul(b, g, a, true, false);
+    c->grad_inputs[0] = matmul(g, x, false, false);
+    c->grad_inputs[1] = matmul(g, a, true, false);
   } else if (ta && !tb) {  // C = A^T B
-    c->grad_inputs[0] = ops::MatMul(b, x, g, false, true);
-    c->grad_inputs[1] = ops::MatMul(b, a, g, false, false);
+    c->grad_inputs[0] = matmul(x, g, false, true);
+    c->grad_inputs[1] = matmul(a, g, false, false);
   } else {  // C = A^T B^T
-    c->grad_inputs[0] = ops::MatMul(b, x, g, true, true);
-    c->grad_inputs[1] = ops::MatMul(b, g, a, true, true);
+    c->grad_inputs[0] = matmul(x, g, true, true);
+    c->grad_inputs[1] = matmul(g, a, true, true);
   }
   return absl::OkStatus();
 }
@@ -277,7 +286,9 @@ absl::Status EqualShape(InferenceContext* c) {
 
 }  // namespace
 
-// [m,k] x [k,n] -> [m,n]; attrs transpose_a, transpose_b (bool, default false).
+// [m,k] x [k,n] -> [m,n]; attrs transpose_a, transpose_b (bool, default false)
+// and compute_type (graph/ops/compute_type.h), which its gradients' MatMuls
+// share.
 WEFT_REGISTER_OP(
     OpDef{.name = "MatMul", .num_inputs = 2, .num_outputs = 1, .shape_fn = MatMulShape, .grad_fn = MatMulGrad});
 // x[..., C] + bias[C].

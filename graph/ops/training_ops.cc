@@ -30,6 +30,11 @@
 // decay_alpha and decay_factor (graph/ops/lr_schedule.h). Without t (the
 // optional input of the first two) the rate is learning_rate, and a
 // schedule that varies is refused.
+//
+// With the bool attribute skip_nonfinite (loss scaling, loss_scale_ops.cc)
+// the first three skip their update entirely, t included, when element 0
+// of grad is not finite: UnscaleGradients marks a step that overflowed
+// there.
 #include <cmath>
 #include <vector>
 
@@ -100,6 +105,7 @@ absl::Status ScheduledShape(InferenceContext* c, int slots, std::initializer_lis
                     "before grad");
   }
   RETURN_IF_ERROR(ExpectWeightDecay(c));
+  RETURN_IF_ERROR(GetBoolAttrOr(c->node, "skip_nonfinite", false).status());
   std::vector<int> inputs(like_var);
   inputs.push_back(n - 1);
   std::vector<const char*> names(roles);
@@ -120,6 +126,7 @@ absl::Status AdamShape(InferenceContext* c) {
   RETURN_IF_ERROR(ParseLrSchedule(c->node).status());
   RETURN_IF_ERROR(ExpectWeightDecay(c));
   RETURN_IF_ERROR(ExpectCount(c, 3));
+  RETURN_IF_ERROR(GetBoolAttrOr(c->node, "skip_nonfinite", false).status());
   return ExpectLikeVar(c, {1, 2, 4}, {"m", "v", "grad"});
 }
 

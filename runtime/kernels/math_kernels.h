@@ -22,6 +22,7 @@
 #include "common/dtype.h"
 #include "common/tensor.h"
 #include "graph/attr.h"
+#include "graph/ops/compute_type.h"
 #include "runtime/kernels/kernel_checks.h"
 #include "runtime/kernels/math_checks.h"
 #include "runtime/op_kernel.h"
@@ -210,6 +211,9 @@ class EqualKernel : public OpKernel {
 // transpose where ta / tb say so; a is [a0, a1] and b [b0, b1] as stored.
 struct MatMulDims {
   bool ta = false, tb = false;
+  // The operands are rounded to this before the product (mixed precision,
+  // graph/ops/compute_type.h); the product accumulates in float32.
+  ComputeType compute = ComputeType::kFloat32;
   int64_t a0 = 0, a1 = 0, b0 = 0, b1 = 0;
   int64_t m = 0, n = 0, k = 0;
 };
@@ -222,7 +226,8 @@ class MatMulKernel : public OpKernel {
  public:
   explicit MatMulKernel(OpKernelConstruction* c) : OpKernel(c) {
     if (!GetAttr(c, GetBoolAttrOr(c->def(), "transpose_a", false), &ta_)) return;
-    GetAttr(c, GetBoolAttrOr(c->def(), "transpose_b", false), &tb_);
+    if (!GetAttr(c, GetBoolAttrOr(c->def(), "transpose_b", false), &tb_)) return;
+    GetAttr(c, ComputeTypeOf(c->def()), &compute_);
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -233,6 +238,7 @@ class MatMulKernel : public OpKernel {
     MatMulDims d;
     d.ta = ta_;
     d.tb = tb_;
+    d.compute = compute_;
     d.a0 = a.shape().dim(0), d.a1 = a.shape().dim(1);
     d.b0 = b.shape().dim(0), d.b1 = b.shape().dim(1);
     d.m = ta_ ? d.a1 : d.a0, d.k = ta_ ? d.a0 : d.a1;
@@ -250,6 +256,7 @@ class MatMulKernel : public OpKernel {
  private:
   bool ta_ = false;
   bool tb_ = false;
+  ComputeType compute_ = ComputeType::kFloat32;
 };
 
 }  // namespace kernels

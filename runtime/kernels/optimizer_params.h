@@ -20,13 +20,18 @@ namespace kernels {
 // missing or malformed one, whose error it records on `c` (returning false).
 
 // The learning-rate schedule and weight decay every optimizer has.
+// skip_nonfinite: the update does nothing when element 0 of its gradient is
+// not finite (a step that overflowed under loss scaling,
+// graph/ops/loss_scale_ops.cc).
 struct RateParams {
   LrSchedule schedule;
   float weight_decay = 0;
+  bool skip_nonfinite = false;
 
   bool InitRate(OpKernelConstruction* c) {
     return GetAttr(c, ParseLrSchedule(c->def()), &schedule) &&
-           GetAttr(c, GetFloatAttrOr(c->def(), "weight_decay", 0.0f), &weight_decay);
+           GetAttr(c, GetFloatAttrOr(c->def(), "weight_decay", 0.0f), &weight_decay) &&
+           GetAttr(c, GetBoolAttrOr(c->def(), "skip_nonfinite", false), &skip_nonfinite);
   }
 };
 

@@ -21,6 +21,7 @@
 
 #include <initializer_list>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -132,6 +133,95 @@ class GlobalNormScaleKernel : public OpKernel {
   float clip_norm_ = 0;
   Impl impl_;
 };
+
+// A float32 scalar at input i, named `role` in the error.
+inline absl::Status CheckScalar(OpKernelContext* ctx, int i, const char* role) {
+  const Tensor& t = ctx->input(i);
+  if (t.dtype() != DType::kFloat32 || t.shape().rank() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(role, " must be a float32 scalar, got ", DTypeName(t.dtype()),
+                                                   t.shape().DebugString()));
+  }
+  return absl::OkStatus();
+}
+
+// UnscaleGradients(scale, g_1, ..., g_n) -> (u_1, ..., u_n, overflow)
+// (graph/ops/loss_scale_ops.cc): checks the operands, allocates the outputs
+// and hands them to Impl:
+//   void Run(OpKernelContext* ctx, const std::vector<Tensor*>& unscaled, Tensor* overflow)
+template <typename Impl>
+class UnscaleGradientsKernel : public OpKernel {
+ public:
+  explicit UnscaleGradientsKernel(OpKernelConstruction* c) : OpKernel(c), impl_(c) {}
+  void Compute(OpKernelContext* ctx) override {
+    const int n = ctx->num_inputs();
+    OP_REQUIRES(ctx, n >= 2, absl::InvalidArgumentError("takes the scale and at least one gradient"));
+    OP_REQUIRES_OK(ctx, CheckScalar(ctx, 0, "scale"));
+    std::vector<Tensor*> unscaled(n - 1);
+    for (int i = 1; i < n; ++i) {
+      const Tensor& g = ctx->input(i);
+      OP_REQUIRES(ctx, g.dtype() == DType::kFloat32,
+                  absl::InvalidArgumentError(absl::StrCat("gradient ", i - 1, " must be float32, got ",
+                                                          DTypeName(g.dtype()))));
+      unscaled[i - 1] = ctx->allocate_output(i - 1, DType::kFloat32, g.shape());
+      if (unscaled[i - 1] == nullptr) return;
+    }
+    Tensor* overflow = ctx->allocate_output(n - 1, DType::kFloat32, TensorShape());
+    if (overflow == nullptr) return;
+    impl_.Run(ctx, unscaled, overflow);
+  }
+
+ private:
+  Impl impl_;
+};
+
+// ApplyLossScale(scale, good_steps, overflow) -> scale: reads
+// growth_interval, checks the three scalars and calls
+//   void Run(OpKernelContext* ctx, float growth_interval)
+// which updates inputs 0 and 1 in place; forwards scale as output 0.
+template <typename Impl>
+class ApplyLossScaleKernel : public OpKernel {
+ public:
+  explicit ApplyLossScaleKernel(OpKernelConstruction* c) : OpKernel(c), impl_(c) {
+    int64_t interval = 0;
+    if (!GetAttr(c, GetIntAttr(c->def(), "growth_interval"), &interval)) return;
+    if (interval <= 0) {
+      c->SetStatus(absl::InvalidArgumentError(absl::StrCat("growth_interval must be positive, got ", interval)));
+      return;
+    }
+    interval_ = static_cast<float>(interval);
+  }
+  void Compute(OpKernelContext* ctx) override {
+    OP_REQUIRES_OK(ctx, CheckScalar(ctx, 0, "scale"));
+    OP_REQUIRES_OK(ctx, CheckScalar(ctx, 1, "good_steps"));
+    OP_REQUIRES_OK(ctx, CheckScalar(ctx, 2, "overflow"));
+    impl_.Run(ctx, interval_);
+    if (!ctx->status().ok()) return;
+    ctx->set_output(0, ctx->input(0));
+  }
+
+ private:
+  float interval_ = 1;
+  Impl impl_;
+};
+
+// The loss scale after one step (ApplyLossScale's rule, for every device):
+// `overflow` not finite halves it (not below 1) and restarts the count of
+// good steps; the growth_interval-th good step in a row doubles it.
+inline void NextLossScale(bool overflow, float interval, float* scale, float* good_steps) {
+  if (overflow) {
+    *scale = *scale * 0.5f < 1.0f ? 1.0f : *scale * 0.5f;
+    *good_steps = 0;
+    return;
+  }
+  const float good = *good_steps + 1.0f;
+  if (good >= interval) {
+    const float grown = *scale * 2.0f;
+    if (grown <= 3.4028235e38f) *scale = grown;
+    *good_steps = 0;
+  } else {
+    *good_steps = good;
+  }
+}
 
 }  // namespace kernels
 }  // namespace weft

@@ -38,9 +38,18 @@ float* OptionalCount(OpKernelContext* ctx, int i) {
   return ctx->num_inputs() > i + 1 ? Mutable(ctx, i) : nullptr;
 }
 
+// Whether an update with skip_nonfinite skips this step: element 0 of its
+// gradient (the last input) is not finite.
+bool Skip(OpKernelContext* ctx, const kernels::RateParams& p) {
+  if (!p.skip_nonfinite) return false;
+  const Tensor& grad = ctx->input(ctx->num_inputs() - 1);
+  return grad.NumElements() > 0 && !std::isfinite(grad.data<float>()[0]);
+}
+
 struct GradientDescent {
   explicit GradientDescent(OpKernelConstruction*) {}
   void Run(OpKernelContext* ctx, const GradientDescentParams& p) const {
+    if (Skip(ctx, p)) return;
     UpdateLock lock(ctx->input(0));
     GradientDescentUpdate(ctx, p, ctx->input(0).NumElements(), Mutable(ctx, 0), OptionalCount(ctx, 1),
                           ctx->input(ctx->num_inputs() - 1).data<float>());
@@ -50,6 +59,7 @@ struct GradientDescent {
 struct Momentum {
   explicit Momentum(OpKernelConstruction*) {}
   void Run(OpKernelContext* ctx, const MomentumParams& p) const {
+    if (Skip(ctx, p)) return;
     UpdateLock lock(ctx->input(0));
     MomentumUpdate(ctx, p, ctx->input(0).NumElements(), Mutable(ctx, 0), Mutable(ctx, 1), OptionalCount(ctx, 2),
                    ctx->input(ctx->num_inputs() - 1).data<float>());
@@ -59,6 +69,7 @@ struct Momentum {
 struct Adam {
   explicit Adam(OpKernelConstruction*) {}
   void Run(OpKernelContext* ctx, const AdamParams& p) const {
+    if (Skip(ctx, p)) return;
     UpdateLock lock(ctx->input(0));
     AdamUpdate(ctx, p, ctx->input(0).NumElements(), Mutable(ctx, 0), Mutable(ctx, 1), Mutable(ctx, 2),
                Mutable(ctx, 3), ctx->input(4).data<float>());

@@ -339,7 +339,7 @@ TEST(GpuKernelRegistrationTest, EveryComputeOpHasAGpuKernel) {
         "MaxPoolGrad", "Mean", "MeanGrad", "Mul", "Neg",
         "NoOp", "Relu", "ReluGrad", "Reshape", "ReshapeLike", "RowDot", "ScaleRows", "Sigmoid", "SigmoidGrad",
         "MicroBatch", "SliceRows", "Softmax", "SoftmaxGrad", "SparseSoftmaxCrossEntropyWithLogits", "Sub", "Sum", "SumGrad",
-        "Tanh", "TanhGrad", "Variable"}) {
+        "Tanh", "TanhGrad", "UnscaleGradients", "ApplyLossScale", "Variable"}) {
     EXPECT_TRUE(KernelRegistry::Global()->Has(op, "CPU")) << op;
     EXPECT_TRUE(KernelRegistry::Global()->Has(op, "GPU")) << op;
   }
@@ -1474,6 +1474,124 @@ TEST(GpuKernelTest, ConcatAndGradMatchTheCpu) {
   }
   ExpectBothFail("Concat", {Rand({2, 3}), Rand({3, 3})});
   ExpectBothFail("ConcatGrad", {Rand({2, 5}), Rand({2, 3}), Rand({2, 3})}, {Attr("num_split", int64_t{2})});
+}
+
+}  // namespace
+}  // namespace gpu_kernels
+}  // namespace weft
+
+// ---- Mixed precision ------------------------------------------------------------------
+
+namespace weft {
+namespace gpu_kernels {
+namespace {
+
+// The tensor cores' products of rounded operands against the CPU's
+// rounding: a product of two float16 (or bfloat16) values is exact in
+// float32, so only the order of the sums differs.
+TEST(GpuMixedPrecisionTest, HalfMatMulsMatchTheCpusRoundedOperands) {
+  SKIP_WITHOUT_GPU();
+  struct Mkn {
+    int64_t m, k, n;
+  };
+  for (const char* type : {"float16", "bfloat16"}) {
+    for (const Mkn& d : std::vector<Mkn>{{1, 1, 1}, {7, 5, 3}, {64, 784, 128}, {5, 0, 3}, {33, 17, 65}}) {
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          Tensor a = Rand(ta ? TensorShape{d.k, d.m} : TensorShape{d.m, d.k});
+          Tensor b = Rand(tb ? TensorShape{d.n, d.k} : TensorShape{d.k, d.n});
+          ExpectGpuMatchesCpu("MatMul", {a, b},
+                              {Attr("transpose_a", ta), Attr("transpose_b", tb), Attr("compute_type", type)}, kGemm);
+        }
+      }
+    }
+  }
+  // The rounding happened: 1 + 2^-12 is 1 in float16, and 1 + 2^-10 is 1 in bfloat16.
+  const float tiny = std::ldexp(1.0f, -12), small = std::ldexp(1.0f, -10);
+  std::vector<Tensor> cpu, gpu;
+  bool ok = false;
+  RunOnBothDevices("MatMul", {testing::FloatTensor({1, 2}, {1.0f + tiny, 1.0f + small}), testing::FloatTensor({2, 2}, {1, 0, 0, 1})},
+                   {Attr("compute_type", "float16")}, false, 1, true, &cpu, &gpu, &ok);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(gpu[0].data<float>()[0], 1.0f);
+  EXPECT_EQ(gpu[0].data<float>()[1], 1.0f + small);
+  cpu.clear();
+  gpu.clear();
+  RunOnBothDevices("MatMul", {testing::FloatTensor({1, 2}, {1.0f + tiny, 1.0f + small}), testing::FloatTensor({2, 2}, {1, 0, 0, 1})},
+                   {Attr("compute_type", "bfloat16")}, false, 1, true, &cpu, &gpu, &ok);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(gpu[0].data<float>()[1], 1.0f);
+}
+
+TEST(GpuMixedPrecisionTest, UnscaleGradientsMarksAnOverflowOnBothDevices) {
+  SKIP_WITHOUT_GPU();
+  GpuDevice* gpu = gpu::TestGpu();
+  Tensor finite = Rand({300001});
+  Tensor overflowed = Rand({300001});
+  overflowed.data<float>()[123456] = std::numeric_limits<float>::infinity();
+  // The flag must be back at zero after each step: finite, overflowed, finite.
+  const std::vector<Tensor> steps[] = {{Tensor::Scalar(8.0f), Rand({0}), Rand({7, 3}), finite},
+                                       {Tensor::Scalar(8.0f), Rand({0}), Rand({7, 3}), overflowed},
+                                       {Tensor::Scalar(8.0f), Rand({0}), Rand({7, 3}), finite}};
+  OpUnderTest t("UnscaleGradients", steps[0], {});
+  ASSERT_TRUE(t.status().ok()) << t.status();
+  for (int s = 0; s < 3; ++s) {
+    KernelRun cpu = t.RunCpu(steps[s]);
+    ASSERT_TRUE(cpu.status.ok()) << cpu.status;
+    KernelRun dev = t.RunGpu(ToDeviceAll(gpu, steps[s]), {});
+    ASSERT_TRUE(dev.status.ok()) << dev.status;
+    ASSERT_EQ(dev.outputs.size(), 4u);
+    for (int o = 0; o < 4; ++o) {
+      auto host = gpu::ToHost(gpu, dev.outputs[o]);
+      ASSERT_TRUE(host.ok());
+      ExpectMatches(cpu.outputs[o], *host, kExact, absl::StrCat("step ", s, " output ", o));
+    }
+    EXPECT_EQ(std::isnan(cpu.outputs[3].data<float>()[0]), s == 1);
+  }
+}
+
+TEST(GpuMixedPrecisionTest, LossScaleAndSkippedUpdatesMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  GpuDevice* gpu = gpu::TestGpu();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // ApplyLossScale through backoff, the floor of 1 and growth.
+  OpUnderTest scale("ApplyLossScale", {Tensor::Scalar(4.0f), Tensor::Scalar(0.0f), Tensor::Scalar(0.0f)},
+                    {Attr("growth_interval", int64_t{2})});
+  ASSERT_TRUE(scale.status().ok()) << scale.status();
+  std::vector<Tensor> cpu_in = {Tensor::Scalar(4.0f), Tensor::Scalar(0.0f), Tensor::Scalar(0.0f)};
+  std::vector<Tensor> dev_in = ToDeviceAll(gpu, cpu_in);
+  for (float overflow : {nan, 0.0f, 0.0f, nan, nan, nan, nan, 0.0f}) {
+    cpu_in[2] = Tensor::Scalar(overflow);
+    dev_in[2] = *gpu::ToDevice(gpu, cpu_in[2]);
+    ASSERT_TRUE(scale.RunCpu(cpu_in).status.ok());
+    ASSERT_TRUE(scale.RunGpu(dev_in, {}).status.ok());
+    for (int i = 0; i < 2; ++i) {
+      ExpectMatches(cpu_in[i], *gpu::ToHost(gpu, dev_in[i]), kExact, absl::StrCat("input ", i));
+    }
+  }
+  EXPECT_EQ(cpu_in[0].data<float>()[0], 1.0f);
+  // Updates with skip_nonfinite leave var, slots and t alone on a marked step.
+  const TensorShape s{300001};
+  AttrList adam = {Attr("learning_rate", 0.01f), Attr("beta1", 0.9f), Attr("beta2", 0.999f), Attr("epsilon", 1e-7f),
+                   Attr("skip_nonfinite", true)};
+  std::vector<Tensor> start = {Rand(s), Rand(s, -0.1f, 0.1f), Rand(s, 0.0f, 0.01f), Tensor::Scalar(0.0f), Rand(s)};
+  OpUnderTest t("ApplyAdam", start, adam);
+  ASSERT_TRUE(t.status().ok()) << t.status();
+  std::vector<Tensor> dev = ToDeviceAll(gpu, start);
+  Tensor marked = Rand(s);
+  marked.data<float>()[0] = nan;
+  dev[4] = *gpu::ToDevice(gpu, marked);
+  ASSERT_TRUE(t.RunGpu(dev, {}).status.ok());
+  for (int i = 0; i < 4; ++i) ExpectMatches(start[i], *gpu::ToHost(gpu, dev[i]), kExact, absl::StrCat("input ", i));
+  std::vector<Tensor> cpu = {start[0].DeepCopy(), start[1].DeepCopy(), start[2].DeepCopy(), Tensor::Scalar(0.0f),
+                             Rand(s)};
+  dev[4] = *gpu::ToDevice(gpu, cpu[4]);
+  ASSERT_TRUE(t.RunCpu(cpu).status.ok());
+  ASSERT_TRUE(t.RunGpu(dev, {}).status.ok());
+  for (int i = 0; i < 4; ++i) {
+    ExpectMatches(cpu[i], *gpu::ToHost(gpu, dev[i]), Tolerance{1e-5, 1e-4}, absl::StrCat("after a finite step ", i));
+  }
+  EXPECT_EQ(cpu[3].data<float>()[0], 1.0f);
 }
 
 }  // namespace

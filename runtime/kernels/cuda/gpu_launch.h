@@ -22,6 +22,12 @@
 namespace weft {
 namespace gpu_kernels {
 
+// ---- convert.cu -----------------------------------------------------------------
+
+// y[i] = x[i] rounded to nearest even in float16 (bfloat16 when `bfloat16`);
+// y holds n 2-byte elements.
+cudaError_t LaunchToHalf(const float* x, void* y, int64_t n, bool bfloat16, cudaStream_t stream);
+
 // ---- elementwise.cu ------------------------------------------------------------
 
 enum class UnaryFn { kRelu, kSigmoid, kTanh, kNeg };
@@ -100,10 +106,13 @@ cudaError_t LaunchSparseXent(const float* logits, const int32_t* labels, float* 
 // read by every block and incremented once, by the last block to read it;
 // count.ticket is a device counter that must be 0 on entry and is 0 again on
 // exit (one per kernel object, launches on one stream). So no update reads
-// device memory on the host.
+// device memory on the host. With `guard` (skip_nonfinite: the gradient's
+// element 0), a launch whose *guard is not finite changes nothing, t
+// included.
 struct UpdateCount {
   float* t = nullptr;
   unsigned int* ticket = nullptr;
+  const float* guard = nullptr;
 };
 // var -= lr (grad + weight_decay var)
 cudaError_t LaunchApplyGradientDescent(float* var, const float* grad, const LrSchedule& rate, float weight_decay,
@@ -125,6 +134,18 @@ cudaError_t LaunchSumSquares(const float* x, int64_t n, double* acc, cudaStream_
 cudaError_t LaunchNormScale(double* acc, float clip_norm, float* scale, float* norm, cudaStream_t stream);
 // var = momentum var + (1 - momentum) value.
 cudaError_t LaunchApplyMovingAverage(float* var, const float* value, float momentum, int64_t n, cudaStream_t stream);
+// Loss scaling (graph/ops/loss_scale_ops.cc). LaunchUnscale writes
+// out = g * (1 / *scale) and sets *overflow_flag (a device int, 0 before
+// the first gradient of a step) when g has an element that is not finite;
+// LaunchMarkOverflow then writes NaN to out[0] when the flag is set, for each
+// output; LaunchFinishUnscale writes overflow (NaN or 0) and zeroes the flag.
+cudaError_t LaunchUnscale(const float* g, const float* scale, float* out, int64_t n, int* overflow_flag,
+                          cudaStream_t stream);
+cudaError_t LaunchMarkOverflow(float* out, const int* overflow_flag, cudaStream_t stream);
+cudaError_t LaunchFinishUnscale(int* overflow_flag, float* overflow, cudaStream_t stream);
+// ApplyLossScale on the device scalars scale and good_steps.
+cudaError_t LaunchApplyLossScale(float* scale, float* good_steps, const float* overflow, float growth_interval,
+                                 cudaStream_t stream);
 
 // ---- norm.cu ------------------------------------------------------------------------
 

@@ -3,6 +3,10 @@
 // window_kernels.h): the same attributes, checks, errors and outputs.
 //
 // Matrix products run in cuBLAS (FP32, on the device's handle and stream).
+// A MatMul with a compute_type of float16 or bfloat16 (mixed precision)
+// rounds its operands to that type in scratch and multiplies them with
+// cublasGemmEx on the tensor cores, accumulating in FP32 into its FP32
+// output.
 //
 // Convolutions (NHWC input, HWIO filter, as on the CPU) and max pooling have
 // two paths, chosen per call:
@@ -87,11 +91,42 @@ using kernels::GetAttr;
 // Largest patch matrix per chunk, in floats (256 MiB).
 constexpr int64_t kScratchFloats = int64_t{1} << 26;
 
+// `t` rounded to 16-bit `type` in scratch held by `holder`.
+absl::StatusOr<const void*> Rounded(OpKernelContext* ctx, const Tensor& t, ComputeType type, Tensor* holder) {
+  ASSIGN_OR_RETURN(*holder, Scratch(ctx, (t.NumElements() + 1) / 2));
+  WEFT_CUDA_RETURN_IF_ERROR(LaunchToHalf(t.data<float>(), holder->raw_data(), t.NumElements(),
+                                         type == ComputeType::kBFloat16, Stream(ctx)));
+  return static_cast<const void*>(holder->raw_data());
+}
+
+// The product of `a` and `b` rounded to d.compute, as RowMajorGemm.
+absl::Status MixedGemm(OpKernelContext* ctx, const Tensor& a, const Tensor& b, const kernels::MatMulDims& d,
+                       Tensor* out) {
+  for (int64_t v : {d.m, d.n, d.k, d.a1, d.b1}) {
+    if (v > INT_MAX) return absl::InvalidArgumentError(absl::StrCat("matrix dimension ", v, " is too large for cuBLAS"));
+  }
+  Tensor a_half, b_half;
+  ASSIGN_OR_RETURN(const void* ah, Rounded(ctx, a, d.compute, &a_half));
+  ASSIGN_OR_RETURN(const void* bh, Rounded(ctx, b, d.compute, &b_half));
+  const cudaDataType_t type = d.compute == ComputeType::kBFloat16 ? CUDA_R_16BF : CUDA_R_16F;
+  const float one = 1.0f, zero = 0.0f;
+  const cublasStatus_t st = cublasGemmEx(
+      Gpu(ctx)->cublas(), d.tb ? CUBLAS_OP_T : CUBLAS_OP_N, d.ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(d.n),
+      static_cast<int>(d.m), static_cast<int>(d.k), &one, bh, type, static_cast<int>(std::max<int64_t>(d.b1, 1)), ah,
+      type, static_cast<int>(std::max<int64_t>(d.a1, 1)), &zero, out->data<float>(), CUDA_R_32F,
+      static_cast<int>(d.n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  return st == CUBLAS_STATUS_SUCCESS ? absl::OkStatus() : gpu::CublasStatus(st, "cublasGemmEx");
+}
+
 struct MatMul {
   static void Run(OpKernelContext* ctx, const Tensor& a, const Tensor& b, const kernels::MatMulDims& d, Tensor* out) {
     if (d.k == 0) {
       OP_REQUIRES_CUDA(ctx, cudaMemsetAsync(out->raw_data(), 0, out->TotalBytes(), Stream(ctx)),
                        "cudaMemsetAsync (MatMul with k = 0)");
+      return;
+    }
+    if (d.compute != ComputeType::kFloat32) {
+      OP_REQUIRES_OK(ctx, MixedGemm(ctx, a, b, d, out));
       return;
     }
     OP_REQUIRES_OK(ctx, RowMajorGemm(Gpu(ctx)->cublas(), d.ta, d.tb, d.m, d.n, d.k, a.data<float>(),

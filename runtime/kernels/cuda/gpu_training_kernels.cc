@@ -1,4 +1,4 @@
-// GPU kernels for the optimizer updates and ApplyMovingAverage
+// GPU kernels for the optimizer updates, ApplyMovingAverage and loss scaling
 // (graph/ops/training_ops.cc): one launch per variable, writing the
 // variable's device buffer (and slots) in place and forwarding `var` as
 // output 0, on the skeleton the CPU kernels share
@@ -57,13 +57,20 @@ class Ticket {
 
 const float* Grad(OpKernelContext* ctx) { return ctx->input(ctx->num_inputs() - 1).data<float>(); }
 
+// `count` with the gradient as its guard when the update skips steps that
+// overflowed (skip_nonfinite) and has an element to look at.
+UpdateCount Guarded(UpdateCount count, OpKernelContext* ctx, const kernels::RateParams& p) {
+  if (p.skip_nonfinite && ctx->input(ctx->num_inputs() - 1).NumElements() > 0) count.guard = Grad(ctx);
+  return count;
+}
+
 class GradientDescent {
  public:
   explicit GradientDescent(OpKernelConstruction* c) : ticket_(c) {}
   void Run(OpKernelContext* ctx, const kernels::GradientDescentParams& p) {
     OP_REQUIRES_CUDA(ctx,
                      LaunchApplyGradientDescent(MutableInput(ctx, 0), Grad(ctx), p.schedule, p.weight_decay,
-                                                ticket_.At(ctx, 1), ctx->input(0).NumElements(), Stream(ctx)),
+                                                Guarded(ticket_.At(ctx, 1), ctx, p), ctx->input(0).NumElements(), Stream(ctx)),
                      "ApplyGradientDescent kernel");
   }
 
@@ -77,7 +84,7 @@ class Momentum {
   void Run(OpKernelContext* ctx, const kernels::MomentumParams& p) {
     OP_REQUIRES_CUDA(ctx,
                      LaunchApplyMomentum(MutableInput(ctx, 0), MutableInput(ctx, 1), Grad(ctx), p.schedule,
-                                         p.weight_decay, p.momentum, p.use_nesterov, ticket_.At(ctx, 2),
+                                         p.weight_decay, p.momentum, p.use_nesterov, Guarded(ticket_.At(ctx, 2), ctx, p),
                                          ctx->input(0).NumElements(), Stream(ctx)),
                      "ApplyMomentum kernel");
   }
@@ -92,7 +99,7 @@ class Adam {
   void Run(OpKernelContext* ctx, const kernels::AdamParams& p) {
     OP_REQUIRES_CUDA(ctx,
                      LaunchApplyAdam(MutableInput(ctx, 0), MutableInput(ctx, 1), MutableInput(ctx, 2), Grad(ctx),
-                                     p.schedule, p.weight_decay, p.beta1, p.beta2, p.epsilon, ticket_.At(ctx, 3),
+                                     p.schedule, p.weight_decay, p.beta1, p.beta2, p.epsilon, Guarded(ticket_.At(ctx, 3), ctx, p),
                                      ctx->input(0).NumElements(), Stream(ctx)),
                      "ApplyAdam kernel");
   }
@@ -151,6 +158,60 @@ class GlobalNormScale {
   Tensor acc_;
 };
 
+// The overflow flag (a device int, zeroed once and left at zero by every
+// step) belongs to the kernel object; the lock keeps one step's launches
+// together on the device's stream, as GlobalNormScale's does.
+class UnscaleGradients {
+ public:
+  explicit UnscaleGradients(OpKernelConstruction* c) {
+    gpu::GpuDevice* gpu = Gpu(c);
+    absl::Status current = gpu->MakeCurrent();
+    if (!current.ok()) {
+      c->SetStatus(current);
+      return;
+    }
+    auto flag = Tensor::Allocate(DType::kInt32, TensorShape{1}, gpu->allocator());
+    if (!flag.ok()) {
+      c->SetStatus(flag.status());
+      return;
+    }
+    flag_ = *std::move(flag);
+    cudaError_t err = cudaMemsetAsync(flag_.raw_data(), 0, sizeof(int), gpu->stream());
+    if (err != cudaSuccess) c->SetStatus(gpu::CudaStatus(err, "cudaMemsetAsync (UnscaleGradients flag)"));
+  }
+
+  void Run(OpKernelContext* ctx, const std::vector<Tensor*>& unscaled, Tensor* overflow) {
+    absl::MutexLock lock(&mu_);
+    int* flag = static_cast<int*>(flag_.raw_data());
+    const float* scale = ctx->input(0).data<float>();
+    for (size_t i = 0; i < unscaled.size(); ++i) {
+      OP_REQUIRES_CUDA(ctx,
+                       LaunchUnscale(ctx->input(static_cast<int>(i) + 1).data<float>(), scale,
+                                     unscaled[i]->data<float>(), unscaled[i]->NumElements(), flag, Stream(ctx)),
+                       "UnscaleGradients kernel");
+    }
+    for (Tensor* u : unscaled) {
+      if (u->NumElements() == 0) continue;
+      OP_REQUIRES_CUDA(ctx, LaunchMarkOverflow(u->data<float>(), flag, Stream(ctx)), "UnscaleGradients mark");
+    }
+    OP_REQUIRES_CUDA(ctx, LaunchFinishUnscale(flag, overflow->data<float>(), Stream(ctx)), "UnscaleGradients finish");
+  }
+
+ private:
+  absl::Mutex mu_;
+  Tensor flag_;
+};
+
+struct ApplyLossScale {
+  explicit ApplyLossScale(OpKernelConstruction*) {}
+  void Run(OpKernelContext* ctx, float interval) const {
+    OP_REQUIRES_CUDA(ctx,
+                     LaunchApplyLossScale(MutableInput(ctx, 0), MutableInput(ctx, 1), ctx->input(2).data<float>(),
+                                          interval, Stream(ctx)),
+                     "ApplyLossScale kernel");
+  }
+};
+
 // Aliases: the macro cannot take a template argument list with a comma.
 using ApplyGradientDescentKernel = kernels::ApplyKernel<kernels::GradientDescentOp, GradientDescent>;
 using ApplyMomentumKernel = kernels::ApplyKernel<kernels::MomentumOp, Momentum>;
@@ -162,6 +223,8 @@ WEFT_REGISTER_KERNEL("ApplyMomentum", "GPU", ApplyMomentumKernel);
 WEFT_REGISTER_KERNEL("ApplyAdam", "GPU", ApplyAdamKernel);
 WEFT_REGISTER_KERNEL("ApplyMovingAverage", "GPU", ApplyMovingAverageKernel);
 WEFT_REGISTER_KERNEL("GlobalNormScale", "GPU", kernels::GlobalNormScaleKernel<GlobalNormScale>);
+WEFT_REGISTER_KERNEL("UnscaleGradients", "GPU", kernels::UnscaleGradientsKernel<UnscaleGradients>);
+WEFT_REGISTER_KERNEL("ApplyLossScale", "GPU", kernels::ApplyLossScaleKernel<ApplyLossScale>);
 
 }  // namespace
 }  // namespace gpu_kernels

@@ -22,16 +22,19 @@ namespace {
 struct Rate {
   float lr;    // the schedule's rate at this update
   double step; // this update's count (0 without one)
+  bool skip;   // count.guard is not finite: change nothing
 };
 
 __device__ Rate BlockRate(const LrSchedule& schedule, UpdateCount count) {
   __shared__ Rate shared;
   if (threadIdx.x == 0) {
-    if (count.t == nullptr) {
-      shared = Rate{schedule.learning_rate, 0.0};
+    if (count.guard != nullptr && !isfinite(*count.guard)) {
+      shared = Rate{0.0f, 0.0, true};  // every block skips, so the ticket stays 0
+    } else if (count.t == nullptr) {
+      shared = Rate{schedule.learning_rate, 0.0, false};
     } else {
       const float t_new = *count.t + 1.0f;
-      shared = Rate{static_cast<float>(schedule.At(t_new)), static_cast<double>(t_new)};
+      shared = Rate{static_cast<float>(schedule.At(t_new)), static_cast<double>(t_new), false};
       __threadfence();
       if (atomicAdd(count.ticket, 1u) == gridDim.x - 1) {
         *count.t = t_new;
@@ -45,14 +48,18 @@ __device__ Rate BlockRate(const LrSchedule& schedule, UpdateCount count) {
 
 __global__ void GradientDescentKernel(float* __restrict__ var, const float* __restrict__ grad, LrSchedule schedule,
                                       float wd, UpdateCount count, int64_t n) {
-  const float lr = BlockRate(schedule, count).lr;
+  const Rate rate = BlockRate(schedule, count);
+  if (rate.skip) return;
+  const float lr = rate.lr;
   WEFT_GRID_STRIDE(i, n) { var[i] -= lr * (grad[i] + wd * var[i]); }
 }
 
 template <bool kNesterov>
 __global__ void MomentumKernel(float* __restrict__ var, float* __restrict__ accum, const float* __restrict__ grad,
                                LrSchedule schedule, float wd, float mu, UpdateCount count, int64_t n) {
-  const float lr = BlockRate(schedule, count).lr;
+  const Rate rate = BlockRate(schedule, count);
+  if (rate.skip) return;
+  const float lr = rate.lr;
   WEFT_GRID_STRIDE(i, n) {
     const float g = grad[i] + wd * var[i];
     const float a = accum[i] * mu + g;
@@ -74,6 +81,7 @@ __global__ void AdamKernel(float* __restrict__ var, float* __restrict__ m, float
                            const float* __restrict__ grad, LrSchedule schedule, float wd, float b1, float b2,
                            float eps, UpdateCount count, int64_t n) {
   const Rate rate = BlockRate(schedule, count);
+  if (rate.skip) return;
   const double step = rate.step;
   const float lr_t = static_cast<float>(static_cast<double>(rate.lr) * sqrt(1.0 - pow(static_cast<double>(b2), step)) /
                                         (1.0 - pow(static_cast<double>(b1), step)));
@@ -111,7 +119,68 @@ __global__ void NormScaleKernel(double* acc, float clip, float* scale, float* no
   *acc = 0;  // ready for the next step
 }
 
+// Loss scaling: out = g / scale, and a flag for a non-finite element.
+__global__ void UnscaleKernel(const float* __restrict__ g, const float* __restrict__ scale, float* __restrict__ out,
+                              int64_t n, int* overflow_flag) {
+  const float inv = 1.0f / *scale;
+  bool bad = false;
+  WEFT_GRID_STRIDE(i, n) {
+    const float x = g[i];
+    bad |= !isfinite(x);
+    out[i] = x * inv;
+  }
+  if (__syncthreads_or(bad) && threadIdx.x == 0) atomicExch(overflow_flag, 1);
+}
+
+__global__ void MarkOverflowKernel(float* out, const int* overflow_flag) {
+  if (*overflow_flag != 0) out[0] = __int_as_float(0x7fc00000);  // NaN
+}
+
+__global__ void FinishUnscaleKernel(int* overflow_flag, float* overflow) {
+  *overflow = *overflow_flag != 0 ? __int_as_float(0x7fc00000) : 0.0f;
+  *overflow_flag = 0;
+}
+
+__global__ void ApplyLossScaleKernel(float* scale, float* good_steps, const float* overflow, float interval) {
+  if (!isfinite(*overflow)) {
+    *scale = fmaxf(*scale * 0.5f, 1.0f);
+    *good_steps = 0.0f;
+    return;
+  }
+  const float good = *good_steps + 1.0f;
+  if (good >= interval) {
+    const float grown = *scale * 2.0f;
+    if (isfinite(grown)) *scale = grown;
+    *good_steps = 0.0f;
+  } else {
+    *good_steps = good;
+  }
+}
+
 }  // namespace
+
+cudaError_t LaunchUnscale(const float* g, const float* scale, float* out, int64_t n, int* overflow_flag,
+                          cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  UnscaleKernel<<<BlocksFor(n), kThreads, 0, stream>>>(g, scale, out, n, overflow_flag);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMarkOverflow(float* out, const int* overflow_flag, cudaStream_t stream) {
+  MarkOverflowKernel<<<1, 1, 0, stream>>>(out, overflow_flag);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFinishUnscale(int* overflow_flag, float* overflow, cudaStream_t stream) {
+  FinishUnscaleKernel<<<1, 1, 0, stream>>>(overflow_flag, overflow);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchApplyLossScale(float* scale, float* good_steps, const float* overflow, float growth_interval,
+                                 cudaStream_t stream) {
+  ApplyLossScaleKernel<<<1, 1, 0, stream>>>(scale, good_steps, overflow, growth_interval);
+  return cudaGetLastError();
+}
 
 // A launch with a count runs even for n == 0: t still counts the update, as
 // on the CPU.
