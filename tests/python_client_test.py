@@ -449,6 +449,36 @@ def test_gradient_accumulation_updates_every_k_batches_as_one_step_of_k_micro_ba
             weft.keras.optimizers.Adam(gradient_accumulation_steps=bad)
 
 
+def test_mixed_precision_policy_sets_the_job_and_trains(client, fmnist):
+    from weft._pb import job_pb2
+    mp = weft.keras.mixed_precision
+    with pytest.raises(ValueError, match="policy 'mixed_float8' is unknown"):
+        mp.set_global_policy("mixed_float8")
+    try:
+        mp.set_global_policy("mixed_bfloat16")
+        assert mp.global_policy().compute_dtype == "bfloat16" and mp.global_policy().variable_dtype == "float32"
+        model = weft.keras.Sequential([layers.Dense(10, activation="softmax", input_shape=(784,))])
+        model.compile(optimizer="adam")
+        job = model.to_job_spec(job_pb2.DatasetSpec(), (784,), batch_size=32, epochs=1)
+        assert job.mixed_precision.compute == job_pb2.MixedPrecision.BFLOAT16
+        # The policy is read at compile, as Keras' layers read it when made.
+        mp.set_global_policy("mixed_float16")
+        assert model.to_job_spec(job_pb2.DatasetSpec(), (784,), batch_size=32,
+                                 epochs=1).mixed_precision.compute == job_pb2.MixedPrecision.BFLOAT16
+        x, y, x_test, y_test = fmnist
+        model = mlp(weft.distribute.MultiWorkerMirroredStrategy(client=client), hidden=(64,), lr=0.002)
+        assert model.to_job_spec(job_pb2.DatasetSpec(), (784,), batch_size=64,
+                                 epochs=2).mixed_precision.compute == job_pb2.MixedPrecision.FLOAT16
+        history = model.fit(x[:6000], y[:6000], epochs=2, batch_size=64,
+                            validation_data=(x_test[:2000], y_test[:2000]), verbose=0)
+        assert history.history["val_accuracy"][-1] >= 0.70, history.history
+    finally:
+        mp.set_global_policy("float32")
+    model = weft.keras.Sequential([layers.Dense(10, activation="softmax", input_shape=(784,))])
+    model.compile(optimizer="adam")
+    assert not model.to_job_spec(job_pb2.DatasetSpec(), (784,), batch_size=32, epochs=1).HasField("mixed_precision")
+
+
 def test_functional_models_refuse_what_weft_lacks():
     inp = weft.keras.Input(shape=(8, 8, 1))
     conv = layers.Conv2D(4, 3)

@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from weft import distribute, errors
 from weft._pb import job_pb2
 from weft.data import ArrayData, Dataset
-from weft.keras import layers as layers_mod, losses, optimizers
+from weft.keras import layers as layers_mod, losses, mixed_precision, optimizers
 from weft.keras.callbacks import Callback, History
 from weft.keras.inference import layer_name
 
@@ -79,6 +79,7 @@ class BaseModel:
                 raise ValueError(f"metrics: {m!r} is for classes; a mean_squared_error model reports its loss")
         self.metrics = metrics
         self.strategy = distribute.get_strategy()
+        self.precision_policy = mixed_precision.global_policy()
 
     def _reads_ids(self) -> bool:
         """Whether the model's input is token ids (an Embedding reads it): integer
@@ -152,6 +153,9 @@ class BaseModel:
         elif validate_every < 0:
             job.eval.skip = True
         job.strategy.CopyFrom(self.strategy.to_proto())
+        mp = mixed_precision.to_proto(getattr(self, "precision_policy", mixed_precision.global_policy()), job_pb2)
+        if mp is not None:
+            job.mixed_precision.CopyFrom(mp)
         job.checkpoint.dir = f"python/{job.name}-{uuid.uuid4().hex[:12]}"
         if self._resume_from:
             job.checkpoint.resume_from = self._resume_from
