@@ -13,7 +13,8 @@
 #
 #   bench/gpu.sh --run DIR [--out FILE.md] [--mlp_epochs N] [--cnn_epochs N] [--resnet_epochs N] [--lstm_epochs N]
 #                [--transformer_steps N] [--models "mlp cnn resnet transformer lstm"] [--rounds N]
-#                [--skip_tests] [--no_local]
+#                [--skip_tests] [--no_local] [--precisions "float32 fp16 bf16"]
+#                [--peers "none default reduce-overhead"]
 #       On the GPU machine (one GPU, CUDA driver, PyTorch 2; no Bazel, no
 #       network): finds cuBLAS/cuDNN/NCCL (PyTorch's nvidia-* packages, then
 #       /usr/local/cuda), runs every GPU test binary, trains
@@ -33,6 +34,13 @@
 #       (FILE.md, default DIR/gpu_bench.md).
 #       It also trains examples/seattle_weather_lstm.pbtxt on the GPU once, as
 #       a check (float targets), when the bundle has its data.
+#       --precisions: float32 (the default), and fp16 / bf16 for mixed
+#       precision: weft's job with `mixed_precision { compute: FLOAT16 }` (or
+#       BFLOAT16) against PyTorch's autocast (fp16 with GradScaler), rows
+#       "MODEL-fp16" / "MODEL-bf16" of the table. --peers: which PyTorch
+#       runs (eager "none", and torch.compile's modes; default all three, ""
+#       for weft alone), so that a short GPU session can spend its time where
+#       it must.
 #       --skip_tests leaves out the GPU test binaries and --no_local the
 #       `weft local` and NCCL runs, so that a short session on a GPU spends
 #       its time on the training figures.
@@ -132,8 +140,10 @@ cuda_library_path() {
 
 run() {
   local bundle out mlp_epochs cnn_epochs resnet_epochs rounds data skip_tests no_local models transformer_steps lstm_epochs
+  local precisions peers
   data="$(cd "$1/data" && pwd -P)"; out="$2"; mlp_epochs="$3"; cnn_epochs="$4"; rounds="$5"
   skip_tests="$6"; no_local="$7"; resnet_epochs="$8"; models="$9"; transformer_steps="${10}"; lstm_epochs="${11}"
+  precisions="${12}"; peers="${13}"
   [ -f "$1/binaries.tar.xz" ] || die "$1 holds no binaries.tar.xz: build it with bench/gpu.sh --bundle $1"
   local work
   work="$(mktemp -d "${TMPDIR:-/tmp}/weft-gpu.XXXXXX")"
@@ -206,25 +216,26 @@ run() {
   # torch.compile needs PyTorch 2 and a working Triton, and without them the
   # table says so.
   peer() {
-    local system="$1" model="$2" epochs="$3" compile="$4" rc=0 error
+    local system="$1" tag="$2" epochs="$3" compile="$4" amp="${5:-none}" rc=0 error model="${2%%-*}"
+    [[ " $peers " == *" $compile "* ]] || return 0
     if [ "$model" = transformer ]; then
       # The same steps of batch 32 as weft's run (bench/torch_transformer.py).
       (cd "$REPO/bench" && "${torch_env[@]}" timeout 600 "$PYTHON" torch_transformer.py --device cuda \
         --corpus "$bundle/data/kjv.txt" --train_limit $((transformer_steps * 32)) --batch 32 --test_limit 256 \
-        --compile "$compile") > "$work/$system.$model.json" 2> "$work/$system.$model.err" || rc=$?
+        --compile "$compile" --amp "$amp") > "$work/$system.$tag.json" 2> "$work/$system.$tag.err" || rc=$?
     else
       "${torch_env[@]}" timeout 600 "$PYTHON" "$REPO/bench/gpu/torch_fmnist.py" --model "$model" \
-        --data "$bundle/data" --epochs "$epochs" --compile "$compile" \
-        > "$work/$system.$model.json" 2> "$work/$system.$model.err" || rc=$?
+        --data "$bundle/data" --epochs "$epochs" --compile "$compile" --amp "$amp" \
+        > "$work/$system.$tag.json" 2> "$work/$system.$tag.err" || rc=$?
     fi
-    if [ "$rc" = 0 ] && grep -q '^{' "$work/$system.$model.json"; then
-      echo "$system $model $(grep -m1 '^{' "$work/$system.$model.json")" | tee -a "$runs"
+    if [ "$rc" = 0 ] && grep -q '^{' "$work/$system.$tag.json"; then
+      echo "$system $tag $(grep -m1 '^{' "$work/$system.$tag.json")" | tee -a "$runs"
       return 0
     fi
-    echo "$system $model failed (exit status $rc):"; tail -20 "$work/$system.$model.err"
-    error="$(grep -v '^[[:space:]]*$' "$work/$system.$model.err" | tail -1 | cut -c1-300 || true)"
+    echo "$system $tag failed (exit status $rc):"; tail -20 "$work/$system.$tag.err"
+    error="$(grep -v '^[[:space:]]*$' "$work/$system.$tag.err" | tail -1 | cut -c1-300 || true)"
     [ -n "$error" ] || error="exit status $rc"
-    echo "$system $model $("$PYTHON" -c 'import json, sys; print(json.dumps({"state": "FAILED", "error": sys.argv[1]}))' \
+    echo "$system $tag $("$PYTHON" -c 'import json, sys; print(json.dumps({"state": "FAILED", "error": sys.argv[1]}))' \
       "$error")" >> "$runs"
     [ "$compile" != none ] || failed=1
   }
@@ -243,18 +254,33 @@ run() {
         sed -e "s|^\( *dir:\).*|\1 \"$bundle/data\"|" -e "s|^epochs:.*|epochs: $epochs|" \
           "$bundle/jobs/fmnist_$model.pbtxt" > "$job"
       fi
-      train weft "$model" "$job"
-      if [ "$round" = 1 ]; then grep -m1 "training step on" "$work/weft.$model.err" || true; fi
-      if [ "$model" = cnn ]; then
-        # cuDNN off: the im2col + cuBLAS convolutions and the CUDA pooling
-        # kernels. And cuDNN without autotuning: its heuristic's algorithm
-        # wherever it has one, never timed against the fallback.
-        train weft-im2col "$model" "$job" WEFT_CUDNN=0
-        train weft-cudnn "$model" "$job" WEFT_CUDNN_AUTOTUNE=0
-      fi
-      peer torch "$model" "$epochs" none
-      peer torch-compile "$model" "$epochs" default
-      peer torch-compile-ro "$model" "$epochs" reduce-overhead
+      local precision
+      for precision in $precisions; do
+        if [ "$precision" = float32 ]; then
+          train weft "$model" "$job"
+          if [ "$round" = 1 ]; then grep -m1 "training step on" "$work/weft.$model.err" || true; fi
+          if [ "$model" = cnn ]; then
+            # cuDNN off: the im2col + cuBLAS convolutions and the CUDA pooling
+            # kernels. And cuDNN without autotuning: its heuristic's algorithm
+            # wherever it has one, never timed against the fallback.
+            train weft-im2col "$model" "$job" WEFT_CUDNN=0
+            train weft-cudnn "$model" "$job" WEFT_CUDNN_AUTOTUNE=0
+          fi
+          peer torch "$model" "$epochs" none
+          peer torch-compile "$model" "$epochs" default
+          peer torch-compile-ro "$model" "$epochs" reduce-overhead
+          continue
+        fi
+        # Mixed precision: the same job with its products in float16 or
+        # bfloat16, against PyTorch's autocast.
+        local compute=FLOAT16
+        [ "$precision" = bf16 ] && compute=BFLOAT16
+        { cat "$job"; echo "mixed_precision { compute: $compute }"; } > "$work/$model-$precision.pbtxt"
+        train weft "$model-$precision" "$work/$model-$precision.pbtxt"
+        peer torch "$model-$precision" "$epochs" none "$precision"
+        peer torch-compile "$model-$precision" "$epochs" default "$precision"
+        peer torch-compile-ro "$model-$precision" "$epochs" reduce-overhead "$precision"
+      done
     done
   done
   regression_check
@@ -339,7 +365,7 @@ local_runs() {
 
 # ---------------------------------------------------------------------- main
 mode=build bundle="$REPO/gpu-bundle" out="" mlp_epochs=3 cnn_epochs=2 resnet_epochs=1 lstm_epochs=1 rounds=3
-skip_tests=0 no_local=0
+skip_tests=0 no_local=0 precisions=float32 peers="none default reduce-overhead"
 transformer_steps=300 models="mlp cnn resnet transformer"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -359,9 +385,17 @@ while [ $# -gt 0 ]; do
         esac
       done ;;
     --rounds) rounds="$2"; shift 2 ;;
+    --peers) peers="$2"; shift 2
+      for m in $peers; do
+        case "$m" in none|default|reduce-overhead) ;; *) die "--peers: unknown '$m' (none, default, reduce-overhead)" ;; esac
+      done ;;
+    --precisions) precisions="$2"; shift 2
+      for m in $precisions; do
+        case "$m" in float32|fp16|bf16) ;; *) die "--precisions: unknown '$m' (float32, fp16, bf16)" ;; esac
+      done ;;
     --skip_tests) skip_tests=1; shift ;;
     --no_local) no_local=1; shift ;;
-    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,50p' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
@@ -369,5 +403,5 @@ if [ "$mode" = build ]; then
   build "$bundle"
 else
   run "$bundle" "${out:-$bundle/gpu_bench.md}" "$mlp_epochs" "$cnn_epochs" "$rounds" "$skip_tests" "$no_local" \
-    "$resnet_epochs" "$models" "$transformer_steps" "$lstm_epochs"
+    "$resnet_epochs" "$models" "$transformer_steps" "$lstm_epochs" "$precisions" "$peers"
 fi

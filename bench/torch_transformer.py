@@ -77,6 +77,8 @@ def replica(rank, args):
         model = torch.compile(model, mode=None if args.compile == "default" else args.compile)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, eps=1e-7)
     loss_fn = nn.CrossEntropyLoss()
+    amp_dtype = {"none": None, "fp16": torch.float16, "bf16": torch.bfloat16}[args.amp]
+    scaler = torch.amp.GradScaler(device.type) if args.amp == "fp16" else None
     steps_per_epoch = len(x) // args.batch
     total = steps_per_epoch * args.epochs
     if distributed:
@@ -92,10 +94,19 @@ def replica(rank, args):
                 group["lr"] = rate(step, args.lr, args.warmup, total)
             pick = order[i * args.batch:(i + 1) * args.batch]
             optimizer.zero_grad(set_to_none=True)
-            logits = model(x[pick])
-            loss_fn(logits.reshape(-1, 256), y[pick].reshape(-1)).backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
+            with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                logits = model(x[pick])
+                loss = loss_fn(logits.reshape(-1, 256), y[pick].reshape(-1))
+            if scaler is None:
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+            else:
+                scaler.scale(loss).backward()
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                scaler.step(optimizer)
+                scaler.update()
             if step == 1 and device.type == "cuda":
                 sync()  # the first step compiles and warms up: not timed
                 start = time.perf_counter()
@@ -120,7 +131,7 @@ def replica(rank, args):
         print(json.dumps({
             "peer": f"torch-{'ddp-gloo-' if distributed else ''}transformer", "torch": torch.__version__,
             "workers": args.workers, "batch_per_worker": args.batch, "epochs": args.epochs, "steps": step,
-            "device": args.device, "compile": args.compile, "state": "SUCCEEDED",
+            "device": args.device, "compile": args.compile, "amp": args.amp, "state": "SUCCEEDED",
             "seconds": round(seconds, 3), "samples_per_s": round(trained * args.workers / seconds, 1),
             "samples_per_second": round(trained * args.workers / seconds, 1),
             "val_loss": round(total_loss / vy.numel(), 4)}))
@@ -143,6 +154,8 @@ def main():
     parser.add_argument("--port", type=int, default=29535)
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (one process)")
     parser.add_argument("--compile", choices=["none", "default", "reduce-overhead"], default="none")
+    parser.add_argument("--amp", choices=["none", "fp16", "bf16"], default="none",
+                        help="autocast of the forward pass to float16 (with GradScaler) or bfloat16 (cuda)")
     args = parser.parse_args()
     if args.device != "cpu" and args.workers != 1:
         parser.error("--device cuda runs one process (--workers 1)")

@@ -23,8 +23,8 @@ import sys
 
 # weft / PyTorch, from the issues: against eager (issue 5), and against
 # torch.compile, either mode.
-# The ResNet's and the transformer's goal against compiled PyTorch (1.0x) is with mixed precision,
-# which weft does not have yet: its float32 row is measured against it all
+# The ResNet's and the transformer's goal against compiled PyTorch (1.0x) is with mixed precision
+# (the "-fp16" / "-bf16" rows); their float32 rows are measured against it all
 # the same. Against eager the issues set none: 1.0x stands in.
 # The LSTM has no goal of its own: 1.0x stands in.
 GOALS = {"torch": {"mlp": 1.5, "cnn": 1.0, "resnet": 1.0, "transformer": 1.0, "lstm": 1.0},
@@ -38,6 +38,16 @@ MODELS = {"mlp": "MLP 784-256-128-10 (examples/fmnist_mlp.pbtxt)",
           "resnet": "ResNet, batch norm, 2 residual blocks (examples/fmnist_resnet.pbtxt), float32",
           "transformer": "character transformer, 2 causal attention blocks (examples/kjv_transformer.pbtxt), float32",
           "lstm": "LSTM of 128 units over the image's rows (examples/fmnist_lstm.pbtxt), float32"}
+# Mixed precision's rows (bench/gpu.sh --precisions): weft's job with
+# mixed_precision against PyTorch's autocast; the goals are the model's.
+for _base in list(MODELS):
+    for _amp, _words in (("fp16", "mixed float16 (weft: dynamic loss scaling; PyTorch: autocast + GradScaler)"),
+                         ("bf16", "mixed bfloat16 (PyTorch: autocast)")):
+        MODELS[f"{_base}-{_amp}"] = MODELS[_base].replace(", float32", "") + ", " + _words
+
+
+def goal(system, model):
+    return GOALS[system][model.split("-")[0]]
 
 
 def succeeded(r):
@@ -112,11 +122,11 @@ def main():
             ratio, goal_cell = "", ""
             if succeeded(w) and succeeded(t) and t["samples_per_second"] > 0:
                 x = w["samples_per_second"] / t["samples_per_second"]
-                goal = GOALS[system][model]
+                target = goal(system, model)
                 ratio = f"**{x:.2f}x**"
-                goal_cell = f"{goal:.1f}x {'met' if x >= goal else 'not met'}"
+                goal_cell = f"{target:.1f}x {'met' if x >= target else 'not met'}"
             elif t is not None or system == "torch":
-                goal_cell = f"{GOALS[system][model]:.1f}x"
+                goal_cell = f"{goal(system, model):.1f}x"
             name, weft_cell = (MODELS[model], cell(w)) if first else ("", "")
             rows.append(f"| {name} | {weft_cell} | {label} | {cell(t)} | {ratio} | {goal_cell} |")
             first = False
@@ -180,9 +190,11 @@ out on both sides: weft's first call of steps (its `warmup_seconds`: cuDNN's
 autotuning, the first allocations) and the peers' warm-up steps ({eager_warmup}
 eager, {compiled_warmup} compiled: compilation and CUDA-graph recording), which still
 train; the median of the rounds. Goals: against eager 1.5x for the MLP
-and 1.0x for the CNN, against compiled PyTorch 1.5x for both; the ResNet's,
-1.0x compiled PyTorch, is set for mixed precision, which weft does not have
-yet, so its float32 row only shows where it stands.
+and 1.0x for the CNN, against compiled PyTorch 1.5x for both; the ResNet's
+and the transformer's, 1.0x compiled PyTorch, are set for mixed precision
+(the rows "mixed float16/bfloat16": weft's `mixed_precision`, whose matrix
+products compute in half on the tensor cores, against PyTorch's autocast),
+so their float32 rows only show where they stand.
 
 | model | weft samples/s | PyTorch | PyTorch samples/s | weft / PyTorch | goal |
 |---|---|---|---|---|---|

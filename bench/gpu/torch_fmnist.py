@@ -6,7 +6,7 @@ bench/gpu.sh.
 
 Usage: torch_fmnist.py --model mlp|cnn|resnet|lstm --data DIR [--epochs N] [--batch 64]
                        [--lr LR] [--device cuda]
-                       [--compile none|default|reduce-overhead] [--warmup N]
+                       [--compile none|default|reduce-overhead] [--warmup N] [--amp none|fp16|bf16]
 Prints one JSON line: samples/s over the training steps, the final train loss
 and the test accuracy. Loading, the final evaluation and the warm-up steps
 are left out of samples/s: the first --warmup steps (default 1; with
@@ -68,6 +68,9 @@ def main():
     p.add_argument("--device", default="cuda")
     p.add_argument("--compile", choices=["none", "default", "reduce-overhead"], default="none")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first (with --compile at least 3)")
+    p.add_argument("--amp", choices=["none", "fp16", "bf16"], default="none",
+                   help="automatic mixed precision: autocast of the forward pass and loss to float16 (with "
+                        "GradScaler's dynamic loss scaling) or bfloat16; weights and Adam stay float32")
     a = p.parse_args()
     if a.compile != "none" and not hasattr(torch, "compile"):
         sys.exit(f"torch_fmnist.py: --compile {a.compile} needs torch.compile (PyTorch 2 or newer); "
@@ -93,24 +96,36 @@ def main():
     warmup = max(a.warmup, 3) if a.compile != "none" else max(a.warmup, 0)
     warmup = min(warmup, max(total_steps - 1, 0))  # leave at least one timed step
 
+    amp_dtype = {"none": None, "fp16": torch.float16, "bf16": torch.bfloat16}[a.amp]
+    scaler = torch.amp.GradScaler("cuda") if a.amp == "fp16" else None
+
+    def forward_backward_update(x, y):
+        """One step's forward (under autocast with --amp), loss, backward and Adam update."""
+        with torch.autocast(device_type=dev.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            loss = lossf(model(x), y)
+        if scaler is None:
+            loss.backward()
+            if clip is not None:
+                nn.utils.clip_grad_norm_(model.parameters(), clip)
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            if clip is not None:
+                scaler.unscale_(opt)
+                nn.utils.clip_grad_norm_(model.parameters(), clip)
+            scaler.step(opt)
+            scaler.update()
+        return loss.detach()
+
     if a.compile == "none":
         def step(x, y):
             opt.zero_grad(set_to_none=True)
-            loss = lossf(model(x), y)
-            loss.backward()
-            if clip is not None:
-                nn.utils.clip_grad_norm_(model.parameters(), clip)
-            opt.step()
-            return loss.detach()
+            return forward_backward_update(x, y)
     else:
         def train_step(x, y):
-            loss = lossf(model(x), y)
-            loss.backward()
-            if clip is not None:
-                nn.utils.clip_grad_norm_(model.parameters(), clip)
-            opt.step()
+            loss = forward_backward_update(x, y)
             opt.zero_grad(set_to_none=True)
-            return loss.detach()
+            return loss
 
         compiled = torch.compile(train_step, mode=a.compile)
         # CUDA graphs (reduce-overhead) reuse their output buffers: each call
@@ -152,9 +167,11 @@ def main():
     with torch.no_grad():
         acc = (model(tx.reshape(shape)).argmax(1) == ty).float().mean().item()
     system = {"none": "torch", "default": "torch-compile", "reduce-overhead": "torch-compile-ro"}[a.compile]
+    if a.amp != "none":
+        system += "-" + a.amp
     gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" else str(dev)
     print(json.dumps({"system": system, "model": a.model, "torch": torch.__version__, "gpu": gpu,
-                      "compile": a.compile, "batch": a.batch, "epochs": a.epochs, "steps": done,
+                      "compile": a.compile, "amp": a.amp, "batch": a.batch, "epochs": a.epochs, "steps": done,
                       "warmup_steps": warmup, "warmup_seconds": round(warmup_seconds, 3),
                       "seconds": round(dt, 3), "samples_per_second": round(seen / dt, 1) if dt > 0 else 0,
                       "train_loss": round(last_loss, 4), "test_accuracy": round(acc, 4)}))
