@@ -40,6 +40,12 @@ absl::StatusOr<MixedPrecisionPlan> PlanMixedPrecision(const JobSpec& job) {
         "mixed_precision.growth_interval must be positive (or 0 for 2000), got ", mp.growth_interval()));
   }
   if (mp.growth_interval() > 0) plan.growth_interval = mp.growth_interval();
+  if (mp.float16_all_reduce() && job.strategy().kind() != StrategySpec::MULTI_WORKER_MIRRORED) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mixed_precision.float16_all_reduce is for MULTI_WORKER_MIRRORED, whose all-reduce it halves; this job's "
+        "strategy is ",
+        StrategySpec::Kind_Name(job.strategy().kind())));
+  }
   if (plan.loss_scaling && job.strategy().replicas_to_aggregate() > 0) {
     return absl::InvalidArgumentError(
         "mixed_precision loss scaling cannot be combined with strategy.replicas_to_aggregate: the parameter "

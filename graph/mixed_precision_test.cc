@@ -112,6 +112,8 @@ TEST(MixedPrecisionTest, BadSettingsAreRefusedByField) {
            Case{"mixed_precision { compute: FLOAT16 initial_loss_scale: inf }", "initial_loss_scale"},
            Case{"mixed_precision { compute: FLOAT16 growth_interval: -1 }", "growth_interval"},
            Case{"mixed_precision { compute: FLOAT16 } strategy { replicas_to_aggregate: 2 }", "replicas_to_aggregate"},
+           Case{"mixed_precision { float16_all_reduce: true } strategy { kind: PARAMETER_SERVER }",
+                "float16_all_reduce is for MULTI_WORKER_MIRRORED"},
        }) {
     auto tg = LowerJob(Job(c.job));
     ASSERT_FALSE(tg.ok()) << c.job;
@@ -120,6 +122,15 @@ TEST(MixedPrecisionTest, BadSettingsAreRefusedByField) {
   JobSpec unknown = Job("");
   unknown.mutable_mixed_precision()->set_compute(static_cast<MixedPrecision::Compute>(7));
   EXPECT_TRUE(absl::StrContains(LowerJob(unknown).status().message(), "mixed_precision.compute 7"));
+}
+
+TEST(MixedPrecisionTest, AFloat16AllReduceAloneKeepsFloat32Products) {
+  auto tg = LowerJob(Job("mixed_precision { float16_all_reduce: true } strategy { kind: MULTI_WORKER_MIRRORED }"));
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  EXPECT_EQ(tg->graph->FindNode("loss_scale"), nullptr);
+  for (const auto& n : tg->graph->nodes()) {
+    if (n != nullptr && n->op() == "MatMul") EXPECT_FALSE(n->def().attr().count("compute_type")) << n->name();
+  }
 }
 
 TEST(MixedPrecisionTest, AGraphJobIsRefused) {

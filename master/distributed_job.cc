@@ -123,6 +123,7 @@ absl::StatusOr<StrategyOptions> OptionsFor(const JobSpec& job, Cluster& cluster,
   o.group_key = 1;
   o.new_nccl_id = new_nccl_id;
   o.cross_device_ops = spec.cross_device_ops();
+  o.float16_all_reduce = job.mixed_precision().float16_all_reduce();
   const std::string in_job = absl::StrCat("job '", job.name(), "'");
   RETURN_IF_ERROR(
       Annotate(CheckStrategyKinds(spec.kind(), spec.sync(), spec.replicas_to_aggregate(), StrategySpec::AUTO), in_job));

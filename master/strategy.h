@@ -113,6 +113,9 @@ struct StrategyOptions {
   NcclIdGenerator new_nccl_id;
   // MIRRORED only: how the replicas' gradients meet (see above).
   StrategySpec::CrossDeviceOps cross_device_ops = StrategySpec::AUTO;
+  // MULTI_WORKER_MIRRORED on CPU replicas: gradients all-reduced as float16
+  // (MixedPrecision.float16_all_reduce); refused for GPU replicas.
+  bool float16_all_reduce = false;
 };
 
 struct ReplicaNames {

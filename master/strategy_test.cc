@@ -245,7 +245,7 @@ struct MultiWorkerRun {
   std::vector<float> losses;
 };
 
-MultiWorkerRun TrainMultiWorker(const TrainingGraph& tg, int n) {
+MultiWorkerRun TrainMultiWorker(const TrainingGraph& tg, int n, bool float16_all_reduce = false) {
   MultiWorkerRun run;
   std::vector<std::unique_ptr<worker::WorkerServer>> servers;
   ClusterDef cluster;
@@ -269,6 +269,7 @@ MultiWorkerRun TrainMultiWorker(const TrainingGraph& tg, int n) {
   StrategyOptions o;
   o.kind = StrategySpec::MULTI_WORKER_MIRRORED;
   o.fusion_bytes = 200;  // several buckets
+  o.float16_all_reduce = float16_all_reduce;
   for (int i = 0; i < n; ++i) o.replica_devices.push_back(absl::StrCat("/job:worker/task:", i, "/device:CPU:0"));
   auto rg = ApplyStrategy(tg, o);
   EXPECT_TRUE(rg.ok()) << rg.status();
@@ -326,6 +327,43 @@ INSTANTIATE_TEST_SUITE_P(Replicas, MultiWorkerMirroredTest,
                            return absl::StrCat(std::get<0>(info.param), "_workers_",
                                                OptimizerLabel(std::get<1>(info.param)));
                          });
+
+// The float16 all-reduce (mixed_precision.float16_all_reduce): every
+// gradient bucket travels as float16 through the real ring between worker
+// servers. The replicas stay identical to each other, and within float16's
+// rounding of one process at the global batch, but not bit for bit: the
+// halves were on the wire.
+TEST(StrategyTest, Float16AllReduceKeepsReplicasEqualWithinHalfRounding) {
+  auto tg = LowerJob(MlpJob("optimizer { adam { learning_rate: 0.01 } }"));
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  const Trained want = SingleProcess(*tg);
+  const MultiWorkerRun got = TrainMultiWorker(*tg, 2, /*float16_all_reduce=*/true);
+  ASSERT_EQ(got.replicas.size(), 2u);
+  double largest = 0;
+  for (size_t i = 0; i < want.variables.size(); ++i) {
+    EXPECT_EQ(RelDiff(got.replicas[1][i], got.replicas[0][i]), 0.0) << tg->variables[i];
+    const double d = RelDiff(got.replicas[0][i], want.variables[i]);
+    EXPECT_LE(d, 2e-2) << tg->variables[i];
+    largest = std::max(largest, d);
+  }
+  EXPECT_GT(largest, 1e-6) << "no rounding: the gradients did not travel as float16";
+
+  StrategyOptions o;
+  o.kind = StrategySpec::MULTI_WORKER_MIRRORED;
+  o.float16_all_reduce = true;
+  o.replica_devices = {"/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0"};
+  auto rg = ApplyStrategy(*tg, o);
+  ASSERT_TRUE(rg.ok()) << rg.status();
+  for (int b = 0; b < rg->num_buckets; ++b) {
+    const Node* a = rg->graph->FindNode(ReplicaName(1, absl::StrCat("allreduce/bucket_", b)));
+    ASSERT_NE(a, nullptr);
+    EXPECT_EQ(*GetStringAttrOr(a->def(), "wire_dtype", ""), "float16");
+  }
+  o.replica_devices[1] = "/job:worker/task:1/device:GPU:0";
+  auto gpu = ApplyStrategy(*tg, o);
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_TRUE(absl::StrContains(gpu.status().message(), "float16_all_reduce is for CPU replicas")) << gpu.status();
+}
 
 // Variables above max_shard_bytes are split into row shards over both ps
 // tasks; training still matches one process exactly.

@@ -480,8 +480,8 @@ TEST(WeftCliTest, ResNetExampleTrainsUnderMultiWorkerMirrored) {
   EXPECT_GT(JsonNumber(r.out, "test_accuracy"), 0.6) << r.out;  // chance is 0.10
 }
 
-// Mixed precision (float16 products, dynamic loss scaling) under
-// MULTI_WORKER_MIRRORED: a first loss scale of 1e30 makes every gradient
+// Mixed precision (float16 products, dynamic loss scaling, gradients
+// all-reduced as float16) under MULTI_WORKER_MIRRORED: a first loss scale of 1e30 makes every gradient
 // product overflow float16 (its largest value is 65504), so the first steps
 // must be skipped, on both replicas alike, while the scale halves down to a
 // usable one (about 2^20 here, after some 80 halvings); the model still
@@ -496,7 +496,8 @@ TEST(WeftCliTest, MixedPrecisionSkipsOverflowingStepsUnderMultiWorkerMirrored) {
       layer { dense { units: 64 activation: RELU } } layer { dense { units: 10 } } }
       dataset { dir: ")", kFashionMnist, R"(" train_limit: 12000 test_limit: 2000 }
       optimizer { adam { learning_rate: 0.002 } }
-      mixed_precision { compute: FLOAT16 initial_loss_scale: 1e30 growth_interval: 100000 }
+      mixed_precision { compute: FLOAT16 initial_loss_scale: 1e30 growth_interval: 100000
+                        float16_all_reduce: true }
       strategy { kind: MULTI_WORKER_MIRRORED }
       batch_size: 64 epochs: 2 seed: 5 intra_op_threads: 1)"), &job));
   job.mutable_checkpoint()->set_dir(dir + "/ckpt/mixed");

@@ -10,7 +10,9 @@
 //   collectives (worker/collective), which hold the group's membership.
 //   Alternatively `group_devices` lists the devices of one task in rank order
 //   (MIRRORED over NCCL: one rank per GPU of the task, reduced in process);
-//   only GPU kernels take it.
+//   only GPU kernels take it. `wire_dtype` "float16" (default "float32";
+//   CPU kernels only) sends and sums float16 copies of the inputs: half
+//   the bytes (MixedPrecision.float16_all_reduce).
 //
 // CrossReplicaSum(t_0, ..., t_k-1) -> (r_0, ..., r_k-1)
 //   r_i is the sum of t_i over the replicas: written by the model lowering
@@ -39,6 +41,10 @@ absl::Status AllReduceShape(InferenceContext* c) {
   RETURN_IF_ERROR(GetIntAttr(c->node, "group_key").status());
   RETURN_IF_ERROR(GetIntAttr(c->node, "instance_key").status());
   RETURN_IF_ERROR(GetBoolAttrOr(c->node, "mean", false).status());
+  ASSIGN_OR_RETURN(std::string wire, GetStringAttrOr(c->node, "wire_dtype", "float32"));
+  if (wire != "float32" && wire != "float16") {
+    return c->Error(absl::StrCat("wire_dtype must be float32 or float16, got '", wire.substr(0, 32), "'"));
+  }
   ASSIGN_OR_RETURN(std::string devices, GetStringAttrOr(c->node, "group_devices", ""));
   if (!devices.empty()) {
     const int64_t n = static_cast<int64_t>(std::count(devices.begin(), devices.end(), ',')) + 1;

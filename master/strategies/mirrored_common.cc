@@ -80,6 +80,10 @@ void AddAllReduceBuckets(Rewrite* rw, Reduction how, const std::vector<std::vect
         ++k;
       }
       SetGroupAttrs(rw, how, static_cast<int64_t>(b + 1), /*mean=*/true, ar);
+      // Gradients only: synchronised batch norm's sums stay float32.
+      if (how == Reduction::kAcrossTasks && rw->options.float16_all_reduce) {
+        Rewrite::SetAttr(ar, Attr("wire_dtype", "float16"));
+      }
     }
   }
 }

@@ -1,5 +1,7 @@
 #include "worker/collective/reduce.h"
 
+#include <immintrin.h>
+
 #include <cstdint>
 #include <cstring>
 
@@ -17,6 +19,27 @@ __attribute__((noinline)) void AddUnaligned(T* __restrict dst, const char* __res
     T v;
     std::memcpy(&v, src + i * sizeof(T), sizeof(T));
     dst[i] += v;
+  }
+}
+
+// Float16 (the half-precision all-reduce): each sum in float32, rounded to
+// nearest even back into float16, eight at a time with F16C (part of the
+// x86-64-v3 build's baseline).
+template <>
+__attribute__((noinline)) void AddUnaligned<Half>(Half* __restrict dst, const char* __restrict src, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dst + i)));
+    const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_add_ps(a, b), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  for (; i < n; ++i) {
+    uint16_t bits;
+    std::memcpy(&bits, src + 2 * i, 2);
+    Half h;
+    h.bits = bits;
+    dst[i] = Half(static_cast<float>(dst[i]) + static_cast<float>(h));
   }
 }
 
@@ -54,12 +77,13 @@ void SumPieces(T* dst, absl::Span<const absl::string_view> pieces) {
 absl::Status CheckReducibleDType(DType dtype) {
   switch (dtype) {
     case DType::kFloat32:
+    case DType::kFloat16:
     case DType::kInt32:
     case DType::kInt64:
       return absl::OkStatus();
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("all-reduce cannot sum ", DTypeName(dtype), " tensors (float32, int32 and int64 only)"));
+      return absl::InvalidArgumentError(absl::StrCat("all-reduce cannot sum ", DTypeName(dtype),
+                                                     " tensors (float32, float16, int32 and int64 only)"));
   }
 }
 
@@ -68,6 +92,8 @@ void SumInto(DType dtype, void* dst, size_t bytes, absl::Span<const absl::string
   switch (dtype) {
     case DType::kFloat32:
       return SumPieces(static_cast<float*>(dst), pieces);
+    case DType::kFloat16:
+      return SumPieces(static_cast<Half*>(dst), pieces);
     case DType::kInt32:
       return SumPieces(static_cast<int32_t*>(dst), pieces);
     case DType::kInt64:

@@ -19,7 +19,8 @@
 namespace weft {
 namespace collective {
 
-// OK for the dtypes the collectives can sum (float32, int32, int64);
+// OK for the dtypes the collectives can sum (float32, float16, int32, int64;
+// float16 sums are taken in float32 and rounded back);
 // INVALID_ARGUMENT naming the dtype otherwise.
 absl::Status CheckReducibleDType(DType dtype);
 

@@ -1,6 +1,7 @@
 #include "worker/collective/reduce.h"
 
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,28 @@ TEST(ReduceTest, SumsInt64AndInt32) {
   std::vector<int32_t> d32 = {1, 2, 3}, s32 = {-1, -2, 5};
   SumInto(DType::kInt32, d32.data(), 12, Cut(s32, {1}));
   EXPECT_EQ(d32, (std::vector<int32_t>{0, 0, 8}));
+}
+
+TEST(ReduceTest, SumsFloat16InFloat32AndRoundsToNearestEven) {
+  // 21 elements: two vector blocks of 8 and a scalar tail, cut inside elements.
+  std::vector<Half> dst, src;
+  std::vector<float> want;
+  for (int i = 0; i < 21; ++i) {
+    const float a = 0.25f * i - 2.0f, b = i % 3 == 0 ? 1000.5f : -0.125f * i;
+    dst.push_back(Half(a));
+    src.push_back(Half(b));
+    want.push_back(static_cast<float>(Half(static_cast<float>(Half(a)) + static_cast<float>(Half(b)))));
+  }
+  // 2048 + 1 rounds to even (2048) in float16; 65504 + 32 overflows to inf.
+  dst.push_back(Half(2048.0f));
+  src.push_back(Half(1.0f));
+  want.push_back(2048.0f);
+  dst.push_back(Half(65504.0f));
+  src.push_back(Half(32.0f));
+  want.push_back(std::numeric_limits<float>::infinity());
+  SumInto(DType::kFloat16, dst.data(), dst.size() * 2, Cut(src, {1, 1, 17, 30}));
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(static_cast<float>(dst[i]), want[i]) << i;
+  EXPECT_TRUE(CheckReducibleDType(DType::kFloat16).ok());
 }
 
 TEST(ReduceTest, CopiesPieces) {

@@ -3,7 +3,15 @@
 // through the task's CollectiveRuntime, and scales them by 1/group_size when
 // the op asks for the mean. It is asynchronous: waiting for peers holds no
 // thread.
+//
+// With wire_dtype "float16" (MixedPrecision.float16_all_reduce) the inputs
+// are rounded into float16 copies, which travel and are summed (in float32,
+// rounded back at each hop: worker/collective/reduce.cc), and the outputs
+// are the sums widened back to float32: half the bytes on the wire.
+#include <immintrin.h>
+
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +24,27 @@ namespace weft {
 namespace cpu {
 namespace {
 
+// y = x rounded to nearest even in float16, eight at a time with F16C.
+void ToFloat16(const float* x, Half* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  for (; i < n; ++i) y[i] = Half(x[i]);
+}
+
+// y = scale * x, widened to float32.
+void FromFloat16(const Half* x, float scale, float* y, int64_t n) {
+  int64_t i = 0;
+  const __m256 s = _mm256_set1_ps(scale);
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i,
+                     _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))), s));
+  }
+  for (; i < n; ++i) y[i] = scale * static_cast<float>(x[i]);
+}
+
 class CollectiveAllReduceOp : public AsyncOpKernel {
  public:
   explicit CollectiveAllReduceOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
@@ -23,6 +52,9 @@ class CollectiveAllReduceOp : public AsyncOpKernel {
     if (!GetAttr(c, GetIntAttr(c->def(), "group_key"), &args_.group_key)) return;
     if (!GetAttr(c, GetIntAttr(c->def(), "instance_key"), &args_.instance_key)) return;
     if (!GetAttr(c, GetBoolAttrOr(c->def(), "mean", false), &mean_)) return;
+    std::string wire;
+    if (!GetAttr(c, GetStringAttrOr(c->def(), "wire_dtype", "float32"), &wire)) return;
+    half_ = wire == "float16";
     std::string devices;
     if (!GetAttr(c, GetStringAttrOr(c->def(), "group_devices", ""), &devices)) return;
     if (!devices.empty()) {
@@ -37,6 +69,7 @@ class CollectiveAllReduceOp : public AsyncOpKernel {
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    if (half_ && group_size_ > 1 && ctx->collectives() != nullptr) return ComputeHalf(ctx, std::move(done));
     std::vector<Tensor*> outs;
     for (int i = 0; i < ctx->num_inputs(); ++i) {
       const Tensor& in = ctx->input(i);
@@ -66,7 +99,47 @@ class CollectiveAllReduceOp : public AsyncOpKernel {
   }
 
  private:
+  // The float16 wire: float16 copies of the inputs are all-reduced, then
+  // widened (and scaled for the mean) into the outputs.
+  void ComputeHalf(OpKernelContext* ctx, DoneCallback done) {
+    auto halves = std::make_shared<std::vector<Tensor>>();
+    std::vector<Tensor*> outs, wire;
+    for (int i = 0; i < ctx->num_inputs(); ++i) {
+      const Tensor& in = ctx->input(i);
+      if (in.dtype() != DType::kFloat32) {
+        ctx->SetStatus(absl::InvalidArgumentError(
+            absl::StrCat("input ", i, " is ", DTypeName(in.dtype()), "; a float16 all-reduce takes float32")));
+        return done();
+      }
+      Tensor* out = ctx->allocate_output(i, DType::kFloat32, in.shape());
+      if (out == nullptr) return done();
+      absl::StatusOr<Tensor> half = ctx->allocate_temp(DType::kFloat16, in.shape());
+      if (!half.ok()) {
+        ctx->SetStatus(half.status());
+        return done();
+      }
+      ToFloat16(in.data<float>(), half->data<Half>(), in.NumElements());
+      halves->push_back(*std::move(half));
+      outs.push_back(out);
+    }
+    for (Tensor& h : *halves) wire.push_back(&h);
+    CollectiveRuntime::AllReduceArgs args = args_;
+    args.step_id = ctx->step_id();
+    const float scale = mean_ ? 1.0f / static_cast<float>(group_size_) : 1.0f;
+    ctx->collectives()->AllReduceAsync(args, wire, [ctx, outs, halves, scale, done](const absl::Status& s) {
+      if (!s.ok()) {
+        ctx->SetStatus(s);
+      } else {
+        for (size_t i = 0; i < outs.size(); ++i) {
+          FromFloat16((*halves)[i].data<Half>(), scale, outs[i]->data<float>(), outs[i]->NumElements());
+        }
+      }
+      done();
+    });
+  }
+
   int64_t group_size_ = 1;
+  bool half_ = false;
   bool mean_ = false;
   CollectiveRuntime::AllReduceArgs args_;
 };

@@ -120,6 +120,13 @@ class GpuCollectiveAllReduceOp : public AsyncOpKernel {
     if (!GetAttr(c, GetIntAttr(c->def(), "group_key"), &args_.group_key)) return;
     if (!GetAttr(c, GetIntAttr(c->def(), "instance_key"), &args_.instance_key)) return;
     if (!GetAttr(c, GetBoolAttrOr(c->def(), "mean", false), &mean_)) return;
+    std::string wire;
+    if (!GetAttr(c, GetStringAttrOr(c->def(), "wire_dtype", "float32"), &wire)) return;
+    if (wire != "float32") {
+      c->SetStatus(absl::UnimplementedError(absl::StrCat(
+          "a ", wire, " all-reduce runs on CPU replicas; GPU replicas all-reduce float32 (NCCL or host copies)")));
+      return;
+    }
     if (!GetAttr(c, GetStringAttrOr(c->def(), "nccl_unique_id", ""), &nccl_id_)) return;
     const std::string& device = c->device()->name();
     // An in-process group (group_devices) names no tasks: it is read first.
