@@ -9,6 +9,8 @@
 #      alternating which goes first. weft runs as `weft local --workers=2`, so
 #      its figure includes the ring between two worker processes (through
 #      shared memory) and the master's dispatch of every step.
+#      A third weft row all-reduces the gradients as float16
+#      (mixed_precision.float16_all_reduce).
 #   3. MULTI_WORKER_MIRRORED against DDP again, with the convolutional
 #      network of examples/fmnist_cnn.pbtxt (Adam at 1e-3), against
 #      bench/torch_ddp_cnn.py, the same network under DDP; writes the
@@ -110,20 +112,23 @@ strategy { kind: MULTI_WORKER_MIRRORED }
 JOB
 sed 's/strategy { kind: MULTI_WORKER_MIRRORED }/strategy { kind: MULTI_WORKER_MIRRORED steps_per_execution: 8 }/' \
   "$TMP/mwm.pbtxt" > "$TMP/mwm8.pbtxt"
+# The same job with its gradients all-reduced as float16 (half the bytes).
+{ cat "$TMP/mwm.pbtxt"; echo "mixed_precision { float16_all_reduce: true }"; } > "$TMP/mwm16.pbtxt"
 : > "$TMP/mwm_results.txt"
 LOAD0="$(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 0; r < ROUNDS; r++)); do
-  for k in 0 1 2 3; do
-    case $(((k + r) % 4)) in
-    0 | 1)
+  for k in 0 1 2 3 4; do
+    case $(((k + r) % 5)) in
+    0 | 1 | 4)
       job="$TMP/mwm.pbtxt"; who=weft
-      if (((k + r) % 4 == 1)); then job="$TMP/mwm8.pbtxt"; who=weft8; fi
+      if (((k + r) % 5 == 1)); then job="$TMP/mwm8.pbtxt"; who=weft8; fi
+      if (((k + r) % 5 == 4)); then job="$TMP/mwm16.pbtxt"; who=weft16; fi
       line="$(env "${ENV[@]}" timeout 600 "$TMP/weft" local --workers=2 "$job" --output=json 2> "$TMP/weft.err" | grep '^{' | tail -n1)" ||
         { tail -n 20 "$TMP/weft.err" >&2; die "weft local failed"; }
       echo "$who $line" >> "$TMP/mwm_results.txt"
       ;;
     *)
-      who=ddp; if (((k + r) % 4 == 3)); then who=ddpm; fi
+      who=ddp; if (((k + r) % 5 == 3)); then who=ddpm; fi
       ddp_run "$TMP/mwm_results.txt" "$PEERS_DIR/torch_ddp_fmnist.py" 600 "$who"
       ;;
     esac
@@ -133,12 +138,12 @@ done
 "$PYTHON" - "$TMP/mwm_results.txt" "$LOAD0" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(git -C "$REPO" rev-parse --short HEAD)" \
   > "$TMP/mwm.md" <<'PY'
 import json, statistics, sys
-rows = {"weft": [], "weft8": [], "ddp": [], "ddpm": []}
+rows = {"weft": [], "weft8": [], "weft16": [], "ddp": [], "ddpm": []}
 for line in open(sys.argv[1]):
     who, js = line.split(" ", 1)
     rows[who].append(json.loads(js))
 def sps(r): return r.get("samples_per_second", r.get("samples_per_s", 0.0))
-w = [sps(r) for r in rows["weft"]]; w8 = [sps(r) for r in rows["weft8"]]
+w = [sps(r) for r in rows["weft"]]; w8 = [sps(r) for r in rows["weft8"]]; w16 = [sps(r) for r in rows["weft16"]]
 d0 = [sps(r) for r in rows["ddp"]]; dm = [sps(r) for r in rows["ddpm"]]
 # The goal's peer: the faster of DDP as it comes and DDP with glibc tuned.
 peer = "ddpm" if statistics.median(dm) > statistics.median(d0) else "ddp"
@@ -163,10 +168,12 @@ print("| | median samples/s | min | max | test accuracy (median) |")
 print("|---|---:|---:|---:|---:|")
 print(f"| weft MULTI_WORKER_MIRRORED | {statistics.median(w):,.0f} | {min(w):,.0f} | {max(w):,.0f} | {statistics.median(wa):.4f} |")
 print(f"| weft MULTI_WORKER_MIRRORED, steps_per_execution 8 | {statistics.median(w8):,.0f} | {min(w8):,.0f} | {max(w8):,.0f} | {statistics.median([r['test_accuracy'] for r in rows['weft8']]):.4f} |")
+print(f"| weft MULTI_WORKER_MIRRORED, gradients all-reduced as float16 | {statistics.median(w16):,.0f} | {min(w16):,.0f} | {max(w16):,.0f} | {statistics.median([r['test_accuracy'] for r in rows['weft16']]):.4f} |")
 print(f"| PyTorch DDP (gloo) | {statistics.median(d0):,.0f} | {min(d0):,.0f} | {max(d0):,.0f} | {statistics.median(r['test_accuracy'] for r in rows['ddp']):.4f} |")
 print(f"| PyTorch DDP (gloo), glibc's mmap threshold raised | {statistics.median(dm):,.0f} | {min(dm):,.0f} | {max(dm):,.0f} | {statistics.median(r['test_accuracy'] for r in rows['ddpm']):.4f} |")
 print(f"| **ratio weft / PyTorch (the faster DDP)** | **{ratio:.2f}** | | | |")
 print(f"| ratio weft (steps_per_execution 8) / PyTorch | {statistics.median(w8) / statistics.median(d):.2f} | | | |")
+print(f"| ratio weft (float16 all-reduce) / PyTorch | {statistics.median(w16) / statistics.median(d):.2f} | | | |")
 print()
 diff = (statistics.median(wa) - statistics.median(da)) * 100
 gap = abs(diff)
