@@ -13,22 +13,34 @@ namespace weft {
 namespace gpu_kernels {
 namespace {
 
-__global__ void ToHalfKernel(const float* __restrict__ x, __half* __restrict__ y, int64_t n) {
-  WEFT_GRID_STRIDE(i, n) { y[i] = __float2half_rn(x[i]); }
-}
+__device__ __forceinline__ void Store(__half* y, float x) { *y = __float2half_rn(x); }
+__device__ __forceinline__ void Store(__nv_bfloat16* y, float x) { *y = __float2bfloat16_rn(x); }
 
-__global__ void ToBFloat16Kernel(const float* __restrict__ x, __nv_bfloat16* __restrict__ y, int64_t n) {
-  WEFT_GRID_STRIDE(i, n) { y[i] = __float2bfloat16_rn(x[i]); }
+// Both operands of a product in one launch: elements [0, na) of the index
+// space are a's, the rest b's.
+template <typename H>
+__global__ void ToHalfPairKernel(const float* __restrict__ a, H* __restrict__ ya, int64_t na,
+                                 const float* __restrict__ b, H* __restrict__ yb, int64_t nb) {
+  WEFT_GRID_STRIDE(i, na + nb) {
+    if (i < na) {
+      Store(ya + i, a[i]);
+    } else {
+      Store(yb + (i - na), b[i - na]);
+    }
+  }
 }
 
 }  // namespace
 
-cudaError_t LaunchToHalf(const float* x, void* y, int64_t n, bool bfloat16, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
+cudaError_t LaunchToHalfPair(const float* a, void* ya, int64_t na, const float* b, void* yb, int64_t nb,
+                             bool bfloat16, cudaStream_t stream) {
+  if (na + nb == 0) return cudaSuccess;
   if (bfloat16) {
-    ToBFloat16Kernel<<<BlocksFor(n), kThreads, 0, stream>>>(x, static_cast<__nv_bfloat16*>(y), n);
+    ToHalfPairKernel<<<BlocksFor(na + nb), kThreads, 0, stream>>>(a, static_cast<__nv_bfloat16*>(ya), na, b,
+                                                                   static_cast<__nv_bfloat16*>(yb), nb);
   } else {
-    ToHalfKernel<<<BlocksFor(n), kThreads, 0, stream>>>(x, static_cast<__half*>(y), n);
+    ToHalfPairKernel<<<BlocksFor(na + nb), kThreads, 0, stream>>>(a, static_cast<__half*>(ya), na, b,
+                                                                   static_cast<__half*>(yb), nb);
   }
   return cudaGetLastError();
 }

@@ -24,9 +24,11 @@ namespace gpu_kernels {
 
 // ---- convert.cu -----------------------------------------------------------------
 
-// y[i] = x[i] rounded to nearest even in float16 (bfloat16 when `bfloat16`);
-// y holds n 2-byte elements.
-cudaError_t LaunchToHalf(const float* x, void* y, int64_t n, bool bfloat16, cudaStream_t stream);
+// ya[i] = a[i] and yb[i] = b[i] rounded to nearest even in float16
+// (bfloat16 when `bfloat16`), in one launch; ya and yb hold na and nb 2-byte
+// elements.
+cudaError_t LaunchToHalfPair(const float* a, void* ya, int64_t na, const float* b, void* yb, int64_t nb,
+                             bool bfloat16, cudaStream_t stream);
 
 // ---- elementwise.cu ------------------------------------------------------------
 
@@ -134,15 +136,23 @@ cudaError_t LaunchSumSquares(const float* x, int64_t n, double* acc, cudaStream_
 cudaError_t LaunchNormScale(double* acc, float clip_norm, float* scale, float* norm, cudaStream_t stream);
 // var = momentum var + (1 - momentum) value.
 cudaError_t LaunchApplyMovingAverage(float* var, const float* value, float momentum, int64_t n, cudaStream_t stream);
-// Loss scaling (graph/ops/loss_scale_ops.cc). LaunchUnscale writes
-// out = g * (1 / *scale) and sets *overflow_flag (a device int, 0 before
-// the first gradient of a step) when g has an element that is not finite;
-// LaunchMarkOverflow then writes NaN to out[0] when the flag is set, for each
-// output; LaunchFinishUnscale writes overflow (NaN or 0) and zeroes the flag.
-cudaError_t LaunchUnscale(const float* g, const float* scale, float* out, int64_t n, int* overflow_flag,
-                          cudaStream_t stream);
-cudaError_t LaunchMarkOverflow(float* out, const int* overflow_flag, cudaStream_t stream);
-cudaError_t LaunchFinishUnscale(int* overflow_flag, float* overflow, cudaStream_t stream);
+// Loss scaling (graph/ops/loss_scale_ops.cc), a table of up to
+// kUnscaleTable gradients per launch (passed by value). LaunchUnscale writes
+// out[t] = g[t] * (1 / *scale) and sets *overflow_flag (a device int, 0
+// before a step's first table) when any g[t] has an element that is not
+// finite. LaunchMarkOverflow then writes NaN to out[t][0] of each non-empty
+// output when the flag is set, and with `finish` (the step's last table)
+// writes overflow (NaN or 0) and zeroes the flag.
+constexpr int kUnscaleTable = 64;
+struct UnscaleTable {
+  const float* g[kUnscaleTable];
+  float* out[kUnscaleTable];
+  int64_t n[kUnscaleTable];
+  int count = 0;
+};
+cudaError_t LaunchUnscale(const UnscaleTable& table, const float* scale, int* overflow_flag, cudaStream_t stream);
+cudaError_t LaunchMarkOverflow(const UnscaleTable& table, int* overflow_flag, bool finish, float* overflow,
+                               cudaStream_t stream);
 // ApplyLossScale on the device scalars scale and good_steps.
 cudaError_t LaunchApplyLossScale(float* scale, float* good_steps, const float* overflow, float growth_interval,
                                  cudaStream_t stream);

@@ -91,23 +91,20 @@ using kernels::GetAttr;
 // Largest patch matrix per chunk, in floats (256 MiB).
 constexpr int64_t kScratchFloats = int64_t{1} << 26;
 
-// `t` rounded to 16-bit `type` in scratch held by `holder`.
-absl::StatusOr<const void*> Rounded(OpKernelContext* ctx, const Tensor& t, ComputeType type, Tensor* holder) {
-  ASSIGN_OR_RETURN(*holder, Scratch(ctx, (t.NumElements() + 1) / 2));
-  WEFT_CUDA_RETURN_IF_ERROR(LaunchToHalf(t.data<float>(), holder->raw_data(), t.NumElements(),
-                                         type == ComputeType::kBFloat16, Stream(ctx)));
-  return static_cast<const void*>(holder->raw_data());
-}
-
 // The product of `a` and `b` rounded to d.compute, as RowMajorGemm.
 absl::Status MixedGemm(OpKernelContext* ctx, const Tensor& a, const Tensor& b, const kernels::MatMulDims& d,
                        Tensor* out) {
   for (int64_t v : {d.m, d.n, d.k, d.a1, d.b1}) {
     if (v > INT_MAX) return absl::InvalidArgumentError(absl::StrCat("matrix dimension ", v, " is too large for cuBLAS"));
   }
-  Tensor a_half, b_half;
-  ASSIGN_OR_RETURN(const void* ah, Rounded(ctx, a, d.compute, &a_half));
-  ASSIGN_OR_RETURN(const void* bh, Rounded(ctx, b, d.compute, &b_half));
+  // Both operands rounded into one scratch, in one launch.
+  const int64_t na = a.NumElements(), nb = b.NumElements();
+  const int64_t a_floats = (na + 1) / 2;  // b starts 4-byte aligned
+  ASSIGN_OR_RETURN(Tensor halves, Scratch(ctx, a_floats + (nb + 1) / 2));
+  void* ah = halves.raw_data();
+  void* bh = halves.data<float>() + a_floats;
+  WEFT_CUDA_RETURN_IF_ERROR(LaunchToHalfPair(a.data<float>(), ah, na, b.data<float>(), bh, nb,
+                                             d.compute == ComputeType::kBFloat16, Stream(ctx)));
   const cudaDataType_t type = d.compute == ComputeType::kBFloat16 ? CUDA_R_16BF : CUDA_R_16F;
   const float one = 1.0f, zero = 0.0f;
   const cublasStatus_t st = cublasGemmEx(

@@ -7,6 +7,8 @@
 // Every launch goes to the device's one compute stream, so updates of one
 // variable from concurrent steps run one after another, as the CPU's update
 // lock orders them.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/kernels/cuda/gpu_kernel_util.h"
@@ -180,21 +182,36 @@ class UnscaleGradients {
     if (err != cudaSuccess) c->SetStatus(gpu::CudaStatus(err, "cudaMemsetAsync (UnscaleGradients flag)"));
   }
 
+  // Two launches per kUnscaleTable gradients: the division (every
+  // gradient's blocks in one grid) and the marks.
   void Run(OpKernelContext* ctx, const std::vector<Tensor*>& unscaled, Tensor* overflow) {
     absl::MutexLock lock(&mu_);
     int* flag = static_cast<int*>(flag_.raw_data());
     const float* scale = ctx->input(0).data<float>();
-    for (size_t i = 0; i < unscaled.size(); ++i) {
-      OP_REQUIRES_CUDA(ctx,
-                       LaunchUnscale(ctx->input(static_cast<int>(i) + 1).data<float>(), scale,
-                                     unscaled[i]->data<float>(), unscaled[i]->NumElements(), flag, Stream(ctx)),
-                       "UnscaleGradients kernel");
+    const int total = static_cast<int>(unscaled.size());
+    for (int first = 0; first < total; first += kUnscaleTable) {
+      UnscaleTable table;
+      table.count = std::min(kUnscaleTable, total - first);
+      for (int t = 0; t < table.count; ++t) {
+        table.g[t] = ctx->input(first + t + 1).data<float>();
+        table.out[t] = unscaled[first + t]->data<float>();
+        table.n[t] = unscaled[first + t]->NumElements();
+      }
+      OP_REQUIRES_CUDA(ctx, LaunchUnscale(table, scale, flag, Stream(ctx)), "UnscaleGradients kernel");
     }
-    for (Tensor* u : unscaled) {
-      if (u->NumElements() == 0) continue;
-      OP_REQUIRES_CUDA(ctx, LaunchMarkOverflow(u->data<float>(), flag, Stream(ctx)), "UnscaleGradients mark");
+    // The marks wait for every division: a later table's overflow marks the
+    // earlier tables' outputs too.
+    for (int first = 0; first < total; first += kUnscaleTable) {
+      UnscaleTable table;
+      table.count = std::min(kUnscaleTable, total - first);
+      for (int t = 0; t < table.count; ++t) {
+        table.out[t] = unscaled[first + t]->data<float>();
+        table.n[t] = unscaled[first + t]->NumElements();
+      }
+      const bool last = first + kUnscaleTable >= total;
+      OP_REQUIRES_CUDA(ctx, LaunchMarkOverflow(table, flag, last, overflow->data<float>(), Stream(ctx)),
+                       "UnscaleGradients mark");
     }
-    OP_REQUIRES_CUDA(ctx, LaunchFinishUnscale(flag, overflow->data<float>(), Stream(ctx)), "UnscaleGradients finish");
   }
 
  private:

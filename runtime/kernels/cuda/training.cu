@@ -119,12 +119,15 @@ __global__ void NormScaleKernel(double* acc, float clip, float* scale, float* no
   *acc = 0;  // ready for the next step
 }
 
-// Loss scaling: out = g / scale, and a flag for a non-finite element.
-__global__ void UnscaleKernel(const float* __restrict__ g, const float* __restrict__ scale, float* __restrict__ out,
-                              int64_t n, int* overflow_flag) {
+// Loss scaling: out = g / scale, and a flag for a non-finite element; block
+// row blockIdx.y takes gradient blockIdx.y of the table.
+__global__ void UnscaleKernel(UnscaleTable table, const float* __restrict__ scale, int* overflow_flag) {
+  const int t = blockIdx.y;
+  const float* __restrict__ g = table.g[t];
+  float* __restrict__ out = table.out[t];
   const float inv = 1.0f / *scale;
   bool bad = false;
-  WEFT_GRID_STRIDE(i, n) {
+  WEFT_GRID_STRIDE(i, table.n[t]) {
     const float x = g[i];
     bad |= !isfinite(x);
     out[i] = x * inv;
@@ -132,13 +135,17 @@ __global__ void UnscaleKernel(const float* __restrict__ g, const float* __restri
   if (__syncthreads_or(bad) && threadIdx.x == 0) atomicExch(overflow_flag, 1);
 }
 
-__global__ void MarkOverflowKernel(float* out, const int* overflow_flag) {
-  if (*overflow_flag != 0) out[0] = __int_as_float(0x7fc00000);  // NaN
-}
-
-__global__ void FinishUnscaleKernel(int* overflow_flag, float* overflow) {
-  *overflow = *overflow_flag != 0 ? __int_as_float(0x7fc00000) : 0.0f;
-  *overflow_flag = 0;
+// One thread per gradient of the table, then (with `finish`) the step's
+// overflow and the flag's reset once every thread has read it.
+__global__ void MarkOverflowKernel(UnscaleTable table, int* overflow_flag, bool finish, float* overflow) {
+  const bool marked = *overflow_flag != 0;
+  const int t = threadIdx.x;
+  if (marked && t < table.count && table.n[t] > 0) table.out[t][0] = __int_as_float(0x7fc00000);  // NaN
+  __syncthreads();
+  if (finish && t == 0) {
+    *overflow = marked ? __int_as_float(0x7fc00000) : 0.0f;
+    *overflow_flag = 0;
+  }
 }
 
 __global__ void ApplyLossScaleKernel(float* scale, float* good_steps, const float* overflow, float interval) {
@@ -159,20 +166,17 @@ __global__ void ApplyLossScaleKernel(float* scale, float* good_steps, const floa
 
 }  // namespace
 
-cudaError_t LaunchUnscale(const float* g, const float* scale, float* out, int64_t n, int* overflow_flag,
-                          cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  UnscaleKernel<<<BlocksFor(n), kThreads, 0, stream>>>(g, scale, out, n, overflow_flag);
+cudaError_t LaunchUnscale(const UnscaleTable& table, const float* scale, int* overflow_flag, cudaStream_t stream) {
+  int64_t most = 0;
+  for (int t = 0; t < table.count; ++t) most = table.n[t] > most ? table.n[t] : most;
+  if (most == 0) return cudaSuccess;
+  UnscaleKernel<<<dim3(BlocksFor(most), table.count), kThreads, 0, stream>>>(table, scale, overflow_flag);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchMarkOverflow(float* out, const int* overflow_flag, cudaStream_t stream) {
-  MarkOverflowKernel<<<1, 1, 0, stream>>>(out, overflow_flag);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchFinishUnscale(int* overflow_flag, float* overflow, cudaStream_t stream) {
-  FinishUnscaleKernel<<<1, 1, 0, stream>>>(overflow_flag, overflow);
+cudaError_t LaunchMarkOverflow(const UnscaleTable& table, int* overflow_flag, bool finish, float* overflow,
+                               cudaStream_t stream) {
+  MarkOverflowKernel<<<1, kUnscaleTable, 0, stream>>>(table, overflow_flag, finish, overflow);
   return cudaGetLastError();
 }
 
