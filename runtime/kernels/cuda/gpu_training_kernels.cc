@@ -20,26 +20,36 @@ namespace weft {
 namespace gpu_kernels {
 namespace {
 
+// A device scalar of `dtype` that a kernel object keeps across steps, zeroed
+// once on the device's stream; an empty tensor, with c's status set, when
+// that fails. `what` names it in the error.
+Tensor ZeroedDeviceScalar(OpKernelConstruction* c, DType dtype, const char* what) {
+  gpu::GpuDevice* gpu = Gpu(c);
+  absl::Status current = gpu->MakeCurrent();
+  if (!current.ok()) {
+    c->SetStatus(current);
+    return Tensor();
+  }
+  auto t = Tensor::Allocate(dtype, TensorShape{1}, gpu->allocator());
+  if (!t.ok()) {
+    c->SetStatus(t.status());
+    return Tensor();
+  }
+  cudaError_t err = cudaMemsetAsync(t->raw_data(), 0, DTypeSize(dtype), gpu->stream());
+  if (err != cudaSuccess) {
+    c->SetStatus(gpu::CudaStatus(err, absl::StrCat("cudaMemsetAsync (", what, ")").c_str()));
+    return Tensor();
+  }
+  return *std::move(t);
+}
+
 // The device counter behind an update's count (see UpdateCount in
 // gpu_launch.h): zeroed once, and left at zero by every launch.
 class Ticket {
  public:
   explicit Ticket(OpKernelConstruction* c) {
     if (!c->status().ok()) return;  // an attribute was bad: the kernel is not made
-    gpu::GpuDevice* gpu = Gpu(c);
-    absl::Status current = gpu->MakeCurrent();
-    if (!current.ok()) {
-      c->SetStatus(current);
-      return;
-    }
-    auto ticket = Tensor::Allocate(DType::kInt32, TensorShape{1}, gpu->allocator());
-    if (!ticket.ok()) {
-      c->SetStatus(ticket.status());
-      return;
-    }
-    ticket_ = *std::move(ticket);
-    cudaError_t err = cudaMemsetAsync(ticket_.raw_data(), 0, sizeof(int32_t), gpu->stream());
-    if (err != cudaSuccess) c->SetStatus(gpu::CudaStatus(err, "cudaMemsetAsync (update ticket)"));
+    ticket_ = ZeroedDeviceScalar(c, DType::kInt32, "update ticket");
   }
 
   // The count at input i, when the update has one there (i is not its last
@@ -126,22 +136,9 @@ struct MovingAverage {
 // steps use the accumulator one after another.
 class GlobalNormScale {
  public:
-  explicit GlobalNormScale(OpKernelConstruction* c) {
-    gpu::GpuDevice* gpu = Gpu(c);
-    absl::Status current = gpu->MakeCurrent();
-    if (!current.ok()) {
-      c->SetStatus(current);
-      return;
-    }
-    auto acc = Tensor::Allocate(DType::kInt64, TensorShape{1}, gpu->allocator());  // 8 bytes for a double
-    if (!acc.ok()) {
-      c->SetStatus(acc.status());
-      return;
-    }
-    acc_ = *std::move(acc);
-    cudaError_t err = cudaMemsetAsync(acc_.raw_data(), 0, sizeof(double), gpu->stream());
-    if (err != cudaSuccess) c->SetStatus(gpu::CudaStatus(err, "cudaMemsetAsync (GlobalNormScale accumulator)"));
-  }
+  // 8 bytes of int64 hold the double.
+  explicit GlobalNormScale(OpKernelConstruction* c)
+      : acc_(ZeroedDeviceScalar(c, DType::kInt64, "GlobalNormScale accumulator")) {}
 
   void Run(OpKernelContext* ctx, float clip_norm, Tensor* scale, Tensor* norm) {
     absl::MutexLock lock(&mu_);
@@ -165,22 +162,8 @@ class GlobalNormScale {
 // together on the device's stream, as GlobalNormScale's does.
 class UnscaleGradients {
  public:
-  explicit UnscaleGradients(OpKernelConstruction* c) {
-    gpu::GpuDevice* gpu = Gpu(c);
-    absl::Status current = gpu->MakeCurrent();
-    if (!current.ok()) {
-      c->SetStatus(current);
-      return;
-    }
-    auto flag = Tensor::Allocate(DType::kInt32, TensorShape{1}, gpu->allocator());
-    if (!flag.ok()) {
-      c->SetStatus(flag.status());
-      return;
-    }
-    flag_ = *std::move(flag);
-    cudaError_t err = cudaMemsetAsync(flag_.raw_data(), 0, sizeof(int), gpu->stream());
-    if (err != cudaSuccess) c->SetStatus(gpu::CudaStatus(err, "cudaMemsetAsync (UnscaleGradients flag)"));
-  }
+  explicit UnscaleGradients(OpKernelConstruction* c)
+      : flag_(ZeroedDeviceScalar(c, DType::kInt32, "UnscaleGradients flag")) {}
 
   // Two launches per kUnscaleTable gradients: the division (every
   // gradient's blocks in one grid) and the marks.
