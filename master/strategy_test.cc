@@ -87,10 +87,22 @@ double RelDiff(const Tensor& a, const Tensor& b) {
   return num / std::max(den, 1e-12);
 }
 
+// Step `step`'s features: random floats, or (for a model that starts with
+// an embedding) token ids in [0, kVocab) as floats, repeating within the
+// batch. A test that trains on ids points features_of_step at IdFeatures.
+constexpr int kVocab = 40;
+Tensor RandomFeatures(int step) { return RandomTensor({kBatch, kExample}, 100 + step); }
+Tensor IdFeatures(int step) {
+  Tensor t(DType::kFloat32, {kBatch, kExample});
+  for (int i = 0; i < kBatch * kExample; ++i) t.flat<float>()[i] = static_cast<float>((i * 7 + step * 3) % 13 * 3 % kVocab);
+  return t;
+}
+Tensor (*features_of_step)(int) = RandomFeatures;
+
 // Step `step`'s global batch (the one SingleProcess trains on), split into
 // equal row ranges, one per replica.
 std::vector<std::pair<std::string, Tensor>> ReplicaFeeds(const ReplicatedGraph& rg, int step) {
-  const Tensor x = RandomTensor({kBatch, kExample}, 100 + step);
+  const Tensor x = features_of_step(step);
   const Tensor y = Labels(kBatch, step);
   const int n = static_cast<int>(rg.replicas.size());
   std::vector<std::pair<std::string, Tensor>> feeds;
@@ -116,7 +128,7 @@ Trained SingleProcess(const TrainingGraph& tg, int64_t rows = kBatch) {
   Trained run;
   std::vector<Tensor> out;
   for (int step = 0; step < kSteps; ++step) {
-    const Tensor x = Rows(RandomTensor({kBatch, kExample}, 100 + step), 0, rows);
+    const Tensor x = Rows(features_of_step(step), 0, rows);
     const Tensor y = Rows(Labels(kBatch, step), 0, rows);
     EXPECT_TRUE((*session)->Run({{tg.features, x}, {tg.labels, y}}, {tg.loss}, {tg.train_op}, &out).ok());
     run.losses.push_back(out[0].flat<float>()[0]);
@@ -327,6 +339,69 @@ INSTANTIATE_TEST_SUITE_P(Replicas, MultiWorkerMirroredTest,
                            return absl::StrCat(std::get<0>(info.param), "_workers_",
                                                OptimizerLabel(std::get<1>(info.param)));
                          });
+
+// MlpJob's settings with a model that embeds its kExample ids (kVocab rows
+// of width 4) before the classifier.
+JobSpec EmbeddingJob(const std::string& optimizer) {
+  JobSpec job = MlpJob(optimizer);
+  job.clear_model();
+  EXPECT_TRUE(google::protobuf::TextFormat::MergeFromString(
+      absl::StrCat("model { input_shape: [ 6 ] num_classes: 3 layer { name: \"embed\" embedding { input_dim: ",
+                   kVocab, " output_dim: 4 } } layer { flatten {} } layer { dense { units: 3 } } }"),
+      &job));
+  return job;
+}
+
+// An embedding table on a parameter server: each replica sends the rows its
+// ids touched (EmbeddingGradRows on the worker, ScatterRows beside the
+// table), not the table's dense gradient, and training still matches one
+// process at the global batch, synchronous and asynchronous.
+TEST(StrategyTest, ParameterServerSendsOnlyAnEmbeddingsTouchedRows) {
+  features_of_step = IdFeatures;
+  for (const char* optimizer : {"optimizer { sgd { learning_rate: 0.3 } }", "optimizer { adam { learning_rate: 0.01 } }"}) {
+    SCOPED_TRACE(optimizer);
+    auto tg = LowerJob(EmbeddingJob(optimizer));
+    ASSERT_TRUE(tg.ok()) << tg.status();
+    const Trained want = SingleProcess(*tg);
+    ReplicatedGraph rg;
+    const Trained got = Replicated(*tg, For(StrategySpec::PARAMETER_SERVER, 2), &rg);
+    ASSERT_EQ(got.variables.size(), want.variables.size());
+    for (size_t i = 0; i < want.variables.size(); ++i) {
+      EXPECT_LE(RelDiff(got.variables[i], want.variables[i]), 1e-6) << tg->variables[i];
+    }
+    int rows = 0, scattered = 0;
+    for (const auto& n : rg.graph->nodes()) {
+      if (n == nullptr) continue;
+      if (n->op() == "EmbeddingGradRows") {
+        ++rows;
+        EXPECT_TRUE(absl::StartsWith(n->def().device(), "/job:worker/")) << n->name();
+        EXPECT_EQ(*GetIntAttr(n->def(), "num_rows"), kVocab);
+      }
+      if (n->op() == "ScatterRows") {
+        ++scattered;
+        EXPECT_TRUE(absl::StartsWith(n->def().device(), "/job:ps/")) << n->name();
+      }
+      // The dense gradient is left without readers: it is never computed, nor sent.
+      if (n->op() == "EmbeddingGrad") EXPECT_TRUE(n->out_edges().empty()) << n->name();
+    }
+    EXPECT_EQ(rows, 2);
+    EXPECT_EQ(scattered, 2);
+  }
+  // Asynchronous: each replica's own update of the table reads its rows.
+  auto tg = LowerJob(EmbeddingJob("optimizer { sgd { learning_rate: 0.3 } }"));
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  Layout async = For(StrategySpec::PARAMETER_SERVER, 2);
+  async.options.sync = false;
+  auto rg = ApplyStrategy(*tg, async.options);
+  ASSERT_TRUE(rg.ok()) << rg.status();
+  int scattered_updates = 0;
+  for (const auto& n : rg->graph->nodes()) {
+    if (n == nullptr || !absl::StartsWith(n->op(), "Apply")) continue;
+    scattered_updates += n->input(n->num_inputs() - 1).node->op() == "ScatterRows" ? 1 : 0;
+  }
+  EXPECT_EQ(scattered_updates, 2);
+  features_of_step = RandomFeatures;
+}
 
 // The float16 all-reduce (mixed_precision.float16_all_reduce): every
 // gradient bucket travels as float16 through the real ring between worker

@@ -12,10 +12,26 @@
 //     (zeros for rows no id names). params is read for its shape only, so
 //     that dparams has the table's shape without an attribute to keep in
 //     step with it.
+//
+// The same gradient as touched rows, for a parameter server (the strategy
+// rewrite, master/strategies/parameter_server_common.cc, sends these
+// instead of the dense table):
+// EmbeddingGradRows(ids, g[ids.shape..., D]) -> (rows int32 [U], values [U, D])
+//     rows: the distinct ids in order of first appearance; values[u]: the
+//     sum of g[p] over the positions with ids[p] == rows[u], added in
+//     position order as EmbeddingGrad adds them. Attr num_rows (V, the
+//     table's rows) bounds the ids, so that the op needs no copy of the
+//     table beside it.
+// ScatterRows(rows int32 [U], values [U, D], like[V, D]) -> dense[V, D]
+//     dense[rows[u]] += values[u], zeros elsewhere: with EmbeddingGradRows'
+//     outputs, EmbeddingGrad's result bit for bit. A row outside [0, V) is
+//     an error naming its position.
+#include <climits>
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "graph/attr.h"
 #include "graph/gradients.h"
 #include "graph/op_registry.h"
 #include "graph/ops/shape_util.h"
@@ -83,8 +99,48 @@ absl::Status EmbeddingGradFn(GradContext* c) {
   return absl::OkStatus();
 }
 
+absl::Status EmbeddingGradRowsShape(InferenceContext* c) {
+  ASSIGN_OR_RETURN(int64_t rows, GetIntAttr(c->node, "num_rows"));
+  if (rows < 0 || rows > INT32_MAX) return c->Error(absl::StrCat("num_rows must be in [0, 2^31), got ", rows));
+  RETURN_IF_ERROR(ExpectIds(c, 0));
+  RETURN_IF_ERROR(ExpectFloat(c, 1, "g"));
+  const TensorShape& ids = c->input_shapes[0];
+  const TensorShape& g = c->input_shapes[1];
+  if (g.rank() != ids.rank() + 1 || !MergeShapes(TensorShape(g.dims().subspan(0, ids.rank())), ids).ok()) {
+    return c->Error(absl::StrCat("g ", g.DebugString(), " must be ids' shape ", ids.DebugString(), " and a row"));
+  }
+  c->output_types[0] = DType::kInt32;
+  c->output_shapes[0] = TensorShape{-1};
+  c->output_types[1] = DType::kFloat32;
+  c->output_shapes[1] = TensorShape{-1, g.dim(g.rank() - 1)};
+  return absl::OkStatus();
+}
+
+absl::Status ScatterRowsShape(InferenceContext* c) {
+  if (c->input_types[0] != DType::kInt32) {
+    return c->Error(absl::StrCat("rows must be int32, got ", DTypeName(c->input_types[0])));
+  }
+  RETURN_IF_ERROR(ExpectRank(c, 0, 1, "rows"));
+  RETURN_IF_ERROR(ExpectFloat(c, 1, "values"));
+  RETURN_IF_ERROR(ExpectRank(c, 1, 2, "values [rows, width]"));
+  RETURN_IF_ERROR(ExpectTable(c, 2));
+  const TensorShape& rows = c->input_shapes[0];
+  const TensorShape& values = c->input_shapes[1];
+  const TensorShape& like = c->input_shapes[2];
+  if (!MergeDim(rows.dim(0), values.dim(0)).ok() || !MergeDim(values.dim(1), like.dim(1)).ok()) {
+    return c->Error(absl::StrCat("values ", values.DebugString(), " must have a row per entry of rows ",
+                                 rows.DebugString(), " and the width of ", like.DebugString()));
+  }
+  c->output_types[0] = DType::kFloat32;
+  c->output_shapes[0] = like;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
+WEFT_REGISTER_OP(OpDef{.name = "EmbeddingGradRows", .num_inputs = 2, .num_outputs = 2,
+                       .shape_fn = EmbeddingGradRowsShape});
+WEFT_REGISTER_OP(OpDef{.name = "ScatterRows", .num_inputs = 3, .num_outputs = 1, .shape_fn = ScatterRowsShape});
 WEFT_REGISTER_OP(OpDef{
     .name = "Embedding", .num_inputs = 2, .num_outputs = 1, .shape_fn = EmbeddingShape, .grad_fn = EmbeddingGradFn});
 WEFT_REGISTER_OP(OpDef{.name = "EmbeddingGrad", .num_inputs = 3, .num_outputs = 1, .shape_fn = EmbeddingGradShape});

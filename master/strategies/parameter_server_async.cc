@@ -23,7 +23,7 @@ absl::Status RewriteParameterServerAsync(Rewrite* rw) {
     std::vector<std::string> targets;
     for (const Update& u : rw->updates) {
       NodeDef* c = AddUpdate(rw, ReplicaName(r, u.node->name()), u, device_of.at(u.vars[0]));
-      c->add_input(RenameInputNode(u.grad, rename));
+      c->add_input(ReplicaGradient(rw, u, r, rename, device_of.at(u.vars[0])));
       AddControlInputs(*rw, u, r, device_of.at(u.vars[0]), rename, c);
       train->add_input("^" + c->name());
       targets.push_back(c->name());

@@ -3,9 +3,12 @@
 #include <optional>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/string_view.h"
+#include "graph/attr.h"
+#include "graph/graph.h"
 
 namespace weft {
 namespace master {
@@ -33,6 +36,34 @@ NodeDef* AddUpdate(Rewrite* rw, const std::string& name, const Update& u, const 
   *c->mutable_attr() = u.node->attr();
   for (int i = 0; i < u.grad_input; ++i) c->add_input(u.node->input(i));
   return c;
+}
+
+std::string ReplicaGradient(Rewrite* rw, const Update& u, int r, const Rename& rename,
+                            const std::string& var_device) {
+  const std::string dense = RenameInputNode(u.grad, rename);
+  const std::string replica = rw->options.replica_devices[r];
+  // Whether `tensor` is output 0 of node `name`.
+  auto first_output = [](const std::string& tensor, const std::string& name) {
+    return tensor == name || tensor == name + ":0";
+  };
+  auto it = rw->by_name.find(InputNodeName(u.grad));
+  if (it == rw->by_name.end() || it->second->op() != "EmbeddingGrad" || !first_output(u.grad, it->first) ||
+      TaskOf(replica) == TaskOf(var_device)) {
+    return dense;
+  }
+  const NodeDef& grad = *it->second;
+  // Only the table itself: a row-sharded one reaches EmbeddingGrad stacked back.
+  if (grad.input_size() != 3 || !first_output(grad.input(2), u.vars[0])) return dense;
+  auto table = rw->by_name.find(u.vars[0]);
+  absl::StatusOr<TensorShape> shape = GetShapeAttr(*table->second, "shape");
+  if (!shape.ok() || shape->rank() != 2 || shape->dim(0) < 0) return dense;
+  const std::string cpu = OnGpu(replica) ? TaskOf(replica) + "/device:CPU:0" : replica;
+  NodeDef* rows = rw->Add(ReplicaName(r, grad.name() + "/rows"), "EmbeddingGradRows", cpu,
+                          {RenameInputNode(grad.input(0), rename), RenameInputNode(grad.input(1), rename)});
+  Rewrite::SetAttr(rows, Attr("num_rows", shape->dim(0)));
+  rw->Add(ReplicaName(r, grad.name() + "/scattered"), "ScatterRows", var_device,
+          {rows->name(), rows->name() + ":1", u.vars[0]});
+  return ReplicaName(r, grad.name() + "/scattered");
 }
 
 namespace {

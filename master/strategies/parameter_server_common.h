@@ -29,6 +29,17 @@ void CopyReplicaBody(Rewrite* rw, int r, const NameSet& shared, const Rename& re
 // control inputs.
 NodeDef* AddUpdate(Rewrite* rw, const std::string& name, const Update& u, const std::string& device);
 
+// The gradient tensor that replica r's update of u (on `var_device`) reads.
+// Mostly u.grad as the replica computes it. When u.grad is an EmbeddingGrad
+// of the variable itself and the variable lives in another task, the
+// replica sends only the rows its ids touched instead of the whole table:
+// EmbeddingGradRows (on the replica task's CPU) gives the distinct ids and
+// their summed rows, and ScatterRows beside the variable makes them the same
+// dense gradient, bit for bit (graph/ops/embedding_ops.cc). A gradient that
+// passed through clipping, loss scaling, gradient accumulation or a table
+// used twice is no longer an EmbeddingGrad, and travels dense.
+std::string ReplicaGradient(Rewrite* rw, const Update& u, int r, const Rename& rename, const std::string& var_device);
+
 // The control inputs of u.node, the reads of its variable that the update
 // must follow, as replica r's on `out` (the update on `var_device`), but
 // for those the update follows anyway:

@@ -24,7 +24,7 @@ absl::Status RewriteParameterServerSync(Rewrite* rw) {
   for (const Update& u : rw->updates) {
     const std::string& dev = device_of.at(u.vars[0]);
     std::vector<std::string> terms;
-    for (int r = 0; r < rw->n; ++r) terms.push_back(RenameInputNode(u.grad, SharedRename(shared, r)));
+    for (int r = 0; r < rw->n; ++r) terms.push_back(ReplicaGradient(rw, u, r, SharedRename(shared, r), dev));
     const std::string mean = rw->Mean(absl::StrCat("aggregate/", u.node->name()), dev, terms);
     NodeDef* c = AddUpdate(rw, u.node->name(), u, dev);
     c->add_input(mean);

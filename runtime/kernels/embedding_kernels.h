@@ -95,6 +95,22 @@ inline TensorShape EmbeddingOutputShape(const Tensor& ids, int64_t width) {
   return s;
 }
 
+// EmbeddingGrad's operands (and EmbeddingGradRows'): ids, g of ids' shape
+// and a row, and the table params.
+inline absl::StatusOr<EmbeddingGeometry> CheckEmbeddingGradOperands(const Tensor& ids, const Tensor& grad,
+                                                                    const Tensor& params) {
+  absl::StatusOr<EmbeddingGeometry> g = CheckEmbeddingOperands(params, ids);
+  if (!g.ok()) return g.status();
+  if (absl::Status s = ExpectDType(grad, DType::kFloat32, "g"); !s.ok()) return s;
+  const TensorShape want = EmbeddingOutputShape(ids, g->width);
+  if (grad.shape() != want) {
+    return absl::InvalidArgumentError(absl::StrCat("g ", grad.shape().DebugString(), " must be ids' shape ",
+                                                   ids.shape().DebugString(), " and a row of params ",
+                                                   params.shape().DebugString(), ": ", want.DebugString()));
+  }
+  return g;
+}
+
 // Embedding(params, ids) -> out. Impl (one per kernel, constructed with the
 // kernel's OpKernelConstruction) has
 //   absl::Status CheckIds(ctx, ids, rows), called before allocating, and
@@ -130,14 +146,8 @@ class EmbeddingGradKernel : public OpKernel {
     const Tensor& ids = ctx->input(0);
     const Tensor& grad = ctx->input(1);
     const Tensor& params = ctx->input(2);
-    absl::StatusOr<EmbeddingGeometry> g = CheckEmbeddingOperands(params, ids);
+    absl::StatusOr<EmbeddingGeometry> g = CheckEmbeddingGradOperands(ids, grad, params);
     OP_REQUIRES_OK(ctx, g.status());
-    OP_REQUIRES_OK(ctx, ExpectDType(grad, DType::kFloat32, "g"));
-    const TensorShape want = EmbeddingOutputShape(ids, g->width);
-    OP_REQUIRES(ctx, grad.shape() == want,
-                absl::InvalidArgumentError(absl::StrCat("g ", grad.shape().DebugString(), " must be ids' shape ",
-                                                        ids.shape().DebugString(), " and a row of params ",
-                                                        params.shape().DebugString(), ": ", want.DebugString())));
     OP_REQUIRES_OK(ctx, impl_.CheckIds(ctx, ids, g->rows));
     Tensor* dparams = ctx->allocate_output(0, DType::kFloat32, params.shape());
     if (dparams == nullptr || dparams->NumElements() == 0) return;

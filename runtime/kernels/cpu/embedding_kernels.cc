@@ -7,6 +7,7 @@
 // the order they appear. Checks and outputs are the shared skeleton's
 // (runtime/kernels/embedding_kernels.h).
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -48,8 +49,11 @@ class IdRows {
     return ids.dtype() == DType::kInt32 ? CheckRows<int32_t>(ids, rows) : CheckRows<float>(ids, rows);
   }
 
- protected:
+ public:
   // Row of id i. REQUIRES: CheckIds accepted the ids.
+  static int64_t RowAt(const Tensor& ids, int64_t i) { return Row(ids, i); }
+
+ protected:
   static int64_t Row(const Tensor& ids, int64_t i) {
     return ids.dtype() == DType::kInt32 ? ids.data<int32_t>()[i] : static_cast<int64_t>(ids.data<float>()[i]);
   }
@@ -89,7 +93,105 @@ class EmbeddingGrad : public IdRows {
   }
 };
 
+// EmbeddingGradRows: the distinct ids in order of first appearance (a slot
+// per table row, from a scratch of V int32s) and each one's sum of g's
+// rows, added in position order from zero, as EmbeddingGrad adds them.
+class EmbeddingGradRowsOp : public OpKernel {
+ public:
+  explicit EmbeddingGradRowsOp(OpKernelConstruction* c) : OpKernel(c), ids_(c) {
+    if (!GetAttr(c, GetIntAttr(c->def(), "num_rows"), &num_rows_)) return;
+    if (num_rows_ < 0 || num_rows_ > INT32_MAX) {
+      c->SetStatus(absl::InvalidArgumentError(absl::StrCat("num_rows must be in [0, 2^31), got ", num_rows_)));
+    }
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& ids = ctx->input(0);
+    const Tensor& grad = ctx->input(1);
+    OP_REQUIRES_OK(ctx, kernels::CheckIdsOperand(ids));
+    OP_REQUIRES_OK(ctx, kernels::ExpectDType(grad, DType::kFloat32, "g"));
+    OP_REQUIRES(ctx, grad.shape().rank() == ids.shape().rank() + 1,
+                absl::InvalidArgumentError(absl::StrCat("g ", grad.shape().DebugString(), " must be ids' shape ",
+                                                        ids.shape().DebugString(), " and a row")));
+    const int64_t width = grad.shape().dim(grad.shape().rank() - 1);
+    OP_REQUIRES(ctx, grad.shape() == kernels::EmbeddingOutputShape(ids, width),
+                absl::InvalidArgumentError(absl::StrCat("g ", grad.shape().DebugString(), " must be ids' shape ",
+                                                        ids.shape().DebugString(), " and a row")));
+    const EmbeddingGeometry geometry{num_rows_, width, ids.NumElements()};
+    const EmbeddingGeometry* g = &geometry;
+    OP_REQUIRES_OK(ctx, ids_.CheckIds(ctx, ids, g->rows));
+    absl::StatusOr<Tensor> slots = ctx->allocate_temp(DType::kInt32, TensorShape{std::max<int64_t>(g->rows, 1)});
+    OP_REQUIRES_OK(ctx, slots.status());
+    int32_t* slot = slots->data<int32_t>();
+    std::fill(slot, slot + g->rows, -1);
+    int32_t distinct = 0;
+    for (int64_t i = 0; i < g->ids; ++i) {
+      int32_t& s = slot[IdRows::RowAt(ids, i)];
+      if (s < 0) s = distinct++;
+    }
+    Tensor* rows = ctx->allocate_output(0, DType::kInt32, TensorShape{distinct});
+    Tensor* values = ctx->allocate_output(1, DType::kFloat32, TensorShape{distinct, g->width});
+    if (rows == nullptr || values == nullptr) return;
+    int32_t* r = rows->data<int32_t>();
+    for (int64_t v = 0; v < g->rows; ++v) {
+      if (slot[v] >= 0) r[slot[v]] = static_cast<int32_t>(v);
+    }
+    float* vp = values->data<float>();
+    std::fill(vp, vp + values->NumElements(), 0.0f);
+    const float* gp = grad.data<float>();
+    const int64_t w = g->width;
+    for (int64_t i = 0; i < g->ids; ++i) {
+      float* dst = vp + int64_t{slot[IdRows::RowAt(ids, i)]} * w;
+      const float* src = gp + i * w;
+      for (int64_t c = 0; c < w; ++c) dst[c] += src[c];
+    }
+  }
+
+ private:
+  IdRows ids_;
+  int64_t num_rows_ = 0;
+};
+
+// ScatterRows: zeros, then each row's values added at its index, every index
+// checked first.
+class ScatterRowsOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& rows = ctx->input(0);
+    const Tensor& values = ctx->input(1);
+    const Tensor& like = ctx->input(2);
+    OP_REQUIRES_OK(ctx, kernels::ExpectDType(rows, DType::kInt32, "rows"));
+    OP_REQUIRES_OK(ctx, kernels::ExpectRank(rows, 1, "rows"));
+    OP_REQUIRES_OK(ctx, kernels::ExpectDType(values, DType::kFloat32, "values"));
+    OP_REQUIRES_OK(ctx, kernels::ExpectRank(values, 2, "values [rows, width]"));
+    OP_REQUIRES_OK(ctx, kernels::ExpectRank(like, 2, "like [rows, width]"));
+    const int64_t n = rows.NumElements(), height = like.shape().dim(0), w = like.shape().dim(1);
+    OP_REQUIRES(ctx, values.shape().dim(0) == n && values.shape().dim(1) == w,
+                absl::InvalidArgumentError(absl::StrCat("values ", values.shape().DebugString(),
+                                                        " must have a row per entry of rows ",
+                                                        rows.shape().DebugString(), " and the width of ",
+                                                        like.shape().DebugString())));
+    const int32_t* r = rows.data<int32_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      OP_REQUIRES(ctx, r[i] >= 0 && r[i] < height,
+                  absl::InvalidArgumentError(absl::StrCat("rows[", i, "] is ", r[i], ", outside [0, ", height,
+                                                          ") of ", like.shape().DebugString())));
+    }
+    Tensor* dense = ctx->allocate_output(0, DType::kFloat32, like.shape());
+    if (dense == nullptr) return;
+    float* dp = dense->data<float>();
+    std::fill(dp, dp + dense->NumElements(), 0.0f);
+    const float* vp = values.data<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      float* dst = dp + int64_t{r[i]} * w;
+      for (int64_t c = 0; c < w; ++c) dst[c] += vp[i * w + c];
+    }
+  }
+};
+
 WEFT_REGISTER_KERNEL("Embedding", "CPU", kernels::EmbeddingKernel<Embedding>);
+WEFT_REGISTER_KERNEL("EmbeddingGradRows", "CPU", EmbeddingGradRowsOp);
+WEFT_REGISTER_KERNEL("ScatterRows", "CPU", ScatterRowsOp);
 WEFT_REGISTER_KERNEL("EmbeddingGrad", "CPU", kernels::EmbeddingGradKernel<EmbeddingGrad>);
 
 }  // namespace

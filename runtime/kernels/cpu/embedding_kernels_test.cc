@@ -3,7 +3,9 @@
 // ids that accumulate, empty ids, bad ids refused at run time with their
 // position and value, and bad operands refused by shape inference naming
 // the node. (The gradient as a whole: gradient_check_test.)
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -249,6 +251,77 @@ TEST(EmbeddingGradientTest, OnlyParamsCarriesAGradient) {
   EXPECT_EQ((*to_params)[0].node->op(), "EmbeddingGrad");
   EXPECT_EQ((*to_params)[0].shape(), TensorShape({6, 3}));
   EXPECT_FALSE(AddGradients(&b, ops::Sum(&b, Output(e, 0)), {ids}).ok());
+}
+
+}  // namespace
+}  // namespace weft
+
+namespace weft {
+namespace {
+
+// EmbeddingGradRows then ScatterRows (what a worker sends a parameter
+// server, and what the server makes of it) against EmbeddingGrad: the same
+// table gradient, bit for bit, from the distinct ids alone.
+TEST(EmbeddingRowsTest, TouchedRowsScatterBackToTheDenseGradientBitForBit) {
+  for (DType dtype : {DType::kFloat32, DType::kInt32}) {
+    for (const TensorShape& shape : std::vector<TensorShape>{{0}, {7}, {4, 9}, {3, 5, 2}}) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(dtype), shape.DebugString()));
+      const int64_t rows = 11, width = 5;
+      Tensor ids = RandomIds(shape, rows, dtype, 4);
+      Tensor grad = RandomTensor(WithRow(shape, width), 5);
+      Graph g;
+      GraphBuilder b(&g);
+      Output po = b.Placeholder(DType::kFloat32, {rows, width}, "params");
+      Output io = b.Placeholder(dtype, shape, "ids");
+      Output go = b.Placeholder(DType::kFloat32, WithRow(shape, width), "g");
+      b.AddNode("EmbeddingGrad", {io, go, po}, {}, "dense");
+      Node* touched = b.AddNode("EmbeddingGradRows", {io, go}, {Attr("num_rows", rows)}, "rows");
+      b.AddNode("ScatterRows", {Output(touched, 0), Output(touched, 1), po}, {}, "scattered");
+      ASSERT_TRUE(b.status().ok()) << b.status();
+      std::vector<Tensor> out;
+      ASSERT_TRUE(RunGraph(g, {{"params", RandomTensor({rows, width}, 6)}, {"ids", ids}, {"g", grad}},
+                           {"dense", "rows:0", "rows:1", "scattered"}, &out)
+                      .ok());
+      EXPECT_EQ(std::memcmp(out[0].raw_data(), out[3].raw_data(), out[0].TotalBytes()), 0);
+      // The rows are the distinct ids in order of first appearance.
+      std::vector<int32_t> want;
+      for (int64_t i = 0; i < ids.NumElements(); ++i) {
+        const int32_t id = static_cast<int32_t>(IdAt(ids, i));
+        if (std::find(want.begin(), want.end(), id) == want.end()) want.push_back(id);
+      }
+      ASSERT_EQ(out[1].NumElements(), static_cast<int64_t>(want.size()));
+      for (size_t u = 0; u < want.size(); ++u) EXPECT_EQ(out[1].data<int32_t>()[u], want[u]) << u;
+      EXPECT_EQ(out[2].shape(), (TensorShape{static_cast<int64_t>(want.size()), width}));
+    }
+  }
+}
+
+TEST(EmbeddingRowsTest, RowsOutsideTheTableAreRefusedByPosition) {
+  Graph g;
+  GraphBuilder b(&g);
+  Output ids = b.Placeholder(DType::kFloat32, {3}, "ids");
+  Output grad = b.Placeholder(DType::kFloat32, {3, 2}, "g");
+  b.AddNode("EmbeddingGradRows", {ids, grad}, {Attr("num_rows", int64_t{4})}, "rows");
+  Output rows = b.Placeholder(DType::kInt32, {2}, "r");
+  Output values = b.Placeholder(DType::kFloat32, {2, 2}, "v");
+  b.AddNode("ScatterRows", {rows, values, b.Placeholder(DType::kFloat32, {4, 2}, "like")}, {}, "scattered");
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  std::vector<Tensor> out;
+  absl::Status s = RunGraph(g, {{"ids", FloatTensor({3}, {1, 4, 0})}, {"g", RandomTensor({3, 2}, 1)}}, {"rows:0"},
+                            &out);
+  EXPECT_TRUE(StatusHas(s, "ids[1]")) << s;
+  s = RunGraph(g, {{"r", IntTensor({2}, {3, -1})}, {"v", RandomTensor({2, 2}, 1)}, {"like", RandomTensor({4, 2}, 2)}},
+               {"scattered"}, &out);
+  EXPECT_TRUE(StatusHas(s, "rows[1] is -1, outside [0, 4)")) << s;
+  // Shapes that disagree are refused when the graph is built, naming the node.
+  Graph g2;
+  GraphBuilder b2(&g2);
+  b2.AddNode("ScatterRows",
+             {b2.Placeholder(DType::kInt32, {2}, "r"), b2.Placeholder(DType::kFloat32, {3, 2}, "v"),
+              b2.Placeholder(DType::kFloat32, {4, 2}, "like")},
+             {}, "bad_scatter");
+  EXPECT_TRUE(StatusHas(b2.status(), "bad_scatter")) << b2.status();
+  EXPECT_TRUE(StatusHas(b2.status(), "must have a row per entry of rows")) << b2.status();
 }
 
 }  // namespace
