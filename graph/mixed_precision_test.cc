@@ -69,7 +69,9 @@ TEST(MixedPrecisionTest, Bfloat16NeedsNoLossScalingUnlessAsked) {
   EXPECT_EQ(plain->graph->FindNode("loss_scale"), nullptr);
   EXPECT_EQ(CountOps(*plain->graph, "UnscaleGradients"), 0);
   for (const auto& n : plain->graph->nodes()) {
-    if (n != nullptr && n->op() == "MatMul") EXPECT_EQ(*GetStringAttrOr(n->def(), "compute_type", ""), "bfloat16");
+    if (n != nullptr && n->op() == "MatMul") {
+      EXPECT_EQ(*GetStringAttrOr(n->def(), "compute_type", ""), "bfloat16");
+    }
   }
   auto scaled = LowerJob(Job(
       "mixed_precision { compute: BFLOAT16 loss_scaling: DYNAMIC initial_loss_scale: 256 growth_interval: 50 }"));
@@ -85,7 +87,9 @@ TEST(MixedPrecisionTest, Float32LeavesTheGraphAsItWas) {
   auto tg = LowerJob(Job(""));
   ASSERT_TRUE(tg.ok()) << tg.status();
   for (const auto& n : tg->graph->nodes()) {
-    if (n != nullptr && n->op() == "MatMul") EXPECT_FALSE(n->def().attr().count("compute_type")) << n->name();
+    if (n != nullptr && n->op() == "MatMul") {
+      EXPECT_FALSE(n->def().attr().count("compute_type")) << n->name();
+    }
   }
   EXPECT_EQ(tg->graph->FindNode("loss_scale"), nullptr);
 }
@@ -129,7 +133,9 @@ TEST(MixedPrecisionTest, AFloat16AllReduceAloneKeepsFloat32Products) {
   ASSERT_TRUE(tg.ok()) << tg.status();
   EXPECT_EQ(tg->graph->FindNode("loss_scale"), nullptr);
   for (const auto& n : tg->graph->nodes()) {
-    if (n != nullptr && n->op() == "MatMul") EXPECT_FALSE(n->def().attr().count("compute_type")) << n->name();
+    if (n != nullptr && n->op() == "MatMul") {
+      EXPECT_FALSE(n->def().attr().count("compute_type")) << n->name();
+    }
   }
 }
 

@@ -94,7 +94,9 @@ constexpr int kVocab = 40;
 Tensor RandomFeatures(int step) { return RandomTensor({kBatch, kExample}, 100 + step); }
 Tensor IdFeatures(int step) {
   Tensor t(DType::kFloat32, {kBatch, kExample});
-  for (int i = 0; i < kBatch * kExample; ++i) t.flat<float>()[i] = static_cast<float>((i * 7 + step * 3) % 13 * 3 % kVocab);
+  for (int i = 0; i < kBatch * kExample; ++i) {
+    t.flat<float>()[i] = static_cast<float>((i * 7 + step * 3) % 13 * 3 % kVocab);
+  }
   return t;
 }
 Tensor (*features_of_step)(int) = RandomFeatures;
@@ -358,7 +360,8 @@ JobSpec EmbeddingJob(const std::string& optimizer) {
 // process at the global batch, synchronous and asynchronous.
 TEST(StrategyTest, ParameterServerSendsOnlyAnEmbeddingsTouchedRows) {
   features_of_step = IdFeatures;
-  for (const char* optimizer : {"optimizer { sgd { learning_rate: 0.3 } }", "optimizer { adam { learning_rate: 0.01 } }"}) {
+  for (const char* optimizer :
+       {"optimizer { sgd { learning_rate: 0.3 } }", "optimizer { adam { learning_rate: 0.01 } }"}) {
     SCOPED_TRACE(optimizer);
     auto tg = LowerJob(EmbeddingJob(optimizer));
     ASSERT_TRUE(tg.ok()) << tg.status();
@@ -382,7 +385,9 @@ TEST(StrategyTest, ParameterServerSendsOnlyAnEmbeddingsTouchedRows) {
         EXPECT_TRUE(absl::StartsWith(n->def().device(), "/job:ps/")) << n->name();
       }
       // The dense gradient is left without readers: it is never computed, nor sent.
-      if (n->op() == "EmbeddingGrad") EXPECT_TRUE(n->out_edges().empty()) << n->name();
+      if (n->op() == "EmbeddingGrad") {
+        EXPECT_TRUE(n->out_edges().empty()) << n->name();
+      }
     }
     EXPECT_EQ(rows, 2);
     EXPECT_EQ(scattered, 2);

@@ -137,7 +137,8 @@ TEST_F(SkipTest, AnOverflowingStepChangesNoWeightNoSlotAndHalvesTheScale) {
   Tensor w0 = RandomTensor(shape, 3);
   Tensor zeros = FloatTensor(shape, {0, 0, 0, 0, 0, 0});
   Output grad = b_.Placeholder(DType::kFloat32, shape, "grad");
-  Node* adam = b_.AddNode("ApplyAdam", {Var("w", w0), Var("m", zeros), Var("v", zeros), Var("t", FloatTensor({}, {0})), grad},
+  Node* adam = b_.AddNode("ApplyAdam",
+                          {Var("w", w0), Var("m", zeros), Var("v", zeros), Var("t", FloatTensor({}, {0})), grad},
                           {Attr("learning_rate", 0.01f), Attr("beta1", 0.9f), Attr("beta2", 0.999f),
                            Attr("epsilon", 1e-7f), Attr("skip_nonfinite", true)});
   Node* scale = b_.AddNode("ApplyLossScale",

@@ -1510,15 +1510,15 @@ TEST(GpuMixedPrecisionTest, HalfMatMulsMatchTheCpusRoundedOperands) {
   const float tiny = std::ldexp(1.0f, -12), small = std::ldexp(1.0f, -10);
   std::vector<Tensor> cpu, gpu;
   bool ok = false;
-  RunOnBothDevices("MatMul", {testing::FloatTensor({1, 2}, {1.0f + tiny, 1.0f + small}), testing::FloatTensor({2, 2}, {1, 0, 0, 1})},
-                   {Attr("compute_type", "float16")}, false, 1, true, &cpu, &gpu, &ok);
+  const std::vector<Tensor> probe = {testing::FloatTensor({1, 2}, {1.0f + tiny, 1.0f + small}),
+                                     testing::FloatTensor({2, 2}, {1, 0, 0, 1})};
+  RunOnBothDevices("MatMul", probe, {Attr("compute_type", "float16")}, false, 1, true, &cpu, &gpu, &ok);
   ASSERT_TRUE(ok);
   EXPECT_EQ(gpu[0].data<float>()[0], 1.0f);
   EXPECT_EQ(gpu[0].data<float>()[1], 1.0f + small);
   cpu.clear();
   gpu.clear();
-  RunOnBothDevices("MatMul", {testing::FloatTensor({1, 2}, {1.0f + tiny, 1.0f + small}), testing::FloatTensor({2, 2}, {1, 0, 0, 1})},
-                   {Attr("compute_type", "bfloat16")}, false, 1, true, &cpu, &gpu, &ok);
+  RunOnBothDevices("MatMul", probe, {Attr("compute_type", "bfloat16")}, false, 1, true, &cpu, &gpu, &ok);
   ASSERT_TRUE(ok);
   EXPECT_EQ(gpu[0].data<float>()[1], 1.0f);
 }

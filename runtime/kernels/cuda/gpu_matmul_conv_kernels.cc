@@ -95,7 +95,9 @@ constexpr int64_t kScratchFloats = int64_t{1} << 26;
 absl::Status MixedGemm(OpKernelContext* ctx, const Tensor& a, const Tensor& b, const kernels::MatMulDims& d,
                        Tensor* out) {
   for (int64_t v : {d.m, d.n, d.k, d.a1, d.b1}) {
-    if (v > INT_MAX) return absl::InvalidArgumentError(absl::StrCat("matrix dimension ", v, " is too large for cuBLAS"));
+    if (v > INT_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat("matrix dimension ", v, " is too large for cuBLAS"));
+    }
   }
   // Both operands rounded into one scratch, in one launch.
   const int64_t na = a.NumElements(), nb = b.NumElements();

@@ -82,7 +82,8 @@ class GradientDescent {
   void Run(OpKernelContext* ctx, const kernels::GradientDescentParams& p) {
     OP_REQUIRES_CUDA(ctx,
                      LaunchApplyGradientDescent(MutableInput(ctx, 0), Grad(ctx), p.schedule, p.weight_decay,
-                                                Guarded(ticket_.At(ctx, 1), ctx, p), ctx->input(0).NumElements(), Stream(ctx)),
+                                                Guarded(ticket_.At(ctx, 1), ctx, p), ctx->input(0).NumElements(),
+                                                Stream(ctx)),
                      "ApplyGradientDescent kernel");
   }
 
@@ -96,8 +97,8 @@ class Momentum {
   void Run(OpKernelContext* ctx, const kernels::MomentumParams& p) {
     OP_REQUIRES_CUDA(ctx,
                      LaunchApplyMomentum(MutableInput(ctx, 0), MutableInput(ctx, 1), Grad(ctx), p.schedule,
-                                         p.weight_decay, p.momentum, p.use_nesterov, Guarded(ticket_.At(ctx, 2), ctx, p),
-                                         ctx->input(0).NumElements(), Stream(ctx)),
+                                         p.weight_decay, p.momentum, p.use_nesterov,
+                                         Guarded(ticket_.At(ctx, 2), ctx, p), ctx->input(0).NumElements(), Stream(ctx)),
                      "ApplyMomentum kernel");
   }
 
@@ -111,8 +112,8 @@ class Adam {
   void Run(OpKernelContext* ctx, const kernels::AdamParams& p) {
     OP_REQUIRES_CUDA(ctx,
                      LaunchApplyAdam(MutableInput(ctx, 0), MutableInput(ctx, 1), MutableInput(ctx, 2), Grad(ctx),
-                                     p.schedule, p.weight_decay, p.beta1, p.beta2, p.epsilon, Guarded(ticket_.At(ctx, 3), ctx, p),
-                                     ctx->input(0).NumElements(), Stream(ctx)),
+                                     p.schedule, p.weight_decay, p.beta1, p.beta2, p.epsilon,
+                                     Guarded(ticket_.At(ctx, 3), ctx, p), ctx->input(0).NumElements(), Stream(ctx)),
                      "ApplyAdam kernel");
   }
 
