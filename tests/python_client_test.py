@@ -479,6 +479,28 @@ def test_mixed_precision_policy_sets_the_job_and_trains(client, fmnist):
     assert not model.to_job_spec(job_pb2.DatasetSpec(), (784,), batch_size=32, epochs=1).HasField("mixed_precision")
 
 
+def test_categorical_crossentropy_trains_on_one_hot_rows_and_refuses_distributions(client, fmnist):
+    import numpy as np
+    loss = weft.keras.losses.get("categorical_crossentropy")
+    assert loss.labels(np.eye(4)[[2, 0, 3]]).tolist() == [2, 0, 3]
+    with pytest.raises(ValueError, match="row 1 is not one-hot"):
+        loss.labels(np.array([[0, 1, 0], [0.5, 0.5, 0]]))
+    with pytest.raises(ValueError, match="one-hot rows"):
+        loss.labels(np.array([1, 2]))
+    with pytest.raises(ValueError, match="label_smoothing"):
+        weft.keras.losses.CategoricalCrossentropy(label_smoothing=0.1)
+    x, y, x_test, y_test = fmnist
+    with weft.distribute.OneDeviceStrategy(client=client).scope():
+        model = weft.keras.Sequential([layers.Dense(64, activation="relu", input_shape=(784,)),
+                                       layers.Dense(10, activation="softmax")])
+        model.compile(optimizer=weft.keras.optimizers.Adam(0.002), loss="categorical_crossentropy",
+                      metrics=["accuracy"])
+    one_hot = np.eye(10, dtype=np.float32)
+    history = model.fit(x[:6000], one_hot[y[:6000]], epochs=2, batch_size=64,
+                        validation_data=(x_test[:2000], one_hot[y_test[:2000]]), verbose=0)
+    assert history.history["val_accuracy"][-1] >= 0.70, history.history
+
+
 def test_functional_models_refuse_what_weft_lacks():
     inp = weft.keras.Input(shape=(8, 8, 1))
     conv = layers.Conv2D(4, 3)

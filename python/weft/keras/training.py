@@ -96,7 +96,7 @@ class BaseModel:
             return self._regression_spec(input_shape, entries)
         # The output activation the loss absorbs: a softmax, or a binary loss's sigmoid.
         squash, loss_name = ("sigmoid", "binary_crossentropy") if self.loss.binary else (
-            "softmax", "sparse_categorical_crossentropy")
+            "softmax", getattr(self.loss, "name", "sparse_categorical_crossentropy"))
         ends_in_softmax = getattr(last, "activation", None) == squash
         if not self.loss.from_logits:
             if not ends_in_softmax:
@@ -183,7 +183,8 @@ class BaseModel:
             if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
                 raise ValueError("validation_data must be a tuple (x_val, y_val)")
             x_val, y_val = validation_data
-        arrays = ArrayData(x, y, x_val, y_val, ids=self._reads_ids())
+            y_val = self.loss.labels(y_val, "validation_data's y")
+        arrays = ArrayData(x, self.loss.labels(y), x_val, y_val, ids=self._reads_ids())
         if batch_size > arrays.train_examples:
             raise ValueError(f"batch_size {batch_size} is larger than the {arrays.train_examples} training examples")
         return arrays.upload(client), arrays.example_shape, x_val is not None
@@ -288,6 +289,7 @@ class BaseModel:
         else:
             if x is None or y is None:
                 raise ValueError("x and y: pass the examples and labels to evaluate on")
+            y = self.loss.labels(y)
             arrays = ArrayData(x, y, x, y, ids=self._reads_ids())
             dataset = arrays.upload(client)
         job = job_pb2.JobSpec()
