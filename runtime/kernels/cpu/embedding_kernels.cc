@@ -12,6 +12,9 @@
 #include <cstdint>
 #include <cstring>
 
+#include "absl/cleanup/cleanup.h"
+#include "absl/synchronization/mutex.h"
+#include "runtime/device.h"
 #include "runtime/kernels/cpu/kernel_util.h"
 #include "runtime/kernels/embedding_kernels.h"
 #include "runtime/op_kernel.h"
@@ -93,9 +96,13 @@ class EmbeddingGrad : public IdRows {
   }
 };
 
-// EmbeddingGradRows: the distinct ids in order of first appearance (a slot
-// per table row, from a scratch of V int32s) and each one's sum of g's
-// rows, added in position order from zero, as EmbeddingGrad adds them.
+// EmbeddingGradRows: the distinct ids in order of first appearance and each
+// one's sum of g's rows, added in position order from zero, as EmbeddingGrad
+// adds them. A table row's slot among the distinct ids lives in a buffer of
+// num_rows int32s that the kernel keeps (from the device's budgeted
+// allocator, -1 between calls): a step touches only its ids' entries and
+// resets them, so it costs O(ids), not O(rows), and allocates only its
+// outputs and a scratch of one int32 per id.
 class EmbeddingGradRowsOp : public OpKernel {
  public:
   explicit EmbeddingGradRowsOp(OpKernelConstruction* c) : OpKernel(c), ids_(c) {
@@ -109,46 +116,57 @@ class EmbeddingGradRowsOp : public OpKernel {
     const Tensor& grad = ctx->input(1);
     OP_REQUIRES_OK(ctx, kernels::CheckIdsOperand(ids));
     OP_REQUIRES_OK(ctx, kernels::ExpectDType(grad, DType::kFloat32, "g"));
-    OP_REQUIRES(ctx, grad.shape().rank() == ids.shape().rank() + 1,
+    const int64_t width = grad.shape().rank() > 0 ? grad.shape().dim(grad.shape().rank() - 1) : 0;
+    const bool row_per_id =
+        grad.shape().rank() == ids.shape().rank() + 1 && grad.shape() == kernels::EmbeddingOutputShape(ids, width);
+    OP_REQUIRES(ctx, row_per_id,
                 absl::InvalidArgumentError(absl::StrCat("g ", grad.shape().DebugString(), " must be ids' shape ",
                                                         ids.shape().DebugString(), " and a row")));
-    const int64_t width = grad.shape().dim(grad.shape().rank() - 1);
-    OP_REQUIRES(ctx, grad.shape() == kernels::EmbeddingOutputShape(ids, width),
-                absl::InvalidArgumentError(absl::StrCat("g ", grad.shape().DebugString(), " must be ids' shape ",
-                                                        ids.shape().DebugString(), " and a row")));
-    const EmbeddingGeometry geometry{num_rows_, width, ids.NumElements()};
-    const EmbeddingGeometry* g = &geometry;
-    OP_REQUIRES_OK(ctx, ids_.CheckIds(ctx, ids, g->rows));
-    absl::StatusOr<Tensor> slots = ctx->allocate_temp(DType::kInt32, TensorShape{std::max<int64_t>(g->rows, 1)});
-    OP_REQUIRES_OK(ctx, slots.status());
-    int32_t* slot = slots->data<int32_t>();
-    std::fill(slot, slot + g->rows, -1);
+    const int64_t n = ids.NumElements();
+    OP_REQUIRES_OK(ctx, ids_.CheckIds(ctx, ids, num_rows_));
+    absl::StatusOr<Tensor> order = ctx->allocate_temp(DType::kInt32, TensorShape{std::max<int64_t>(n, 1)});
+    OP_REQUIRES_OK(ctx, order.status());
+    int32_t* first = order->data<int32_t>();  // the distinct rows, in order
+    absl::MutexLock lock(&mu_);
+    if (!slots_.IsInitialized()) {
+      absl::StatusOr<Tensor> slots =
+          Tensor::Allocate(DType::kInt32, TensorShape{std::max<int64_t>(num_rows_, 1)}, ctx->device()->allocator());
+      OP_REQUIRES_OK(ctx, slots.status());
+      std::fill(slots->data<int32_t>(), slots->data<int32_t>() + slots->NumElements(), -1);
+      slots_ = *std::move(slots);
+    }
+    int32_t* slot = slots_.data<int32_t>();
     int32_t distinct = 0;
-    for (int64_t i = 0; i < g->ids; ++i) {
-      int32_t& s = slot[IdRows::RowAt(ids, i)];
-      if (s < 0) s = distinct++;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t row = IdRows::RowAt(ids, i);
+      if (slot[row] < 0) {
+        slot[row] = distinct;
+        first[distinct++] = static_cast<int32_t>(row);
+      }
     }
+    // The slots are -1 again however the step ends.
+    auto reset = absl::MakeCleanup([&] {
+      for (int32_t u = 0; u < distinct; ++u) slot[first[u]] = -1;
+    });
     Tensor* rows = ctx->allocate_output(0, DType::kInt32, TensorShape{distinct});
-    Tensor* values = ctx->allocate_output(1, DType::kFloat32, TensorShape{distinct, g->width});
+    Tensor* values = ctx->allocate_output(1, DType::kFloat32, TensorShape{distinct, width});
     if (rows == nullptr || values == nullptr) return;
-    int32_t* r = rows->data<int32_t>();
-    for (int64_t v = 0; v < g->rows; ++v) {
-      if (slot[v] >= 0) r[slot[v]] = static_cast<int32_t>(v);
-    }
+    std::copy(first, first + distinct, rows->data<int32_t>());
     float* vp = values->data<float>();
     std::fill(vp, vp + values->NumElements(), 0.0f);
     const float* gp = grad.data<float>();
-    const int64_t w = g->width;
-    for (int64_t i = 0; i < g->ids; ++i) {
-      float* dst = vp + int64_t{slot[IdRows::RowAt(ids, i)]} * w;
-      const float* src = gp + i * w;
-      for (int64_t c = 0; c < w; ++c) dst[c] += src[c];
+    for (int64_t i = 0; i < n; ++i) {
+      float* dst = vp + int64_t{slot[IdRows::RowAt(ids, i)]} * width;
+      const float* src = gp + i * width;
+      for (int64_t c = 0; c < width; ++c) dst[c] += src[c];
     }
   }
 
  private:
   IdRows ids_;
   int64_t num_rows_ = 0;
+  absl::Mutex mu_;
+  Tensor slots_ ABSL_GUARDED_BY(mu_);  // num_rows_ int32s, -1 between calls
 };
 
 // ScatterRows: zeros, then each row's values added at its index, every index

@@ -296,6 +296,45 @@ TEST(EmbeddingRowsTest, TouchedRowsScatterBackToTheDenseGradientBitForBit) {
   }
 }
 
+// One kernel over several steps: the slots it keeps between calls start
+// every step clean, so each step's rows are its own ids alone.
+TEST(EmbeddingRowsTest, EachStepOfOneKernelSeesOnlyItsOwnIds) {
+  const int64_t rows = 9, width = 3;
+  Graph g;
+  GraphBuilder b(&g);
+  Output io = b.Placeholder(DType::kInt32, {-1}, "ids");
+  Output go = b.Placeholder(DType::kFloat32, {-1, width}, "g");
+  Node* touched = b.AddNode("EmbeddingGradRows", {io, go}, {Attr("num_rows", rows)}, "rows");
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  CpuDevice cpu("/device:CPU:0", 1);
+  ExecutorOptions opts;
+  opts.feeds = {"ids", "g"};
+  opts.fetches = {Output(touched, 0).name(), Output(touched, 1).name()};
+  auto exec = Executor::Create(&g, &cpu, opts);
+  ASSERT_TRUE(exec.ok()) << exec.status();
+  const std::vector<std::vector<int32_t>> steps = {{4, 1, 4, 8}, {2, 2}, {8, 0, 1}};
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const std::vector<int32_t>& ids = steps[s];
+    const int64_t n = static_cast<int64_t>(ids.size());
+    Tensor grad = RandomTensor({n, width}, 10 + s);
+    std::vector<Tensor> out;
+    ASSERT_TRUE((*exec)->Run({IntTensor({n}, ids), grad}, &out, static_cast<int64_t>(s)).ok());
+    std::vector<int32_t> want;
+    for (int32_t id : ids) {
+      if (std::find(want.begin(), want.end(), id) == want.end()) want.push_back(id);
+    }
+    ASSERT_EQ(out[0].NumElements(), static_cast<int64_t>(want.size())) << "step " << s;
+    for (size_t u = 0; u < want.size(); ++u) {
+      EXPECT_EQ(out[0].data<int32_t>()[u], want[u]) << "step " << s;
+      for (int64_t c = 0; c < width; ++c) {
+        float sum = 0;
+        for (int64_t i = 0; i < n; ++i) sum += ids[i] == want[u] ? grad.data<float>()[i * width + c] : 0.0f;
+        EXPECT_EQ(out[1].data<float>()[u * width + c], sum) << "step " << s << " row " << want[u];
+      }
+    }
+  }
+}
+
 TEST(EmbeddingRowsTest, RowsOutsideTheTableAreRefusedByPosition) {
   Graph g;
   GraphBuilder b(&g);
