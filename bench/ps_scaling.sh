@@ -18,22 +18,17 @@
 # WEFT), and BENCH_ACC_EPOCHS (default 3) and BENCH_ACC_SEEDS (default 3).
 set -euo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BENCH="$REPO/bench"
+BENCH_NAME=ps_scaling.sh
+# shellcheck source=bench/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 PEERS_DIR="${PEERS_DIR:-$REPO/../shared/peers}"
-PYTHON="${PYTHON:-/usr/bin/python3}"
-OUT="${BENCH_OUT:-$REPO/BENCHMARKS.md}"
-ROUNDS="${BENCH_ROUNDS:-3}"
 ACC_EPOCHS="${BENCH_ACC_EPOCHS:-3}"
 ACC_SEEDS="${BENCH_ACC_SEEDS:-3}"
-WEFT_BIN="${WEFT:-$REPO/bazel-bin/client/weft}"
 DATA_DIR=/usr/share/datasets/fashion-mnist  # the DDP peer reads it from here too
 RUN_TIMEOUT=600
-die() { echo "ps_scaling.sh: $*" >&2; exit 1; }
 for v in ROUNDS ACC_EPOCHS ACC_SEEDS; do
   [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
 done
-[ -x "$WEFT_BIN" ] || die "no weft binary at $WEFT_BIN: run 'make bench', or set WEFT"
 [ -f "$PEERS_DIR/torch_ddp_fmnist.py" ] || die "no DDP peer in $PEERS_DIR: set PEERS_DIR"
 [ -f "$DATA_DIR/train-images-idx3-ubyte.gz" ] || die "no Fashion-MNIST in $DATA_DIR: install dataset-fashion-mnist"
 "$REPO/tools/install_deps.sh" python3-torch libopenblas0-pthread

@@ -13,15 +13,10 @@
 # Environment: as bench/run.sh (PYTHON, BENCH_OUT, BENCH_ROUNDS, WEFT).
 set -euo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BENCH="$REPO/bench"
-PYTHON="${PYTHON:-/usr/bin/python3}"
-OUT="${BENCH_OUT:-$REPO/BENCHMARKS.md}"
-ROUNDS="${BENCH_ROUNDS:-3}"
-WEFT_BIN="${WEFT:-$REPO/bazel-bin/client/weft}"
+BENCH_NAME=regression.sh
+# shellcheck source=bench/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 DATA=/usr/lib/python3/dist-packages/vega_datasets/_data
-die() { echo "regression.sh: $*" >&2; exit 1; }
-[ -x "$WEFT_BIN" ] || die "no weft binary at $WEFT_BIN: run 'make bench', or set WEFT"
 "$REPO/tools/install_deps.sh" python3-torch libopenblas0-pthread
 "$REPO/tools/install_deps.sh" --no-install-recommends python3-vega-datasets
 [ -r "$DATA/seattle-weather.csv" ] || die "no $DATA/seattle-weather.csv (python3-vega-datasets)"

@@ -21,18 +21,12 @@
 # parts' sections and plots are left as they are).
 set -euo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BENCH="$REPO/bench"
+BENCH_NAME=strategies.sh
+# shellcheck source=bench/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 PEERS_DIR="${PEERS_DIR:-$REPO/../shared/peers}"
-PYTHON="${PYTHON:-/usr/bin/python3}"
-OUT="${BENCH_OUT:-$REPO/BENCHMARKS.md}"
-ROUNDS="${BENCH_ROUNDS:-3}"
-WEFT_BIN="${WEFT:-$REPO/bazel-bin/client/weft}"
 PARTS="${STRATEGIES_PARTS:-allreduce mwm cnn}"
-part() { [[ " $PARTS " == *" $1 "* ]]; }
 DATA_DIR=/usr/share/datasets/fashion-mnist  # the DDP peer reads it from here too
-die() { echo "strategies.sh: $*" >&2; exit 1; }
-[ -x "$WEFT_BIN" ] || die "no weft binary at $WEFT_BIN: run 'make bench', or set WEFT"
 [ -f "$PEERS_DIR/torch_ddp_fmnist.py" ] || die "no DDP peer in $PEERS_DIR: set PEERS_DIR"
 "$REPO/tools/install_deps.sh" python3-matplotlib python3-torch libopenblas0-pthread
 

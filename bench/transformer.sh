@@ -16,17 +16,11 @@
 # TRANSFORMER_STEPS: the speed runs' steps, default 150.
 set -euo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BENCH="$REPO/bench"
-PYTHON="${PYTHON:-/usr/bin/python3}"
-OUT="${BENCH_OUT:-$REPO/BENCHMARKS.md}"
-ROUNDS="${BENCH_ROUNDS:-3}"
-WEFT_BIN="${WEFT:-$REPO/bazel-bin/client/weft}"
+BENCH_NAME=transformer.sh
+# shellcheck source=bench/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 PARTS="${TRANSFORMER_PARTS:-speed full}"
 STEPS="${TRANSFORMER_STEPS:-150}"
-part() { [[ " $PARTS " == *" $1 "* ]]; }
-die() { echo "transformer.sh: $*" >&2; exit 1; }
-[ -x "$WEFT_BIN" ] || die "no weft binary at $WEFT_BIN: run 'make bench', or set WEFT"
 "$REPO/tools/install_deps.sh" python3-torch libopenblas0-pthread bible-kjv
 
 free_port() { "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
