@@ -112,5 +112,22 @@ TEST_F(CheckedShapesTest, VariableShapeMustBeFullyDefined) {
                 {"attribute 'shape'", "fully defined"});
 }
 
+// The attributes of this stop's ops, as a crafted graph from the network
+// would set them: each refused by name before any kernel exists.
+TEST_F(CheckedShapesTest, MixedPrecisionAndSparseRowAttributesAreChecked) {
+  ASSERT_NE(Input("x", {4, 4}), nullptr);
+  ASSERT_NE(Input("s", {}), nullptr);
+  ExpectRefused(Def("mm", "MatMul", {Attr("compute_type", "float8")}, {"x", "x"}), {"compute_type", "'float8'"});
+  ExpectRefused(Def("ar", "CollectiveAllReduce",
+                    {Attr("group_size", int64_t{2}), Attr("group_key", int64_t{1}), Attr("instance_key", int64_t{1}),
+                     Attr("wire_dtype", "int8")},
+                    {"x"}),
+                {"wire_dtype must be float32 or float16", "'int8'"});
+  ExpectRefused(Def("rows", "EmbeddingGradRows", {Attr("num_rows", int64_t{1} << 40)}, {"x", "x"}),
+                {"num_rows must be in [0, 2^31)"});
+  ExpectRefused(Def("scale", "ApplyLossScale", {Attr("growth_interval", int64_t{0})}, {"s", "s", "s"}),
+                {"growth_interval must be positive"});
+}
+
 }  // namespace
 }  // namespace weft

@@ -204,9 +204,11 @@ class ApplyLossScaleKernel : public OpKernel {
   Impl impl_;
 };
 
-// The loss scale after one step (ApplyLossScale's rule, for every device):
-// `overflow` not finite halves it (not below 1) and restarts the count of
-// good steps; the growth_interval-th good step in a row doubles it.
+// The loss scale after one step (ApplyLossScale's rule; the CPU kernel's,
+// and training.cu's ApplyLossScaleKernel follows it, checked against it by
+// gpu_kernels_test): `overflow` not finite halves it (not below 1) and
+// restarts the count of good steps; the growth_interval-th good step in a
+// row doubles it.
 inline void NextLossScale(bool overflow, float interval, float* scale, float* good_steps) {
   if (overflow) {
     *scale = *scale * 0.5f < 1.0f ? 1.0f : *scale * 0.5f;
