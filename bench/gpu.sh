@@ -22,7 +22,9 @@
 #       examples/fmnist_resnet.pbtxt, examples/kjv_transformer.pbtxt (for
 #       --transformer_steps steps) and examples/fmnist_lstm.pbtxt (those
 #       --models names; the default leaves the LSTM out) on GPU:0 with
-#       `weft train` (the CNN also with WEFT_CUDNN=0, cuDNN's fallback, and
+#       `weft train` (each also with WEFT_CUDA_GRAPHS=0, every kernel launched
+#       from the host rather than the step replayed as a CUDA graph; the CNN
+#       also with WEFT_CUDNN=0, cuDNN's fallback, and
 #       with WEFT_CUDNN_AUTOTUNE=0, cuDNN's heuristic choice everywhere),
 #       trains the same models with PyTorch on the same GPU
 #       (bench/gpu/torch_fmnist.py, bench/torch_transformer.py): eager,
@@ -259,6 +261,11 @@ run() {
         if [ "$precision" = float32 ]; then
           train weft "$model" "$job"
           if [ "$round" = 1 ]; then grep -m1 "training step on" "$work/weft.$model.err" || true; fi
+          if [ "$round" = 1 ]; then
+            grep -m1 "replayed from a CUDA graph\|run kernel by kernel" "$work/weft.$model.err" || true
+          fi
+          # Every kernel launched from the host, no CUDA graph: what recording the step gains.
+          train weft-launched "$model" "$job" WEFT_CUDA_GRAPHS=0
           if [ "$model" = cnn ]; then
             # cuDNN off: the im2col + cuBLAS convolutions and the CUDA pooling
             # kernels. And cuDNN without autotuning: its heuristic's algorithm
@@ -277,6 +284,7 @@ run() {
         [ "$precision" = bf16 ] && compute=BFLOAT16
         { cat "$job"; echo "mixed_precision { compute: $compute }"; } > "$work/$model-$precision.pbtxt"
         train weft "$model-$precision" "$work/$model-$precision.pbtxt"
+        train weft-launched "$model-$precision" "$work/$model-$precision.pbtxt" WEFT_CUDA_GRAPHS=0
         peer torch "$model-$precision" "$epochs" none "$precision"
         peer torch-compile "$model-$precision" "$epochs" default "$precision"
         peer torch-compile-ro "$model-$precision" "$epochs" reduce-overhead "$precision"

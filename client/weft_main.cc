@@ -11,6 +11,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -36,7 +37,7 @@ constexpr char kUsage[] =
     "usage: weft <command> [args]\n"
     "\n"
     "train in one process:\n"
-    "  train JOB [--output=text|json] [--gpus=G] [--log_level=LEVEL]\n"
+    "  train JOB [--output=text|json] [--gpus=G] [--cuda_graphs=true|false] [--log_level=LEVEL]\n"
     "\n"
     "run a local cluster of processes (and optionally a job on it):\n"
     "  local --workers=N --ps=M [--cpu_devices=D] [--gpus=G] [JOB] [--output=text|json] [--log_dir=DIR]\n"
@@ -73,7 +74,9 @@ constexpr char kUsage[] =
     "  ops                                    list the registered ops\n"
     "\n"
     "--gpus=G: GPUs a process may use (default: every visible one, when built with CUDA;\n"
-    "  0: none). A job's `device: CPU` keeps it off GPUs, `device: GPU` requires one.\n";
+    "  0: none). A job's `device: CPU` keeps it off GPUs, `device: GPU` requires one.\n"
+    "--cuda_graphs: `weft train` on a GPU records a steady step as a CUDA graph and replays it\n"
+    "  (default true, false where WEFT_CUDA_GRAPHS=0; false launches every kernel of every step).\n";
 
 LocalTrainer* g_trainer = nullptr;
 
@@ -91,7 +94,7 @@ int Fail(bool json, const absl::Status& s) {
 }
 
 int Train(int argc, char** argv) {
-  auto parsed = Flags::Parse(argc, argv, 2, {"output", "gpus", "log_level"}, {});
+  auto parsed = Flags::Parse(argc, argv, 2, {"output", "gpus", "cuda_graphs", "log_level"}, {});
   if (!parsed.ok()) {
     std::fprintf(stderr, "weft train: %s\n%s", std::string(parsed.status().message()).c_str(), kUsage);
     return 2;
@@ -111,6 +114,13 @@ int Train(int argc, char** argv) {
     std::fprintf(stderr, "weft train: %s\n", std::string(gpus.status().message()).c_str());
     return 2;
   }
+  const char* graphs_env = std::getenv("WEFT_CUDA_GRAPHS");
+  const std::string cuda_graphs =
+      f.Get("cuda_graphs", graphs_env != nullptr && std::string(graphs_env) == "0" ? "false" : "true");
+  if (cuda_graphs != "true" && cuda_graphs != "false") {
+    std::fprintf(stderr, "weft train: --cuda_graphs must be true or false, got '%s'\n", cuda_graphs.c_str());
+    return 2;
+  }
   const bool json = output == "json";
   if (f.args().size() != 1) {
     std::fprintf(stderr, "weft train: expected one job file\n%s", kUsage);
@@ -125,6 +135,7 @@ int Train(int argc, char** argv) {
   }
   LocalTrainerOptions trainer_options;
   trainer_options.max_gpus = static_cast<int>(*gpus);
+  trainer_options.cuda_graphs = cuda_graphs == "true";
   auto trainer = LocalTrainer::Create(*job, trainer_options);
   if (!trainer.ok()) return Fail(json, trainer.status());
   g_trainer = trainer->get();

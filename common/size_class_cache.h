@@ -57,6 +57,9 @@ class SizeClassCache {
   // Counts a block of class `cls` that the owner just obtained from the
   // system as in use.
   void CountSystemAlloc(size_t cls);
+  // Counts a block of class `cls` that the owner hands out again from a
+  // keeping of its own (not this cache) as in use.
+  void CountReuse(size_t cls) { CountInUse(cls); }
   // Counts a released block of class `cls` as no longer in use (whether or
   // not it is then cached).
   void CountRelease(size_t cls) { stats_.bytes_in_use -= static_cast<int64_t>(cls); }

@@ -203,6 +203,19 @@ absl::StatusOr<int> ChooseRequested(const Graph& g, const std::vector<DeviceName
 
 }  // namespace
 
+void PlaceFeedsWithConsumers(Graph* g, const std::vector<std::string>& placeholders) {
+  for (const std::string& name : placeholders) {
+    Node* placeholder = g->FindNode(name);
+    if (placeholder == nullptr || placeholder->out_edges().empty()) continue;
+    const std::string& where = placeholder->out_edges().front().dst->assigned_device();
+    bool one = true;
+    for (const Node::OutEdge& e : placeholder->out_edges()) one = one && e.dst->assigned_device() == where;
+    for (const Node* c : placeholder->control_outputs()) one = one && c->assigned_device() == where;
+    absl::StatusOr<DeviceName> device = DeviceName::Parse(where);
+    if (one && device.ok() && device->type == "GPU") placeholder->set_assigned_device(where);
+  }
+}
+
 void SetGpuKernelAvailability(GpuKernelAvailability has_gpu_kernel) { HasGpuKernel() = std::move(has_gpu_kernel); }
 
 absl::Status PlaceGraph(Graph* g, const std::vector<std::string>& devices, const std::string& default_device,

@@ -58,6 +58,13 @@ struct PlacementOptions {
 absl::Status PlaceGraph(Graph* g, const std::vector<std::string>& devices, const std::string& default_device,
                         const PlacementOptions& options = PlacementOptions());
 
+// After PlaceGraph: each node of `placeholders` (feed placeholders; names not
+// in `g` are skipped) whose consumers, data and control, all sit on one GPU
+// moves to that GPU. A process that feeds a step copies the value to the
+// device itself, so a step whose compute is all on the GPU is then one GPU
+// partition, with no _Send/_Recv pair per feed.
+void PlaceFeedsWithConsumers(Graph* g, const std::vector<std::string>& placeholders);
+
 // Whether `op` has a kernel for device type "GPU" in this process. The
 // runtime installs its KernelRegistry's answer once at start-up (before any
 // placement); thread-safe to call afterwards.

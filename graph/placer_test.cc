@@ -166,5 +166,28 @@ TEST(PlacerTest, AdamSlotsFollowTheirVariableAcrossPsTasks) {
   }
 }
 
+TEST(PlacerTest, FeedsMoveToTheGpuThatConsumesAllOfThem) {
+  constexpr char kGpu[] = "/job:worker/task:0/device:GPU:0";
+  const std::vector<std::string> devices = {kW0, kGpu};
+  // x feeds only GPU work; y feeds the GPU and the CPU; z feeds only the CPU.
+  Graph g;
+  GraphBuilder b(&g);
+  Output x = b.Placeholder(DType::kFloat32, {2, 2}, "x");
+  Output y = b.Placeholder(DType::kFloat32, {2, 2}, "y");
+  Output z = b.Placeholder(DType::kFloat32, {2, 2}, "z");
+  b.set_device(kGpu);
+  ops::MatMul(&b, x, y, false, false, "on_gpu");
+  ops::MatMul(&b, x, x, false, false, "on_gpu_too");
+  b.set_device(kW0);
+  ops::MatMul(&b, y, z, false, false, "on_cpu");
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  ASSERT_TRUE(PlaceGraph(&g, devices, kW0).ok());
+  ASSERT_EQ(g.FindNode("x")->assigned_device(), kW0);  // Placeholder has no GPU kernel
+  PlaceFeedsWithConsumers(&g, {"x", "y", "z", "not_in_graph"});
+  EXPECT_EQ(g.FindNode("x")->assigned_device(), kGpu);
+  EXPECT_EQ(g.FindNode("y")->assigned_device(), kW0);
+  EXPECT_EQ(g.FindNode("z")->assigned_device(), kW0);
+}
+
 }  // namespace
 }  // namespace weft

@@ -10,11 +10,13 @@
 #ifndef WEFT_RUNTIME_DEVICE_H_
 #define WEFT_RUNTIME_DEVICE_H_
 
+#include <cstring>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/allocator.h"
 #include "common/tensor.h"
@@ -22,6 +24,17 @@
 #include "runtime/resource_mgr.h"
 
 namespace weft {
+
+// A step's device work recorded once and launched again as a whole (on a
+// GPU, a CUDA graph). It owns the device memory its work touches, so that
+// nothing else is handed those blocks while it exists; destroying it waits
+// for its last launch.
+class DeviceStepGraph {
+ public:
+  virtual ~DeviceStepGraph() = default;
+  // Enqueues the recorded work once more, after everything enqueued so far.
+  virtual absl::Status Launch() = 0;
+};
 
 class Device {
  public:
@@ -53,6 +66,21 @@ class Device {
   // kernel enqueued after the call; `host` itself on a CPU device. `host`
   // may be released as soon as this returns.
   virtual absl::StatusOr<Tensor> CopyFromHost(const Tensor& host) { return host; }
+  // Writes `host`'s contents into `dev`, a tensor of this device of the same
+  // dtype and shape, ordered like CopyFromHost. A CPU device copies.
+  virtual absl::Status CopyFromHostInto(const Tensor& host, Tensor* dev);
+
+  // Step recording (executor.h, ExecutorOptions::record_device_steps).
+  // BeginStepCapture starts recording what kernels enqueue from the calling
+  // thread, which must hold compute_mutex() until EndStepCapture; the work is
+  // recorded, not run. EndStepCapture ends it and returns the recording, or
+  // the reason none could be made (a kernel that waited for the device, say).
+  // UNIMPLEMENTED on a device that cannot record (a CPU).
+  virtual absl::Status BeginStepCapture() { return absl::UnimplementedError(name() + " cannot record a step"); }
+  virtual absl::StatusOr<std::unique_ptr<DeviceStepGraph>> EndStepCapture() {
+    return absl::UnimplementedError(name() + " cannot record a step");
+  }
+
   ResourceMgr* resources() { return &resources_; }
   ThreadPool* intra_op_pool() { return intra_op_pool_.get(); }
 
@@ -77,6 +105,17 @@ class CpuDevice final : public Device {
       : Device(std::move(name), "CPU", intra_op_threads == 0 ? NumCores() : intra_op_threads) {}
   Allocator* allocator() override { return CpuAllocator(); }
 };
+
+inline absl::Status Device::CopyFromHostInto(const Tensor& host, Tensor* dev) {
+  if (host.dtype() != dev->dtype() || host.shape() != dev->shape()) {
+    return absl::InvalidArgumentError(absl::StrCat("copying ", DTypeName(host.dtype()), host.shape().DebugString(),
+                                                   " into ", DTypeName(dev->dtype()), dev->shape().DebugString()));
+  }
+  if (host.TotalBytes() > 0 && host.raw_data() != dev->raw_data()) {
+    std::memcpy(dev->raw_data(), host.raw_data(), host.TotalBytes());
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace weft
 

@@ -10,83 +10,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
+#include "runtime/executor_impl.h"
 #include "runtime/executor_plan.h"
 #include "runtime/kernel_call.h"
 #include "runtime/op_kernel.h"
 #include "runtime/rendezvous.h"
+#include "runtime/step_recording.h"
 #include "runtime/trace_recorder.h"
 
 namespace weft {
-
-// An async kernel's call in flight: its inputs and context must outlive
-// ComputeAsync.
-struct AsyncCall {
-  absl::InlinedVector<const Tensor*, 4> inputs;
-  std::optional<OpKernelContext> ctx;
-};
-
-// One step's mutable state; reused across steps through Impl::free_states.
-struct RunState {
-  std::vector<Tensor> slots;
-  std::unique_ptr<std::atomic<int>[]> pending;
-  std::unique_ptr<std::atomic<int>[]> slot_refs;
-  std::vector<int> stack;  // ready nodes, inline mode
-  std::vector<AsyncCall> async_calls;
-  // One per async call: set by whichever of its `done` and the executor's
-  // exception handler finishes the call first, so it finishes once.
-  std::unique_ptr<std::atomic<bool>[]> async_finished;
-  // Per item: when its kernel started (CoarseMonotonicNanos), 0 while it
-  // does not run. What RunningKernels reads.
-  std::unique_ptr<std::atomic<int64_t>[]> started_ns;
-  // A traced step (`weft trace`): where its kernels' spans go, and when
-  // each kernel started (TraceRecorder::NowMicros). Null when not traced.
-  TraceRecorder* trace = nullptr;
-  std::unique_ptr<int64_t[]> trace_start_us;
-  // Inline mode with async kernels: ready nodes that completions hand back
-  // to the thread running the step.
-  std::vector<int> handed_back ABSL_GUARDED_BY(mu);
-  absl::Span<const Tensor> feeds;
-  int64_t step_id = 0;
-  Rendezvous* rendezvous = nullptr;
-  std::atomic<bool> aborted{false};
-  std::atomic<int> outstanding{0};
-  absl::Mutex mu;
-  absl::Status status ABSL_GUARDED_BY(mu);
-  absl::Notification* done = nullptr;
-};
-
-// The plan (executor_plan.h) and the step machinery that runs it.
-struct Executor::Impl : ExecutorPlan {
-  const Graph* graph;
-  Device* device;
-  ExecutorOptions options;
-
-  absl::Mutex pool_mu;
-  std::vector<std::unique_ptr<RunState>> free_states ABSL_GUARDED_BY(pool_mu);
-  // The states of the steps running now, each with its step id set.
-  std::vector<RunState*> active ABSL_GUARDED_BY(pool_mu);
-
-  std::unique_ptr<RunState> AcquireState(int64_t step_id);
-  void ReleaseState(std::unique_ptr<RunState> state);
-  // Runs item `i`. A synchronous kernel's ready successors come back in
-  // `ready` and Process returns true; an async kernel returns false at once
-  // and its completion calls OnAsyncDone.
-  bool Process(RunState* s, int i, absl::InlinedVector<int, 8>* ready);
-  // Checks outputs, releases inputs and collects ready successors.
-  void Finish(RunState* s, int i, const absl::Status& status, absl::InlinedVector<int, 8>* ready);
-  void OnAsyncDone(RunState* s, int i);
-  void ProcessAsync(RunState* s, int i);
-  void RunInlineWithAsync(RunState* s);
-  void Abort(RunState* s, const absl::Status& status);
-
-  // Run's parts: the feeds against the plan's endpoints; the step's nodes
-  // run to the end (or the abort) in whichever mode the options call for;
-  // the fetches copied out, the device synchronised and the step's status.
-  absl::Status CheckFeeds(absl::Span<const Tensor> feeds) const;
-  void Drive(RunState* s);
-  absl::Status EndStep(RunState* s, std::vector<Tensor>* fetches);
-};
 
 std::unique_ptr<RunState> Executor::Impl::AcquireState(int64_t step_id) {
   {
@@ -118,6 +52,7 @@ void Executor::Impl::ReleaseState(std::unique_ptr<RunState> state) {
   for (Tensor& t : state->slots) t = Tensor();
   state->rendezvous = nullptr;
   state->aborted = false;
+  state->device_locked = false;
   {
     absl::MutexLock lock(&state->mu);
     state->status = absl::OkStatus();
@@ -177,7 +112,7 @@ bool Executor::Impl::Process(RunState* s, int i, absl::InlinedVector<int, 8>* re
   for (const InputSource& src : item.inputs) inputs.push_back(src.fed ? &s->feeds[src.index] : &s->slots[src.index]);
   p.inputs = absl::MakeConstSpan(inputs);
   OpKernelContext ctx(p);
-  if (absl::Mutex* mu = device->compute_mutex()) {
+  if (absl::Mutex* mu = s->device_locked ? nullptr : device->compute_mutex()) {
     // A GPU: one stream and one set of library handles, so one kernel at a time.
     absl::MutexLock lock(mu);
     device->BindThread();
@@ -293,6 +228,10 @@ int Executor::num_nodes() const { return static_cast<int>(impl_->items.size()); 
 
 bool Executor::MayWait() const { return impl_->num_async > 0 || !impl_->device->host_memory(); }
 
+int64_t Executor::replayed_steps() const {
+  return impl_->recording != nullptr ? impl_->recording->replays() : 0;
+}
+
 void Executor::RunningKernels(std::vector<RunningKernel>* out) const {
   Impl& m = *impl_;
   const int64_t now = CoarseMonotonicNanos();
@@ -316,6 +255,15 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph* graph, D
   RETURN_IF_ERROR(BuildExecutorPlan(*graph, device, options, impl.get()));
   if (options.inter_op_pool != nullptr && options.inter_op_pool->num_threads() == 0) {
     options.inter_op_pool = nullptr;
+  }
+  if (options.record_device_steps) {
+    const absl::Status why = RecordableWhyNot(*impl, options, device);
+    if (why.ok()) {
+      ResourceMgr* resources = options.resources != nullptr ? options.resources : device->resources();
+      impl->recording = std::make_unique<StepRecording>(device, resources);
+    } else {
+      Logger("executor")->info("steps on {} run kernel by kernel: {}", device->name(), std::string(why.message()));
+    }
   }
   impl->options = std::move(options);
   return std::unique_ptr<Executor>(new Executor(std::move(impl)));
@@ -411,10 +359,30 @@ absl::Status Executor::Run(absl::Span<const Tensor> feeds, std::vector<Tensor>* 
   return Run(feeds, fetches, step_id, rendezvous, nullptr);
 }
 
+std::unique_ptr<RunState> Executor::Impl::StartState(absl::Span<const Tensor> feeds, int64_t step_id) {
+  std::unique_ptr<RunState> s = AcquireState(step_id);
+  s->feeds = feeds;
+  for (size_t i = 0; i < items.size(); ++i) s->pending[i].store(items[i].initial_pending, std::memory_order_relaxed);
+  for (int k = 0; k < num_slots; ++k) s->slot_refs[k].store(initial_slot_refs[k], std::memory_order_relaxed);
+  return s;
+}
+
 absl::Status Executor::Run(absl::Span<const Tensor> feeds, std::vector<Tensor>* fetches, int64_t step_id,
                            Rendezvous* rendezvous, TraceRecorder* trace) {
   Impl& m = *impl_;
   RETURN_IF_ERROR(m.CheckFeeds(feeds));
+  // A traced step runs kernel by kernel, so that each kernel has its span.
+  if (m.recording != nullptr && trace == nullptr) {
+    switch (m.recording->Next(feeds)) {
+      case StepRecording::Action::kReplay:
+        return m.ReplayStep(feeds, fetches);
+      case StepRecording::Action::kRecord:
+        if (std::optional<absl::Status> recorded = m.RecordStep(feeds, fetches, step_id)) return *recorded;
+        break;
+      case StepRecording::Action::kRun:
+        break;
+    }
+  }
   // A device with its own memory (a GPU) gets its feeds copied in.
   std::vector<Tensor> device_feeds;
   if (!m.device->host_memory()) {
@@ -427,16 +395,14 @@ absl::Status Executor::Run(absl::Span<const Tensor> feeds, std::vector<Tensor>* 
     feeds = device_feeds;
   }
 
-  std::unique_ptr<RunState> state = m.AcquireState(step_id);
+  std::unique_ptr<RunState> state = m.StartState(feeds, step_id);
   RunState* s = state.get();
-  s->feeds = feeds;
   s->rendezvous = rendezvous;
   s->trace = trace;
-  for (size_t i = 0; i < m.items.size(); ++i) s->pending[i].store(m.items[i].initial_pending, std::memory_order_relaxed);
-  for (int k = 0; k < m.num_slots; ++k) s->slot_refs[k].store(m.initial_slot_refs[k], std::memory_order_relaxed);
   m.Drive(s);
   absl::Status status = m.EndStep(s, fetches);
   m.ReleaseState(std::move(state));
+  if (m.recording != nullptr && status.ok()) m.recording->Ran();
   return status;
 }
 

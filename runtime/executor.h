@@ -69,6 +69,11 @@ struct ExecutorOptions {
   ResourceContainerFn containers;
   // What collective kernels use (a worker's); nullptr outside a worker.
   CollectiveRuntime* collectives = nullptr;
+  // On a device that can (a GPU): record a steady step's kernels once as a
+  // CUDA graph and replay it on later steps with the same feed shapes
+  // (runtime/step_recording.h). A plan that cannot be recorded (a Dropout,
+  // a _Recv, a thread pool) runs kernel by kernel, the reason logged once.
+  bool record_device_steps = false;
 };
 
 class Executor {
@@ -96,6 +101,8 @@ class Executor {
   // without either only computes, so a caller may run it on a thread that
   // must not block (RunGraph on its RPC thread).
   bool MayWait() const;
+  // Steps replayed from a recording so far (record_device_steps).
+  int64_t replayed_steps() const;
 
   // Appends the kernels of the steps running now that have started and not
   // finished: an asynchronous one (a _Recv, a collective) counts until its

@@ -123,6 +123,19 @@ class OpKernelContext {
 
 class AsyncOpKernel;
 
+namespace internal {
+// impl.CheckRecordedLaunches() where a kernel's device part has one (the GPU
+// parts that record errors in host-mapped memory), OK otherwise.
+template <typename Impl>
+auto CheckRecordedLaunchesOf(Impl& impl, int) -> decltype(impl.CheckRecordedLaunches()) {
+  return impl.CheckRecordedLaunches();
+}
+template <typename Impl>
+absl::Status CheckRecordedLaunchesOf(Impl&, long) {
+  return absl::OkStatus();
+}
+}  // namespace internal
+
 class OpKernel {
  public:
   explicit OpKernel(OpKernelConstruction* ctx) : node_(&ctx->node()) {}
@@ -130,6 +143,11 @@ class OpKernel {
   virtual void Compute(OpKernelContext* ctx) = 0;
   // Non-null for kernels that finish later (e.g. _Recv waiting for a peer).
   virtual AsyncOpKernel* AsAsync() { return nullptr; }
+  // After a step replayed from a recording of its device work (executor.h,
+  // ExecutorOptions::record_device_steps), in which Compute did not run:
+  // what Compute would have checked on the host about earlier launches (a
+  // bad label the device recorded), as the step's error.
+  virtual absl::Status CheckRecordedLaunches() { return absl::OkStatus(); }
   const Node& node() const { return *node_; }
 
  private:

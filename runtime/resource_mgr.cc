@@ -26,6 +26,7 @@ absl::StatusOr<Tensor> ResourceMgr::LookupOrCreateVariable(const std::string& na
   absl::Status s = init(&t);
   if (!s.ok()) return s;
   variables_.emplace(name, t);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
   return t;
 }
 
@@ -39,6 +40,7 @@ absl::StatusOr<Tensor> ResourceMgr::LookupVariable(const std::string& name) cons
 void ResourceMgr::SetVariable(const std::string& name, Tensor value) {
   absl::MutexLock lock(&mu_);
   variables_[name] = std::move(value);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 std::vector<std::string> ResourceMgr::VariableNames() const {
@@ -110,6 +112,7 @@ void ResourceMgr::Clear() {
   {
     absl::MutexLock lock(&mu_);
     variables_.clear();
+    generation_.fetch_add(1, std::memory_order_acq_rel);
     resources.swap(resources_);
   }
   // Destroyed outside the lock: a resource's destructor may take a while

@@ -19,6 +19,8 @@
 #ifndef WEFT_RUNTIME_RESOURCE_MGR_H_
 #define WEFT_RUNTIME_RESOURCE_MGR_H_
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -53,6 +55,11 @@ class ResourceMgr {
   // Replaces (or creates) a variable's value, e.g. on restore.
   void SetVariable(const std::string& name, Tensor value);
   std::vector<std::string> VariableNames() const;
+  // Counts the changes to which buffer holds which variable (a creation, a
+  // SetVariable, Clear), not to the values: a step recorded with the
+  // variables' buffers (ExecutorOptions::record_device_steps) stays valid
+  // while this number does not move.
+  uint64_t variables_generation() const { return generation_.load(std::memory_order_acquire); }
 
   // Returns the resource `name`, creating it with `create` on first use. Two
   // callers racing on a new name run `create` once: the second waits for the
@@ -96,6 +103,7 @@ class ResourceMgr {
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Tensor> variables_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> generation_{0};
   absl::flat_hash_map<std::string, std::shared_ptr<Slot>> resources_ ABSL_GUARDED_BY(mu_);
 };
 

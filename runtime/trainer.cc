@@ -39,7 +39,7 @@ class PartitionedStep {
                                                                  const std::vector<std::string>& feeds,
                                                                  const std::vector<std::string>& fetches,
                                                                  const std::vector<std::string>& targets,
-                                                                 ThreadPool* cpu_pool) {
+                                                                 ThreadPool* cpu_pool, bool record) {
     std::unique_ptr<Graph> pruned;
     RETURN_IF_ERROR(PruneGraph(graph, feeds, fetches, targets, &pruned));
     std::vector<std::string> names;
@@ -49,6 +49,9 @@ class PartitionedStep {
       by_name[d->name()] = d;
     }
     RETURN_IF_ERROR(PlaceGraph(pruned.get(), names, names.front()));
+    std::vector<std::string> placeholders;
+    for (const std::string& f : feeds) placeholders.push_back(FeedNodeName(f));
+    PlaceFeedsWithConsumers(pruned.get(), placeholders);
     ASSIGN_OR_RETURN(auto partitions, PartitionGraph(*pruned));
 
     auto step = std::unique_ptr<PartitionedStep>(new PartitionedStep());
@@ -78,6 +81,7 @@ class PartitionedStep {
       part.fetch_names = opts.fetches;
       // A GPU's kernels only enqueue work: they run inline, in order.
       if (part.device->host_memory()) opts.inter_op_pool = cpu_pool;
+      opts.record_device_steps = record && !part.device->host_memory();
       ASSIGN_OR_RETURN(part.executor, Executor::Create(part.graph.get(), part.device, std::move(opts)));
       step->parts_.push_back(std::move(part));
     }
@@ -128,6 +132,13 @@ class PartitionedStep {
     return absl::OkStatus();
   }
 
+  // Steps the partitions replayed from recordings, summed.
+  int64_t ReplayedSteps() const {
+    int64_t n = 0;
+    for (const Part& p : parts_) n += p.executor->replayed_steps();
+    return n;
+  }
+
   std::vector<std::string> DeviceNames() const {
     std::vector<std::string> out;
     for (const Part& p : parts_) out.push_back(p.device->name());
@@ -168,6 +179,9 @@ class Step {
   absl::Status Run(absl::Span<const Tensor> feeds, std::vector<Tensor>* fetches, int64_t step_id) {
     return executor_ != nullptr ? executor_->Run(feeds, fetches, step_id)
                                 : partitioned_->Run(feeds, fetches, step_id);
+  }
+  int64_t ReplayedSteps() const {
+    return executor_ != nullptr ? executor_->replayed_steps() : partitioned_->ReplayedSteps();
   }
 
  private:
@@ -260,12 +274,13 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const JobSpec
     }
   } else {
     ASSIGN_OR_RETURN(auto train, PartitionedStep::Create(*s->tg.graph, s->devices, feeds, {s->tg.loss},
-                                                         {s->tg.train_op}, s->inter_op_pool.get()));
+                                                         {s->tg.train_op}, s->inter_op_pool.get(),
+                                                         options.cuda_graphs));
     Logger("train")->info("training step on {}", absl::StrJoin(train->DeviceNames(), ", "));
     s->train_step = std::make_unique<Step>(std::move(train));
     if (evaluates) {
       ASSIGN_OR_RETURN(auto eval, PartitionedStep::Create(*s->tg.graph, s->devices, feeds, eval_fetches, {},
-                                                          s->inter_op_pool.get()));
+                                                          s->inter_op_pool.get(), options.cuda_graphs));
       s->eval_step = std::make_unique<Step>(std::move(eval));
     }
   }
@@ -310,7 +325,14 @@ absl::StatusOr<EvalResult> LocalTrainer::Evaluate() {
 }
 
 absl::StatusOr<TrainResult> LocalTrainer::Train(const std::function<void(const TrainProgress&)>& on_progress) {
-  return RunTrainingLoop(s_->job, s_->train_data, s_->test_data, Hooks(on_progress), s_->created);
+  absl::StatusOr<TrainResult> result =
+      RunTrainingLoop(s_->job, s_->train_data, s_->test_data, Hooks(on_progress), s_->created);
+  if (const int64_t replayed = ReplayedTrainingSteps(); replayed > 0) {
+    Logger("train")->info("{} training steps replayed from a CUDA graph", replayed);
+  }
+  return result;
 }
+
+int64_t LocalTrainer::ReplayedTrainingSteps() const { return s_->train_step->ReplayedSteps(); }
 
 }  // namespace weft

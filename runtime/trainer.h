@@ -25,6 +25,8 @@ struct LocalTrainerOptions {
   // GPUs this process may use: 0 none, -1 as many as it sees. Only one is
   // used today. The job's `device` setting applies on top.
   int max_gpus = -1;
+  // On a GPU, record a steady step as a CUDA graph and replay it (ExecutorOptions::record_device_steps).
+  bool cuda_graphs = true;
 };
 
 class LocalTrainer {
@@ -33,7 +35,10 @@ class LocalTrainer {
   // node or file at fault. With a GPU (built with CUDA, one visible, allowed
   // by `options` and job.device), the graph is placed on the GPU and the CPU
   // (ops without a GPU kernel, the fed placeholders) and run as one
-  // partition per device, meeting in a per-step rendezvous.
+  // partition per device, meeting in a per-step rendezvous; a fed tensor
+  // whose consumers are all on the GPU is fed to the GPU's partition
+  // directly, so that a step without CPU work is one GPU partition, which
+  // options.cuda_graphs records.
   static absl::StatusOr<std::unique_ptr<LocalTrainer>> Create(const JobSpec& job,
                                                               const LocalTrainerOptions& options = {});
   // The devices the training step runs on, e.g. "CPU:0" or "CPU:0,GPU:0".
@@ -45,6 +50,9 @@ class LocalTrainer {
   absl::StatusOr<TrainResult> Train(const std::function<void(const TrainProgress&)>& on_progress = nullptr);
   // Accuracy and loss on the whole test split.
   absl::StatusOr<EvalResult> Evaluate();
+  // Training steps replayed from a recording of an earlier one (a CUDA
+  // graph, options.cuda_graphs); 0 without a GPU.
+  int64_t ReplayedTrainingSteps() const;
   // Makes Train stop after the current step, with state CANCELLED.
   void Cancel() { cancelled_.store(true); }
 

@@ -1,5 +1,6 @@
 #include "runtime/gpu/gpu_allocator.h"
 
+#include <iterator>
 #include <new>
 #include <utility>
 #include <vector>
@@ -19,6 +20,12 @@ GpuAllocator::~GpuAllocator() {
   cudaDeviceSynchronize();
   PollPendingLocked();
   FreeCachedLocked();
+  for (auto& [id, blocks] : pool_free_) {
+    for (Buffer* b : blocks) {
+      cudaFree(b->data());
+      DeleteExternalBlock(b);
+    }
+  }
   for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
 }
 
@@ -35,8 +42,24 @@ absl::StatusOr<Buffer*> GpuAllocator::TryAllocate(size_t bytes) {
   }
   const size_t cls = SizeClassCache::SizeClass(bytes);
   absl::MutexLock lock(&mu_);
+  if (capturing_ != 0) {
+    // A recording takes its own released blocks first.
+    std::vector<Buffer*>& own = pool_free_[capturing_];
+    for (size_t i = 0; i < own.size(); ++i) {
+      if (own[i]->capacity() != cls) continue;
+      Buffer* b = own[i];
+      own[i] = own.back();
+      own.pop_back();
+      cache_.CountReuse(cls);
+      b->Ref();  // released at 0 references
+      return b;
+    }
+  }
   if (!pending_.empty()) PollPendingLocked();
-  if (Buffer* b = cache_.Take(cls)) return b;
+  if (Buffer* b = cache_.Take(cls)) {
+    if (capturing_ != 0) pool_of_[b] = capturing_;
+    return b;
+  }
   // On the allocator's GPU, leaving the thread's current device as it was.
   int previous = -1;
   cudaGetDevice(&previous);
@@ -60,7 +83,41 @@ absl::StatusOr<Buffer*> GpuAllocator::TryAllocate(size_t bytes) {
                                                      " bytes in use"));
   }
   cache_.CountSystemAlloc(cls);
-  return NewExternalBlock(this, ptr, cls);
+  Buffer* b = NewExternalBlock(this, ptr, cls);
+  if (capturing_ != 0) pool_of_[b] = capturing_;
+  return b;
+}
+
+int GpuAllocator::BeginPool() {
+  absl::MutexLock lock(&mu_);
+  capturing_ = ++last_pool_;
+  pool_free_[capturing_];
+  return capturing_;
+}
+
+void GpuAllocator::EndPool() {
+  absl::MutexLock lock(&mu_);
+  capturing_ = 0;
+}
+
+void GpuAllocator::ReleasePool(int id) {
+  absl::MutexLock lock(&mu_);
+  if (capturing_ == id) capturing_ = 0;
+  for (auto it = pool_of_.begin(); it != pool_of_.end();) {
+    auto next = std::next(it);
+    if (it->second == id) pool_of_.erase(it);
+    it = next;
+  }
+  auto free = pool_free_.find(id);
+  if (free == pool_free_.end()) return;
+  std::vector<Buffer*> blocks = std::move(free->second);
+  pool_free_.erase(free);
+  for (Buffer* b : blocks) CacheLocked(b);
+}
+
+size_t GpuAllocator::PooledBlocks() const {
+  absl::MutexLock lock(&mu_);
+  return pool_of_.size();
 }
 
 void GpuAllocator::RecordStream(const void* data, cudaStream_t stream) {
@@ -76,6 +133,11 @@ void GpuAllocator::RecordStream(const void* data, cudaStream_t stream) {
 void GpuAllocator::Release(Buffer* buffer) {
   absl::MutexLock lock(&mu_);
   cache_.CountRelease(buffer->capacity());
+  if (auto owned = pool_of_.find(buffer); owned != pool_of_.end()) {
+    // A recording's block: only that recording may take it again.
+    pool_free_[owned->second].push_back(buffer);
+    return;
+  }
   auto it = streams_.find(buffer->data());
   if (it == streams_.end()) {
     CacheLocked(buffer);

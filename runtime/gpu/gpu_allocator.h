@@ -22,6 +22,14 @@
 // AllocationFailure, a std::bad_alloc whose what() is the message, so
 // Tensor::Allocate's RESOURCE_EXHAUSTED carries it.
 //
+// Recording a step (a CUDA graph, GpuDevice::BeginStepCapture): the
+// recorded kernels keep the addresses they were given, so every block handed
+// out while a recording is open belongs to that recording's pool for as long
+// as the recording exists. Released, such a block goes back to its pool, not
+// the cache: the same recording may take it again (its own kernels are
+// ordered), nobody else may. ReleasePool returns the pool's blocks to the
+// cache once the recording's last launch is done.
+//
 // PinnedAllocator caches page-locked host blocks (cudaHostAlloc) the same
 // way, without stream tracking: host code using a pinned block waits for
 // its copies itself.
@@ -88,6 +96,16 @@ class GpuAllocator final : public Allocator {
   // Frees every cached block (waits for the device first).
   void Trim();
 
+  // Opens a recording's pool (one at a time) and returns its id; blocks
+  // handed out until EndPool belong to it.
+  int BeginPool();
+  void EndPool();
+  // The pool's released blocks go back to the cache, and its live ones will
+  // when released. REQUIRES: no work enqueued still uses them.
+  void ReleasePool(int id);
+  // Blocks that belong to pools, for tests.
+  size_t PooledBlocks() const;
+
  protected:
   void Release(Buffer* buffer) override;
 
@@ -111,6 +129,12 @@ class GpuAllocator final : public Allocator {
   absl::flat_hash_map<const void*, absl::InlinedVector<cudaStream_t, 2>> streams_ ABSL_GUARDED_BY(mu_);
   std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<cudaEvent_t> spare_events_ ABSL_GUARDED_BY(mu_);
+  // Recordings: the open pool (0: none), which pool each of their blocks
+  // belongs to, and each pool's released blocks.
+  int capturing_ ABSL_GUARDED_BY(mu_) = 0;
+  int last_pool_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<const Buffer*, int> pool_of_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, std::vector<Buffer*>> pool_free_ ABSL_GUARDED_BY(mu_);
 };
 
 class PinnedAllocator final : public Allocator {

@@ -259,8 +259,18 @@ void GpuDevice::CopyToHostAsync(const Tensor& dev, std::function<void(absl::Stat
 absl::StatusOr<Tensor> GpuDevice::CopyFromHost(const Tensor& host) {
   if (!host.on_host()) return host;
   ASSIGN_OR_RETURN(Tensor dev, Tensor::Allocate(host.dtype(), host.shape(), allocator_.get()));
+  RETURN_IF_ERROR(CopyFromHostInto(host, &dev));
+  return dev;
+}
+
+absl::Status GpuDevice::CopyFromHostInto(const Tensor& host, Tensor* dev) {
+  if (host.dtype() != dev->dtype() || host.shape() != dev->shape() || dev->on_host()) {
+    return absl::InvalidArgumentError(absl::StrCat("copying ", DTypeName(host.dtype()), host.shape().DebugString(),
+                                                   " into ", dev->on_host() ? "host " : "", DTypeName(dev->dtype()),
+                                                   dev->shape().DebugString(), " on ", name()));
+  }
   const size_t bytes = host.TotalBytes();
-  if (bytes == 0) return dev;
+  if (bytes == 0) return absl::OkStatus();
   cudaPointerAttributes attr;
   const bool pinned = cudaPointerGetAttributes(&attr, host.raw_data()) == cudaSuccess &&
                       attr.type == cudaMemoryTypeHost;
@@ -270,10 +280,76 @@ absl::StatusOr<Tensor> GpuDevice::CopyFromHost(const Tensor& host) {
     ASSIGN_OR_RETURN(staged, Tensor::Allocate(host.dtype(), host.shape(), pinned_.get()));
     std::memcpy(staged.raw_data(), host.raw_data(), bytes);
   }
-  RETURN_IF_ERROR(CopyHostToDevice(staged.raw_data(), dev.raw_data(), bytes));
+  RETURN_IF_ERROR(CopyHostToDevice(staged.raw_data(), dev->raw_data(), bytes));
   // The pinned source must outlive the asynchronous copy.
   ThenExecute(h2d_, [staged = std::move(staged)]() mutable { staged = Tensor(); });
-  return dev;
+  return absl::OkStatus();
+}
+
+namespace {
+
+// A recorded step: the instantiated graph, and the allocator pool that holds
+// every block its kernels use.
+class CudaStepGraph final : public DeviceStepGraph {
+ public:
+  CudaStepGraph(GpuDevice* device, GpuAllocator* allocator, int pool, cudaGraph_t graph, cudaGraphExec_t exec)
+      : device_(device), allocator_(allocator), pool_(pool), graph_(graph), exec_(exec) {}
+  ~CudaStepGraph() override {
+    // The last launch must be done before its blocks go back to the cache.
+    device_->Synchronize().IgnoreError();
+    cudaGraphExecDestroy(exec_);
+    cudaGraphDestroy(graph_);
+    allocator_->ReleasePool(pool_);
+  }
+  absl::Status Launch() override {
+    RETURN_IF_ERROR(device_->MakeCurrent());
+    WEFT_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec_, device_->stream()));
+    return absl::OkStatus();
+  }
+
+ private:
+  GpuDevice* const device_;
+  GpuAllocator* const allocator_;
+  const int pool_;
+  cudaGraph_t graph_;
+  cudaGraphExec_t exec_;
+};
+
+}  // namespace
+
+absl::Status GpuDevice::BeginStepCapture() {
+  RETURN_IF_ERROR(MakeCurrent());
+  if (capture_pool_ != 0) return absl::FailedPreconditionError(absl::StrCat(name(), " is recording a step already"));
+  // Relaxed: the allocator may still call cudaMalloc or query an event while
+  // the stream is captured; neither is recorded.
+  capture_pool_ = allocator_->BeginPool();
+  const cudaError_t e = cudaStreamBeginCapture(compute_, cudaStreamCaptureModeRelaxed);
+  if (e != cudaSuccess) {
+    allocator_->EndPool();
+    allocator_->ReleasePool(capture_pool_);
+    capture_pool_ = 0;
+    return CudaStatus(e, "cudaStreamBeginCapture");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<DeviceStepGraph>> GpuDevice::EndStepCapture() {
+  if (capture_pool_ == 0) return absl::FailedPreconditionError(absl::StrCat(name(), " is not recording a step"));
+  const int pool = capture_pool_;
+  capture_pool_ = 0;
+  allocator_->EndPool();
+  cudaGraph_t graph = nullptr;
+  absl::Status status = CudaStatus(cudaStreamEndCapture(compute_, &graph), "cudaStreamEndCapture");
+  cudaGraphExec_t exec = nullptr;
+  if (status.ok()) status = CudaStatus(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  if (!status.ok()) {
+    cudaGetLastError();
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    // Nothing recorded ever ran, so the pool's blocks are free now.
+    allocator_->ReleasePool(pool);
+    return status;
+  }
+  return std::unique_ptr<DeviceStepGraph>(new CudaStepGraph(this, allocator_.get(), pool, graph, exec));
 }
 
 absl::Status GpuDevice::Synchronize() {

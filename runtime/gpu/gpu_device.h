@@ -130,6 +130,12 @@ class GpuDevice final : public Device {
   // waits for the device, and `host` may be released on return.
   absl::StatusOr<Tensor> CopyToHost(const Tensor& t) override;
   absl::StatusOr<Tensor> CopyFromHost(const Tensor& host) override;
+  absl::Status CopyFromHostInto(const Tensor& host, Tensor* dev) override;
+  // Step recording as a CUDA graph: stream capture of stream() in relaxed
+  // mode, every device block handed out meanwhile kept in the graph's pool
+  // (GpuAllocator::BeginPool) until the graph is destroyed.
+  absl::Status BeginStepCapture() override;
+  absl::StatusOr<std::unique_ptr<DeviceStepGraph>> EndStepCapture() override;
   // Device->host without blocking: enqueues the copy of `dev` (after every
   // kernel enqueued so far) into a new pinned tensor and calls `done` with it
   // from the device's completion thread once it is there. `dev` is kept
@@ -163,6 +169,7 @@ class GpuDevice final : public Device {
   cudnnHandle_t cudnn_ = nullptr;
   std::unique_ptr<GpuAllocator> allocator_;
   std::unique_ptr<PinnedAllocator> pinned_;
+  int capture_pool_ = 0;  // the open recording's pool; under compute_mu_
   absl::Mutex compute_mu_;
   // Serialises each copy stream's wait-copy-record sequence.
   absl::Mutex h2d_mu_;

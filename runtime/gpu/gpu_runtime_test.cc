@@ -3,7 +3,9 @@
 // needs no GPU (only the kernels linked in); the rest skips without one.
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -11,13 +13,16 @@
 #include "graph/builder.h"
 #include "graph/lowering.h"
 #include "graph/partition.h"
+#include "graph/op_registry.h"
 #include "graph/placer.h"
+#include "graph/prune.h"
 #include "gtest/gtest.h"
 #include "runtime/executor.h"
 #include "runtime/gpu/gpu_allocator.h"
 #include "runtime/gpu/gpu_device.h"
 #include "runtime/gpu/gpu_test_util.h"
 #include "runtime/rendezvous.h"
+#include "runtime/step_recording.h"
 #include "runtime/trainer.h"
 
 namespace weft {
@@ -227,6 +232,136 @@ TEST(GpuTrainerTest, TrainsLikeTheCpu) {
     EXPECT_EQ(gpu_result->steps, cpu_result->steps);
     EXPECT_NEAR(gpu_result->train_loss, cpu_result->train_loss, 0.02 * std::abs(cpu_result->train_loss) + 1e-3)
         << optimizer;
+  }
+}
+
+// Every op with a GPU kernel is either recorded in CUDA graphs or has its
+// reason not to be: a new GPU kernel needs that decision.
+TEST(GpuRecordingTest, EveryGpuKernelIsClassified) {
+  int gpu_ops = 0;
+  for (const std::string& op : OpRegistry::Global()->OpNames()) {
+    if (!KernelRegistry::Global()->Has(op, "GPU")) continue;
+    ++gpu_ops;
+    EXPECT_TRUE(RecordableOp(op) || !WhyNotRecordableOp(op).empty()) << op;
+  }
+  EXPECT_GT(gpu_ops, 40);
+}
+
+// Each example's training step, placed for a CPU and a GPU as `weft train`
+// places it, is one GPU partition (the feeds go with their consumers) whose
+// every op may be recorded.
+TEST(GpuRecordingTest, ExampleStepsAreOneRecordableGpuPartition) {
+  for (const char* name : {"fmnist_mlp", "fmnist_cnn", "fmnist_resnet", "kjv_transformer", "fmnist_lstm"}) {
+    SCOPED_TRACE(name);
+    std::ifstream in(absl::StrCat("examples/", name, ".pbtxt"));
+    ASSERT_TRUE(in.good());
+    std::stringstream text;
+    text << in.rdbuf();
+    JobSpec job;
+    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(text.str(), &job));
+    auto tg = LowerJob(job);
+    ASSERT_TRUE(tg.ok()) << tg.status();
+    const std::vector<std::string> feeds = {tg->features, tg->labels};
+    std::unique_ptr<Graph> step;
+    ASSERT_TRUE(PruneGraph(*tg->graph, feeds, {tg->loss}, {tg->train_op}, &step).ok());
+    ASSERT_TRUE(PlaceGraph(step.get(), {kCpu, kGpu}, kCpu).ok());
+    PlaceFeedsWithConsumers(step.get(), {FeedNodeName(feeds[0]), FeedNodeName(feeds[1])});
+    auto partitions = PartitionGraph(*step);
+    ASSERT_TRUE(partitions.ok()) << partitions.status();
+    ASSERT_EQ(partitions->size(), 1u);
+    EXPECT_EQ(partitions->begin()->first, kGpu);
+    for (int i = 0; i < step->num_nodes(); ++i) {
+      const Node* n = step->node(i);
+      if (n->op() == "Placeholder") continue;  // fed: no kernel runs
+      EXPECT_TRUE(RecordableOp(n->op())) << n->DebugName() << ": " << WhyNotRecordableOp(n->op());
+    }
+  }
+}
+
+// The executor records the third steady step and replays later ones; a bad
+// label in a replayed step is that step's error, naming the node, and the
+// next good step replays again.
+TEST(GpuRecordingTest, ReplayedStepsComputeAndReportBadLabels) {
+  GpuDevice* gpu = TestGpu();
+  if (gpu == nullptr) GTEST_SKIP() << "no GPU visible";
+  Graph g;
+  GraphBuilder b(&g);
+  Output logits = b.Placeholder(DType::kFloat32, {4, 3}, "logits");
+  Output labels = b.Placeholder(DType::kInt32, {4}, "labels");
+  Node* xent = b.AddNode("SparseSoftmaxCrossEntropyWithLogits", {logits, labels}, {}, "xent");
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  ExecutorOptions opts;
+  opts.feeds = {"logits", "labels"};
+  opts.fetches = {absl::StrCat(xent->name(), ":0")};
+  opts.record_device_steps = true;
+  ResourceMgr resources;
+  opts.resources = &resources;
+  auto exec = Executor::Create(&g, gpu, opts);
+  ASSERT_TRUE(exec.ok()) << exec.status();
+  auto run = [&](float scale, int32_t label3, std::vector<Tensor>* out) {
+    std::vector<float> l(12);
+    for (int i = 0; i < 12; ++i) l[i] = scale * static_cast<float>(i % 5);
+    const Tensor feeds[] = {*Tensor::FromVector<float>(TensorShape{4, 3}, l),
+                            *Tensor::FromVector<int32_t>(TensorShape{4}, {0, 1, 2, label3})};
+    return (*exec)->Run(feeds, out);
+  };
+  std::vector<Tensor> first, later;
+  for (int step = 0; step < 5; ++step) ASSERT_TRUE(run(1.0f, 1, &first).ok()) << step;
+  EXPECT_EQ((*exec)->replayed_steps(), 2);
+  // New feed values reach the recording: the loss follows the logits.
+  ASSERT_TRUE(run(2.0f, 1, &later).ok());
+  EXPECT_EQ((*exec)->replayed_steps(), 3);
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_NE(later[0].data<float>()[0], first[0].data<float>()[0]);
+  // The same step kernel by kernel, in a fresh executor, gives the same loss.
+  opts.record_device_steps = false;
+  auto plain = Executor::Create(&g, gpu, opts);
+  ASSERT_TRUE(plain.ok());
+  std::vector<Tensor> expected;
+  {
+    std::vector<float> l(12);
+    for (int i = 0; i < 12; ++i) l[i] = 2.0f * static_cast<float>(i % 5);
+    const Tensor feeds[] = {*Tensor::FromVector<float>(TensorShape{4, 3}, l),
+                            *Tensor::FromVector<int32_t>(TensorShape{4}, {0, 1, 2, 1})};
+    ASSERT_TRUE((*plain)->Run(feeds, &expected).ok());
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(later[0].data<float>()[i], expected[0].data<float>()[i]) << i;
+  absl::Status bad = run(1.0f, 7, &later);
+  EXPECT_EQ((*exec)->replayed_steps(), 4);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
+  EXPECT_NE(bad.message().find("xent"), absl::string_view::npos) << bad;
+  EXPECT_NE(bad.message().find("label 7 in row 3"), absl::string_view::npos) << bad;
+  EXPECT_TRUE(run(1.0f, 2, &later).ok());
+  EXPECT_EQ((*exec)->replayed_steps(), 5);
+}
+
+// `weft train` on a GPU with and without CUDA graphs: the same losses, step
+// for step, bit for bit (the recording launches the same kernels on the
+// same buffers), with most steps replayed. Adam keeps its step count on the
+// device; float16 products add loss scaling's device-side skips.
+TEST(GpuTrainerTest, RecordedStepsTrainBitForBitLikeLaunchedOnes) {
+  if (TestGpu() == nullptr) GTEST_SKIP() << "no GPU visible";
+  for (const char* extra : {"", "mixed_precision { compute: FLOAT16 }"}) {
+    JobSpec job = MlpJob(DataDir(), "adam { learning_rate: 0.001 }");
+    ASSERT_TRUE(google::protobuf::TextFormat::MergeFromString(extra, &job));
+    std::vector<double> losses[2];
+    int64_t replayed[2] = {0, 0};
+    for (int graphs = 0; graphs < 2; ++graphs) {
+      LocalTrainerOptions options;
+      options.cuda_graphs = graphs == 1;
+      auto trainer = LocalTrainer::Create(job, options);
+      if (!trainer.ok() && trainer.status().code() == absl::StatusCode::kNotFound) {
+        GTEST_SKIP() << "no Fashion-MNIST (set WEFT_FMNIST_DIR): " << trainer.status();
+      }
+      ASSERT_TRUE(trainer.ok()) << trainer.status();
+      auto result = (*trainer)->Train([&](const TrainProgress& p) { losses[graphs].push_back(p.loss); });
+      ASSERT_TRUE(result.ok()) << result.status();
+      replayed[graphs] = (*trainer)->ReplayedTrainingSteps();
+    }
+    EXPECT_EQ(replayed[0], 0) << extra;
+    EXPECT_GE(replayed[1], 35) << extra;  // 40 steps: 2 to warm up, 1 recorded
+    ASSERT_EQ(losses[0].size(), losses[1].size());
+    for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_EQ(losses[0][i], losses[1][i]) << extra << " step " << i;
   }
 }
 

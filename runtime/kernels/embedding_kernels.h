@@ -129,6 +129,7 @@ class EmbeddingKernel : public OpKernel {
     if (out == nullptr || g->ids == 0 || g->width == 0) return;
     impl_.Run(ctx, *g, params, ids, out);
   }
+  absl::Status CheckRecordedLaunches() override { return internal::CheckRecordedLaunchesOf(impl_, 0); }
 
  private:
   Impl impl_;
@@ -153,6 +154,7 @@ class EmbeddingGradKernel : public OpKernel {
     if (dparams == nullptr || dparams->NumElements() == 0) return;
     impl_.Run(ctx, *g, ids, grad, dparams);
   }
+  absl::Status CheckRecordedLaunches() override { return internal::CheckRecordedLaunchesOf(impl_, 0); }
 
  private:
   Impl impl_;

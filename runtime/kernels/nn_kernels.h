@@ -128,6 +128,7 @@ class SparseXentKernel : public OpKernel {
     if (loss == nullptr || backprop == nullptr) return;
     impl_.Run(ctx, logits, labels, n, c, loss, backprop);
   }
+  absl::Status CheckRecordedLaunches() override { return internal::CheckRecordedLaunchesOf(impl_, 0); }
 
  private:
   Impl impl_;

@@ -30,7 +30,7 @@ using kernels::EmbeddingGeometry;
 class BadIdRecord {
  public:
   // `found` ends the message: what the earlier step did with the id.
-  BadIdRecord(OpKernelConstruction* c, const char* found) : found_(found) {
+  BadIdRecord(OpKernelConstruction* c, const char* found, DType ids_dtype) : found_(found), ids_dtype_(ids_dtype) {
     absl::Status current = Gpu(c)->MakeCurrent();
     if (!current.ok()) {
       c->SetStatus(current);
@@ -56,7 +56,8 @@ class BadIdRecord {
 
   // The bad id an earlier launch recorded, once; reading host-mapped memory
   // does not wait for the device.
-  absl::Status CheckIds(OpKernelContext*, const Tensor& ids, int64_t) {
+  absl::Status CheckIds(OpKernelContext*, const Tensor&, int64_t) { return CheckRecordedLaunches(); }
+  absl::Status CheckRecordedLaunches() {
     if (host_ == nullptr || host_[0] != 2) return absl::OkStatus();
     absl::MutexLock lock(&mu_);
     if (host_[0] != 2) return absl::OkStatus();
@@ -64,7 +65,7 @@ class BadIdRecord {
     host_[0] = 0;
     double value;
     std::memcpy(&value, &bits, sizeof(value));
-    absl::Status s = kernels::BadIdError(absl::StrCat("ids (flat index ", position, ")"), value, ids.dtype(), rows);
+    absl::Status s = kernels::BadIdError(absl::StrCat("ids (flat index ", position, ")"), value, ids_dtype_, rows);
     return absl::InvalidArgumentError(
         absl::StrCat(s.message(), " (found on the GPU in an earlier step, ", found_, ")"));
   }
@@ -73,6 +74,7 @@ class BadIdRecord {
 
  private:
   const char* found_;
+  const DType ids_dtype_;
   absl::Mutex mu_;
   volatile int64_t* host_ = nullptr;
   int64_t* device_ = nullptr;
@@ -80,7 +82,7 @@ class BadIdRecord {
 
 class Embedding : public BadIdRecord {
  public:
-  explicit Embedding(OpKernelConstruction* c) : BadIdRecord(c, "whose rows for it are NaN") {}
+  explicit Embedding(OpKernelConstruction* c) : BadIdRecord(c, "whose rows for it are NaN", c->input_type(1)) {}
   void Run(OpKernelContext* ctx, const EmbeddingGeometry& g, const Tensor& params, const Tensor& ids, Tensor* out) {
     const float* p = params.data<float>();
     float* o = out->data<float>();
@@ -94,7 +96,7 @@ class Embedding : public BadIdRecord {
 
 class EmbeddingGrad : public BadIdRecord {
  public:
-  explicit EmbeddingGrad(OpKernelConstruction* c) : BadIdRecord(c, "whose gradient left it out") {}
+  explicit EmbeddingGrad(OpKernelConstruction* c) : BadIdRecord(c, "whose gradient left it out", c->input_type(0)) {}
   void Run(OpKernelContext* ctx, const EmbeddingGeometry& g, const Tensor& ids, const Tensor& grad,
            Tensor* dparams) {
     const float* gp = grad.data<float>();
