@@ -117,7 +117,7 @@ def main():
         first = True
         for system, label in PEERS:
             t = runs.get((system, model))
-            if system == "torch" and not succeeded(t):
+            if system == "torch" and t is not None and not succeeded(t):
                 ok = False
             ratio, goal_cell = "", ""
             if succeeded(w) and succeeded(t) and t["samples_per_second"] > 0:
