@@ -23,7 +23,8 @@
 #       --transformer_steps steps) and examples/fmnist_lstm.pbtxt (those
 #       --models names; the default leaves the LSTM out) on GPU:0 with
 #       `weft train` (each also with WEFT_CUDA_GRAPHS=0, every kernel launched
-#       from the host rather than the step replayed as a CUDA graph; the CNN
+#       from the host rather than the step replayed as a CUDA graph, and with
+#       WEFT_COPY_AHEAD=0, each batch copied in by its own step; the CNN
 #       also with WEFT_CUDNN=0, cuDNN's fallback, and
 #       with WEFT_CUDNN_AUTOTUNE=0, cuDNN's heuristic choice everywhere),
 #       trains the same models with PyTorch on the same GPU
@@ -266,6 +267,8 @@ run() {
           fi
           # Every kernel launched from the host, no CUDA graph: what recording the step gains.
           train weft-launched "$model" "$job" WEFT_CUDA_GRAPHS=0
+          # Recorded, but each step copies its own batch in: what copying it ahead gains.
+          train weft-noahead "$model" "$job" WEFT_COPY_AHEAD=0
           if [ "$model" = cnn ]; then
             # cuDNN off: the im2col + cuBLAS convolutions and the CUDA pooling
             # kernels. And cuDNN without autotuning: its heuristic's algorithm

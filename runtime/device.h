@@ -69,6 +69,18 @@ class Device {
   // Writes `host`'s contents into `dev`, a tensor of this device of the same
   // dtype and shape, ordered like CopyFromHost. A CPU device copies.
   virtual absl::Status CopyFromHostInto(const Tensor& host, Tensor* dev);
+  // Copying the next step's feeds while this step computes (a recorded
+  // step, step_recording.h). MarkCopyAhead notes the work enqueued so far;
+  // StartCopyAhead copies `host` into `dev` once that work is done, not
+  // waiting for work enqueued after the mark (REQUIRES: none of it uses
+  // `dev`); FinishCopyAhead orders the work enqueued after it after every
+  // copy started. A CPU device copies at once.
+  virtual absl::Status MarkCopyAhead() { return absl::OkStatus(); }
+  virtual absl::Status StartCopyAhead(const Tensor& host, Tensor* dev) { return CopyFromHostInto(host, dev); }
+  virtual absl::Status FinishCopyAhead() { return absl::OkStatus(); }
+  // `src` into `dst`, two tensors of this device of one dtype and shape,
+  // ordered like a kernel.
+  virtual absl::Status CopyOnDevice(const Tensor& src, Tensor* dst) { return CopyFromHostInto(src, dst); }
 
   // Step recording (executor.h, ExecutorOptions::record_device_steps).
   // BeginStepCapture starts recording what kernels enqueue from the calling

@@ -228,6 +228,14 @@ int Executor::num_nodes() const { return static_cast<int>(impl_->items.size()); 
 
 bool Executor::MayWait() const { return impl_->num_async > 0 || !impl_->device->host_memory(); }
 
+void Executor::SetNextFeeds(std::vector<Tensor> next) {
+  if (impl_->recording != nullptr) impl_->recording->SetNextFeeds(std::move(next));
+}
+
+int64_t Executor::replayed_steps_copied_ahead() const {
+  return impl_->recording != nullptr ? impl_->recording->staged_replays() : 0;
+}
+
 int64_t Executor::replayed_steps() const {
   return impl_->recording != nullptr ? impl_->recording->replays() : 0;
 }

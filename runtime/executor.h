@@ -101,8 +101,16 @@ class Executor {
   // without either only computes, so a caller may run it on a thread that
   // must not block (RunGraph on its RPC thread).
   bool MayWait() const;
-  // Steps replayed from a recording so far (record_device_steps).
+  // The host feeds of the step after the next Run, when the caller knows
+  // them: a step replayed from a recording (record_device_steps) starts
+  // copying them to the device while it computes, and the Run with these
+  // very tensors then copies nothing from the host; their contents must not
+  // change in between. Ignored otherwise.
+  void SetNextFeeds(std::vector<Tensor> next);
+  // Steps replayed from a recording so far (record_device_steps), and those
+  // of them whose feeds had been copied ahead.
   int64_t replayed_steps() const;
+  int64_t replayed_steps_copied_ahead() const;
 
   // Appends the kernels of the steps running now that have started and not
   // finished: an asynchronous one (a _Recv, a collective) counts until its

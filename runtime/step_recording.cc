@@ -99,6 +99,8 @@ StepRecording::Action StepRecording::Decide(absl::Span<const Tensor> feeds) {
     graph_.reset();
     feeds_.clear();
     fetch_values_.clear();
+    staged_.clear();
+    staged_from_.clear();
     steady_ = 0;
   }
   if (graph_ != nullptr) return same ? Action::kReplay : Action::kRun;
@@ -141,18 +143,73 @@ void StepRecording::Abandoned(const absl::Status& why, absl::string_view what) {
   step_mu_.Unlock();
 }
 
+void StepRecording::SetNextFeeds(std::vector<Tensor> next) {
+  absl::MutexLock lock(&mu_);
+  next_ = std::move(next);
+}
+
+bool StepRecording::StagedFor(absl::Span<const Tensor> feeds) const {
+  if (staged_from_.size() != feeds.size()) return false;
+  for (size_t f = 0; f < feeds.size(); ++f) {
+    if (staged_from_[f].raw_data() != feeds[f].raw_data() || staged_from_[f].shape() != feeds[f].shape() ||
+        staged_from_[f].dtype() != feeds[f].dtype()) {
+      return false;
+    }
+  }
+  return true;
+}
+
 absl::Status StepRecording::Replay(absl::Span<const Tensor> feeds, absl::Span<const std::string> feed_names,
                                    std::vector<Tensor>* fetches, absl::Span<const std::string> fetch_names) {
+  // step_mu_ keeps the recording's members as they are; mu_ guards them
+  // against the readers of counts and SetNextFeeds.
+  absl::MutexLock lock(&mu_);
   absl::Status status = [&]() -> absl::Status {
-    // mu_ is not needed for the recording's members: step_mu_ keeps them.
-    for (size_t f = 0; f < feeds.size(); ++f) {
-      absl::Status s = device_->CopyFromHostInto(feeds[f], &feeds_[f]);
-      if (!s.ok()) return Annotate(s, absl::StrCat("feed '", feed_names[f], "'"));
+    const std::string where = absl::StrCat("recorded step on ", device_->name());
+    std::vector<Tensor> next = std::move(next_);
+    next_.clear();
+    bool ahead = next.size() == feeds_.size();
+    for (size_t f = 0; ahead && f < next.size(); ++f) {
+      ahead = next[f].on_host() && next[f].dtype() == feeds_[f].dtype() && next[f].shape() == feeds_[f].shape();
     }
     {
-      absl::MutexLock lock(device_->compute_mutex());
+      // Whatever goes on the device's stream goes there under its mutex: a
+      // step being recorded elsewhere must not capture it.
+      absl::MutexLock device_lock(device_->compute_mutex());
       device_->BindThread();
-      RETURN_IF_ERROR(Annotate(graph_->Launch(), absl::StrCat("recorded step on ", device_->name())));
+      if (StagedFor(feeds)) {
+        // Copied during the last step: on the device into the kept buffers.
+        RETURN_IF_ERROR(Annotate(device_->FinishCopyAhead(), where));
+        for (size_t f = 0; f < feeds.size(); ++f) {
+          absl::Status s = device_->CopyOnDevice(staged_[f], &feeds_[f]);
+          if (!s.ok()) return Annotate(s, absl::StrCat("feed '", feed_names[f], "'"));
+        }
+        ++staged_replays_;
+      } else {
+        for (size_t f = 0; f < feeds.size(); ++f) {
+          absl::Status s = device_->CopyFromHostInto(feeds[f], &feeds_[f]);
+          if (!s.ok()) return Annotate(s, absl::StrCat("feed '", feed_names[f], "'"));
+        }
+      }
+      staged_from_.clear();
+      // The mark: the copies ahead wait for the device copies above, not for the step.
+      if (ahead) RETURN_IF_ERROR(Annotate(device_->MarkCopyAhead(), where));
+      RETURN_IF_ERROR(Annotate(graph_->Launch(), where));
+    }
+    if (ahead) {
+      // The host's part (staging into pinned memory) overlaps the step.
+      if (staged_.empty()) {
+        for (const Tensor& kept : feeds_) {
+          absl::StatusOr<Tensor> t = Tensor::Allocate(kept.dtype(), kept.shape(), device_->allocator());
+          if (!t.ok()) return Annotate(t.status(), where);
+          staged_.push_back(*std::move(t));
+        }
+      }
+      for (size_t f = 0; f < next.size(); ++f) {
+        absl::Status s = device_->StartCopyAhead(next[f], &staged_[f]);
+        if (!s.ok()) return Annotate(s, absl::StrCat("feed '", feed_names[f], "' of the next step"));
+      }
+      staged_from_ = std::move(next);
     }
     if (fetches != nullptr) fetches->resize(fetch_values_.size());
     for (size_t f = 0; f < fetch_values_.size(); ++f) {
@@ -161,15 +218,12 @@ absl::Status StepRecording::Replay(absl::Span<const Tensor> feeds, absl::Span<co
       if (!host.ok()) return Annotate(host.status(), absl::StrCat("fetch '", fetch_names[f], "'"));
       if (fetches != nullptr) (*fetches)[f] = *std::move(host);
     }
-    if (fetch_values_.empty()) {
-      RETURN_IF_ERROR(Annotate(device_->Synchronize(), absl::StrCat("recorded step on ", device_->name())));
-    }
+    if (fetch_values_.empty()) RETURN_IF_ERROR(Annotate(device_->Synchronize(), where));
     return absl::OkStatus();
   }();
-  {
-    absl::MutexLock lock(&mu_);
-    ++replays_;
-  }
+  // A failed step leaves nothing staged that the next one could trust.
+  if (!status.ok()) staged_from_.clear();
+  ++replays_;
   step_mu_.Unlock();
   return status;
 }
@@ -177,6 +231,11 @@ absl::Status StepRecording::Replay(absl::Span<const Tensor> feeds, absl::Span<co
 int64_t StepRecording::replays() const {
   absl::MutexLock lock(&mu_);
   return replays_;
+}
+
+int64_t StepRecording::staged_replays() const {
+  absl::MutexLock lock(&mu_);
+  return staged_replays_;
 }
 
 int64_t StepRecording::recordings() const {

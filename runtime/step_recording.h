@@ -91,6 +91,13 @@ class StepRecording {
   // logged with `why` under `what` (the executor's description).
   void Abandoned(const absl::Status& why, absl::string_view what) ABSL_NO_THREAD_SAFETY_ANALYSIS;
 
+  // The host feeds of the step after the next replay, when the caller knows
+  // them: that replay copies them to the device while it computes (into
+  // buffers of the recording's own, then on the device into the kept ones
+  // before the next launch), and the next replay whose feeds are these very
+  // tensors copies nothing from the host. Held until the next replay.
+  void SetNextFeeds(std::vector<Tensor> next);
+
   // After kReplay: copies `feeds` in, launches the recording and copies the
   // fetches out, named `fetch_names` in errors.
   absl::Status Replay(absl::Span<const Tensor> feeds, absl::Span<const std::string> feed_names,
@@ -100,9 +107,13 @@ class StepRecording {
   // Steps replayed and recordings made so far (tests, logs).
   int64_t replays() const;
   int64_t recordings() const;
+  // Replays whose feeds had been copied ahead.
+  int64_t staged_replays() const;
 
  private:
   Action Decide(absl::Span<const Tensor> feeds) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
+  // True when the last replay copied `feeds` ahead.
+  bool StagedFor(absl::Span<const Tensor> feeds) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Device* const device_;
   ResourceMgr* const resources_;
@@ -117,7 +128,13 @@ class StepRecording {
   std::vector<Tensor> feeds_ ABSL_GUARDED_BY(mu_);
   std::vector<Tensor> fetch_values_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // the variables' when recorded
+  // Copying ahead: the next step's host feeds (SetNextFeeds), the device
+  // buffers they go to, and which host tensors those buffers now hold.
+  std::vector<Tensor> next_ ABSL_GUARDED_BY(mu_);
+  std::vector<Tensor> staged_ ABSL_GUARDED_BY(mu_);
+  std::vector<Tensor> staged_from_ ABSL_GUARDED_BY(mu_);
   int64_t replays_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t staged_replays_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t recordings_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

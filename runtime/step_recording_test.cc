@@ -110,6 +110,27 @@ TEST_F(StepRecordingTest, RecordsTheThirdSteadyStepAndReplaysWithNewFeedValues) 
   EXPECT_EQ(rec_.replays(), 2);
 }
 
+TEST_F(StepRecordingTest, TheNextStepsFeedsAreCopiedAheadAndUsedOnlyByThatStep) {
+  RunStep(Floats({1, 2}));
+  RunStep(Floats({1, 2}));
+  Record(Floats({1, 2}));
+  const Tensor b = Floats({3, 4}), c = Floats({5, 6});
+  rec_.SetNextFeeds({b});
+  EXPECT_EQ(Replay(Floats({1, 1})), (std::vector<float>{2, 2}));
+  EXPECT_EQ(rec_.staged_replays(), 0);
+  rec_.SetNextFeeds({c});
+  EXPECT_EQ(Replay(b), (std::vector<float>{6, 8}));  // from the copy made ahead
+  EXPECT_EQ(rec_.staged_replays(), 1);
+  // Other tensors than the ones announced (here: c's values in another
+  // buffer) are copied from the host as usual.
+  EXPECT_EQ(Replay(Floats({5, 6})), (std::vector<float>{10, 12}));
+  EXPECT_EQ(rec_.staged_replays(), 1);
+  // A next step of another shape is not copied ahead.
+  rec_.SetNextFeeds({Floats({1, 2, 3})});
+  EXPECT_EQ(Replay(c), (std::vector<float>{10, 12}));
+  EXPECT_EQ(rec_.staged_replays(), 1);
+}
+
 TEST_F(StepRecordingTest, OtherShapesRunBesideTheRecording) {
   RunStep(Floats({1, 2}));
   RunStep(Floats({1, 2}));

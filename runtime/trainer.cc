@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -132,10 +133,19 @@ class PartitionedStep {
     return absl::OkStatus();
   }
 
-  // Steps the partitions replayed from recordings, summed.
-  int64_t ReplayedSteps() const {
+  // The feeds of the step after the next: each partition's share.
+  void SetNextFeeds(absl::Span<const Tensor> next) {
+    for (Part& part : parts_) {
+      std::vector<Tensor> mine;
+      for (int f : part.feed_index) mine.push_back(next[f]);
+      part.executor->SetNextFeeds(std::move(mine));
+    }
+  }
+  // Steps the partitions replayed from recordings (those with their feeds
+  // copied ahead), summed.
+  int64_t ReplayedSteps(bool ahead) const {
     int64_t n = 0;
-    for (const Part& p : parts_) n += p.executor->replayed_steps();
+    for (const Part& p : parts_) n += ahead ? p.executor->replayed_steps_copied_ahead() : p.executor->replayed_steps();
     return n;
   }
 
@@ -180,8 +190,16 @@ class Step {
     return executor_ != nullptr ? executor_->Run(feeds, fetches, step_id)
                                 : partitioned_->Run(feeds, fetches, step_id);
   }
-  int64_t ReplayedSteps() const {
-    return executor_ != nullptr ? executor_->replayed_steps() : partitioned_->ReplayedSteps();
+  void SetNextFeeds(absl::Span<const Tensor> next) {
+    if (executor_ != nullptr) {
+      executor_->SetNextFeeds(std::vector<Tensor>(next.begin(), next.end()));
+    } else {
+      partitioned_->SetNextFeeds(next);
+    }
+  }
+  int64_t ReplayedSteps(bool ahead) const {
+    if (executor_ != nullptr) return ahead ? executor_->replayed_steps_copied_ahead() : executor_->replayed_steps();
+    return partitioned_->ReplayedSteps(ahead);
   }
 
  private:
@@ -301,6 +319,18 @@ TrainingLoopHooks LocalTrainer::Hooks(const std::function<void(const TrainProgre
     RETURN_IF_ERROR(s_->train_step->Run(feeds, &out, step_id++));
     return out[0].data<float>()[0];
   };
+  // WEFT_COPY_AHEAD=0: each replayed step copies its own batch in (to
+  // measure what copying ahead gains).
+  static const bool copy_ahead = [] {
+    const char* env = std::getenv("WEFT_COPY_AHEAD");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  if (copy_ahead && !s_->gpus.empty()) {
+    hooks.next_batch = [this](const data::Batch& next) {
+      const Tensor feeds[] = {next.features, next.labels};
+      s_->train_step->SetNextFeeds(feeds);
+    };
+  }
   if (s_->eval_step != nullptr) {
     hooks.eval_batch = [this, out = std::vector<Tensor>()](
                            const data::Batch& batch) mutable -> absl::StatusOr<EvalCounts> {
@@ -328,11 +358,15 @@ absl::StatusOr<TrainResult> LocalTrainer::Train(const std::function<void(const T
   absl::StatusOr<TrainResult> result =
       RunTrainingLoop(s_->job, s_->train_data, s_->test_data, Hooks(on_progress), s_->created);
   if (const int64_t replayed = ReplayedTrainingSteps(); replayed > 0) {
-    Logger("train")->info("{} training steps replayed from a CUDA graph", replayed);
+    Logger("train")->info("{} training steps replayed from a CUDA graph, {} of them with their batch copied in "
+                          "during the step before",
+                          replayed, TrainingStepsCopiedAhead());
   }
   return result;
 }
 
-int64_t LocalTrainer::ReplayedTrainingSteps() const { return s_->train_step->ReplayedSteps(); }
+int64_t LocalTrainer::ReplayedTrainingSteps() const { return s_->train_step->ReplayedSteps(/*ahead=*/false); }
+
+int64_t LocalTrainer::TrainingStepsCopiedAhead() const { return s_->train_step->ReplayedSteps(/*ahead=*/true); }
 
 }  // namespace weft

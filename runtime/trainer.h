@@ -53,6 +53,8 @@ class LocalTrainer {
   // Training steps replayed from a recording of an earlier one (a CUDA
   // graph, options.cuda_graphs); 0 without a GPU.
   int64_t ReplayedTrainingSteps() const;
+  // Those of them whose batch was copied to the device during the step before.
+  int64_t TrainingStepsCopiedAhead() const;
   // Makes Train stop after the current step, with state CANCELLED.
   void Cancel() { cancelled_.store(true); }
 

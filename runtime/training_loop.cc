@@ -79,10 +79,28 @@ absl::StatusOr<TrainResult> RunTrainingLoop(const JobSpec& job, const data::InMe
   StepSource source;
   source.examples = train.size();
   source.batches_per_epoch = it->batches_per_epoch();
+  // With next_batch, one batch (or epoch marker) is drawn ahead of the step.
+  std::optional<std::optional<data::Batch>> ahead;
   source.step = [&](int64_t) -> absl::StatusOr<StepResult> {
     for (;;) {
-      ASSIGN_OR_RETURN(std::optional<data::Batch> batch, it->Next());
+      std::optional<data::Batch> batch;
+      if (ahead.has_value()) {
+        batch = *std::move(ahead);
+        ahead.reset();
+      } else {
+        ASSIGN_OR_RETURN(batch, it->Next());
+      }
       if (!batch.has_value()) continue;  // the marker after an epoch's last batch
+      if (hooks.next_batch != nullptr) {
+        ASSIGN_OR_RETURN(std::optional<data::Batch> next, it->Next());
+        // Past an epoch's end marker to the next epoch's first batch (or the
+        // end of the last epoch, which repeats).
+        if (!next.has_value()) {
+          ASSIGN_OR_RETURN(next, it->Next());
+        }
+        if (next.has_value()) hooks.next_batch(*next);
+        ahead = std::move(next);
+      }
       ASSIGN_OR_RETURN(float loss, hooks.step(*batch));
       return StepResult{loss, batch->size(), 1};
     }

@@ -100,6 +100,10 @@ struct TrainingLoopHooks {
   // Runs one evaluation batch; returns its sums. Null: the job is not
   // evaluated.
   std::function<absl::StatusOr<EvalCounts>(const data::Batch& batch)> eval_batch;
+  // Told the batch the step after the coming one trains on, before that
+  // step runs, so that it may start copying it (a GPU's recorded step);
+  // null: batches are not looked ahead at.
+  std::function<void(const data::Batch& next)> next_batch;
   std::function<void(const TrainProgress&)> on_progress;  // may be null
   const std::atomic<bool>* cancelled = nullptr;           // may be null
 };

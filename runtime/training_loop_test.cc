@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/data/dataset.h"
 
 namespace weft {
 namespace {
@@ -81,6 +82,36 @@ TEST(TrainingLoopTest, ProgressReportsTheThroughputAfterWarmUp) {
   EXPECT_EQ(seen[0], 0);  // nothing timed yet
   for (size_t i = 1; i < seen.size(); ++i) EXPECT_NEAR(seen[i], 10.0, 1e-9) << i;
   EXPECT_NEAR(r->samples_per_second, 10.0, 1e-9);
+}
+
+// With next_batch, each step is told the batch of the step after it, and
+// the steps train on the same batches, in the same order, as without it.
+TEST(TrainingLoopTest, NextBatchAnnouncesEachStepsSuccessor) {
+  std::vector<int32_t> labels(10);
+  for (int i = 0; i < 10; ++i) labels[i] = i;
+  auto train = data::InMemoryDataset::Create({1, 2}, std::vector<uint8_t>(20, 1), labels);
+  ASSERT_TRUE(train.ok()) << train.status();
+  JobSpec job = Job(2);
+  job.set_batch_size(3);  // 3 batches an epoch, the 10th example dropped
+  job.set_seed(5);
+  auto first = [](const data::Batch& b) { return b.labels.data<int32_t>()[0] * 100 + b.labels.data<int32_t>()[1]; };
+  std::vector<int> stepped[2], announced;
+  for (int look_ahead = 0; look_ahead < 2; ++look_ahead) {
+    TrainingLoopHooks hooks;
+    hooks.step = [&](const data::Batch& b) -> absl::StatusOr<float> {
+      stepped[look_ahead].push_back(first(b));
+      return 0.5f;
+    };
+    if (look_ahead == 1) hooks.next_batch = [&](const data::Batch& b) { announced.push_back(first(b)); };
+    auto r = RunTrainingLoop(job, *train, data::InMemoryDataset(), hooks, Clock::now());
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+  ASSERT_EQ(stepped[0].size(), 6u);
+  EXPECT_EQ(stepped[0], stepped[1]);
+  // Every step but the last heard of its successor before it ran, across
+  // the epoch's end too.
+  ASSERT_EQ(announced.size(), 5u);
+  for (size_t i = 0; i + 1 < stepped[1].size(); ++i) EXPECT_EQ(announced[i], stepped[1][i + 1]) << i;
 }
 
 }  // namespace

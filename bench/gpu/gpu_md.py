@@ -6,7 +6,7 @@ section for BENCHMARKS.md.
 
 Usage: gpu_md.py --runs R --tests T --commit C --markdown OUT
 
-R holds lines "<system> <model> <json>" (system weft, weft-launched, weft-im2col,
+R holds lines "<system> <model> <json>" (system weft, weft-launched, weft-noahead, weft-im2col,
 weft-cudnn, torch, torch-compile, torch-compile-ro or weft-local), one per
 round; a failed run's json is {"state": "FAILED", "error": ...}. T holds one
 line per GPU test binary, "<name> PASS|FAIL passed=N skipped=N failed=N", and
@@ -130,17 +130,21 @@ def main():
             name, weft_cell = (MODELS[model], cell(w)) if first else ("", "")
             rows.append(f"| {name} | {weft_cell} | {label} | {cell(t)} | {ratio} | {goal_cell} |")
             first = False
-    for model in MODELS:
-        w, r = runs.get(("weft", model)), runs.get(("weft-launched", model))
+    for model, system, what, ratio_name in (
+            [(m, "weft-launched", "`WEFT_CUDA_GRAPHS=0` (every kernel launched, no CUDA graph)",
+              "CUDA graphs / launched") for m in MODELS] +
+            [(m, "weft-noahead", "`WEFT_COPY_AHEAD=0` (each batch copied in by its own step)",
+              "copied ahead / not") for m in MODELS]):
+        w, r = runs.get(("weft", model)), runs.get((system, model))
         if r is None:
             continue
-        label = f"{MODELS[model]} with `WEFT_CUDA_GRAPHS=0` (every kernel launched, no CUDA graph)"
+        label = f"{MODELS[model]} with {what}"
         if not succeeded(r) or not succeeded(w):
             rows.append(f"| {label} | {cell(r, epochs=False)} | | | | |")
             ok = False
             continue
         rows.append(f"| {label} | {cell(r, epochs=False)} | | | "
-                    f"CUDA graphs / launched: **{w['samples_per_second'] / r['samples_per_second']:.2f}x** | |")
+                    f"{ratio_name}: **{w['samples_per_second'] / r['samples_per_second']:.2f}x** | |")
     w_cnn = runs.get(("weft", "cnn"))
     for system, label in (("weft-im2col", "CNN with `WEFT_CUDNN=0` (im2col + cuBLAS, CUDA pooling)"),
                           ("weft-cudnn", "CNN with `WEFT_CUDNN_AUTOTUNE=0` (cuDNN's heuristic pick wherever "

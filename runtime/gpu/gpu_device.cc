@@ -79,6 +79,8 @@ absl::Status GpuDevice::Init() {
     absl::MutexLock h(&h2d_mu_);
     WEFT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&h2d_done_, cudaEventDisableTiming));
     WEFT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&h2d_ready_, cudaEventDisableTiming));
+    WEFT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ahead_mark_, cudaEventDisableTiming));
+    WEFT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ahead_done_, cudaEventDisableTiming));
   }
   {
     absl::MutexLock d(&d2h_mu_);
@@ -170,6 +172,8 @@ GpuDevice::~GpuDevice() {
     absl::MutexLock h(&h2d_mu_);
     if (h2d_done_ != nullptr) cudaEventDestroy(h2d_done_);
     if (h2d_ready_ != nullptr) cudaEventDestroy(h2d_ready_);
+    if (ahead_mark_ != nullptr) cudaEventDestroy(ahead_mark_);
+    if (ahead_done_ != nullptr) cudaEventDestroy(ahead_done_);
   }
   {
     absl::MutexLock d(&d2h_mu_);
@@ -263,27 +267,78 @@ absl::StatusOr<Tensor> GpuDevice::CopyFromHost(const Tensor& host) {
   return dev;
 }
 
-absl::Status GpuDevice::CopyFromHostInto(const Tensor& host, Tensor* dev) {
-  if (host.dtype() != dev->dtype() || host.shape() != dev->shape() || dev->on_host()) {
-    return absl::InvalidArgumentError(absl::StrCat("copying ", DTypeName(host.dtype()), host.shape().DebugString(),
-                                                   " into ", dev->on_host() ? "host " : "", DTypeName(dev->dtype()),
-                                                   dev->shape().DebugString(), " on ", name()));
-  }
-  const size_t bytes = host.TotalBytes();
-  if (bytes == 0) return absl::OkStatus();
+namespace {
+
+absl::Status CheckCopy(const Tensor& from, const Tensor& to, const std::string& device) {
+  if (from.dtype() == to.dtype() && from.shape() == to.shape() && !to.on_host()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("copying ", DTypeName(from.dtype()), from.shape().DebugString(),
+                                                 " into ", to.on_host() ? "host " : "", DTypeName(to.dtype()),
+                                                 to.shape().DebugString(), " on ", device));
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> GpuDevice::Pinned(const Tensor& host) {
   cudaPointerAttributes attr;
   const bool pinned = cudaPointerGetAttributes(&attr, host.raw_data()) == cudaSuccess &&
                       attr.type == cudaMemoryTypeHost;
-  if (!pinned) cudaGetLastError();
-  Tensor staged = host;
-  if (!pinned) {
-    ASSIGN_OR_RETURN(staged, Tensor::Allocate(host.dtype(), host.shape(), pinned_.get()));
-    std::memcpy(staged.raw_data(), host.raw_data(), bytes);
-  }
+  if (pinned) return host;
+  cudaGetLastError();
+  ASSIGN_OR_RETURN(Tensor staged, Tensor::Allocate(host.dtype(), host.shape(), pinned_.get()));
+  std::memcpy(staged.raw_data(), host.raw_data(), host.TotalBytes());
+  return staged;
+}
+
+absl::Status GpuDevice::CopyFromHostInto(const Tensor& host, Tensor* dev) {
+  RETURN_IF_ERROR(CheckCopy(host, *dev, name()));
+  const size_t bytes = host.TotalBytes();
+  if (bytes == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(Tensor staged, Pinned(host));
   RETURN_IF_ERROR(CopyHostToDevice(staged.raw_data(), dev->raw_data(), bytes));
   // The pinned source must outlive the asynchronous copy.
   ThenExecute(h2d_, [staged = std::move(staged)]() mutable { staged = Tensor(); });
   return absl::OkStatus();
+}
+
+absl::Status GpuDevice::MarkCopyAhead() {
+  RETURN_IF_ERROR(MakeCurrent());
+  absl::MutexLock lock(&h2d_mu_);
+  WEFT_CUDA_RETURN_IF_ERROR(cudaEventRecord(ahead_mark_, compute_));
+  return absl::OkStatus();
+}
+
+absl::Status GpuDevice::StartCopyAhead(const Tensor& host, Tensor* dev) {
+  RETURN_IF_ERROR(CheckCopy(host, *dev, name()));
+  const size_t bytes = host.TotalBytes();
+  if (bytes == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(Tensor staged, Pinned(host));
+  RETURN_IF_ERROR(MakeCurrent());
+  // Released before the copy is done, `dev`'s block waits for it.
+  allocator_->RecordStream(dev->raw_data(), h2d_);
+  {
+    absl::MutexLock lock(&h2d_mu_);
+    // After the work before the mark (the kernels that last read `dev`), not
+    // the work since (the step computing now).
+    WEFT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(h2d_, ahead_mark_, 0));
+    WEFT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dev->raw_data(), staged.raw_data(), bytes, cudaMemcpyHostToDevice, h2d_));
+  }
+  ThenExecute(h2d_, [staged = std::move(staged)]() mutable { staged = Tensor(); });
+  return absl::OkStatus();
+}
+
+absl::Status GpuDevice::FinishCopyAhead() {
+  RETURN_IF_ERROR(MakeCurrent());
+  absl::MutexLock lock(&h2d_mu_);
+  WEFT_CUDA_RETURN_IF_ERROR(cudaEventRecord(ahead_done_, h2d_));
+  WEFT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(compute_, ahead_done_, 0));
+  return absl::OkStatus();
+}
+
+absl::Status GpuDevice::CopyOnDevice(const Tensor& src, Tensor* dst) {
+  RETURN_IF_ERROR(CheckCopy(src, *dst, name()));
+  if (src.on_host()) return absl::InvalidArgumentError(absl::StrCat("CopyOnDevice from host memory on ", name()));
+  return CopyDeviceToDevice(src.raw_data(), dst->raw_data(), src.TotalBytes());
 }
 
 namespace {

@@ -131,6 +131,13 @@ class GpuDevice final : public Device {
   absl::StatusOr<Tensor> CopyToHost(const Tensor& t) override;
   absl::StatusOr<Tensor> CopyFromHost(const Tensor& host) override;
   absl::Status CopyFromHostInto(const Tensor& host, Tensor* dev) override;
+  // Copying ahead runs on the host->device copy stream, after an event on
+  // stream() that MarkCopyAhead records; FinishCopyAhead makes stream() wait
+  // for an event recorded on the copy stream.
+  absl::Status MarkCopyAhead() override;
+  absl::Status StartCopyAhead(const Tensor& host, Tensor* dev) override;
+  absl::Status FinishCopyAhead() override;
+  absl::Status CopyOnDevice(const Tensor& src, Tensor* dst) override;
   // Step recording as a CUDA graph: stream capture of stream() in relaxed
   // mode, every device block handed out meanwhile kept in the graph's pool
   // (GpuAllocator::BeginPool) until the graph is destroyed.
@@ -159,6 +166,8 @@ class GpuDevice final : public Device {
   // its callback.
   void CompletionLoop();
   cudaEvent_t GetEvent() ABSL_EXCLUSIVE_LOCKS_REQUIRED(completion_mu_);
+  // `host` itself when it is page-locked, else a pinned copy of it.
+  absl::StatusOr<Tensor> Pinned(const Tensor& host);
 
   const int ordinal_;
   std::string physical_desc_;  // set by Init
@@ -176,6 +185,8 @@ class GpuDevice final : public Device {
   absl::Mutex d2h_mu_;
   cudaEvent_t h2d_done_ ABSL_GUARDED_BY(h2d_mu_) = nullptr;
   cudaEvent_t h2d_ready_ ABSL_GUARDED_BY(h2d_mu_) = nullptr;
+  cudaEvent_t ahead_mark_ ABSL_GUARDED_BY(h2d_mu_) = nullptr;
+  cudaEvent_t ahead_done_ ABSL_GUARDED_BY(h2d_mu_) = nullptr;
   cudaEvent_t d2h_ready_ ABSL_GUARDED_BY(d2h_mu_) = nullptr;
 
   struct Completion {

@@ -337,7 +337,8 @@ TEST(GpuRecordingTest, ReplayedStepsComputeAndReportBadLabels) {
 
 // `weft train` on a GPU with and without CUDA graphs: the same losses, step
 // for step, bit for bit (the recording launches the same kernels on the
-// same buffers), with most steps replayed. Adam keeps its step count on the
+// same buffers), with most steps replayed and their batches copied in
+// during the step before. Adam keeps its step count on the
 // device; float16 products add loss scaling's device-side skips.
 TEST(GpuTrainerTest, RecordedStepsTrainBitForBitLikeLaunchedOnes) {
   if (TestGpu() == nullptr) GTEST_SKIP() << "no GPU visible";
@@ -345,7 +346,7 @@ TEST(GpuTrainerTest, RecordedStepsTrainBitForBitLikeLaunchedOnes) {
     JobSpec job = MlpJob(DataDir(), "adam { learning_rate: 0.001 }");
     ASSERT_TRUE(google::protobuf::TextFormat::MergeFromString(extra, &job));
     std::vector<double> losses[2];
-    int64_t replayed[2] = {0, 0};
+    int64_t replayed[2] = {0, 0}, ahead = 0;
     for (int graphs = 0; graphs < 2; ++graphs) {
       LocalTrainerOptions options;
       options.cuda_graphs = graphs == 1;
@@ -357,9 +358,13 @@ TEST(GpuTrainerTest, RecordedStepsTrainBitForBitLikeLaunchedOnes) {
       auto result = (*trainer)->Train([&](const TrainProgress& p) { losses[graphs].push_back(p.loss); });
       ASSERT_TRUE(result.ok()) << result.status();
       replayed[graphs] = (*trainer)->ReplayedTrainingSteps();
+      if (graphs == 1) ahead = (*trainer)->TrainingStepsCopiedAhead();
     }
     EXPECT_EQ(replayed[0], 0) << extra;
     EXPECT_GE(replayed[1], 35) << extra;  // 40 steps: 2 to warm up, 1 recorded
+    // Each replayed step's batch was copied in during the step before, but
+    // the first replay's (announced while the step before was recorded).
+    EXPECT_EQ(ahead, replayed[1] - 1) << extra;
     ASSERT_EQ(losses[0].size(), losses[1].size());
     for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_EQ(losses[0][i], losses[1][i]) << extra << " step " << i;
   }
