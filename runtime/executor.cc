@@ -82,6 +82,7 @@ bool Executor::Impl::Process(RunState* s, int i, absl::InlinedVector<int, 8>* re
   p.rendezvous = s->rendezvous;
   p.resources = options.resources;
   p.collectives = options.collectives;
+  if (step_on_device.IsInitialized()) p.device_step_id = step_on_device.data<int64_t>();
   p.outputs = absl::MakeSpan(s->slots.data() + item.first_slot, item.num_outputs);
   s->started_ns[i].store(CoarseMonotonicNanos(), std::memory_order_relaxed);
   if (s->trace != nullptr) s->trace_start_us[i] = TraceRecorder::NowMicros();
@@ -269,6 +270,11 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph* graph, D
     if (why.ok()) {
       ResourceMgr* resources = options.resources != nullptr ? options.resources : device->resources();
       impl->recording = std::make_unique<StepRecording>(device, resources);
+      bool step_id_on_device = false;
+      for (const NodeItem& item : impl->items) step_id_on_device = step_id_on_device || item.kernel->UsesDeviceStepId();
+      if (step_id_on_device) {
+        ASSIGN_OR_RETURN(impl->step_on_device, Tensor::Allocate(DType::kInt64, TensorShape{}, device->allocator()));
+      }
     } else {
       Logger("executor")->info("steps on {} run kernel by kernel: {}", device->name(), std::string(why.message()));
     }
@@ -379,6 +385,11 @@ absl::Status Executor::Run(absl::Span<const Tensor> feeds, std::vector<Tensor>* 
                            Rendezvous* rendezvous, TraceRecorder* trace) {
   Impl& m = *impl_;
   RETURN_IF_ERROR(m.CheckFeeds(feeds));
+  if (m.step_on_device.IsInitialized()) {
+    // Before the step's kernels, recorded or not (a recording reads it).
+    absl::MutexLock lock(m.device->compute_mutex());
+    RETURN_IF_ERROR(m.WriteStepId(step_id));
+  }
   // A traced step runs kernel by kernel, so that each kernel has its span.
   if (m.recording != nullptr && trace == nullptr) {
     switch (m.recording->Next(feeds)) {

@@ -77,6 +77,9 @@ struct Executor::Impl : ExecutorPlan {
   std::vector<RunState*> active ABSL_GUARDED_BY(pool_mu);
   // Set when options.record_device_steps holds and the plan can be recorded.
   std::unique_ptr<StepRecording> recording;
+  // With a recording, where kernels that ask (UsesDeviceStepId) read the
+  // step id: an int64 scalar on the device, written before each step.
+  Tensor step_on_device;
 
   std::unique_ptr<RunState> AcquireState(int64_t step_id);
   void ReleaseState(std::unique_ptr<RunState> state);
@@ -104,6 +107,9 @@ struct Executor::Impl : ExecutorPlan {
   std::optional<absl::Status> RecordStep(absl::Span<const Tensor> feeds, std::vector<Tensor>* fetches,
                                          int64_t step_id);
   absl::Status ReplayStep(absl::Span<const Tensor> feeds, std::vector<Tensor>* fetches);
+  // Writes step_id to step_on_device, when there is one, ordered before
+  // the kernels enqueued after it. REQUIRES: the device's compute_mutex.
+  absl::Status WriteStepId(int64_t step_id);
 };
 
 }  // namespace weft

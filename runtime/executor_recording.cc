@@ -63,6 +63,13 @@ std::optional<absl::Status> Executor::Impl::RecordStep(absl::Span<const Tensor> 
   return status;
 }
 
+absl::Status Executor::Impl::WriteStepId(int64_t step_id) {
+  if (!step_on_device.IsInitialized()) return absl::OkStatus();
+  device->BindThread();
+  return Annotate(device->CopyFromHostInto(Tensor::Scalar<int64_t>(step_id), &step_on_device),
+                  absl::StrCat("step id ", step_id, " on ", device->name()));
+}
+
 absl::Status Executor::Impl::ReplayStep(absl::Span<const Tensor> feeds, std::vector<Tensor>* fetches) {
   RETURN_IF_ERROR(recording->Replay(feeds, options.feeds, fetches, options.fetches));
   for (NodeItem& item : items) {

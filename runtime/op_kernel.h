@@ -79,6 +79,10 @@ class OpKernelContext {
     Rendezvous* rendezvous = nullptr;
     // The task's collectives (CollectiveAllReduce); nullptr outside a worker.
     CollectiveRuntime* collectives = nullptr;
+    // The step id in device memory, written before the step's kernels run,
+    // for kernels whose UsesDeviceStepId() holds; null when the executor
+    // keeps none (it does for a recorded step, executor.h).
+    const int64_t* device_step_id = nullptr;
     absl::Span<const Tensor* const> inputs;
     absl::Span<Tensor> outputs;  // sized to num_outputs, empty on entry
   };
@@ -90,6 +94,7 @@ class OpKernelContext {
   // nullptr when the step has none (RunGraphOnce, the single-process trainer).
   Rendezvous* rendezvous() const { return p_.rendezvous; }
   CollectiveRuntime* collectives() const { return p_.collectives; }
+  const int64_t* device_step_id() const { return p_.device_step_id; }
   int num_inputs() const { return static_cast<int>(p_.inputs.size()); }
   const Tensor& input(int i) const { return *p_.inputs[i]; }
   int num_outputs() const { return static_cast<int>(p_.outputs.size()); }
@@ -134,6 +139,15 @@ template <typename Impl>
 absl::Status CheckRecordedLaunchesOf(Impl&, long) {
   return absl::OkStatus();
 }
+// Impl::kUsesDeviceStepId where a kernel's device part has it.
+template <typename Impl>
+constexpr auto UsesDeviceStepIdOf(int) -> decltype(Impl::kUsesDeviceStepId) {
+  return Impl::kUsesDeviceStepId;
+}
+template <typename Impl>
+constexpr bool UsesDeviceStepIdOf(long) {
+  return false;
+}
 }  // namespace internal
 
 class OpKernel {
@@ -148,6 +162,10 @@ class OpKernel {
   // what Compute would have checked on the host about earlier launches (a
   // bad label the device recorded), as the step's error.
   virtual absl::Status CheckRecordedLaunches() { return absl::OkStatus(); }
+  // True for a kernel that reads the step id from the device when the
+  // executor keeps it there (OpKernelContext::device_step_id), so that a
+  // recorded launch still sees each step's id (Dropout's mask).
+  virtual bool UsesDeviceStepId() const { return false; }
   const Node& node() const { return *node_; }
 
  private:

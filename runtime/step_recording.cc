@@ -22,7 +22,7 @@ const absl::flat_hash_set<std::string>& Recordable() {
       "ArgMax", "Attention", "AttentionGrad", "AvgPool", "AvgPoolGrad", "BatchNorm", "BatchNormFromSums",
       "BatchNormFromSumsGrad", "BatchNormGrad", "BatchNormInference", "BatchNormSums", "BatchNormSumsGrad", "BiasAdd",
       "BiasAddGrad", "Cast", "Concat", "ConcatGrad", "ConcatRows", "Const", "Conv2D", "Conv2DBackpropFilter",
-      "Conv2DBackpropInput", "CrossReplicaSum", "Embedding", "EmbeddingGrad", "Equal", "GRU", "GRUGrad",
+      "Conv2DBackpropInput", "CrossReplicaSum", "Dropout", "Embedding", "EmbeddingGrad", "Equal", "GRU", "GRUGrad",
       "GlobalAvgPool", "GlobalAvgPoolGrad", "GlobalNormScale", "Identity", "InTopK", "LSTM", "LSTMGrad", "LayerNorm",
       "LayerNormGrad", "MatMul", "MaxPool", "MaxPoolGrad", "Mean", "MeanGrad", "MicroBatch", "Mul", "Neg", "NoOp",
       "Relu", "ReluGrad", "Reshape", "ReshapeLike", "RowDot", "ScaleRows", "Sigmoid", "SigmoidGrad", "SliceRows",
@@ -34,7 +34,6 @@ const absl::flat_hash_set<std::string>& Recordable() {
 // GPU kernels that may not be recorded, and why.
 const absl::flat_hash_map<std::string, std::string>& NotRecordable() {
   static const auto* ops = new absl::flat_hash_map<std::string, std::string>{
-      {"Dropout", "its mask follows the step id, which the host passes to each launch"},
       {"_Send", "it hands its value to another partition from the host"},
       {"_Recv", "it waits on the host for another partition's value"},
       {"CollectiveAllReduce", "it waits for the other replicas of its group"},

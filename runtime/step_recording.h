@@ -7,8 +7,9 @@
 // step costs the host a copy per feed, one graph launch and a copy per
 // fetch. What may be recorded is narrow on purpose:
 //  * every node's op is one whose GPU kernel does all of its per-step work on
-//    the device, from its inputs, attributes and shapes (RecordableOp: not
-//    Dropout, whose mask follows the step id on the host; not _Send/_Recv or
+//    the device, from its inputs, attributes, shapes and the step id the
+//    executor writes to the device before each step (RecordableOp: Dropout
+//    makes its mask's key from that id; not _Send/_Recv or
 //    CollectiveAllReduce, which wait for other partitions or tasks);
 //  * no kernel is asynchronous, variables live in the executor's resources
 //    (no containers), and the device can record (a GPU).

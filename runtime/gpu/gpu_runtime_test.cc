@@ -12,6 +12,7 @@
 #include "google/protobuf/text_format.h"
 #include "graph/builder.h"
 #include "graph/lowering.h"
+#include "graph/ops/ops.h"
 #include "graph/partition.h"
 #include "graph/op_registry.h"
 #include "graph/placer.h"
@@ -333,6 +334,43 @@ TEST(GpuRecordingTest, ReplayedStepsComputeAndReportBadLabels) {
   EXPECT_NE(bad.message().find("label 7 in row 3"), absl::string_view::npos) << bad;
   EXPECT_TRUE(run(1.0f, 2, &later).ok());
   EXPECT_EQ((*exec)->replayed_steps(), 5);
+}
+
+// Dropout recorded in a CUDA graph draws each step's own mask: the masks of
+// replayed steps equal those of an executor that launches every kernel, step
+// id for step id, and differ between steps.
+TEST(GpuRecordingTest, DropoutInARecordedStepDrawsEachStepsMask) {
+  GpuDevice* gpu = TestGpu();
+  if (gpu == nullptr) GTEST_SKIP() << "no GPU visible";
+  Graph g;
+  GraphBuilder b(&g);
+  Output x = b.Placeholder(DType::kFloat32, {16, 33}, "x");
+  ops::DropoutOutputs drop = ops::Dropout(&b, x, 0.5f, 9, "drop");
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  ExecutorOptions opts;
+  opts.feeds = {"x"};
+  opts.fetches = {absl::StrCat(drop.y.node->name(), ":1")};  // the mask
+  ResourceMgr resources;
+  opts.resources = &resources;
+  opts.record_device_steps = true;
+  auto recorded = Executor::Create(&g, gpu, opts);
+  ASSERT_TRUE(recorded.ok()) << recorded.status();
+  opts.record_device_steps = false;
+  auto launched = Executor::Create(&g, gpu, opts);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  const Tensor feed = *Tensor::FromVector<float>(TensorShape{16, 33}, std::vector<float>(16 * 33, 1.0f));
+  std::vector<float> previous;
+  for (int64_t step = 10; step < 18; ++step) {
+    std::vector<Tensor> a, want;
+    ASSERT_TRUE((*recorded)->Run({feed}, &a, step).ok()) << step;
+    ASSERT_TRUE((*launched)->Run({feed}, &want, step).ok()) << step;
+    const std::vector<float> mask(a[0].data<float>(), a[0].data<float>() + a[0].NumElements());
+    EXPECT_EQ(mask, std::vector<float>(want[0].data<float>(), want[0].data<float>() + want[0].NumElements()))
+        << "step " << step;
+    EXPECT_NE(mask, previous) << "step " << step;
+    previous = mask;
+  }
+  EXPECT_EQ((*recorded)->replayed_steps(), 5);
 }
 
 // `weft train` on a GPU with and without CUDA graphs: the same losses, step

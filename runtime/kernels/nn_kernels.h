@@ -147,6 +147,7 @@ class DropoutKernel : public OpKernel {
     if (y == nullptr || mask == nullptr) return;
     Impl::Run(ctx, p_, x, y, mask);
   }
+  bool UsesDeviceStepId() const override { return internal::UsesDeviceStepIdOf<Impl>(0); }
 
  private:
   DropoutParams p_;

@@ -184,6 +184,27 @@ __global__ void DropoutKernel(const float* __restrict__ x, float* __restrict__ y
   }
 }
 
+// DropoutKernel with the key computed from the step id in device memory,
+// as DropoutParams::StepKey computes it on the host.
+__global__ void DropoutAtStepKernel(const float* __restrict__ x, float* __restrict__ y, float* __restrict__ mask,
+                                    int64_t n, const int64_t* __restrict__ step, uint64_t seed, uint64_t name_hash,
+                                    uint32_t threshold, float scale) {
+  const uint64_t key = Mix(seed ^ Mix(name_hash ^ Mix(static_cast<uint64_t>(*step))));
+  const int64_t pairs = (n + 1) / 2;
+  WEFT_GRID_STRIDE(j, pairs) {
+    const uint64_t r = Mix(key + static_cast<uint64_t>(j) * 0x9E3779B97F4A7C15ull);
+    const int64_t i = 2 * j;
+    const float m0 = static_cast<uint32_t>(r) >= threshold ? scale : 0.0f;
+    mask[i] = m0;
+    y[i] = x[i] * m0;
+    if (i + 1 < n) {
+      const float m1 = static_cast<uint32_t>(r >> 32) >= threshold ? scale : 0.0f;
+      mask[i + 1] = m1;
+      y[i + 1] = x[i + 1] * m1;
+    }
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchUnary(UnaryFn fn, const float* x, float* y, int64_t n, cudaStream_t stream) {
@@ -278,6 +299,14 @@ cudaError_t LaunchDropout(const float* x, float* y, float* mask, int64_t n, uint
                           float scale, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   DropoutKernel<<<BlocksFor((n + 1) / 2), kThreads, 0, stream>>>(x, y, mask, n, key, threshold, scale);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchDropoutAtStep(const float* x, float* y, float* mask, int64_t n, const int64_t* step, uint64_t seed,
+                                uint64_t name_hash, uint32_t threshold, float scale, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  DropoutAtStepKernel<<<BlocksFor((n + 1) / 2), kThreads, 0, stream>>>(x, y, mask, n, step, seed, name_hash,
+                                                                       threshold, scale);
   return cudaGetLastError();
 }
 

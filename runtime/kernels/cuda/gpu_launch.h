@@ -69,6 +69,11 @@ cudaError_t LaunchEqual(ElemType type, const void* x, const void* y, bool* out, 
 // key gives the same mask.
 cudaError_t LaunchDropout(const float* x, float* y, float* mask, int64_t n, uint64_t key, uint32_t threshold,
                           float scale, cudaStream_t stream);
+// The same, with the key made on the device from the step id at `step`
+// (DropoutParams::StepKey's arithmetic): a launch recorded in a CUDA graph
+// draws each replayed step's own mask.
+cudaError_t LaunchDropoutAtStep(const float* x, float* y, float* mask, int64_t n, const int64_t* step, uint64_t seed,
+                                uint64_t name_hash, uint32_t threshold, float scale, cudaStream_t stream);
 
 // ---- reduce.cu ---------------------------------------------------------------------
 

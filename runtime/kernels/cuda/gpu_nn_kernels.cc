@@ -123,7 +123,18 @@ class SparseXent {
 // With the CPU kernel's parameters (kernels::DropoutParams), so the masks
 // are the CPU's; the GPU test checks they are.
 struct Dropout {
+  // Where the executor keeps the step id on the device (a recorded step's
+  // executor), the key is made there.
+  static constexpr bool kUsesDeviceStepId = true;
   static void Run(OpKernelContext* ctx, const kernels::DropoutParams& p, const Tensor& x, Tensor* y, Tensor* mask) {
+    if (const int64_t* step = ctx->device_step_id()) {
+      OP_REQUIRES_CUDA(ctx,
+                       LaunchDropoutAtStep(x.data<float>(), y->data<float>(), mask->data<float>(), x.NumElements(),
+                                           step, static_cast<uint64_t>(p.seed), p.name_hash, p.threshold, p.scale,
+                                           Stream(ctx)),
+                       "Dropout kernel");
+      return;
+    }
     OP_REQUIRES_CUDA(ctx,
                      LaunchDropout(x.data<float>(), y->data<float>(), mask->data<float>(), x.NumElements(),
                                    p.StepKey(ctx->step_id()), p.threshold, p.scale, Stream(ctx)),
