@@ -439,10 +439,16 @@ TEST(StrategyTest, Float16AllReduceKeepsReplicasEqualWithinHalfRounding) {
     ASSERT_NE(a, nullptr);
     EXPECT_EQ(*GetStringAttrOr(a->def(), "wire_dtype", ""), "float16");
   }
+  // GPU replicas carry it too (NCCL's float16 all-reduce, or the host path
+  // rounding as the CPU does), a mixed group alike.
   o.replica_devices[1] = "/job:worker/task:1/device:GPU:0";
   auto gpu = ApplyStrategy(*tg, o);
-  ASSERT_FALSE(gpu.ok());
-  EXPECT_TRUE(absl::StrContains(gpu.status().message(), "float16_all_reduce is for CPU replicas")) << gpu.status();
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  for (int b = 0; b < gpu->num_buckets; ++b) {
+    const Node* a = gpu->graph->FindNode(ReplicaName(1, absl::StrCat("allreduce/bucket_", b)));
+    ASSERT_NE(a, nullptr);
+    EXPECT_EQ(*GetStringAttrOr(a->def(), "wire_dtype", ""), "float16");
+  }
 }
 
 // Variables above max_shard_bytes are split into row shards over both ps

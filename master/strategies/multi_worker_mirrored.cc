@@ -80,15 +80,6 @@ void SetNcclIds(Rewrite* rw) {
 }  // namespace
 
 absl::Status RewriteMultiWorkerMirrored(Rewrite* rw) {
-  if (rw->options.float16_all_reduce) {
-    for (const std::string& d : rw->options.replica_devices) {
-      if (OnGpu(d)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "mixed_precision.float16_all_reduce is for CPU replicas; replica device ", d,
-            " is a GPU, whose all-reduce (NCCL or host copies) stays float32"));
-      }
-    }
-  }
   const std::vector<std::vector<int>> buckets = FusionBuckets(*rw);
   rw->num_buckets = static_cast<int>(buckets.size());
   UpdateCopies copies = CopyMirroredReplicas(rw, Reduction::kAcrossTasks);

@@ -1,5 +1,6 @@
 // A CollectiveAllReduce on GPU tensors runs through NCCL; runs on a GPU and
 // skips without one (the two-GPU case without two).
+#include <cmath>
 #include <memory>
 #include <string>
 #include <thread>
@@ -56,6 +57,57 @@ TEST(NcclAllReduceTest, OneRankThroughTheExecutor) {
     EXPECT_LE(NumNcclCommunicators(), before + 1);
     EXPECT_GE(NumNcclCommunicators(), 1);
   }
+}
+
+// wire_dtype float16 through NCCL (one rank): each value comes back rounded
+// to float16 (the bytes NCCL carried), widened to float32; the mean of one
+// rank likewise. An in-process group refuses the attribute by name.
+TEST(NcclAllReduceTest, Float16WireRoundsThroughNccl) {
+  GpuDevice* gpu = TestGpu();
+  if (gpu == nullptr) GTEST_SKIP() << "no GPU visible";
+  for (bool mean : {false, true}) {
+    Graph g;
+    GraphBuilder b(&g);
+    Output x = b.Placeholder(DType::kFloat32, {5}, "x");
+    b.AddNode("CollectiveAllReduce", {x},
+              {Attr("group_size", 1), Attr("group_key", 8), Attr("instance_key", 1), Attr("mean", mean),
+               Attr("wire_dtype", "float16")},
+              "allreduce");
+    ASSERT_TRUE(b.status().ok()) << b.status();
+    ExecutorOptions opts;
+    opts.feeds = {"x"};
+    opts.fetches = {"allreduce:0"};
+    auto exec = Executor::Create(&g, gpu, opts);
+    ASSERT_TRUE(exec.ok()) << exec.status();
+    const std::vector<float> in = {1.0f / 3, -2.5f, 1e-9f, 70000.0f, 1234.567f};
+    std::vector<Tensor> out;
+    absl::Status s = (*exec)->Run({*Tensor::FromVector<float>({5}, in)}, &out, 0);
+    ASSERT_TRUE(s.ok()) << s;
+    for (size_t i = 0; i < in.size(); ++i) {
+      const float want = static_cast<float>(Half(in[i]));
+      if (std::isinf(want)) {
+        EXPECT_TRUE(std::isinf(out[0].data<float>()[i])) << i;  // above 65504: overflow, as loss scaling expects
+      } else {
+        EXPECT_EQ(out[0].data<float>()[i], want) << i << " mean " << mean;
+      }
+    }
+    EXPECT_NE(out[0].data<float>()[0], in[0]);  // rounded: it travelled as float16
+  }
+  Graph g;
+  GraphBuilder b(&g);
+  Output x = b.Placeholder(DType::kFloat32, {4}, "x");
+  b.AddNode("CollectiveAllReduce", {x},
+            {Attr("group_size", 1), Attr("group_key", 9), Attr("instance_key", 1),
+             Attr("group_devices", gpu->name()), Attr("wire_dtype", "float16")},
+            "allreduce");
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  ExecutorOptions opts;
+  opts.feeds = {"x"};
+  opts.fetches = {"allreduce:0"};
+  auto refused = Executor::Create(&g, gpu, opts);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "float16 all-reduce is for groups across tasks"))
+      << refused.status();
 }
 
 // x -> CollectiveAllReduce over `devices` (an in-process group), on `gpu`.

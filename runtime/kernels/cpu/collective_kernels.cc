@@ -8,14 +8,13 @@
 // are rounded into float16 copies, which travel and are summed (in float32,
 // rounded back at each hop: worker/collective/reduce.cc), and the outputs
 // are the sums widened back to float32: half the bytes on the wire.
-#include <immintrin.h>
-
 #include <cstring>
 #include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/float16_convert.h"
 #include "graph/device_name.h"
 #include "runtime/kernels/cpu/kernel_util.h"
 #include "runtime/op_kernel.h"
@@ -23,27 +22,6 @@
 namespace weft {
 namespace cpu {
 namespace {
-
-// y = x rounded to nearest even in float16, eight at a time with F16C.
-void ToFloat16(const float* x, Half* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
-  for (; i < n; ++i) y[i] = Half(x[i]);
-}
-
-// y = scale * x, widened to float32.
-void FromFloat16(const Half* x, float scale, float* y, int64_t n) {
-  int64_t i = 0;
-  const __m256 s = _mm256_set1_ps(scale);
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(y + i,
-                     _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))), s));
-  }
-  for (; i < n; ++i) y[i] = scale * static_cast<float>(x[i]);
-}
 
 class CollectiveAllReduceOp : public AsyncOpKernel {
  public:
@@ -118,7 +96,7 @@ class CollectiveAllReduceOp : public AsyncOpKernel {
         ctx->SetStatus(half.status());
         return done();
       }
-      ToFloat16(in.data<float>(), half->data<Half>(), in.NumElements());
+      FloatToHalf(in.data<float>(), half->data<Half>(), in.NumElements());
       halves->push_back(*std::move(half));
       outs.push_back(out);
     }
@@ -131,7 +109,7 @@ class CollectiveAllReduceOp : public AsyncOpKernel {
         ctx->SetStatus(s);
       } else {
         for (size_t i = 0; i < outs.size(); ++i) {
-          FromFloat16((*halves)[i].data<Half>(), scale, outs[i]->data<float>(), outs[i]->NumElements());
+          HalfToFloat((*halves)[i].data<Half>(), scale, outs[i]->data<float>(), outs[i]->NumElements());
         }
       }
       done();

@@ -1,5 +1,6 @@
 // Mixed precision's operands: float32 rounded to nearest even in float16 or
-// bfloat16, the element types of cuBLAS's tensor-core products.
+// bfloat16, the element types of cuBLAS's tensor-core products; and float16
+// widened back (the float16 all-reduce's sums).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -30,7 +31,17 @@ __global__ void ToHalfPairKernel(const float* __restrict__ a, H* __restrict__ ya
   }
 }
 
+__global__ void Float16ToFloatKernel(const __half* __restrict__ x, float* __restrict__ y, int64_t n) {
+  WEFT_GRID_STRIDE(i, n) { y[i] = __half2float(x[i]); }
+}
+
 }  // namespace
+
+cudaError_t LaunchFloat16ToFloat(const void* x, float* y, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  Float16ToFloatKernel<<<BlocksFor(n), kThreads, 0, stream>>>(static_cast<const __half*>(x), y, n);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchToHalfPair(const float* a, void* ya, int64_t na, const float* b, void* yb, int64_t nb,
                              bool bfloat16, cudaStream_t stream) {

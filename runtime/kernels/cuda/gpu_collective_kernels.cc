@@ -20,6 +20,12 @@
 // Without an id for a group across tasks, the tensors take the CPU path: they
 // are copied to the host, all-reduced by the task's CollectiveRuntime (the
 // gRPC ring) and copied back, so a GPU job still runs where NCCL cannot.
+//
+// With wire_dtype "float16" (MixedPrecision.float16_all_reduce) a group
+// across tasks carries float16: NCCL reduces float16 copies of the inputs
+// (ncclHalf), or the host path rounds its copies as the CPU kernel does, so
+// GPU and CPU ranks of one group agree on the wire; the sums are widened
+// back into float32 outputs. An in-process group (group_devices) refuses it.
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,11 +34,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/float16_convert.h"
 #include "common/status_macros.h"
 #include "graph/attr.h"
 #include "graph/partition.h"
 #include "runtime/gpu/gpu_device.h"
 #include "runtime/gpu/nccl_communicators.h"
+#include "runtime/kernels/cuda/gpu_launch.h"
 #include "runtime/local_gather.h"
 #include "runtime/op_kernel.h"
 #include "runtime/rendezvous.h"
@@ -122,16 +130,18 @@ class GpuCollectiveAllReduceOp : public AsyncOpKernel {
     if (!GetAttr(c, GetBoolAttrOr(c->def(), "mean", false), &mean_)) return;
     std::string wire;
     if (!GetAttr(c, GetStringAttrOr(c->def(), "wire_dtype", "float32"), &wire)) return;
-    if (wire != "float32") {
-      c->SetStatus(absl::UnimplementedError(absl::StrCat(
-          "a ", wire, " all-reduce runs on CPU replicas; GPU replicas all-reduce float32 (NCCL or host copies)")));
-      return;
-    }
+    half_ = wire == "float16";
     if (!GetAttr(c, GetStringAttrOr(c->def(), "nccl_unique_id", ""), &nccl_id_)) return;
     const std::string& device = c->device()->name();
     // An in-process group (group_devices) names no tasks: it is read first.
     std::string devices;
     if (!GetAttr(c, GetStringAttrOr(c->def(), "group_devices", ""), &devices)) return;
+    if (!devices.empty() && half_) {
+      c->SetStatus(absl::UnimplementedError(absl::StrCat(
+          "a float16 all-reduce is for groups across tasks; the GPUs of one task (group_devices ", devices,
+          ") all-reduce float32")));
+      return;
+    }
     if (!devices.empty()) {
       const std::vector<std::string> names = absl::StrSplit(devices, ',');
       if (static_cast<int64_t>(names.size()) != group_size_) {
@@ -179,23 +189,43 @@ class GpuCollectiveAllReduceOp : public AsyncOpKernel {
     ASSIGN_OR_RETURN(ncclComm_t comm,
                      GetNcclCommunicator(gpu, args_.group_key, rank, static_cast<int>(group_size_), nccl_id_));
     std::vector<Tensor*> outs;
+    // The float16 wire: each input rounded into a float16 buffer, which NCCL
+    // reduces in place; the sums are widened into the outputs. Conversions
+    // stay outside the NCCL group, whose operations are enqueued at its end.
+    std::vector<Tensor> wire;
     for (int i = 0; i < ctx->num_inputs(); ++i) {
       const Tensor& in = ctx->input(i);
       Tensor* out = ctx->allocate_output(i, in.dtype(), in.shape());
       if (out == nullptr) return ctx->status();
       outs.push_back(out);
+      if (!half_) continue;
+      if (in.dtype() != DType::kFloat32) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("input ", i, " is ", DTypeName(in.dtype()), "; a float16 all-reduce takes float32"));
+      }
+      ASSIGN_OR_RETURN(Tensor h, ctx->allocate_temp(DType::kFloat16, in.shape()));
+      WEFT_CUDA_RETURN_IF_ERROR(gpu_kernels::LaunchToHalfPair(in.data<float>(), h.raw_data(), in.NumElements(),
+                                                              nullptr, nullptr, 0, /*bfloat16=*/false,
+                                                              gpu->stream()));
+      wire.push_back(std::move(h));
     }
     WEFT_NCCL_RETURN_IF_ERROR(ncclGroupStart());
     for (int i = 0; i < ctx->num_inputs(); ++i) {
-      const ncclResult_t r = ncclAllReduce(ctx->input(i).raw_data(), outs[i]->raw_data(),
-                                           static_cast<size_t>(ctx->input(i).NumElements()), ncclFloat32,
-                                           mean_ ? ncclAvg : ncclSum, comm, gpu->stream());
+      const void* send = half_ ? wire[i].raw_data() : ctx->input(i).raw_data();
+      void* recv = half_ ? wire[i].raw_data() : outs[i]->raw_data();
+      const ncclResult_t r =
+          ncclAllReduce(send, recv, static_cast<size_t>(ctx->input(i).NumElements()), half_ ? ncclHalf : ncclFloat32,
+                        mean_ ? ncclAvg : ncclSum, comm, gpu->stream());
       if (r != ncclSuccess) {
         ncclGroupEnd();
         return NcclStatus(r, "ncclAllReduce");
       }
     }
     WEFT_NCCL_RETURN_IF_ERROR(ncclGroupEnd());
+    for (size_t i = 0; i < wire.size(); ++i) {
+      WEFT_CUDA_RETURN_IF_ERROR(gpu_kernels::LaunchFloat16ToFloat(wire[i].raw_data(), outs[i]->data<float>(),
+                                                                  outs[i]->NumElements(), gpu->stream()));
+    }
     return absl::OkStatus();
   }
 
@@ -269,6 +299,7 @@ class GpuCollectiveAllReduceOp : public AsyncOpKernel {
     std::vector<Tensor*> ptrs;
     for (int i = 0; i < ctx->num_inputs(); ++i) {
       absl::StatusOr<Tensor> h = gpu->CopyToHost(ctx->input(i));
+      if (h.ok() && half_) h = ToFloat16OnHost(*h);
       if (!h.ok()) {
         ctx->SetStatus(h.status());
         return done();
@@ -286,7 +317,16 @@ class GpuCollectiveAllReduceOp : public AsyncOpKernel {
       }
       for (size_t i = 0; i < hosts->size(); ++i) {
         Tensor& h = (*hosts)[i];
-        if (scale != 1.0f) {
+        if (h.dtype() == DType::kFloat16) {
+          // The float16 wire's sums, widened (and scaled) back.
+          absl::StatusOr<Tensor> wide = Tensor::Allocate(DType::kFloat32, h.shape());
+          if (!wide.ok()) {
+            ctx->SetStatus(wide.status());
+            break;
+          }
+          HalfToFloat(h.data<Half>(), scale, wide->data<float>(), h.NumElements());
+          h = *std::move(wide);
+        } else if (scale != 1.0f) {
           for (float& v : h.flat<float>()) v *= scale;
         }
         absl::StatusOr<Tensor> d = gpu->CopyFromHost(h);
@@ -300,7 +340,19 @@ class GpuCollectiveAllReduceOp : public AsyncOpKernel {
     });
   }
 
+  // A float16 copy of a float32 host tensor, for the ring.
+  static absl::StatusOr<Tensor> ToFloat16OnHost(const Tensor& t) {
+    if (t.dtype() != DType::kFloat32) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("an input is ", DTypeName(t.dtype()), "; a float16 all-reduce takes float32"));
+    }
+    ASSIGN_OR_RETURN(Tensor h, Tensor::Allocate(DType::kFloat16, t.shape()));
+    FloatToHalf(t.data<float>(), h.data<Half>(), t.NumElements());
+    return h;
+  }
+
   int64_t group_size_ = 1;
+  bool half_ = false;  // wire_dtype float16
   bool mean_ = false;
   std::string nccl_id_;
   int rank_ = -1;

@@ -29,6 +29,8 @@ namespace gpu_kernels {
 // elements.
 cudaError_t LaunchToHalfPair(const float* a, void* ya, int64_t na, const float* b, void* yb, int64_t nb,
                              bool bfloat16, cudaStream_t stream);
+// y[i] = x[i] widened from float16; x holds n 2-byte elements.
+cudaError_t LaunchFloat16ToFloat(const void* x, float* y, int64_t n, cudaStream_t stream);
 
 // ---- elementwise.cu ------------------------------------------------------------
 
