@@ -167,8 +167,9 @@ __device__ __forceinline__ uint64_t Mix(uint64_t z) {
 }
 
 // One 64-bit draw per pair of elements, as on the CPU.
-__global__ void DropoutKernel(const float* __restrict__ x, float* __restrict__ y, float* __restrict__ mask,
-                              int64_t n, uint64_t key, uint32_t threshold, float scale) {
+__device__ __forceinline__ void DropoutPairs(const float* __restrict__ x, float* __restrict__ y,
+                                             float* __restrict__ mask, int64_t n, uint64_t key, uint32_t threshold,
+                                             float scale) {
   const int64_t pairs = (n + 1) / 2;
   WEFT_GRID_STRIDE(j, pairs) {
     const uint64_t r = Mix(key + static_cast<uint64_t>(j) * 0x9E3779B97F4A7C15ull);
@@ -184,25 +185,17 @@ __global__ void DropoutKernel(const float* __restrict__ x, float* __restrict__ y
   }
 }
 
-// DropoutKernel with the key computed from the step id in device memory,
-// as DropoutParams::StepKey computes it on the host.
+__global__ void DropoutKernel(const float* __restrict__ x, float* __restrict__ y, float* __restrict__ mask,
+                              int64_t n, uint64_t key, uint32_t threshold, float scale) {
+  DropoutPairs(x, y, mask, n, key, threshold, scale);
+}
+
+// The key computed from the step id in device memory, as
+// DropoutParams::StepKey computes it on the host.
 __global__ void DropoutAtStepKernel(const float* __restrict__ x, float* __restrict__ y, float* __restrict__ mask,
                                     int64_t n, const int64_t* __restrict__ step, uint64_t seed, uint64_t name_hash,
                                     uint32_t threshold, float scale) {
-  const uint64_t key = Mix(seed ^ Mix(name_hash ^ Mix(static_cast<uint64_t>(*step))));
-  const int64_t pairs = (n + 1) / 2;
-  WEFT_GRID_STRIDE(j, pairs) {
-    const uint64_t r = Mix(key + static_cast<uint64_t>(j) * 0x9E3779B97F4A7C15ull);
-    const int64_t i = 2 * j;
-    const float m0 = static_cast<uint32_t>(r) >= threshold ? scale : 0.0f;
-    mask[i] = m0;
-    y[i] = x[i] * m0;
-    if (i + 1 < n) {
-      const float m1 = static_cast<uint32_t>(r >> 32) >= threshold ? scale : 0.0f;
-      mask[i + 1] = m1;
-      y[i + 1] = x[i + 1] * m1;
-    }
-  }
+  DropoutPairs(x, y, mask, n, Mix(seed ^ Mix(name_hash ^ Mix(static_cast<uint64_t>(*step)))), threshold, scale);
 }
 
 }  // namespace
