@@ -230,6 +230,9 @@ TEST(WeftCliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(RunWeft("").exit_code, 2);
   EXPECT_EQ(RunWeft("frobnicate").exit_code, 2);
   EXPECT_EQ(RunWeft("train x.pbtxt --output=yaml").exit_code, 2);
+  const Result graphs = RunWeft("train x.pbtxt --cuda_graphs=maybe");
+  EXPECT_EQ(graphs.exit_code, 2);
+  EXPECT_NE(graphs.err.find("--cuda_graphs must be true or false, got 'maybe'"), std::string::npos) << graphs.err;
 }
 
 TEST(WeftCliTest, MlpLearnsFashionMnistSubset) {
