@@ -17,7 +17,10 @@ namespace {
 // Host memory that says it is device memory.
 class DeviceLikeAllocator final : public Allocator {
  public:
-  Buffer* Allocate(size_t bytes) override { return NewBlock(this, bytes); }
+  // NewBlock wants whole multiples of the alignment, as size classes are.
+  Buffer* Allocate(size_t bytes) override {
+    return NewBlock(this, (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment);
+  }
   Stats GetStats() const override { return Stats(); }
   bool on_host() const override { return false; }
 
