@@ -190,17 +190,11 @@ class Step {
     return executor_ != nullptr ? executor_->Run(feeds, fetches, step_id)
                                 : partitioned_->Run(feeds, fetches, step_id);
   }
+  // Only a partitioned step has a GPU, hence recordings.
   void SetNextFeeds(absl::Span<const Tensor> next) {
-    if (executor_ != nullptr) {
-      executor_->SetNextFeeds(std::vector<Tensor>(next.begin(), next.end()));
-    } else {
-      partitioned_->SetNextFeeds(next);
-    }
+    if (partitioned_ != nullptr) partitioned_->SetNextFeeds(next);
   }
-  int64_t ReplayedSteps(bool ahead) const {
-    if (executor_ != nullptr) return ahead ? executor_->replayed_steps_copied_ahead() : executor_->replayed_steps();
-    return partitioned_->ReplayedSteps(ahead);
-  }
+  int64_t ReplayedSteps(bool ahead) const { return partitioned_ != nullptr ? partitioned_->ReplayedSteps(ahead) : 0; }
 
  private:
   std::unique_ptr<Executor> executor_;

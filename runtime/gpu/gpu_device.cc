@@ -289,15 +289,22 @@ absl::StatusOr<Tensor> GpuDevice::Pinned(const Tensor& host) {
   return staged;
 }
 
-absl::Status GpuDevice::CopyFromHostInto(const Tensor& host, Tensor* dev) {
+absl::Status GpuDevice::CopyIn(const Tensor& host, Tensor* dev,
+                              absl::FunctionRef<absl::Status(const void* pinned, size_t bytes)> enqueue) {
   RETURN_IF_ERROR(CheckCopy(host, *dev, name()));
   const size_t bytes = host.TotalBytes();
   if (bytes == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(Tensor staged, Pinned(host));
-  RETURN_IF_ERROR(CopyHostToDevice(staged.raw_data(), dev->raw_data(), bytes));
+  RETURN_IF_ERROR(enqueue(staged.raw_data(), bytes));
   // The pinned source must outlive the asynchronous copy.
   ThenExecute(h2d_, [staged = std::move(staged)]() mutable { staged = Tensor(); });
   return absl::OkStatus();
+}
+
+absl::Status GpuDevice::CopyFromHostInto(const Tensor& host, Tensor* dev) {
+  return CopyIn(host, dev, [&](const void* pinned, size_t bytes) {
+    return CopyHostToDevice(pinned, dev->raw_data(), bytes);
+  });
 }
 
 absl::Status GpuDevice::MarkCopyAhead() {
@@ -308,23 +315,17 @@ absl::Status GpuDevice::MarkCopyAhead() {
 }
 
 absl::Status GpuDevice::StartCopyAhead(const Tensor& host, Tensor* dev) {
-  RETURN_IF_ERROR(CheckCopy(host, *dev, name()));
-  const size_t bytes = host.TotalBytes();
-  if (bytes == 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(Tensor staged, Pinned(host));
-  RETURN_IF_ERROR(MakeCurrent());
-  // Released before the copy is done, `dev`'s block waits for it.
-  allocator_->RecordStream(dev->raw_data(), h2d_);
-  {
+  return CopyIn(host, dev, [&](const void* pinned, size_t bytes) -> absl::Status {
+    RETURN_IF_ERROR(MakeCurrent());
+    // Released before the copy is done, `dev`'s block waits for it.
+    allocator_->RecordStream(dev->raw_data(), h2d_);
     absl::MutexLock lock(&h2d_mu_);
     // After the work before the mark (the kernels that last read `dev`), not
     // the work since (the step computing now).
     WEFT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(h2d_, ahead_mark_, 0));
-    WEFT_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(dev->raw_data(), staged.raw_data(), bytes, cudaMemcpyHostToDevice, h2d_));
-  }
-  ThenExecute(h2d_, [staged = std::move(staged)]() mutable { staged = Tensor(); });
-  return absl::OkStatus();
+    WEFT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev->raw_data(), pinned, bytes, cudaMemcpyHostToDevice, h2d_));
+    return absl::OkStatus();
+  });
 }
 
 absl::Status GpuDevice::FinishCopyAhead() {

@@ -41,6 +41,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -168,6 +169,11 @@ class GpuDevice final : public Device {
   cudaEvent_t GetEvent() ABSL_EXCLUSIVE_LOCKS_REQUIRED(completion_mu_);
   // `host` itself when it is page-locked, else a pinned copy of it.
   absl::StatusOr<Tensor> Pinned(const Tensor& host);
+  // Checks that `host` fits `dev`, stages it in pinned memory, lets
+  // `enqueue` start the copy from there, and keeps the pinned memory until
+  // the copy stream has passed it.
+  absl::Status CopyIn(const Tensor& host, Tensor* dev,
+                      absl::FunctionRef<absl::Status(const void* pinned, size_t bytes)> enqueue);
 
   const int ordinal_;
   std::string physical_desc_;  // set by Init
