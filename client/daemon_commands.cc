@@ -278,6 +278,8 @@ absl::Status TaskQuotas(const Flags& f, worker::WorkerServerOptions* opts) {
   RETURN_IF_ERROR(QuotaFlag(f, "max_graphs_per_session", opts->limits.max_graphs_per_session,
                             &opts->limits.max_graphs_per_session));
   RETURN_IF_ERROR(QuotaFlag(f, "max_iterations", opts->limits.max_iterations, &opts->limits.max_iterations));
+  RETURN_IF_ERROR(
+      QuotaFlag(f, "max_queued_steps", opts->limits.max_queued_steps, &opts->limits.max_queued_steps));
   RETURN_IF_ERROR(QuotaFlag(f, "max_containers", opts->limits.max_containers, &opts->limits.max_containers));
   RETURN_IF_ERROR(QuotaFlag(f, "max_live_steps", opts->rendezvous_limits.max_steps,
                             &opts->rendezvous_limits.max_steps));

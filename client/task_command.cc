@@ -170,7 +170,8 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
                         {"dataset_cache", "task", "cluster", "listen", "port_file", "intra_op_threads", "inter_op_threads",
                          "cpu_devices", "gpus", "log_level", "drain_seconds", "ca", "cert", "key", "health_port",
                          "checkpoint_root", "data_root", "memory_limit", "max_message_bytes", "max_sessions",
-                         "max_graphs", "max_graphs_per_session", "max_iterations", "max_live_steps", "max_containers",
+                         "max_graphs", "max_graphs_per_session", "max_iterations", "max_queued_steps",
+                         "max_live_steps", "max_containers",
                          "max_pending_collective_bytes", "shared_memory", "collective_transport", "collective_port", "metrics_port", "metrics_host", "metrics_port_file"},
                         {"insecure", "metrics_plaintext"});
   if (!f.ok()) return Usage(job, f.status().message());

@@ -33,6 +33,11 @@ absl::Status CheckReplicasToAggregate(StrategySpec::Kind kind, int replicas_to_a
 
 absl::Status ValidateStrategySpec(const JobSpec& job) {
   const StrategySpec& spec = job.strategy();
+  if (spec.steps_in_flight() < 0 || spec.steps_in_flight() > kMaxStepsInFlight) {
+    return absl::InvalidArgumentError(absl::StrCat("job: strategy.steps_in_flight ", spec.steps_in_flight(),
+                                                   " is out of range: 1 to ", kMaxStepsInFlight,
+                                                   " dispatches, or 0 for the default (2)"));
+  }
   if (spec.steps_per_execution() > 1) {
     // Several steps per dispatch need replicas that read their own input.
     if (spec.kind() == StrategySpec::NONE) {

@@ -35,7 +35,9 @@ absl::Status CheckReplicasToAggregate(StrategySpec::Kind kind, int replicas_to_a
 // CheckStrategyKinds for a distribution strategy; a job without a strategy
 // may not set replicas_to_aggregate and ignores the other settings, as it
 // always has.
+// steps_in_flight outside 0..kMaxStepsInFlight is INVALID_ARGUMENT.
 absl::Status ValidateStrategySpec(const JobSpec& job);
+inline constexpr int kMaxStepsInFlight = 8;
 
 }  // namespace weft
 

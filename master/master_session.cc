@@ -222,7 +222,7 @@ absl::Status MasterSession::Run(const std::vector<std::pair<std::string, Tensor>
 
 bool MasterSession::RunAsync(const std::vector<std::pair<std::string, Tensor>>& feeds,
                              const std::vector<std::string>& fetches, const std::vector<std::string>& targets,
-                             int iterations, RunCallback done) {
+                             int iterations, RunCallback done, bool after_previous) {
   absl::StatusOr<std::vector<std::string>> feed_names = AdmitRun(feeds, iterations);
   if (!feed_names.ok()) {
     done(feed_names.status(), {});
@@ -233,7 +233,7 @@ bool MasterSession::RunAsync(const std::vector<std::pair<std::string, Tensor>>& 
     EndRun();
     return false;
   }
-  StartPlan(std::move(plan), feeds, iterations, !targets.empty(), std::move(done));
+  StartPlan(std::move(plan), feeds, iterations, !targets.empty(), std::move(done), after_previous);
   return true;
 }
 

@@ -128,9 +128,17 @@ class MasterSession {
   // When the plan is not built yet, which means registering partitions and
   // waiting, it returns false and calls nothing: use Run on a thread that
   // may wait. A bad feed or a closed session is reported through `done`.
+  //
+  // With `after_previous`, the step is pipelined behind the newest step of
+  // the same signature that also came with it and still runs: each task
+  // runs it only once it has ended that step (RunGraphRequest.after_step_id),
+  // and the session aborts it when that step fails. So a caller can keep
+  // several steps of one signature in flight, and a task starts the next as
+  // soon as it is done with the last, without waiting for the master.
   using RunCallback = std::function<void(absl::Status, std::vector<Tensor>)>;
   bool RunAsync(const std::vector<std::pair<std::string, Tensor>>& feeds, const std::vector<std::string>& fetches,
-                const std::vector<std::string>& targets, int iterations, RunCallback done);
+                const std::vector<std::string>& targets, int iterations, RunCallback done,
+                bool after_previous = false);
 
   // Traces the next steps this session runs (`weft trace`): while
   // `collector` takes steps, each RunGraph asks its task for a trace and the
@@ -206,7 +214,7 @@ class MasterSession {
   // on the thread that ends it, after EndRun. `trains`: the step runs targets
   // (for the observer).
   void StartPlan(std::shared_ptr<const Plan> plan, const std::vector<std::pair<std::string, Tensor>>& feeds,
-                 int iterations, bool trains, RunCallback done);
+                 int iterations, bool trains, RunCallback done, bool after_previous = false);
   void EndStep(Step* step, std::shared_ptr<TraceCollector> trace, RunCallback done);
   // The fetched values from a finished step's answers, in fetch order.
   absl::Status TakeFetches(const Plan& plan, const Step& step, std::vector<Tensor>* outputs) const;

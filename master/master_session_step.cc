@@ -37,6 +37,14 @@ class Step : public std::enable_shared_from_this<Step> {
         responses_(plan_->parts.size()) {}
 
   int64_t step_id() const { return step_id_; }
+  // Pipelining (RunAsync's after_previous), under the session's mutex: the
+  // step came with after_previous, and the step started behind it (0: none).
+  bool chained = false;
+  int64_t successor = 0;
+  // Every task runs this step after its step `before` (before Start).
+  void After(int64_t before) {
+    for (RunGraphRequest& r : requests_) r.set_after_step_id(before);
+  }
   const Plan& plan() const { return *plan_; }
   RunGraphRequest* request(int i) { return &requests_[i]; }
   const RunGraphResponse& response(int i) const { return responses_[i]; }
@@ -160,7 +168,13 @@ class Step : public std::enable_shared_from_this<Step> {
   void RunDone(size_t i, const absl::Status& s) {
     const Partition& p = plan_->parts[i];
     if (traced_) answered_us_[i] = TraceRecorder::NowMicros();
-    if (observer_ != nullptr) observer_->RunGraphDone(step_id_, p.task, absl::Now() - start_, s);
+    if (observer_ != nullptr) {
+      // A pipelined step's time on the task counts from when it started
+      // there, not from when it was queued behind the step before.
+      absl::Duration elapsed = absl::Now() - start_;
+      if (s.ok()) elapsed -= absl::Microseconds(responses_[i].queued_us());
+      observer_->RunGraphDone(step_id_, p.task, elapsed, s);
+    }
     absl::Status error;
     if (!s.ok()) {
       absl::MutexLock lock(&mu_);
@@ -218,7 +232,7 @@ std::shared_ptr<TraceCollector> MasterSession::TraceThisStep() {
 
 void MasterSession::StartPlan(std::shared_ptr<const Plan> plan,
                               const std::vector<std::pair<std::string, Tensor>>& feeds, int iterations, bool trains,
-                              RunCallback done) {
+                              RunCallback done, bool after_previous) {
   // Iteration i of the run uses step id step_id + i on every task.
   const int64_t step_id = static_cast<int64_t>(step_id_base_ + step_counter_.fetch_add(iterations));
   StepObserver* const observer = options_.observer;
@@ -241,15 +255,31 @@ void MasterSession::StartPlan(std::shared_ptr<const Plan> plan,
     send->set_name(name);
     TensorToProto(feeds[k].second, send->mutable_tensor());
   }
+  int64_t after = 0;
   {
     absl::MutexLock lock(&mu_);
+    if (after_previous) {
+      // Behind the newest pipelined step of this plan still running.
+      Step* before = nullptr;
+      for (const auto& [id, other] : running_) {
+        if (other->chained && &other->plan() == plan.get() && (before == nullptr || id > before->step_id())) {
+          before = other.get();
+        }
+      }
+      if (before != nullptr) {
+        before->successor = step_id;
+        after = before->step_id();
+        step->After(after);
+      }
+      step->chained = true;
+    }
     running_.emplace(step_id, step);
   }
   std::shared_ptr<TraceCollector> trace =
       trace_armed_.load(std::memory_order_relaxed) ? TraceThisStep() : nullptr;
   if (trace != nullptr) step->TraceThisStep();
   const absl::Time start = absl::Now();
-  if (observer != nullptr) observer->StepStarted({step_id, iterations, trains, &plan->tasks, start});
+  if (observer != nullptr) observer->StepStarted({step_id, iterations, trains, &plan->tasks, start, after});
   // The step holds itself through its calls; this callback, which the step
   // holds, points at it without owning it, so the two form no cycle.
   Step* const raw = step.get();
@@ -262,13 +292,25 @@ void MasterSession::StartPlan(std::shared_ptr<const Plan> plan,
 void MasterSession::EndStep(Step* step, std::shared_ptr<TraceCollector> trace, RunCallback done) {
   const int64_t step_id = step->step_id();
   if (trace != nullptr) trace->AddStep(step->TracedCalls());
-  if (options_.observer != nullptr) options_.observer->StepEnded(step_id, step->status());
-  std::shared_ptr<Step> held;
+  std::shared_ptr<Step> held, successor;
+  const absl::Status status = step->status();
+  if (options_.observer != nullptr) options_.observer->StepEnded(step_id, status);
   {
     absl::MutexLock lock(&mu_);
     auto it = running_.find(step_id);
     held = std::move(it->second);
     running_.erase(it);
+    if (!status.ok() && held->successor != 0) {
+      auto next = running_.find(held->successor);
+      if (next != running_.end()) successor = next->second;
+    }
+  }
+  // The step queued behind this one must not run after it failed; a task
+  // that never got this step would hold it for ever.
+  if (successor != nullptr) {
+    successor->Abort(absl::AbortedError(absl::StrCat("step ", step_id, ", which it follows, failed: ",
+                                                     status.message())),
+                     "");
   }
   // No AbortStep can start now; those under way end before the cleanup, so
   // none reaches a task after its CleanupStep.

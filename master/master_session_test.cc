@@ -128,6 +128,18 @@ class RecordingWorker : public FakeWorker {
     absl::MutexLock lock(&mu_);
     return static_cast<int>(blocked_.size());
   }
+  // Ends the blocked RunGraph of `step` with `status`.
+  void Finish(int64_t step, const absl::Status& status) {
+    StatusCallback done;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = blocked_.find(step);
+      ASSERT_NE(it, blocked_.end()) << step;
+      done = std::move(it->second);
+      blocked_.erase(it);
+    }
+    done(status);
+  }
   int status_calls() {
     absl::MutexLock lock(&mu_);
     return status_calls_;
@@ -365,6 +377,58 @@ TEST(MasterSessionTest, RunAsyncStartsOnlyBuiltPlansAndEndsOnTheLastAnswersThrea
   EXPECT_TRUE(s->Close().ok());
   EXPECT_TRUE(s->RunAsync(feeds, {"out"}, {}, 1, [&](absl::Status st, std::vector<Tensor>) { status = st; }));
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+}
+
+// RunAsync's after_previous: a step names the newest pipelined step of its
+// signature still running, on every task, and is aborted when that one fails.
+TEST(MasterSessionTest, APipelinedStepFollowsTheOneBeforeAndIsAbortedWhenItFails) {
+  FakeCluster c({kPs, kW0, kW1});
+  auto s = *MasterSession::Create("s", ThreeTaskGraph(), c.cache.get());
+  const std::vector<std::pair<std::string, Tensor>> feeds = {{"x", Ones({2, 3})}};
+  std::vector<Tensor> out;
+  ASSERT_TRUE(s->Run(feeds, {"out"}, {}, &out).ok());
+  for (const char* t : {kPs, kW0, kW1}) c[t]->block_run = true;
+
+  absl::Status first, second, third;
+  absl::Notification first_ended, second_ended, third_ended;
+  auto into = [](absl::Status* st, absl::Notification* n) {
+    return [st, n](absl::Status s, std::vector<Tensor>) {
+      *st = std::move(s);
+      n->Notify();
+    };
+  };
+  ASSERT_TRUE(s->RunAsync(feeds, {"out"}, {}, 1, into(&first, &first_ended), /*after_previous=*/true));
+  ASSERT_TRUE(s->RunAsync(feeds, {"out"}, {}, 1, into(&second, &second_ended), /*after_previous=*/true));
+  ASSERT_TRUE(s->RunAsync(feeds, {"out"}, {}, 1, into(&third, &third_ended)));  // not pipelined
+  int64_t a = 0, b = 0;
+  for (const char* t : {kPs, kW0, kW1}) {
+    const std::vector<RunGraphRequest> runs = c[t]->runs();
+    ASSERT_EQ(runs.size(), 4u) << t;
+    a = runs[1].step_id();
+    b = runs[2].step_id();
+    EXPECT_EQ(runs[1].after_step_id(), 0) << t;  // nothing before it
+    EXPECT_EQ(runs[2].after_step_id(), a) << t;
+    EXPECT_EQ(runs[3].after_step_id(), 0) << t;
+  }
+
+  // The first fails on worker 1: the session aborts it elsewhere, and the
+  // second with it, naming why; the third runs on.
+  c[kW1]->Finish(a, absl::InvalidArgumentError("node 'out' (Relu): the input has NaN"));
+  ASSERT_TRUE(first_ended.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(first.code(), absl::StatusCode::kInvalidArgument) << first;
+  ASSERT_TRUE(second_ended.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(second.code(), absl::StatusCode::kAborted) << second;
+  EXPECT_TRUE(absl::StrContains(second.message(), absl::StrCat("step ", a, ", which it follows, failed: task /job:worker/task:1: node 'out'")))
+      << second;
+  for (const char* t : {kPs, kW0, kW1}) {
+    bool told = false;
+    for (const AbortStepRequest& r : c[t]->aborts()) told = told || r.step_id() == b;
+    EXPECT_TRUE(told) << t;
+  }
+  EXPECT_FALSE(third_ended.HasBeenNotified());
+  s->AbortRunningSteps(absl::CancelledError("test over"));
+  ASSERT_TRUE(third_ended.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(s->Close().ok());
 }
 
 TEST(MasterSessionTest, FetchingAFedTensorAndUnusedFeeds) {

@@ -46,7 +46,10 @@ StepDriver::StepDriver(const JobSpec& job, const DistributedPlan& plan, MasterSe
     : job_name_(job.name()),
       start_step_(start_step),
       session_(session),
+      cancelled_(cancelled),
       steps_per_call_(std::max(1, job.strategy().steps_per_execution())),
+      checkpoint_every_(job.checkpoint().dir().empty() ? 0 : job.checkpoint().every_steps()),
+      handed_out_(start_step),
       step_examples_(counts.step_examples) {
   const ReplicatedGraph& rg = plan.replicated;
   const int64_t steps = counts.total_steps - start_step;
@@ -60,6 +63,8 @@ StepDriver::StepDriver(const JobSpec& job, const DistributedPlan& plan, MasterSe
     // targets on the tasks that run them: no extra tensor crosses tasks.
     for (const ReplicaNames& r : rg.replicas) losses_.push_back(r.loss);
     targets_ = rg.train_targets;
+    const int in_flight = job.strategy().steps_in_flight() > 0 ? job.strategy().steps_in_flight() : 2;
+    lockstep_ = std::make_unique<StepPipeline>(session, losses_, targets_, in_flight);
   } else {
     async_ = std::make_unique<AsyncReplicas>(session, rg, plan.replica_tasks, steps, step_examples_, steps_per_call_,
                                              cancelled, std::move(recover));
@@ -73,22 +78,49 @@ absl::StatusOr<StepResult> StepDriver::Step(int64_t max_steps) {
   if (accumulating_ != nullptr) return accumulating_->Next();
   // With steps_per_execution n, one RunGraph runs up to n steps on every
   // task (each reads its next batch itself) and the master's round trip is
-  // paid once per n steps.
-  const int64_t m = std::min(steps_per_call_, max_steps);
-  RETURN_IF_ERROR(session_->Run({}, losses_, targets_, &out_, static_cast<int>(m)));
+  // paid once per n steps; pipelined, it is hidden behind the steps.
+  if (lockstep_ == nullptr) return absl::FailedPreconditionError("the job's steps have stopped");
+  StepPipeline& p = *lockstep_;
+  while (p.pending() < p.depth() && p.pending_steps() < max_steps && !cancelled_->load()) {
+    int64_t n = std::min(steps_per_call_, max_steps - p.pending_steps());
+    if (checkpoint_every_ > 0) {
+      // A checkpoint by steps falls due after the dispatch in flight: it
+      // must find nothing running beyond it. No dispatch crosses one.
+      const int64_t issued_to = handed_out_ + p.pending_steps();
+      if (p.pending() > 0 && issued_to % checkpoint_every_ == 0) break;
+      n = std::min(n, checkpoint_every_ - issued_to % checkpoint_every_);
+    }
+    if (p.Issue(static_cast<int>(n))) continue;
+    if (p.pending() > 0) break;  // the plan is registered once they are taken
+    // The signature's first dispatch registers its plan, alone.
+    RETURN_IF_ERROR(session_->Run({}, losses_, targets_, &out_, static_cast<int>(n)));
+    handed_out_ += n;
+    return Result(n, out_);
+  }
+  if (p.pending() == 0) return absl::CancelledError("job cancelled");
+  StepPipeline::Result r = p.Take();
+  if (!r.status.ok()) return r.status;
+  handed_out_ += r.iterations;
+  return Result(r.iterations, r.fetched);
+}
+
+StepResult StepDriver::Result(int64_t steps, const std::vector<Tensor>& losses) const {
   double sum = 0;
-  for (const Tensor& t : out_) sum += t.data<float>()[0];
-  return StepResult{static_cast<float>(sum / static_cast<double>(out_.size())), m * step_examples_, m};
+  for (const Tensor& t : losses) sum += t.data<float>()[0];
+  return StepResult{static_cast<float>(sum / static_cast<double>(losses.size())), steps * step_examples_, steps};
 }
 
 absl::Status StepDriver::AtRest(int64_t loop_step, const std::function<absl::Status(int64_t step)>& fn) {
   auto from_start = [&](int64_t completed) { return fn(start_step_ + completed); };
   if (async_ != nullptr) return async_->Quiesce(from_start);
   if (accumulating_ != nullptr) return accumulating_->Quiesce(from_start);
-  return fn(loop_step);
+  if (lockstep_ == nullptr) return fn(loop_step);
+  RETURN_IF_ERROR(lockstep_->WaitAll());
+  return fn(loop_step + lockstep_->pending_steps());
 }
 
 void StepDriver::Stop() {
+  lockstep_.reset();  // waits for the dispatches in flight
   async_.reset();  // joins the replicas' threads
   if (accumulating_ != nullptr) {
     const int64_t refused = accumulating_->refused(), refused_steps = accumulating_->refused_steps();

@@ -1,7 +1,8 @@
 // How the steps of one attempt of a distributed job run, chosen from its
 // plan (master/distributed_job.h):
 //   sync, replicas_to_aggregate 0  every replica in one lockstep step per
-//     session Run (up to steps_per_execution steps per Run);
+//     dispatch (up to steps_per_execution steps per dispatch), with
+//     steps_in_flight dispatches pipelined (master/step_pipeline.h);
 //   sync, replicas_to_aggregate k  replicas run free and a step of the job
 //     is the ps's global step (AccumulatingReplicas);
 //   async  each replica steps on its own thread (AsyncReplicas).
@@ -25,6 +26,7 @@
 #include "master/distributed_job.h"
 #include "master/master_session.h"
 #include "master/replica_drivers.h"
+#include "master/step_pipeline.h"
 #include "proto/job.pb.h"
 #include "runtime/training_loop.h"
 
@@ -64,10 +66,17 @@ class StepDriver {
   ~StepDriver();  // Stop()
 
   // Runs at least one and at most `max_steps` steps (StepSource::step).
+  // Lockstep replicas return one dispatch's steps, with the next ones
+  // already in flight (steps_in_flight), but never a step beyond
+  // `max_steps` (at an epoch's end nothing is in flight) nor beyond a
+  // multiple of checkpoint.every_steps (a dispatch stops there too).
   absl::StatusOr<StepResult> Step(int64_t max_steps);
   // Runs `fn` with the step the job's variables hold while no step runs:
-  // `loop_step` for lockstep replicas; for free-running ones, the replicas
-  // are held back first and the step is the one they completed.
+  // for lockstep replicas, the dispatches in flight end first, and the step
+  // is `loop_step` plus theirs (the loop gets them from the next Step
+  // calls; when one failed, that failure is returned and `fn` not run); for
+  // free-running ones, the replicas are held back first and the step is the
+  // one they completed.
   absl::Status AtRest(int64_t loop_step, const std::function<absl::Status(int64_t step)>& fn);
   // Ends the replicas' threads (once; later calls do nothing).
   void Stop();
@@ -76,11 +85,18 @@ class StepDriver {
   const std::string job_name_;
   const int64_t start_step_;
   MasterSession* const session_;
+  // Lockstep: one dispatch's loss of every replica, as a StepResult.
+  StepResult Result(int64_t steps, const std::vector<Tensor>& losses) const;
+
+  const std::atomic<bool>* const cancelled_;
   std::vector<std::string> losses_;   // lockstep: every replica's loss
   std::vector<std::string> targets_;  // lockstep: the step's train targets
   int64_t steps_per_call_ = 1;
+  const int64_t checkpoint_every_;  // the job's checkpoint.every_steps, 0 without
+  int64_t handed_out_;              // lockstep: the last step handed to the loop
   int64_t step_examples_ = 0;
   std::vector<Tensor> out_;
+  std::unique_ptr<StepPipeline> lockstep_;
   std::unique_ptr<AsyncReplicas> async_;
   std::unique_ptr<AccumulatingReplicas> accumulating_;
 };

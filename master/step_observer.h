@@ -33,6 +33,9 @@ class StepObserver {
     // The step's tasks; valid until StepEnded returns.
     const std::vector<std::string>* tasks = nullptr;
     absl::Time start;
+    // A pipelined step (MasterSession::RunAsync's after_previous): it runs
+    // on each task once this step has ended there; 0: it runs at once.
+    int64_t after_step_id = 0;
   };
 
   virtual ~StepObserver() = default;

@@ -74,6 +74,9 @@ void StepWatch::StepStarted(const StepInfo& step) {
   r.done = 0;
   r.job_step = job_step_;
   r.next_probe = absl::InfinitePast();
+  // A pipelined step waits for the one before it: its time starts when
+  // that one ends (StepEnded), so it is not taken for a stalled one.
+  if (step.after_step_id != 0 && running_.contains(step.after_step_id)) r.info.start = absl::InfiniteFuture();
   if (idle_) changed_.Signal();
 }
 
@@ -116,10 +119,16 @@ void StepWatch::StepEnded(int64_t step_id, const absl::Status& status) {
     auto it = running_.find(step_id);
     if (it == running_.end()) return;
     const absl::Time now = absl::Now();
-    if (it->second.info.trains && status.ok()) {
+    // (A pipelined step's answer can overtake the end of the step before it.)
+    if (it->second.info.trains && status.ok() && it->second.info.start != absl::InfiniteFuture()) {
       recent_[recent_next_] = absl::ToDoubleSeconds(now - it->second.info.start);
       recent_next_ = (recent_next_ + 1) % kRecentSteps;
       recent_size_ = std::min(recent_size_ + 1, kRecentSteps);
+    }
+    for (auto& [id, next] : running_) {
+      if (next.info.after_step_id != step_id || next.info.start != absl::InfiniteFuture()) continue;
+      next.info.start = now;
+      next.job_step = it->second.job_step + it->second.info.iterations;
     }
     if (step_id == diagnosed_step_) {
       diagnosed_ended_ = true;

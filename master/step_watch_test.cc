@@ -145,6 +145,32 @@ TEST_F(StepWatchTest, AStalledStepNamesTheSilentTaskUntilTheStepEnds) {
   fakes_[kW1]->Release();
 }
 
+// A pipelined step waits on its tasks for the step before it: it is timed,
+// and can stall, only from the end of that step on.
+TEST_F(StepWatchTest, APipelinedStepIsTimedFromTheEndOfTheStepBeforeIt) {
+  fakes_[kW0]->Set({}, /*silent=*/false);
+  fakes_[kW1]->Set({}, /*silent=*/false);
+  StepWatchOptions o;
+  o.floor = absl::Milliseconds(100);
+  o.renew_every = absl::Milliseconds(100);
+  auto watch = Watch(o);
+  watch->NoteProgress(41);
+  watch->StepStarted(Step(1));
+  StepObserver::StepInfo second = Step(2);
+  second.after_step_id = 1;
+  watch->StepStarted(second);
+  ASSERT_TRUE(WaitUntil(kWaitTimeout, "a diagnosis", [&] { return Status().diagnosis_active(); }));
+  EXPECT_TRUE(absl::StartsWith(Status().diagnosis(), "step 42 (")) << Status().diagnosis();
+
+  for (const char* t : {kW0, kW1}) watch->RunGraphDone(1, t, absl::Seconds(1), absl::OkStatus());
+  watch->StepEnded(1, absl::OkStatus());
+  ASSERT_TRUE(WaitUntil(kWaitTimeout, "the second step's diagnosis",
+                        [&] { return absl::StartsWith(Status().diagnosis(), "step 43 ("); }));
+  for (const char* t : {kW0, kW1}) watch->RunGraphDone(2, t, absl::Seconds(1), absl::OkStatus());
+  watch->StepEnded(2, absl::OkStatus());
+  ASSERT_TRUE(WaitUntil(kWaitTimeout, "the diagnosis to go inactive", [&] { return !Status().diagnosis_active(); }));
+}
+
 TEST_F(StepWatchTest, PublishesEachTasksStepTimesAndItsStraggler) {
   StepWatchOptions o;
   o.publish_every = absl::ZeroDuration();

@@ -248,6 +248,11 @@ std::vector<int64_t> GraphMgr::AdoptMaster(uint64_t master_incarnation) {
       if (d->handle == handle) orphaned.push_back(step);
     }
   }
+  for (const Queued& q : queued_) {
+    if (std::find(dropped.begin(), dropped.end(), q.item) != dropped.end()) {
+      orphaned.push_back(q.run.request->step_id());
+    }
+  }
   return orphaned;
 }
 

@@ -31,16 +31,30 @@
 // CancelAll (shutdown) makes every running and later Run stop between
 // iterations with the given status.
 //
+// Pipelined steps (RunGraphRequest.after_step_id): Admit decides whether
+// such a request may run now. It may when this task's step after_step_id of
+// the same graph has ended well; when that step failed, the request fails
+// with ABORTED naming it; when that step has not ended (or not arrived), the
+// request is queued, without a thread, until Ended releases it or
+// TakeQueued removes it (an AbortStep of its step, the graph deregistered,
+// shutdown). Each graph remembers its last kRememberedEnds ended steps; a
+// step older than all of them counts as ended well. At most
+// limits.max_queued_steps requests wait per graph.
+//
 // Thread-safety: thread-safe. Run may be called concurrently, also for one
 // handle; Deregister while a step runs takes effect when the step ends.
 #ifndef WEFT_WORKER_GRAPH_MGR_H_
 #define WEFT_WORKER_GRAPH_MGR_H_
 
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -80,10 +94,23 @@ struct GraphMgrLimits {
   // received its RunGraph (RunsInline); 0 runs every step on a compute
   // thread.
   int64_t inline_run_budget_nanos = 200 * 1000;
+  // Pipelined RunGraphs waiting for the step before them, per graph
+  // (--max_queued_steps).
+  int max_queued_steps = 4;
+};
+
+// A RunGraph call waiting for the step before it (GraphMgr::Admit).
+struct QueuedRun {
+  const RunGraphRequest* request = nullptr;
+  RunGraphResponse* response = nullptr;
+  std::function<void(const absl::Status&)> done;
+  std::shared_ptr<Rendezvous> rendezvous;  // the step's, claimed on arrival
+  int64_t arrived_ns = 0;                  // absl::GetCurrentTimeNanos()
 };
 
 class GraphMgr {
  public:
+  static constexpr int kRememberedEnds = 4;
   // `devices` (borrowed, at least one) and `inter_op_pool` (borrowed, may be
   // nullptr: run inline) outlive the GraphMgr. `task` names this task in
   // messages.
@@ -127,12 +154,27 @@ class GraphMgr {
   // reports it).
   bool RunsInline(const RunGraphRequest& request) const;
 
+  // Pipelined steps (see above). Admit: true when `run` may start now;
+  // false when it was queued (and moved from); INVALID_ARGUMENT for an
+  // after_step_id not below step_id, NOT_FOUND for a graph not registered in
+  // the session, RESOURCE_EXHAUSTED when the graph's queue is full, ABORTED
+  // when the step before failed here.
+  absl::StatusOr<bool> Admit(QueuedRun& run);
+  // A step of `request`'s graph ended here with `status`: the queued run it
+  // releases, if any, with the status to start it with (OK, or ABORTED when
+  // `status` is an error, naming it).
+  std::optional<std::pair<QueuedRun, absl::Status>> Ended(const RunGraphRequest& request,
+                                                          const absl::Status& status);
+  // Removes and returns the queued runs `which` selects, for the caller to
+  // fail.
+  std::vector<QueuedRun> TakeQueued(const std::function<bool(const RunGraphRequest&)>& which);
+
   // The task's variable containers, which outlive sessions.
   ResourceContainers& containers() { return containers_; }
   const ResourceContainers& containers() const { return containers_; }
 
   int NumGraphs() const;
-  // Ids of the steps running now.
+  // Ids of the steps running now, and of those queued (Admit).
   std::vector<int64_t> RunningSteps() const;
   // The kernels running now in this task's steps (Executor::RunningKernels),
   // appended to `out`; a _Recv names the task its tensor comes from.
@@ -165,6 +207,13 @@ class GraphMgr {
     // How long the last one-iteration run took, for a graph whose executor
     // cannot wait (-1: none yet, or the executor may wait). RunsInline.
     std::atomic<int64_t> last_run_nanos{-1};
+    // The last ended steps, a ring (Admit, Ended); under GraphMgr::mu_.
+    std::array<std::pair<int64_t, absl::Status>, kRememberedEnds> ended;
+    int ended_count = 0;  // ever recorded
+  };
+  struct Queued {
+    std::shared_ptr<Item> item;  // keeps a deregistered graph's ring alive
+    QueuedRun run;
   };
 
   absl::StatusOr<std::shared_ptr<Item>> Find(const std::string& session_handle, const std::string& handle) const;
@@ -217,6 +266,8 @@ class GraphMgr {
   uint64_t master_incarnation_ ABSL_GUARDED_BY(mu_) = 0;  // the last nonzero one registering
   // Steps running now: step id -> graph handle.
   std::multimap<int64_t, std::string> running_ ABSL_GUARDED_BY(mu_);
+  // Pipelined RunGraphs waiting for the step before them, in arrival order.
+  std::vector<Queued> queued_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace worker

@@ -208,6 +208,9 @@ std::vector<int64_t> GraphMgr::RunningSteps() const {
   for (const auto& [step, handle] : running_) {
     if (steps.empty() || steps.back() != step) steps.push_back(step);
   }
+  for (const Queued& q : queued_) steps.push_back(q.run.request->step_id());
+  std::sort(steps.begin(), steps.end());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
   return steps;
 }
 

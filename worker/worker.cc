@@ -95,6 +95,11 @@ void Worker::Shutdown() {
   if (collectives_ != nullptr) {
     for (int64_t step : graph_mgr_->RunningSteps()) collectives_->AbortStep(step, ShuttingDown());
   }
+  // Steps queued behind others would wait for ever (Admit refuses new ones
+  // once CancelAll ran).
+  for (QueuedRun& run : graph_mgr_->TakeQueued([](const RunGraphRequest&) { return true; })) {
+    FailRuns(std::move(run), ShuttingDown());
+  }
   {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
@@ -135,8 +140,7 @@ void Worker::RegisterGraphAsync(const RegisterGraphRequest* request, RegisterGra
           const absl::Status gone = absl::AbortedError(absl::StrCat(
               "step ", step, " belongs to a master that has been replaced (master incarnation ",
               absl::Hex(request->master_incarnation()), " registered a graph)"));
-          rendezvous_mgr_.AbortStep(step, gone);
-          if (collectives_ != nullptr) collectives_->AbortStep(step, gone);
+          AbortStepHere(step, gone);
         }
         auto handle = graph_mgr_->Register(*request);
         if (!handle.ok()) return done(handle.status());
@@ -163,41 +167,107 @@ absl::Status Worker::ApplyCluster(const ClusterDef& cluster) {
 
 void Worker::DeregisterGraphAsync(const DeregisterGraphRequest* request, DeregisterGraphResponse*,
                                   StatusCallback done) {
-  Schedule([this, request, done] { done(graph_mgr_->Deregister(request->session_handle(), request->graph_handle())); }, done);
+  Schedule(
+      [this, request, done] {
+        absl::Status s = graph_mgr_->Deregister(request->session_handle(), request->graph_handle());
+        if (s.ok()) {
+          // Steps queued on the graph would wait for a step that cannot run.
+          const absl::Status gone = absl::FailedPreconditionError(
+              absl::StrCat("graph ", request->graph_handle(), " was deregistered while the step waited to run"));
+          for (QueuedRun& run : graph_mgr_->TakeQueued([&](const RunGraphRequest& r) {
+                 return r.graph_handle() == request->graph_handle() && r.session_handle() == request->session_handle();
+               })) {
+            FailRuns(std::move(run), gone);
+          }
+        }
+        done(s);
+      },
+      done);
 }
 
 void Worker::RunGraphAsync(const RunGraphRequest* request, RunGraphResponse* response, StatusCallback done) {
   for (int64_t id : request->cleanup_step_id()) CleanupStepState(id);
-  if (graph_mgr_->RunsInline(*request)) {
+  QueuedRun run{request, response, std::move(done), nullptr, 0};
+  if (request->after_step_id() != 0) {
+    // Claimed now: peers may send this step's values while it waits.
+    run.rendezvous = rendezvous_mgr_.Find(request->step_id());
+    run.arrived_ns = absl::GetCurrentTimeNanos();
+    absl::StatusOr<bool> now = graph_mgr_->Admit(run);
+    if (!now.ok()) return FailRuns(std::move(run), now.status());
+    if (!*now) return;  // queued behind the step before it
+  }
+  Dispatch(std::move(run), /*on_compute_thread=*/false);
+}
+
+void Worker::Dispatch(QueuedRun run, bool on_compute_thread) {
+  if (on_compute_thread) return RunGraphs(std::move(run), true);
+  if (graph_mgr_->RunsInline(*run.request)) {
     // A short step that cannot wait runs here, on the RPC's thread: a hop
     // to the compute pool would cost it more than it computes.
     {
       absl::MutexLock lock(&mu_);
-      if (shutting_down_) return done(ShuttingDown());
+      if (shutting_down_) return FailRuns(std::move(run), ShuttingDown());
       ++inline_runs_;
     }
-    RunGraphNow(request, response, done);
+    RunGraphs(std::move(run), false);
     absl::MutexLock lock(&mu_);
     --inline_runs_;
     return;
   }
-  Schedule([this, request, response, done] { RunGraphNow(request, response, done); }, done);
+  StatusCallback done = run.done;
+  Schedule([this, run = std::move(run)]() mutable { RunGraphs(std::move(run), true); }, done);
 }
 
-void Worker::RunGraphNow(const RunGraphRequest* request, RunGraphResponse* response, const StatusCallback& done) {
-  const int64_t step_id = request->step_id();
-  const uint64_t record = step_ring_.Begin(step_id, request->iterations());
-  std::shared_ptr<Rendezvous> rendezvous = rendezvous_mgr_.Find(step_id);
-  absl::Status s = graph_mgr_->Run(*request, rendezvous.get(), response);
-  step_ring_.End(record, s);
-  if (!s.ok()) {
-    // Peers pulling this step's values, and its other partitions here, must
-    // not wait for values that will never come.
-    rendezvous_mgr_.AbortStep(step_id, s);
-    if (collectives_ != nullptr) collectives_->AbortStep(step_id, s);
-    Logger("worker")->info("step {} failed: {}; the last steps here: {}", step_id, s.ToString(), step_ring_.Dump());
+void Worker::RunGraphs(QueuedRun run, bool on_compute_thread) {
+  // A loop, not a recursion: a pipelined job keeps releasing the next step.
+  for (;;) {
+    const RunGraphRequest& request = *run.request;
+    const int64_t step_id = request.step_id();
+    if (run.arrived_ns != 0) run.response->set_queued_us((absl::GetCurrentTimeNanos() - run.arrived_ns) / 1000);
+    if (run.rendezvous == nullptr) run.rendezvous = rendezvous_mgr_.Find(step_id);
+    const uint64_t record = step_ring_.Begin(step_id, request.iterations());
+    absl::Status s = graph_mgr_->Run(request, run.rendezvous.get(), run.response);
+    step_ring_.End(record, s);
+    if (!s.ok()) {
+      // Peers pulling this step's values, and its other partitions here, must
+      // not wait for values that will never come.
+      AbortStepHere(step_id, s);
+      Logger("worker")->info("step {} failed: {}; the last steps here: {}", step_id, s.ToString(), step_ring_.Dump());
+    }
+    // Before `done`, which may free the request.
+    auto next = graph_mgr_->Ended(request, s);
+    run.done(s);
+    if (!next.has_value()) return;
+    if (!next->second.ok()) return FailRuns(std::move(next->first), next->second);
+    // The next step continues on a compute thread; on an RPC thread only
+    // when it may run inline.
+    if (!on_compute_thread && !graph_mgr_->RunsInline(*next->first.request)) {
+      return Dispatch(std::move(next->first), false);
+    }
+    run = std::move(next->first);
   }
-  done(s);
+}
+
+void Worker::FailRuns(QueuedRun run, absl::Status status) {
+  for (;;) {
+    const int64_t step_id = run.request->step_id();
+    step_ring_.End(step_ring_.Begin(step_id, run.request->iterations()), status);
+    rendezvous_mgr_.AbortStep(step_id, status);
+    if (collectives_ != nullptr) collectives_->AbortStep(step_id, status);
+    auto next = graph_mgr_->Ended(*run.request, status);
+    run.done(status);
+    if (!next.has_value()) return;
+    run = std::move(next->first);
+    status = std::move(next->second);
+  }
+}
+
+void Worker::AbortStepHere(int64_t step_id, const absl::Status& status) {
+  rendezvous_mgr_.AbortStep(step_id, status);
+  if (collectives_ != nullptr) collectives_->AbortStep(step_id, status);
+  for (QueuedRun& run : graph_mgr_->TakeQueued([&](const RunGraphRequest& r) { return r.step_id() == step_id; })) {
+    FailRuns(std::move(run), status);
+  }
 }
 
 void Worker::AbortStepAsync(const AbortStepRequest* request, AbortStepResponse*, StatusCallback done) {
@@ -205,8 +275,7 @@ void Worker::AbortStepAsync(const AbortStepRequest* request, AbortStepResponse*,
   if (code == absl::StatusCode::kOk) code = absl::StatusCode::kAborted;
   const std::string message =
       request->message().empty() ? absl::StrCat("step ", request->step_id(), " aborted") : request->message();
-  rendezvous_mgr_.AbortStep(request->step_id(), absl::Status(code, message));
-  if (collectives_ != nullptr) collectives_->AbortStep(request->step_id(), absl::Status(code, message));
+  AbortStepHere(request->step_id(), absl::Status(code, message));
   done(absl::OkStatus());
 }
 

@@ -168,8 +168,19 @@ class Worker {
   // worker is shutting down.
   void Schedule(std::function<void()> fn, const StatusCallback& done);
   absl::Status ShuttingDown() const;
-  // RunGraph's step, on whichever thread runs it.
-  void RunGraphNow(const RunGraphRequest* request, RunGraphResponse* response, const StatusCallback& done);
+  // Runs an admitted RunGraph: inline on this (RPC) thread when it may
+  // (GraphMgr::RunsInline), else on the compute pool; on this thread
+  // whenever it is a compute thread.
+  void Dispatch(QueuedRun run, bool on_compute_thread);
+  // Runs `run`, then each queued step its end releases (GraphMgr::Ended),
+  // on this thread while it may, else through Dispatch.
+  void RunGraphs(QueuedRun run, bool on_compute_thread);
+  // Fails `run` with `status` without running it (its step aborted here),
+  // and with it the queued steps that follow it.
+  void FailRuns(QueuedRun run, absl::Status status);
+  // A step fails here: its rendezvous and collectives are aborted, and its
+  // queued RunGraphs fail.
+  void AbortStepHere(int64_t step_id, const absl::Status& status);
   // Drops a finished step's rendezvous and collective state.
   void CleanupStepState(int64_t step_id);
   // Checks the cluster a RegisterGraph carries and hands it to
