@@ -33,6 +33,10 @@ absl::Status CheckReplicasToAggregate(StrategySpec::Kind kind, int replicas_to_a
 
 absl::Status ValidateStrategySpec(const JobSpec& job) {
   const StrategySpec& spec = job.strategy();
+  if (spec.steps_per_execution() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("job: strategy.steps_per_execution ", spec.steps_per_execution(),
+                                                   " is negative; use 1 or more, or 0 to let the master choose"));
+  }
   if (spec.steps_in_flight() < 0 || spec.steps_in_flight() > kMaxStepsInFlight) {
     return absl::InvalidArgumentError(absl::StrCat("job: strategy.steps_in_flight ", spec.steps_in_flight(),
                                                    " is out of range: 1 to ", kMaxStepsInFlight,

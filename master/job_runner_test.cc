@@ -193,6 +193,8 @@ std::string DataDir() {
 
 // A sync PARAMETER_SERVER job of `steps` steps on one worker and one ps,
 // without evaluation; the heartbeat and the recovery poll are quick.
+// One step per RunGraph, so that a fault injected at the kth RunGraph hits
+// step k.
 JobSpec PsJob(int64_t steps) {
   JobSpec job = Job(absl::StrCat(R"(name: "flaky"
       model { input_shape: [16] num_classes: 2
@@ -201,7 +203,7 @@ JobSpec PsJob(int64_t steps) {
                 test_images: "test-images" test_labels: "test-labels" scale: 255 }
       optimizer { sgd { learning_rate: 0.1 } }
       eval { skip: true }
-      strategy { kind: PARAMETER_SERVER sync: true }
+      strategy { kind: PARAMETER_SERVER sync: true steps_per_execution: 1 }
       recovery { heartbeat_ms: 10 heartbeat_timeout_ms: 2000 task_wait_seconds: 30 max_restarts: 2 }
       batch_size: 8 seed: 3 intra_op_threads: 1 steps: )",
                                  steps));

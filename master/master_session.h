@@ -116,8 +116,8 @@ class MasterSession {
   // targets node names. `outputs` receives one tensor per fetch, in order.
   // With iterations > 1 every task runs its partition that many times back
   // to back in one RunGraph (steps_per_execution; the same feeds each time,
-  // so it suits graphs that read their own input), and the fetches come from
-  // the last iteration.
+  // so it suits graphs that read their own input): a float32 scalar fetch
+  // (a loss) is the mean over the iterations, other fetches the last's.
   absl::Status Run(const std::vector<std::pair<std::string, Tensor>>& feeds, const std::vector<std::string>& fetches,
                    const std::vector<std::string>& targets, std::vector<Tensor>* outputs, int iterations = 1);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/time/clock.h"
 #include "common/logging.h"
 
 namespace weft {
@@ -39,6 +40,7 @@ void AsyncReplicas::Loop(const ReplicaNames& names, const std::string& task) {
   const std::vector<std::string> fetches = {names.loss};
   const std::vector<std::string> targets = ReplicaTargets(names);
   std::vector<Tensor> out;
+  AutoStepsPerDispatch sizer;  // steps_per_call 0: this replica's dispatches
   for (;;) {
     int64_t n = 0;
     {
@@ -47,11 +49,13 @@ void AsyncReplicas::Loop(const ReplicaNames& names, const std::string& task) {
           +[](AsyncReplicas* self) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !self->paused_ || self->remaining_ <= 0; },
           this));
       if (remaining_ <= 0 || cancelled_->load()) return;
-      n = std::min(steps_per_call_, remaining_);
+      n = std::min(steps_per_call_ > 0 ? steps_per_call_ : sizer.Next(), remaining_);
       remaining_ -= n;  // tickets: exactly total_steps steps run
       ++active_;
     }
+    const absl::Time issued = absl::Now();
     absl::Status s = session_->Run({}, fetches, targets, &out, static_cast<int>(n));
+    if (s.ok()) sizer.Ended(n, issued, absl::Now());
     if (!s.ok() && recover_ != nullptr && !cancelled_->load()) {
       {
         // The steps go back to the pool, and a checkpoint (Quiesce) need

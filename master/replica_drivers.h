@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "master/master_session.h"
+#include "master/step_pipeline.h"
 #include "master/strategy.h"
 #include "runtime/training_loop.h"
 
@@ -34,7 +35,7 @@ namespace master {
 class AsyncReplicas {
  public:
   // Each replica runs up to `steps_per_call` steps per dispatch
-  // (steps_per_execution).
+  // (steps_per_execution; 0: as many as AutoStepsPerDispatch says).
   // `recover` (may be null) decides whether a replica whose step failed
   // goes on (JobRunner::RecoverReplica); its steps return to the pool.
   AsyncReplicas(MasterSession* session, const ReplicatedGraph& rg, const std::vector<std::string>& tasks,

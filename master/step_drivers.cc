@@ -48,6 +48,7 @@ StepDriver::StepDriver(const JobSpec& job, const DistributedPlan& plan, MasterSe
       session_(session),
       cancelled_(cancelled),
       steps_per_call_(std::max(1, job.strategy().steps_per_execution())),
+      auto_steps_(job.strategy().steps_per_execution() == 0),
       checkpoint_every_(job.checkpoint().dir().empty() ? 0 : job.checkpoint().every_steps()),
       handed_out_(start_step),
       step_examples_(counts.step_examples) {
@@ -66,7 +67,8 @@ StepDriver::StepDriver(const JobSpec& job, const DistributedPlan& plan, MasterSe
     const int in_flight = job.strategy().steps_in_flight() > 0 ? job.strategy().steps_in_flight() : 2;
     lockstep_ = std::make_unique<StepPipeline>(session, losses_, targets_, in_flight);
   } else {
-    async_ = std::make_unique<AsyncReplicas>(session, rg, plan.replica_tasks, steps, step_examples_, steps_per_call_,
+    async_ = std::make_unique<AsyncReplicas>(session, rg, plan.replica_tasks, steps, step_examples_,
+                                             auto_steps_ ? 0 : steps_per_call_,
                                              cancelled, std::move(recover));
   }
 }
@@ -82,7 +84,7 @@ absl::StatusOr<StepResult> StepDriver::Step(int64_t max_steps) {
   if (lockstep_ == nullptr) return absl::FailedPreconditionError("the job's steps have stopped");
   StepPipeline& p = *lockstep_;
   while (p.pending() < p.depth() && p.pending_steps() < max_steps && !cancelled_->load()) {
-    int64_t n = std::min(steps_per_call_, max_steps - p.pending_steps());
+    int64_t n = std::min(auto_steps_ ? auto_.Next() : steps_per_call_, max_steps - p.pending_steps());
     if (checkpoint_every_ > 0) {
       // A checkpoint by steps falls due after the dispatch in flight: it
       // must find nothing running beyond it. No dispatch crosses one.
@@ -90,16 +92,21 @@ absl::StatusOr<StepResult> StepDriver::Step(int64_t max_steps) {
       if (p.pending() > 0 && issued_to % checkpoint_every_ == 0) break;
       n = std::min(n, checkpoint_every_ - issued_to % checkpoint_every_);
     }
-    if (p.Issue(static_cast<int>(n))) continue;
+    if (p.Issue(static_cast<int>(n))) {
+      ++dispatches_;
+      continue;
+    }
     if (p.pending() > 0) break;  // the plan is registered once they are taken
     // The signature's first dispatch registers its plan, alone.
     RETURN_IF_ERROR(session_->Run({}, losses_, targets_, &out_, static_cast<int>(n)));
+    ++dispatches_;
     handed_out_ += n;
     return Result(n, out_);
   }
   if (p.pending() == 0) return absl::CancelledError("job cancelled");
   StepPipeline::Result r = p.Take();
   if (!r.status.ok()) return r.status;
+  if (auto_steps_) auto_.Ended(r.iterations, r.issued, absl::Now());
   handed_out_ += r.iterations;
   return Result(r.iterations, r.fetched);
 }
@@ -120,6 +127,13 @@ absl::Status StepDriver::AtRest(int64_t loop_step, const std::function<absl::Sta
 }
 
 void StepDriver::Stop() {
+  if (lockstep_ != nullptr && auto_steps_ && dispatches_ > 0) {
+    Logger("master")->info("job '{}': {} steps in {} dispatches, {:.1f} per dispatch (steps_per_execution 0: chosen "
+                           "for about {} ms each)",
+                           job_name_, handed_out_ - start_step_, dispatches_,
+                           static_cast<double>(handed_out_ - start_step_) / static_cast<double>(dispatches_),
+                           absl::ToInt64Milliseconds(AutoStepsPerDispatch::kTarget));
+  }
   lockstep_.reset();  // waits for the dispatches in flight
   async_.reset();  // joins the replicas' threads
   if (accumulating_ != nullptr) {

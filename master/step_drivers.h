@@ -92,8 +92,11 @@ class StepDriver {
   std::vector<std::string> losses_;   // lockstep: every replica's loss
   std::vector<std::string> targets_;  // lockstep: the step's train targets
   int64_t steps_per_call_ = 1;
+  const bool auto_steps_;  // steps_per_execution 0 (lockstep)
+  AutoStepsPerDispatch auto_;
   const int64_t checkpoint_every_;  // the job's checkpoint.every_steps, 0 without
   int64_t handed_out_;              // lockstep: the last step handed to the loop
+  int64_t dispatches_ = 0;          // lockstep: issued so far
   int64_t step_examples_ = 0;
   std::vector<Tensor> out_;
   std::unique_ptr<StepPipeline> lockstep_;

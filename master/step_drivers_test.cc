@@ -102,6 +102,25 @@ TEST(TrainingSignaturesTest, OneLockstepSignatureOrOnePerFreeReplica) {
   EXPECT_EQ(s[0].second, (std::vector<std::string>{"replica_0/train"}));
 }
 
+// steps_per_execution 0: one step until one is timed, then as many as fill
+// about kTarget, a pipelined dispatch timed from the end of the one before.
+TEST(AutoStepsPerDispatchTest, FollowsTheMeasuredStepTime) {
+  AutoStepsPerDispatch a;
+  EXPECT_EQ(a.Next(), 1);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  a.Ended(1, t0, t0 + absl::Milliseconds(2));  // 2 ms a step
+  EXPECT_EQ(a.Next(), absl::ToInt64Milliseconds(AutoStepsPerDispatch::kTarget) / 2);
+  // Issued long before, it started when the one before ended: 10 steps in
+  // 20 ms, still 2 ms a step.
+  a.Ended(10, t0, t0 + absl::Milliseconds(22));
+  EXPECT_EQ(a.Next(), absl::ToInt64Milliseconds(AutoStepsPerDispatch::kTarget) / 2);
+  AutoStepsPerDispatch fast, slow;
+  fast.Ended(1000, t0, t0 + absl::Milliseconds(1));
+  EXPECT_EQ(fast.Next(), AutoStepsPerDispatch::kMaxSteps);
+  slow.Ended(1, t0, t0 + absl::Seconds(1));
+  EXPECT_EQ(slow.Next(), 1);
+}
+
 }  // namespace
 }  // namespace master
 }  // namespace weft

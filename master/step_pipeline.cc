@@ -3,8 +3,25 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/time/clock.h"
+
 namespace weft {
 namespace master {
+
+int64_t AutoStepsPerDispatch::Next() const {
+  if (step_seconds_ <= 0) return 1;
+  const double n = absl::ToDoubleSeconds(kTarget) / step_seconds_;
+  return std::clamp<int64_t>(static_cast<int64_t>(n), 1, kMaxSteps);
+}
+
+void AutoStepsPerDispatch::Ended(int64_t steps, absl::Time issued, absl::Time now) {
+  // A pipelined dispatch starts running when the one before it ends.
+  const absl::Time start = std::max(issued, last_end_);
+  last_end_ = now;
+  if (steps <= 0 || now <= start) return;
+  const double per_step = absl::ToDoubleSeconds(now - start) / static_cast<double>(steps);
+  step_seconds_ = step_seconds_ <= 0 ? per_step : 0.75 * step_seconds_ + 0.25 * per_step;
+}
 
 StepPipeline::StepPipeline(MasterSession* session, std::vector<std::string> fetches,
                            std::vector<std::string> targets, int depth)
@@ -23,6 +40,7 @@ bool StepPipeline::Issue(int iterations) {
     Slot& slot = slots_[k % depth_];
     slot.ended = false;
     slot.iterations = iterations;
+    slot.issued = absl::Now();
   }
   const bool started = session_->RunAsync(
       {}, fetches_, targets_, iterations,
@@ -50,6 +68,7 @@ StepPipeline::Result StepPipeline::Take() {
     slot.status = absl::OkStatus();
     r.fetched.swap(slot.fetched);
     r.iterations = slot.iterations;
+    r.issued = slot.issued;
   }
   ++taken_;
   pending_steps_ -= r.iterations;

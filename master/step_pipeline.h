@@ -23,11 +23,31 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/tensor.h"
 #include "master/master_session.h"
 
 namespace weft {
 namespace master {
+
+// steps_per_execution 0: how many steps the next dispatch runs,
+// from the time per step measured so far: as many as take about kTarget
+// (1 to kMaxSteps), 1 until a step has been timed. Long enough that the
+// master's dispatch costs the tasks little; short enough that a SIGTERM or
+// a cancel is seen within a few dispatches. Keras 3's
+// steps_per_execution="auto" tunes the same knob.
+class AutoStepsPerDispatch {
+ public:
+  static constexpr absl::Duration kTarget = absl::Milliseconds(20);
+  static constexpr int64_t kMaxSteps = 64;
+  int64_t Next() const;
+  // A dispatch of `steps`, issued at `issued`, ended at `now`.
+  void Ended(int64_t steps, absl::Time issued, absl::Time now);
+
+ private:
+  double step_seconds_ = 0;  // smoothed; 0 until measured
+  absl::Time last_end_ = absl::InfinitePast();
+};
 
 class StepPipeline {
  public:
@@ -41,6 +61,7 @@ class StepPipeline {
     absl::Status status;
     int iterations = 0;
     std::vector<Tensor> fetched;
+    absl::Time issued;  // when Issue started it
   };
 
   // Starts a dispatch of `iterations` steps. False when its plan is not
@@ -64,6 +85,7 @@ class StepPipeline {
   struct Slot {
     bool ended = false;
     int iterations = 0;
+    absl::Time issued;
     absl::Status status;
     std::vector<Tensor> fetched;
   };

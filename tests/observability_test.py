@@ -45,7 +45,9 @@ batch_size: 64
 epochs: 8
 seed: 1
 intra_op_threads: 1
-strategy { kind: MULTI_WORKER_MIRRORED }
+# One step per dispatch keeps the job running long enough to be scraped
+# (the default, 0, runs this small model many steps per dispatch).
+strategy { kind: MULTI_WORKER_MIRRORED steps_per_execution: 1 }
 """ % DATA
 
 

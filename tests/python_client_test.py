@@ -409,6 +409,8 @@ def test_a_cancelled_fit_raises_and_the_cluster_keeps_serving(client, fmnist):
      "starts from 0"),
     (lambda: weft.keras.optimizers.schedules.CosineDecay(0.1, 0), ValueError, "decay_steps"),
     (lambda: weft.distribute.ParameterServerStrategy(replicas_to_aggregate=2), ValueError, "replicas_to_aggregate"),
+    (lambda: weft.distribute.MultiWorkerMirroredStrategy(steps_per_execution=0), ValueError,
+     "steps_per_execution must be 'auto' or a positive int"),
     (lambda: weft.Client("127.0.0.1:1", insecure=True, timeout=-1), ValueError, "timeout"),
     (lambda: weft.Client("no-port", insecure=True), ValueError, "master"),
     (lambda: weft.Client("127.0.0.1:1", ca=7), TypeError, "ca"),
@@ -417,7 +419,8 @@ def test_a_cancelled_fit_raises_and_the_cluster_keeps_serving(client, fmnist):
     (lambda: layers.GRU(4, reset_after=False), ValueError, "GRU: reset_after=False is not supported"),
 ], ids=["units", "units_type", "activation", "rate", "kernel_size", "learning_rate", "optimizer", "clipnorm",
         "adamw_weight_decay", "staircase", "warmup_from_zero", "decay_steps",
-        "replicas_to_aggregate", "timeout", "master", "ca_type", "lstm_units", "lstm_dropout", "gru_reset_after"])
+        "replicas_to_aggregate", "steps_per_execution", "timeout", "master", "ca_type", "lstm_units", "lstm_dropout",
+        "gru_reset_after"])
 def test_bad_arguments_name_the_argument(call, exc, words):
     with pytest.raises(exc, match=words):
         call()

@@ -8,8 +8,9 @@
 // fetches and targets need plus what peers wait for. Run executes a registered
 // graph for a step: validates the fed values against the registered feeds,
 // runs the executor `iterations` times with step ids step_id, step_id+1, ...
-// all on the one rendezvous given, and returns the requested fetches of the
-// last iteration.
+// all on the one rendezvous given, and returns the requested fetches: a
+// float32 scalar (a loss) as the mean over the iterations, others as the
+// last iteration left them.
 //
 // Threads: all graphs share the worker's inter-op pool (or run inline on the
 // caller without one). _Recv is asynchronous, so a step waiting for a value
@@ -243,7 +244,7 @@ class GraphMgr {
   absl::StatusOr<int> CheckIterations(const RunGraphRequest& request) const;
   // Runs `item`'s executor `iterations` times from step `first_step`,
   // stopping at the first error or at CancelAll; `fetched` holds the last
-  // iteration's fetches.
+  // iteration's fetches, float32 scalars averaged over the iterations.
   absl::Status RunIterations(Item& item, const std::vector<Tensor>& feeds, int64_t first_step, int iterations,
                              Rendezvous* rendezvous, std::vector<Tensor>* fetched, TraceRecorder* trace) ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -65,6 +65,8 @@ absl::Status SelectFetches(const std::vector<std::string>& names, const RunGraph
   return absl::OkStatus();
 }
 
+bool IsFloatScalar(const Tensor& t) { return t.dtype() == DType::kFloat32 && t.shape().dims().empty(); }
+
 }  // namespace
 
 absl::StatusOr<int> GraphMgr::CheckIterations(const RunGraphRequest& request) const {
@@ -89,6 +91,9 @@ absl::Status GraphMgr::RunIterations(Item& item, const std::vector<Tensor>& feed
                                      int iterations, Rendezvous* rendezvous, std::vector<Tensor>* fetched,
                                      TraceRecorder* trace) {
   absl::Status status;
+  // A float32 scalar fetch (a loss) is the mean over the iterations, summed
+  // in double; others are the last iteration's.
+  std::vector<double> sums;
   for (int i = 0; i < iterations && status.ok(); ++i) {
     // Shutdown stops a long RunGraph between iterations, not after all of
     // them (one atomic load per iteration).
@@ -97,9 +102,22 @@ absl::Status GraphMgr::RunIterations(Item& item, const std::vector<Tensor>& feed
       status = cancel_status_;
       break;
     }
-    status = item.executor->Run(feeds, fetched, first_step + i, rendezvous, trace);
+    // A traced call records its first iteration's kernels: one step.
+    status = item.executor->Run(feeds, fetched, first_step + i, rendezvous, i == 0 ? trace : nullptr);
     if (!status.ok() && iterations > 1) {
       status = Annotate(status, absl::StrCat("iteration ", i, " (step ", first_step + i, ")"));
+    }
+    if (!status.ok() || iterations == 1) continue;
+    sums.resize(fetched->size(), 0.0);
+    for (size_t f = 0; f < fetched->size(); ++f) {
+      if (IsFloatScalar((*fetched)[f])) sums[f] += (*fetched)[f].data<float>()[0];
+    }
+  }
+  if (status.ok() && iterations > 1) {
+    for (size_t f = 0; f < fetched->size(); ++f) {
+      if (IsFloatScalar((*fetched)[f])) {
+        (*fetched)[f] = Tensor::Scalar<float>(static_cast<float>(sums[f] / iterations));
+      }
     }
   }
   return status;

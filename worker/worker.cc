@@ -31,6 +31,7 @@ Worker::Worker(const WorkerOptions& options)
       task_(TaskName(options.job, options.task_index)),
       incarnation_(NewIncarnation()),
       collectives_(options.collectives),
+      max_iterations_(options.limits.max_iterations),
       datasets_(options.datasets),
       set_cluster_(options.set_cluster),
       rendezvous_mgr_([this, puller = options.puller](int64_t step_id) -> std::shared_ptr<Rendezvous> {
@@ -93,7 +94,7 @@ void Worker::Shutdown() {
   graph_mgr_->CancelAll(ShuttingDown());
   rendezvous_mgr_.AbortAll(ShuttingDown());
   if (collectives_ != nullptr) {
-    for (int64_t step : graph_mgr_->RunningSteps()) collectives_->AbortStep(step, ShuttingDown());
+    for (int64_t step : graph_mgr_->RunningSteps()) AbortCollectives(step, ShuttingDown());
   }
   // Steps queued behind others would wait for ever (Admit refuses new ones
   // once CancelAll ran).
@@ -226,6 +227,13 @@ void Worker::RunGraphs(QueuedRun run, bool on_compute_thread) {
     if (run.arrived_ns != 0) run.response->set_queued_us((absl::GetCurrentTimeNanos() - run.arrived_ns) / 1000);
     if (run.rendezvous == nullptr) run.rendezvous = rendezvous_mgr_.Find(step_id);
     const uint64_t record = step_ring_.Begin(step_id, request.iterations());
+    // Only a count the graph manager will accept (its quota bounds the
+    // collectives an abort then walks).
+    const bool several = request.iterations() > 1 && request.iterations() <= max_iterations_;
+    if (several) {
+      absl::MutexLock lock(&iterations_mu_);
+      iterations_[step_id] = request.iterations();
+    }
     absl::Status s = graph_mgr_->Run(request, run.rendezvous.get(), run.response);
     step_ring_.End(record, s);
     if (!s.ok()) {
@@ -233,6 +241,10 @@ void Worker::RunGraphs(QueuedRun run, bool on_compute_thread) {
       // not wait for values that will never come.
       AbortStepHere(step_id, s);
       Logger("worker")->info("step {} failed: {}; the last steps here: {}", step_id, s.ToString(), step_ring_.Dump());
+    }
+    if (several) {
+      absl::MutexLock lock(&iterations_mu_);
+      iterations_.erase(step_id);
     }
     // Before `done`, which may free the request.
     auto next = graph_mgr_->Ended(request, s);
@@ -262,9 +274,24 @@ void Worker::FailRuns(QueuedRun run, absl::Status status) {
   }
 }
 
+void Worker::AbortCollectives(int64_t step_id, const absl::Status& status) {
+  if (collectives_ == nullptr) return;
+  int iterations = 1;
+  {
+    absl::MutexLock lock(&iterations_mu_);
+    auto it = iterations_.find(step_id);
+    if (it != iterations_.end()) {
+      iterations = it->second;
+      aborted_iterations_[step_id] = iterations;  // their marks go at the step's cleanup
+    }
+  }
+  // Each iteration's collectives are keyed by its own step id.
+  for (int i = 0; i < iterations; ++i) collectives_->AbortStep(step_id + i, status);
+}
+
 void Worker::AbortStepHere(int64_t step_id, const absl::Status& status) {
   rendezvous_mgr_.AbortStep(step_id, status);
-  if (collectives_ != nullptr) collectives_->AbortStep(step_id, status);
+  AbortCollectives(step_id, status);
   for (QueuedRun& run : graph_mgr_->TakeQueued([&](const RunGraphRequest& r) { return r.step_id() == step_id; })) {
     FailRuns(std::move(run), status);
   }
@@ -281,7 +308,17 @@ void Worker::AbortStepAsync(const AbortStepRequest* request, AbortStepResponse*,
 
 void Worker::CleanupStepState(int64_t step_id) {
   rendezvous_mgr_.Cleanup(step_id);
-  if (collectives_ != nullptr) collectives_->CleanupStep(step_id);
+  if (collectives_ == nullptr) return;
+  int iterations = 1;
+  {
+    absl::MutexLock lock(&iterations_mu_);
+    auto it = aborted_iterations_.find(step_id);
+    if (it != aborted_iterations_.end()) {
+      iterations = it->second;
+      aborted_iterations_.erase(it);
+    }
+  }
+  for (int i = 0; i < iterations; ++i) collectives_->CleanupStep(step_id + i);
 }
 
 void Worker::CleanupStepAsync(const CleanupStepRequest* request, CleanupStepResponse*, StatusCallback done) {

@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/thread_pool.h"
@@ -181,6 +182,8 @@ class Worker {
   // A step fails here: its rendezvous and collectives are aborted, and its
   // queued RunGraphs fail.
   void AbortStepHere(int64_t step_id, const absl::Status& status);
+  // Aborts the collectives of the RunGraph of `step_id`, every iteration's.
+  void AbortCollectives(int64_t step_id, const absl::Status& status);
   // Drops a finished step's rendezvous and collective state.
   void CleanupStepState(int64_t step_id);
   // Checks the cluster a RegisterGraph carries and hands it to
@@ -192,6 +195,7 @@ class Worker {
   const std::string task_;
   const uint64_t incarnation_;
   CollectiveRuntime* const collectives_;
+  const int max_iterations_;  // GraphMgrLimits::max_iterations
   DatasetCache* const datasets_;
   const std::function<void(const ClusterDef&)> set_cluster_;
   std::atomic<bool> draining_{false};
@@ -202,6 +206,12 @@ class Worker {
   std::unique_ptr<GraphMgr> graph_mgr_;
   RendezvousMgr rendezvous_mgr_;
   StepRing step_ring_;
+  // RunGraphs of several iterations running now: step id -> iterations.
+  absl::Mutex iterations_mu_;
+  absl::flat_hash_map<int64_t, int> iterations_ ABSL_GUARDED_BY(iterations_mu_);
+  // Such RunGraphs aborted: their iterations' collectives are cleaned up
+  // with the step.
+  absl::flat_hash_map<int64_t, int> aborted_iterations_ ABSL_GUARDED_BY(iterations_mu_);
 
   absl::Mutex cluster_mu_;  // serialises ApplyCluster
   ClusterDef cluster_ ABSL_GUARDED_BY(cluster_mu_);  // the last one applied

@@ -368,8 +368,11 @@ TEST_F(WorkerTest, IterationsRunTheStepThatManyTimes) {
   Output v = b.Variable("v", DType::kFloat32, {2}, "ones");
   Output grad = b.Const(weft::testing::FloatTensor({2}, {1, 2}), "grad");
   b.Op("ApplyGradientDescent", {v, grad}, {Attr("learning_rate", 0.5f)}, "apply");
+  Output s = b.Variable("s", DType::kFloat32, {}, "ones");
+  b.Op("ApplyGradientDescent", {s, b.Const(Tensor::Scalar<float>(1.0f), "one")}, {Attr("learning_rate", 0.5f)},
+       "scalar");
   ASSERT_TRUE(b.status().ok()) << b.status();
-  auto h = Register(lw0_.get(), MakeRegisterRequest(g.ToGraphDef(), {}, {"apply"}));
+  auto h = Register(lw0_.get(), MakeRegisterRequest(g.ToGraphDef(), {}, {"apply", "scalar"}));
   ASSERT_TRUE(h.ok()) << h.status();
 
   RunGraphRequest req;
@@ -380,6 +383,8 @@ TEST_F(WorkerTest, IterationsRunTheStepThatManyTimes) {
   ASSERT_TRUE(Run(lw0_.get(), req, &resp).ok());
   // v = 1 - 3 * 0.5 * grad
   EXPECT_EQ(weft::testing::MaxAbsDiff(Fetched(resp, "apply"), weft::testing::FloatTensor({2}, {-0.5f, -2.0f})), 0);
+  // A float scalar (a loss) is the mean over the iterations: s went 0.5, 0, -0.5.
+  EXPECT_EQ(Fetched(resp, "scalar").data<float>()[0], 0.0f);
 
   req.set_iterations(1);
   req.set_step_id(13);

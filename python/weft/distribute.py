@@ -27,13 +27,13 @@ class Strategy:
     """Base of the strategies; ``kind`` is a StrategySpec.Kind."""
     kind = job_pb2.StrategySpec.NONE
 
-    def __init__(self, client=None, steps_per_execution: int = 1) -> None:
+    def __init__(self, client=None, steps_per_execution="auto") -> None:
         from weft.client import Client
         if client is not None and not isinstance(client, Client):
             raise TypeError(f"client must be a weft.Client, not {type(client).__name__}")
-        if isinstance(steps_per_execution, bool) or not isinstance(steps_per_execution, int) \
-                or steps_per_execution < 1:
-            raise ValueError(f"steps_per_execution must be a positive int, got {steps_per_execution!r}")
+        if steps_per_execution != "auto" and (isinstance(steps_per_execution, bool) or
+                                              not isinstance(steps_per_execution, int) or steps_per_execution < 1):
+            raise ValueError(f"steps_per_execution must be 'auto' or a positive int, got {steps_per_execution!r}")
         self._client = client
         self.steps_per_execution = steps_per_execution
 
@@ -57,7 +57,8 @@ class Strategy:
 
     def to_proto(self) -> "job_pb2.StrategySpec":
         spec = job_pb2.StrategySpec(kind=self.kind)
-        if self.steps_per_execution > 1:
+        # "auto" is the job's 0: the master sizes each dispatch as it runs.
+        if self.steps_per_execution != "auto":
             spec.steps_per_execution = self.steps_per_execution
         self._fill(spec)
         return spec
