@@ -53,7 +53,7 @@ def allreduce(table, out):
 
 
 def mwm(results, out):
-    runs = {"weft": [], "weft8": [], "weft16": [], "ddp": [], "ddpm": []}
+    runs = {"weft": [], "weft1": [], "weft16": [], "ddp": [], "ddpm": []}
     for line in open(results):
         who, js = line.split(" ", 1)
         r = json.loads(js)
@@ -61,13 +61,13 @@ def mwm(results, out):
     if not runs["weft"] or not runs["ddp"]:
         return
     fig, ax = plt.subplots(figsize=(6, 4))
-    order = [w for w in ["weft", "weft8", "weft16", "ddp", "ddpm"] if runs[w]]
-    label = {"weft": "weft MWM", "weft8": "weft MWM\n8 steps/dispatch", "weft16": "weft MWM\nfloat16 all-reduce",
+    order = [w for w in ["weft", "weft1", "weft16", "ddp", "ddpm"] if runs[w]]
+    label = {"weft": "weft MWM", "weft1": "weft MWM\n1 step/dispatch", "weft16": "weft MWM\nfloat16 all-reduce",
              "ddp": "PyTorch DDP\n(gloo)",
              "ddpm": "DDP, glibc\nmmap threshold up"}
     names = [label[w] for w in order]
     meds = [statistics.median(runs[w]) for w in order]
-    color = {"weft": "#1f77b4", "weft8": "#aec7e8", "weft16": "#9edae5", "ddp": "#ff7f0e", "ddpm": "#ffbb78"}
+    color = {"weft": "#1f77b4", "weft1": "#aec7e8", "weft16": "#9edae5", "ddp": "#ff7f0e", "ddpm": "#ffbb78"}
     ax.bar(range(len(order)), meds, 0.5, color=[color[w] for w in order])
     for i, who in enumerate(order):
         ax.scatter([i] * len(runs[who]), runs[who], color="black", s=12, zorder=3)

@@ -85,17 +85,18 @@ ddp_run() {
 
 PS_ASYNC='strategy { kind: PARAMETER_SERVER sync: false }'
 PS_SYNC='strategy { kind: PARAMETER_SERVER sync: true }'
-# The same with 8 steps per dispatch (Keras's steps_per_execution): one
-# RunGraph per task runs 8 steps, so the master's round trip is paid once.
-PS_ASYNC8='strategy { kind: PARAMETER_SERVER sync: false steps_per_execution: 8 }'
-PS_SYNC8='strategy { kind: PARAMETER_SERVER sync: true steps_per_execution: 8 }'
+# The same one step at a time (weft before steps_per_execution 0, which
+# sizes each dispatch to ~20 ms of steps, and steps_in_flight became the
+# defaults): one step per RunGraph, none queued behind it.
+PS_ASYNC1='strategy { kind: PARAMETER_SERVER sync: false steps_per_execution: 1 }'
+PS_SYNC1='strategy { kind: PARAMETER_SERVER sync: true steps_per_execution: 1 steps_in_flight: 1 }'
 MWM='strategy { kind: MULTI_WORKER_MIRRORED }'
 
 # 1. PARAMETER_SERVER against DDP, 2 workers.
 job "$TMP/ps_async.pbtxt" 2 1 1 "$PS_ASYNC"
 job "$TMP/ps_sync.pbtxt" 2 1 1 "$PS_SYNC"
-job "$TMP/ps_async8.pbtxt" 2 1 1 "$PS_ASYNC8"
-job "$TMP/ps_sync8.pbtxt" 2 1 1 "$PS_SYNC8"
+job "$TMP/ps_async1.pbtxt" 2 1 1 "$PS_ASYNC1"
+job "$TMP/ps_sync1.pbtxt" 2 1 1 "$PS_SYNC1"
 LOAD_PS0="$(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 0; r < ROUNDS; r++)); do
   for k in 0 1 2 3 4 5; do  # rotate who goes first
@@ -103,8 +104,8 @@ for ((r = 0; r < ROUNDS; r++)); do
     0) weft_run ps_async 2 1 "$TMP/ps_async.pbtxt" ;;
     1) weft_run ps_sync 2 1 "$TMP/ps_sync.pbtxt" ;;
     2) ddp_run ddp2 2 1 ;;
-    3) weft_run ps_async8 2 1 "$TMP/ps_async8.pbtxt" ;;
-    4) weft_run ps_sync8 2 1 "$TMP/ps_sync8.pbtxt" ;;
+    3) weft_run ps_async1 2 1 "$TMP/ps_async1.pbtxt" ;;
+    4) weft_run ps_sync1 2 1 "$TMP/ps_sync1.pbtxt" ;;
     5) ddp_run ddp2m 2 1 MALLOC_MMAP_THRESHOLD_=2000000000 MALLOC_TRIM_THRESHOLD_=4000000000 ;;
     esac
   done
@@ -153,15 +154,16 @@ with open(f"{tmp}/ps-ddp.md", "w") as o:
     p("Asynchronous PS applies each worker's gradients as they arrive; synchronous PS applies the")
     p("mean of both once per step. DDP runs as it comes and with glibc's mmap threshold raised")
     p("(as in the MULTI_WORKER_MIRRORED section); the ratios are against the faster of the two.")
-    p("With `steps_per_execution: 8` one RunGraph per task runs 8 steps. samples/s over the training")
+    p("weft runs with its defaults (each dispatch sized to ~20 ms of steps; sync: two dispatches in flight)")
+    p("and one step at a time (`steps_per_execution: 1`, sync also `steps_in_flight: 1`). samples/s over the training")
     p("steps after the run's first call (its `warmup_seconds`: partitions registered, shards loaded;")
     p("DDP's clock also starts after its setup), median of the rounds. Goal: 1.2x DDP, sync and async.")
     p()
     p("| | median samples/s | min | max | test accuracy (median) | / DDP samples/s |")
     p("|---|---:|---:|---:|---:|---:|")
     for label, name in (("ps_async", "weft PARAMETER_SERVER async"), ("ps_sync", "weft PARAMETER_SERVER sync"),
-                        ("ps_async8", "weft PARAMETER_SERVER async, steps_per_execution 8"),
-                        ("ps_sync8", "weft PARAMETER_SERVER sync, steps_per_execution 8"),
+                        ("ps_async1", "weft PARAMETER_SERVER async, one step per dispatch"),
+                        ("ps_sync1", "weft PARAMETER_SERVER sync, one step at a time"),
                         ("ddp2", "PyTorch DDP (gloo)"),
                         ("ddp2m", "PyTorch DDP (gloo), glibc's mmap threshold raised")):
         v = [sps(r) for r in runs[label]]
