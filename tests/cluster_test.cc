@@ -171,7 +171,9 @@ TEST_F(ClusterTest, JobsWithEachStrategyComplete) {
   for (const Case& c : {Case{StrategySpec::PARAMETER_SERVER, true, 1}, Case{StrategySpec::PARAMETER_SERVER, false, 1},
                         Case{StrategySpec::MULTI_WORKER_MIRRORED, true, 1},
                         Case{StrategySpec::MULTI_WORKER_MIRRORED, true, 4},
-                        Case{StrategySpec::PARAMETER_SERVER, false, 4}}) {
+                        Case{StrategySpec::PARAMETER_SERVER, false, 4},
+                        // 0: each dispatch sized as the job runs.
+                        Case{StrategySpec::PARAMETER_SERVER, true, 0}}) {
     SCOPED_TRACE(absl::StrCat(StrategySpec::Kind_Name(c.kind), c.sync ? " sync" : " async",
                               " steps_per_execution ", c.steps_per_execution));
     JobSpec job = Job(data, 3);

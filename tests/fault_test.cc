@@ -71,8 +71,9 @@ constexpr int kExamples = 480;
 constexpr int kBatch = 16;   // the global batch: 8 per replica
 constexpr int kSteps = 400;  // job steps (async PS: replica steps)
 constexpr int kEvery = 50;   // checkpoint.every_steps
-// A dispatch is one step (steps_per_execution 1): a recovery trains again
-// at most the steps since the last checkpoint, plus the one in flight.
+// No dispatch runs past a checkpoint by steps (however many steps the
+// master gives it): a recovery trains again at most the steps since the
+// last checkpoint, plus one.
 constexpr int kMaxStepsLost = kEvery + 1;
 // Bounds on waits that a healthy run ends far inside.
 constexpr absl::Duration kJobDeadline = absl::Seconds(150);
