@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
 #include "worker/graph_mgr.h"
 
 namespace weft {
@@ -28,14 +27,13 @@ absl::StatusOr<bool> GraphMgr::Admit(QueuedRun& run) {
     return absl::InvalidArgumentError(absl::StrCat("after_step_id ", before, " must be below the step's id ",
                                                    request.step_id()));
   }
-  ASSIGN_OR_RETURN(std::shared_ptr<Item> item, Find(request.session_handle(), request.graph_handle()));
   absl::MutexLock lock(&mu_);
   if (cancelled_.load(std::memory_order_acquire)) return cancel_status_;  // nothing would release it
-  // Deregistered since Find: nothing would release it.
   auto held = graphs_.find(request.graph_handle());
-  if (held == graphs_.end() || held->second != item) {
+  if (held == graphs_.end() || held->second->session_handle != request.session_handle()) {
     return NotRegistered(request.session_handle(), request.graph_handle());
   }
+  const std::shared_ptr<Item>& item = held->second;
   const int remembered = std::min(item->ended_count, kRememberedEnds);
   int64_t oldest = INT64_MAX;
   for (int i = 0; i < remembered; ++i) {
@@ -56,7 +54,7 @@ absl::StatusOr<bool> GraphMgr::Admit(QueuedRun& run) {
         "graph ", request.graph_handle(), " already has ", waiting, " steps waiting on task ", task_,
         " for the steps before them, its quota (--max_queued_steps=", limits_.max_queued_steps, ")"));
   }
-  queued_.push_back(Queued{std::move(item), std::move(run)});
+  queued_.push_back(Queued{item, std::move(run)});
   return false;
 }
 

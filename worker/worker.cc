@@ -197,11 +197,10 @@ void Worker::RunGraphAsync(const RunGraphRequest* request, RunGraphResponse* res
     if (!now.ok()) return FailRuns(std::move(run), now.status());
     if (!*now) return;  // queued behind the step before it
   }
-  Dispatch(std::move(run), /*on_compute_thread=*/false);
+  Dispatch(std::move(run));
 }
 
-void Worker::Dispatch(QueuedRun run, bool on_compute_thread) {
-  if (on_compute_thread) return RunGraphs(std::move(run), true);
+void Worker::Dispatch(QueuedRun run) {
   if (graph_mgr_->RunsInline(*run.request)) {
     // A short step that cannot wait runs here, on the RPC's thread: a hop
     // to the compute pool would cost it more than it computes.
@@ -254,7 +253,7 @@ void Worker::RunGraphs(QueuedRun run, bool on_compute_thread) {
     // The next step continues on a compute thread; on an RPC thread only
     // when it may run inline.
     if (!on_compute_thread && !graph_mgr_->RunsInline(*next->first.request)) {
-      return Dispatch(std::move(next->first), false);
+      return Dispatch(std::move(next->first));
     }
     run = std::move(next->first);
   }

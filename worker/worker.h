@@ -169,10 +169,9 @@ class Worker {
   // worker is shutting down.
   void Schedule(std::function<void()> fn, const StatusCallback& done);
   absl::Status ShuttingDown() const;
-  // Runs an admitted RunGraph: inline on this (RPC) thread when it may
-  // (GraphMgr::RunsInline), else on the compute pool; on this thread
-  // whenever it is a compute thread.
-  void Dispatch(QueuedRun run, bool on_compute_thread);
+  // Runs an admitted RunGraph from an RPC thread: inline when it may
+  // (GraphMgr::RunsInline), else on the compute pool.
+  void Dispatch(QueuedRun run);
   // Runs `run`, then each queued step its end releases (GraphMgr::Ended),
   // on this thread while it may, else through Dispatch.
   void RunGraphs(QueuedRun run, bool on_compute_thread);
