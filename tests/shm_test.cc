@@ -158,6 +158,15 @@ TEST(ShmTest, SharedMemoryAndTheNetworkTrainTheSameVariables) {
       EXPECT_TRUE(absl::StrContains(cluster.Log(t), "go through shared memory"))
           << cluster.daemon(t)->name() << " sent over the network:\n" << testing::LogTail(cluster.daemon(t)->log());
     }
+    // Once the rings were up, pulls skipped gRPC both ways: the workers'
+    // of variables from the ps, the ps's of gradients from each worker.
+    for (int t : {0, 1}) {
+      EXPECT_TRUE(absl::StrContains(cluster.Log(t), "pulls from task /job:ps/task:0 go through shared memory both"))
+          << testing::LogTail(cluster.daemon(t)->log());
+      EXPECT_TRUE(absl::StrContains(cluster.Log(2), absl::StrCat("pulls from task /job:worker/task:", t,
+                                                                 " go through shared memory both")))
+          << testing::LogTail(cluster.daemon(2)->log());
+    }
   }
   {
     ShmCluster cluster("net", {"--shared_memory=false"});
@@ -176,6 +185,38 @@ TEST(ShmTest, SharedMemoryAndTheNetworkTrainTheSameVariables) {
     EXPECT_EQ(through_shm[k].step, 120);
     testing::ExpectSameVariables(through_shm[k], through_network[k]);
   }
+}
+
+// Synchronous PARAMETER_SERVER pulls through the rings both ways: the ps
+// killed while the workers wait for its variables fails the step promptly
+// with UNAVAILABLE naming it (its ring closing fails the pulls), not at a
+// deadline, and leaves nothing in /dev/shm.
+TEST(ShmTest, APsKilledMidPullFailsTheStepAndLeavesNothingInDevShm) {
+  const std::set<std::string> before = DevShm();
+  const std::string data = testing::WriteThreeClassData(TempPath("data-kill-ps"), 480);
+  ShmCluster cluster("kill-ps", {});
+  ASSERT_TRUE(cluster.Start());
+  JobSpec job = Job(data, TempPath("ckpt-kill-ps"), 1000000, StrategySpec::PARAMETER_SERVER);
+  job.mutable_recovery()->set_max_restarts(-1);  // the first failure ends the job
+  auto id = cluster.client()->SubmitJob(job);
+  ASSERT_TRUE(id.ok()) << id.status();
+  bool killed = false;
+  JobStatus st = testing::WatchJobToEnd(cluster.client(), *id, kJobDeadline, [&](const JobStatus& s) {
+    if (!killed && s.state() == RUNNING && s.step() > 50) {
+      killed = true;
+      cluster.daemon(2)->process()->Signal(SIGKILL);
+    }
+  });
+  ASSERT_TRUE(killed) << st.DebugString();
+  EXPECT_EQ(st.state(), FAILED);
+  EXPECT_EQ(st.error_code(), static_cast<int>(absl::StatusCode::kUnavailable)) << st.error();
+  EXPECT_TRUE(absl::StrContains(st.error(), "/job:ps/task:0")) << st.error();
+  ASSERT_TRUE(cluster.daemon(2)->process()->WaitFor(absl::Seconds(10)));
+  EXPECT_TRUE(absl::StrContains(cluster.Log(0), "pulls from task /job:ps/task:0 go through shared memory both"))
+      << testing::LogTail(cluster.daemon(0)->log());
+  for (int t : {0, 1}) EXPECT_TRUE(cluster.daemon(t)->CheckRunning().ok()) << cluster.daemon(t)->name();
+  cluster.Stop();
+  EXPECT_EQ(DevShm(), before) << "segments left in /dev/shm";
 }
 
 TEST(ShmTest, AWorkerKilledMidAllReduceFailsTheStepAndLeavesNothingInDevShm) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
+#include "common/logging.h"
 #include "common/peer_metrics.h"
 #include "common/status_macros.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -145,7 +146,7 @@ namespace {
 // One RecvTensor call; shared by its completion callback, its canceller and
 // (through shared memory) the mailbox receive of its reply.
 struct PullCall {
-  grpc::ClientContext ctx;
+  std::optional<grpc::ClientContext> ctx;  // a pull over gRPC only
   std::unique_ptr<grpc::GenericStub> stub;  // holds the channel
   grpc::ByteBuffer request;
   grpc::ByteBuffer response;
@@ -253,6 +254,32 @@ void OnRecvTensorReply(const std::shared_ptr<PullCall>& call, const grpc::Status
   if (done) Deliver(call, std::move(done), std::move(got));
 }
 
+// Sends the request through the ring to the peer, whose reply can then
+// come only through its ring to this task: true when it went. A failure to
+// write the request, or the ring from the peer closing (the mailbox fails
+// the receive), ends the pull with that error.
+bool AskThroughRing(const std::shared_ptr<PullCall>& call, const RecvTensorRequest& request,
+                    const GrpcTensorPuller::RingRequester& requester) {
+  StatusCallback written = [call](const absl::Status& s) {
+    if (s.ok()) return;
+    call->mailbox->AbortCollective(collective::RecvTensorChunkKey(call->pull_id, call->step_id),
+                                   Annotate(s, "the RecvTensor request to task " + call->task));
+  };
+  if (!requester(call->task, call->step_id, call->pull_id, request.SerializeAsString(), written)) return false;
+  Rendezvous::DoneCallback done;
+  absl::Status failed;
+  {
+    absl::MutexLock lock(&call->mu);
+    call->reply_in_shm = true;  // no RPC: the mailbox settles the pull
+    if (call->mailbox_failed.has_value()) {
+      failed = *call->mailbox_failed;
+      done = call->TakeDone();
+    }
+  }
+  if (done) Deliver(call, std::move(done), failed);
+  return true;
+}
+
 }  // namespace
 
 std::function<void()> GrpcTensorPuller::PullAsync(const std::string& task, int64_t step_id, const std::string& key,
@@ -272,7 +299,6 @@ std::function<void()> GrpcTensorPuller::PullAsync(const std::string& task, int64
   }
   auto call = std::make_shared<PullCall>();
   call->done = std::move(done);
-  call->stub = std::make_unique<grpc::GenericStub>(channels_->Get(*address));
   RecvTensorRequest request;
   request.set_step_id(step_id);
   request.set_rendezvous_key(key);
@@ -286,13 +312,31 @@ std::function<void()> GrpcTensorPuller::PullAsync(const std::string& task, int64
     call->pull_id = next_pull_id_.fetch_add(1, std::memory_order_relaxed);
     request.set_shm_pull_id(call->pull_id);
     ReceiveReplyPart(call, 0);
+    if (ring_requester_ && AskThroughRing(call, request, ring_requester_)) {
+      CountRingPull(task);
+      return [call] {
+        call->mailbox->AbortCollective(collective::RecvTensorChunkKey(call->pull_id, call->step_id),
+                                       absl::CancelledError("the pull was cancelled"));
+      };
+    }
   }
+  call->stub = std::make_unique<grpc::GenericStub>(channels_->Get(*address));
   grpc::Slice slice(request.SerializeAsString());
   call->request = grpc::ByteBuffer(&slice, 1);
-  SetDeadline(&call->ctx, timeout_);
-  call->stub->UnaryCall(&call->ctx, kRecvTensorMethod, grpc::StubOptions(), &call->request, &call->response,
+  call->ctx.emplace();
+  SetDeadline(&*call->ctx, timeout_);
+  call->stub->UnaryCall(&*call->ctx, kRecvTensorMethod, grpc::StubOptions(), &call->request, &call->response,
                         [call](grpc::Status s) { OnRecvTensorReply(call, s); });
-  return [call] { call->ctx.TryCancel(); };
+  return [call] { call->ctx->TryCancel(); };
+}
+
+void GrpcTensorPuller::CountRingPull(const std::string& task) {
+  ring_pulls_.fetch_add(1, std::memory_order_relaxed);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!ring_peers_.insert(task).second) return;
+  }
+  Logger("worker")->info("RecvTensor pulls from task {} go through shared memory both ways", task);
 }
 
 }  // namespace worker

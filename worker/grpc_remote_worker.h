@@ -18,6 +18,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -99,16 +100,31 @@ class GrpcTensorPuller final : public TensorPullerInterface {
   // task's rings deliver (collective::WorkerCollectives::shm_mailbox; null:
   // never). Set before the first pull.
   void SetShmMailbox(collective::CollectiveMailbox* mailbox) { shm_mailbox_ = mailbox; }
+  // Sends a pull's request through shared memory instead of gRPC when it
+  // can (collective::WorkerCollectives::SendPullRequestThroughRing: true,
+  // `done` taken) so that neither the request nor the reply touches gRPC.
+  // Needs the mailbox. Set before the first pull.
+  using RingRequester = std::function<bool(const std::string& task, int64_t step_id, uint64_t pull_id,
+                                           std::string request, StatusCallback& done)>;
+  void SetRingRequester(RingRequester requester) { ring_requester_ = std::move(requester); }
+  // Pulls whose request went through a ring (for tests and the bench).
+  uint64_t ring_pulls() const { return ring_pulls_.load(std::memory_order_relaxed); }
 
  private:
   ChannelCache* const channels_;
   const absl::Duration timeout_;
   collective::CollectiveMailbox* shm_mailbox_ = nullptr;
+  RingRequester ring_requester_;
   std::atomic<uint64_t> next_pull_id_{1};
+  std::atomic<uint64_t> ring_pulls_{0};
   absl::Mutex mu_;
   ClusterDef cluster_ ABSL_GUARDED_BY(mu_);
   // Per peer task: bytes pulled and time per pull (common/peer_metrics.h).
   std::map<std::string, PeerSeries> peers_ ABSL_GUARDED_BY(mu_);
+  // Peers pulled from through rings both ways.
+  std::set<std::string> ring_peers_ ABSL_GUARDED_BY(mu_);
+  // Counts a pull through a ring; logs the first from each peer.
+  void CountRingPull(const std::string& task);
 };
 
 // "/weft.WorkerService/RecvTensor": the raw method both ends use.

@@ -106,6 +106,13 @@ grpc::ByteBuffer EncodeInShmRecvTensorResponse() {
   return grpc::ByteBuffer(&slice, 1);
 }
 
+std::string EncodeRecvTensorError(const absl::Status& status) {
+  RecvTensorResponse header;
+  header.set_error_code(static_cast<int32_t>(status.code()));
+  header.set_error_message(std::string(status.message().substr(0, kMaxRecvTensorErrorBytes)));
+  return Framed(header);
+}
+
 absl::Status RecvTensorAssembler::Begin(absl::Span<const absl::string_view> pieces, bool more_parts,
                                         Allocator* allocator) {
   PieceReader reader(pieces);
@@ -126,6 +133,15 @@ absl::Status RecvTensorAssembler::Begin(absl::Span<const absl::string_view> piec
   reader.Copy(header_bytes.data(), header_len);
   RecvTensorResponse header;
   if (!header.ParseFromString(header_bytes)) return Corrupt("header does not parse");
+
+  if (header.error_code() != 0 || !header.error_message().empty()) {
+    const int32_t code = header.error_code();
+    if (code <= 0 || code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated) ||
+        header.has_tensor() || header.is_dead() || header.in_shm() || reader.remaining() != 0) {
+      return Corrupt(absl::StrCat("an error reply (code ", code, ") that is not only an error"));
+    }
+    return absl::Status(static_cast<absl::StatusCode>(code), header.error_message());
+  }
 
   if (header.in_shm()) {
     if (header.has_tensor() || header.is_dead() || reader.remaining() != 0) {

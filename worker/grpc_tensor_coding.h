@@ -47,6 +47,11 @@ std::string EncodeRecvTensorHeader(const Tensor& value, bool is_dead);
 grpc::ByteBuffer EncodeRecvTensorResponse(const Tensor& value, bool is_dead);
 // The reply whose tensor went through shared memory: a header with in_shm.
 grpc::ByteBuffer EncodeInShmRecvTensorResponse();
+// The varint-prefixed header of a failed request (a request that came
+// through a shared-memory ring is answered there, errors too). The
+// message is cut to kMaxRecvTensorErrorBytes. REQUIRES: !status.ok().
+inline constexpr size_t kMaxRecvTensorErrorBytes = 4 << 10;
+std::string EncodeRecvTensorError(const absl::Status& status);
 
 // A reply that arrives as consecutive parts (a large one through shared
 // memory, collective::SplitMessage): Begin with the first part (the header
@@ -54,7 +59,9 @@ grpc::ByteBuffer EncodeInShmRecvTensorResponse();
 // Each part's bytes are copied once, straight into the tensor. Payload
 // beyond what the header's dtype and shape need is DATA_LOSS, and so is
 // less when `more_parts` is false; a tensor over the process's memory
-// budget is RESOURCE_EXHAUSTED before anything is allocated.
+// budget is RESOURCE_EXHAUSTED before anything is allocated. A reply that
+// carries the callee's error (EncodeRecvTensorError) makes Begin return
+// that error; one whose code is not a status code is DATA_LOSS.
 class RecvTensorAssembler {
  public:
   absl::Status Begin(absl::Span<const absl::string_view> pieces, bool more_parts,

@@ -162,6 +162,37 @@ TEST(TensorCodingTest, InShmRepliesAndRingMessages) {
   EXPECT_EQ(corrupt.status().code(), absl::StatusCode::kDataLoss);
 }
 
+// A request that came through a ring is answered there, its errors too: the
+// error comes back as itself; an error reply with anything else in it, or
+// a code that is no status code, is corrupt.
+TEST(TensorCodingTest, ErrorRepliesCarryTheCalleesStatus) {
+  const absl::Status refused = absl::PermissionDeniedError("task t asked for 'a:0', which is sent to u");
+  EXPECT_EQ(DecodeString(EncodeRecvTensorError(refused)), refused);
+  const absl::Status long_error = absl::AbortedError(std::string(100000, 'x'));
+  absl::Status cut = DecodeString(EncodeRecvTensorError(long_error));
+  EXPECT_EQ(cut.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(cut.message().size(), kMaxRecvTensorErrorBytes);
+
+  auto frame = [](const RecvTensorResponse& header) {
+    const std::string body = header.SerializeAsString();
+    return std::string(1, static_cast<char>(body.size())) + body;
+  };
+  RecvTensorResponse bad;
+  bad.set_error_code(99);
+  EXPECT_EQ(DecodeString(frame(bad)).code(), absl::StatusCode::kDataLoss);
+  bad.set_error_code(-3);
+  EXPECT_EQ(DecodeString(frame(bad)).code(), absl::StatusCode::kDataLoss);
+  bad.set_error_code(0);
+  bad.set_error_message("a message without a code");
+  EXPECT_EQ(DecodeString(frame(bad)).code(), absl::StatusCode::kDataLoss);
+  bad.set_error_code(static_cast<int32_t>(absl::StatusCode::kInternal));
+  bad.set_is_dead(true);
+  EXPECT_EQ(DecodeString(frame(bad)).code(), absl::StatusCode::kDataLoss);
+  bad.set_is_dead(false);
+  EXPECT_EQ(DecodeString(frame(bad) + "payload").code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeString(frame(bad)).code(), absl::StatusCode::kInternal);
+}
+
 // A reply in parts, as a large one comes through shared memory: the header
 // and the payload's start, then the rest in order.
 TEST(TensorCodingTest, AssemblesAReplyFromParts) {

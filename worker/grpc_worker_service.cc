@@ -42,7 +42,7 @@ class RecvTensorReactor final : public grpc::ServerUnaryReactor {
     const uint64_t pull_id = request.shm_pull_id();
     const int64_t step_id = request.step_id();
     const bool via_shm = pull_id != 0 && shm_reply != nullptr && *shm_reply && !caller.empty();
-    worker->RecvTensorAsync(&request, [state = state_, via_shm, pull_id, step_id, caller, shm_reply](
+    worker->RecvTensorAsync(&request, caller, [state = state_, via_shm, pull_id, step_id, caller, shm_reply](
                                           const absl::Status& s, const Tensor& value, bool is_dead) {
       if (!s.ok()) return state->Finish(ToGrpcStatus(s), nullptr);
       if (via_shm) {

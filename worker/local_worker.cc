@@ -77,7 +77,7 @@ std::function<void()> InProcessTensorPuller::PullAsync(const std::string& task, 
   RecvTensorRequest request;
   request.set_step_id(step_id);
   request.set_rendezvous_key(key);
-  worker->RecvTensorAsync(&request, std::move(done));
+  worker->RecvTensorAsync(&request, /*caller=*/"", std::move(done));
   // Nothing to cancel: the sender's table fails the wait when its step ends,
   // and the receiving rendezvous ignores a late answer after an abort.
   return nullptr;

@@ -383,7 +383,8 @@ void Worker::PutDatasetAsync(const PutDatasetRequest* request, PutDatasetRespons
   Schedule([this, request, response, done] { done(datasets_->Put(*request, response)); }, done);
 }
 
-void Worker::RecvTensorAsync(const RecvTensorRequest* request, Rendezvous::DoneCallback done) {
+void Worker::RecvTensorAsync(const RecvTensorRequest* request, const std::string& caller,
+                             Rendezvous::DoneCallback done) {
   auto key = ParseRendezvousKey(request->rendezvous_key());
   if (!key.ok()) return done(key.status(), Tensor(), false);
   auto device = DeviceName::Parse(key->send_device);
@@ -392,6 +393,15 @@ void Worker::RecvTensorAsync(const RecvTensorRequest* request, Rendezvous::DoneC
     return done(absl::InvalidArgumentError(absl::StrCat("RecvTensor for '", key->tensor_name, "' sent on ",
                                                         key->send_device, " reached task ", task_)),
                 Tensor(), false);
+  }
+  if (!caller.empty()) {
+    auto to = DeviceName::Parse(key->recv_device);
+    if (!to.ok()) return done(to.status(), Tensor(), false);
+    if (TaskName(to->job, to->task) != caller) {
+      return done(absl::PermissionDeniedError(absl::StrCat("task ", caller, " asked for '", key->tensor_name,
+                                                           "', which is sent to ", key->recv_device)),
+                  Tensor(), false);
+    }
   }
   if (key->incarnation != 0 && key->incarnation != incarnation_) {
     return done(absl::AbortedError(absl::StrCat("task ", task_, " restarted: '", key->tensor_name,

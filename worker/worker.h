@@ -132,7 +132,10 @@ class Worker {
   // FAILED_PRECONDITION when the task keeps no datasets.
   void PutDatasetAsync(const PutDatasetRequest* request, PutDatasetResponse* response, StatusCallback done);
   // `done` gets the value (sharing the sender's buffer) or the failure.
-  void RecvTensorAsync(const RecvTensorRequest* request, Rendezvous::DoneCallback done);
+  // `caller`: the authenticated task asking ("" insecure or in-process),
+  // which must be the task the key's tensor is sent to (PERMISSION_DENIED
+  // otherwise: a task reads only what the graph sends it).
+  void RecvTensorAsync(const RecvTensorRequest* request, const std::string& caller, Rendezvous::DoneCallback done);
 
   // Marks the task as about to stop (SIGTERM): GetStatus reports draining,
   // so the master checkpoints its jobs before the task goes.

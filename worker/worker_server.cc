@@ -13,6 +13,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "worker/ring_pulls.h"
 
 namespace weft {
 namespace worker {
@@ -78,6 +79,14 @@ WorkerServer::WorkerServer(const WorkerServerOptions& options)
                                                    const Tensor& value, std::string header, StatusCallback& done) {
       return c->SendTensorThroughRing(task, step_id, pull_id, value, std::move(header), done);
     });
+    // Pulls between tasks of this host that have rings both ways skip gRPC.
+    puller_->SetRingRequester([c = collectives_.get()](const std::string& task, int64_t step_id, uint64_t pull_id,
+                                                       std::string request, StatusCallback& done) {
+      return c->SendPullRequestThroughRing(task, step_id, pull_id, std::move(request), done);
+    });
+    collectives_->SetPullRequestHandler(
+        [w = worker_.get(), c = collectives_.get()](const std::string& caller, const collective::ChunkKey& key,
+                                                    std::string request) { ServeRingPull(w, c, caller, key, request); });
   }
   for (const ExtraServiceFactory& make : options.extra_services) {
     extra_services_.push_back(make(worker_.get(), security_));

@@ -109,6 +109,8 @@ class WorkerServer {
   int port() const { return port_; }
   const std::string& address() const { return address_; }
   Worker* worker() { return worker_.get(); }
+  // What the task's rendezvous pulls peers' tensors with.
+  GrpcTensorPuller* puller() { return puller_.get(); }
   // Replaces the peer addresses used to pull tensors and run collectives.
   // The Worker calls it with the cluster a RegisterGraph carries.
   void SetCluster(const ClusterDef& cluster) {

@@ -577,12 +577,12 @@ TEST_F(TwoTasks, AFailureOnOneTaskFailsThePeerInsteadOfHangingIt) {
 }
 
 TEST_F(TwoTasks, RecvTensorChecksTheKeysTaskAndIncarnation) {
-  auto recv = [&](Worker* w, const std::string& key) {
+  auto recv = [&](Worker* w, const std::string& key, const std::string& caller = "") {
     RecvTensorRequest r;
     r.set_step_id(1);
     r.set_rendezvous_key(key);
     absl::Status out;
-    w->RecvTensorAsync(&r, [&](const absl::Status& s, const Tensor&, bool) { out = s; });
+    w->RecvTensorAsync(&r, caller, [&](const absl::Status& s, const Tensor&, bool) { out = s; });
     return out;
   };
   absl::Status s = recv(w0_.get(), RendezvousKey(kTask1Cpu, 0, kTask0Cpu, "a:0", 1));
@@ -590,6 +590,11 @@ TEST_F(TwoTasks, RecvTensorChecksTheKeysTaskAndIncarnation) {
   s = recv(w0_.get(), RendezvousKey(kTask0Cpu, w0_->incarnation() + 1, kTask1Cpu, "a:0", 1));
   EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
   EXPECT_EQ(recv(w0_.get(), "garbage").code(), absl::StatusCode::kInvalidArgument);
+  // An authenticated task reads only what is sent to it.
+  s = recv(w0_.get(), RendezvousKey(kTask0Cpu, 0, kTask1Cpu, "a:0", 1), "/job:worker/task:2");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "task /job:worker/task:2 asked for 'a:0'")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), kTask1Cpu)) << s;
 }
 
 TEST_F(TwoTasks, ShutdownFailsABlockedStepAndLaterCalls) {

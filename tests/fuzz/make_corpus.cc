@@ -180,6 +180,8 @@ void Tensors() {
         std::string(1, '\0') + header + std::string(static_cast<const char*>(t.raw_data()), t.TotalBytes()));
   }
   Put("recv_tensor_fuzzer", "dead_no_value", std::string(1, '\x05') + worker::EncodeRecvTensorHeader(Tensor(), true));
+  Put("recv_tensor_fuzzer", "error_reply",
+      std::string(1, '\0') + worker::EncodeRecvTensorError(absl::AbortedError("step 3 was aborted")));
 
   collective::ChunkKey key;
   key.group_key = 1;

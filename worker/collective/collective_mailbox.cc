@@ -73,7 +73,7 @@ void CollectiveMailbox::RecvAsync(const ChunkKey& key, RecvCallback done, const 
 template <typename Pred>
 void CollectiveMailbox::TakeEntriesLocked(Pred pred, std::vector<RecvCallback>* waiters) {
   for (auto it = entries_.begin(); it != entries_.end();) {
-    if (!pred(it->first.key)) {
+    if (!pred(it->first)) {
       ++it;
       continue;
     }
@@ -94,7 +94,7 @@ void CollectiveMailbox::AbortCollective(const ChunkKey& key, const absl::Status&
   {
     absl::MutexLock lock(&mu_);
     aborted_collectives_.try_emplace(IdOf(key), status);
-    TakeEntriesLocked([&](const ChunkKey& k) { return k.SameCollective(key); }, &waiters);
+    TakeEntriesLocked([&](const Slot& s) { return s.key.SameCollective(key); }, &waiters);
   }
   FailAll(waiters, status);
 }
@@ -104,7 +104,17 @@ void CollectiveMailbox::AbortStep(int64_t step_id, const absl::Status& status) {
   {
     absl::MutexLock lock(&mu_);
     aborted_steps_.try_emplace(step_id, status);
-    TakeEntriesLocked([&](const ChunkKey& k) { return k.step_id == step_id; }, &waiters);
+    TakeEntriesLocked([&](const Slot& s) { return s.key.step_id == step_id; }, &waiters);
+  }
+  FailAll(waiters, status);
+}
+
+void CollectiveMailbox::AbortReceivesFrom(const std::string& sender, int64_t group_key, const absl::Status& status) {
+  std::vector<RecvCallback> waiters;
+  {
+    absl::MutexLock lock(&mu_);
+    const int32_t id = SenderIdLocked(sender);
+    TakeEntriesLocked([&](const Slot& s) { return s.sender == id && s.key.group_key == group_key; }, &waiters);
   }
   FailAll(waiters, status);
 }
@@ -114,7 +124,7 @@ void CollectiveMailbox::Abort(const absl::Status& status) {
   {
     absl::MutexLock lock(&mu_);
     if (!aborted_all_.has_value()) aborted_all_ = status;
-    TakeEntriesLocked([](const ChunkKey&) { return true; }, &waiters);
+    TakeEntriesLocked([](const Slot&) { return true; }, &waiters);
   }
   FailAll(waiters, status);
 }
@@ -136,7 +146,7 @@ void CollectiveMailbox::CleanupStep(int64_t step_id) {
         ++it;
       }
     }
-    TakeEntriesLocked([&](const ChunkKey& k) { return k.step_id == step_id; }, &waiters);
+    TakeEntriesLocked([&](const Slot& s) { return s.key.step_id == step_id; }, &waiters);
   }
   FailAll(waiters, absl::AbortedError(absl::StrCat("step ", step_id, " was cleaned up while a collective waited")));
 }

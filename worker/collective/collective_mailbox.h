@@ -73,6 +73,12 @@ class CollectiveMailbox {
   // and src_rank are ignored). REQUIRES: !status.ok().
   void AbortCollective(const ChunkKey& key, const absl::Status& status);
   void AbortStep(int64_t step_id, const absl::Status& status);
+  // Fails the receives of group `group_key` that wait for a chunk from
+  // `sender` (its transport is gone), dropping such chunks buffered;
+  // remembers nothing, so later receives are unaffected. Without
+  // check_senders it covers every receive of the group.
+  // REQUIRES: !status.ok().
+  void AbortReceivesFrom(const std::string& sender, int64_t group_key, const absl::Status& status);
   void Abort(const absl::Status& status);
   // Lifts Abort (not per-step or per-collective aborts).
   void Reset();
@@ -118,7 +124,8 @@ class CollectiveMailbox {
 
   // The abort covering `key`, if any.
   const absl::Status* AbortedLocked(const ChunkKey& key) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Removes the entries `pred` selects, collecting their waiters.
+  // Removes the entries `pred` (called with each Slot) selects, collecting
+  // their waiters.
   template <typename Pred>
   void TakeEntriesLocked(Pred pred, std::vector<RecvCallback>* waiters) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

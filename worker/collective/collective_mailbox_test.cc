@@ -42,6 +42,33 @@ TEST(CollectiveMailboxTest, AForgedChunkNeverTakesTheExpectedSendersPlace) {
   EXPECT_EQ(mailbox.NumEntries(), 0u);
 }
 
+// A sender's transport closing fails the receives of one group that wait
+// on that sender, and nothing else; a later receive still waits.
+TEST(CollectiveMailboxTest, AbortReceivesFromFailsOneSendersWaitersInOneGroup) {
+  CollectiveMailbox mailbox(/*check_senders=*/true);
+  const std::string gone = "/job:ps/task:0", other = "/job:worker/task:1";
+  const ChunkKey reply{-1, 7, 3, 0, 0, 0}, other_reply{-1, 8, 3, 0, 0, 0}, chunk{5, 1, 3, 0, 0, 0};
+  const absl::Status waiting = absl::UnknownError("still waiting");
+  absl::Status reply_status = waiting, other_status = waiting, chunk_status = waiting;
+  auto record = [](absl::Status* out) { return [out](const absl::Status& s, ReceivedChunk) { *out = s; }; };
+  mailbox.RecvAsync(reply, record(&reply_status), gone);
+  mailbox.RecvAsync(other_reply, record(&other_status), other);
+  mailbox.RecvAsync(chunk, record(&chunk_status), gone);
+  mailbox.AbortReceivesFrom(gone, -1, absl::UnavailableError("ring from /job:ps/task:0 closed"));
+  EXPECT_EQ(reply_status.code(), absl::StatusCode::kUnavailable) << reply_status;
+  EXPECT_EQ(other_status, waiting);
+  EXPECT_EQ(chunk_status, waiting);
+  EXPECT_EQ(mailbox.NumEntries(), 2u);
+  // Nothing remembered: a new receive from the same sender is served.
+  const ChunkKey later{-1, 9, 3, 0, 0, 0};
+  absl::Status later_status = waiting;
+  mailbox.RecvAsync(later, record(&later_status), gone);
+  EXPECT_TRUE(mailbox.Deliver(later, Chunk("reply"), gone).ok());
+  EXPECT_TRUE(later_status.ok()) << later_status;
+  mailbox.CleanupStep(3);
+  EXPECT_EQ(mailbox.NumEntries(), 0u);
+}
+
 TEST(CollectiveMailboxTest, WithoutSenderChecksSendersAreIgnored) {
   CollectiveMailbox mailbox;  // insecure clusters: no identities to compare
   EXPECT_TRUE(mailbox.Deliver(Key(1, 0), Chunk("x"), "").ok());

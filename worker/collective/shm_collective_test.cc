@@ -332,6 +332,82 @@ TEST_F(AttachTest, RefusesRingsBeyondTheLimit) {
   EXPECT_TRUE(shm_.Attach("t", RequestFor(*c)).ok());
 }
 
+// A RecvTensor request through a ring goes to the request handler under
+// the ring's authenticated sender, never to the mailbox.
+TEST_F(AttachTest, ARequestGoesToTheHandlerUnderTheRingsSender) {
+  struct Got {
+    absl::Notification done;
+    std::string sender, request;
+    ChunkKey key;
+  };
+  auto got = std::make_shared<Got>();
+  shm_.SetRequestHandler([got](const std::string& sender, const ChunkKey& key, std::string request) {
+    got->sender = sender;
+    got->key = key;
+    got->request = std::move(request);
+    got->done.Notify();
+  });
+  auto ring = NewRing();
+  ASSERT_TRUE(shm_.Attach("/job:worker/task:1", RequestFor(*ring)).ok());
+  // Attached, but nothing has come through yet: its sender may not know.
+  EXPECT_FALSE(shm_.HasRingFrom("/job:worker/task:1"));
+  ASSERT_TRUE(*ring->TryWrite(EncodeChunkTag(RecvTensorRequestChunkKey(7, 3)), "request", 7));
+  ASSERT_TRUE(got->done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(shm_.HasRingFrom("/job:worker/task:1"));
+  EXPECT_FALSE(shm_.HasRingFrom("/job:worker/task:2"));
+  EXPECT_EQ(got->sender, "/job:worker/task:1");
+  EXPECT_EQ(got->key, RecvTensorRequestChunkKey(7, 3));
+  EXPECT_EQ(got->request, "request");
+  EXPECT_EQ(mailbox_.NumEntries(), 0u);
+}
+
+// A request over the limit, or one this task cannot serve (no handler), is
+// a peer's fault: its ring closes, so the requester's writes fail.
+TEST_F(AttachTest, ARequestTooLargeOrUnservedClosesItsRing) {
+  int handled = 0;
+  for (bool with_handler : {true, false}) {
+    SCOPED_TRACE(with_handler ? "too large" : "no handler");
+    ShmCollectiveTransport shm(&network_, &mailbox_, Options());
+    if (with_handler) shm.SetRequestHandler([&](const std::string&, const ChunkKey&, std::string) { ++handled; });
+    auto ring = NewRing();
+    ASSERT_TRUE(shm.Attach("/job:worker/task:1", RequestFor(*ring)).ok());
+    const std::string request(with_handler ? kMaxRecvTensorRequestBytes + 1 : 10, 'r');
+    ASSERT_TRUE(*ring->TryWrite(EncodeChunkTag(RecvTensorRequestChunkKey(1, 1)), request.data(), request.size()));
+    for (int i = 0; i < 3000 && shm.NumIncomingRings() > 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+    EXPECT_EQ(shm.NumIncomingRings(), 0);
+    EXPECT_FALSE(shm.HasRingFrom("/job:worker/task:1"));
+    EXPECT_FALSE(ring->TryWrite(ShmRing::Tag{}, "more", 4).ok()) << "the requester can still write";
+  }
+  EXPECT_EQ(handled, 0);
+}
+
+// The ring from a task closing (it exited) fails the RecvTensor replies
+// still awaited from that task with UNAVAILABLE naming it; a collective's
+// receive keeps waiting.
+TEST_F(AttachTest, ARingThatClosesFailsTheRepliesAwaitedThroughIt) {
+  auto ring = NewRing();
+  ASSERT_TRUE(shm_.Attach("/job:ps/task:0", RequestFor(*ring)).ok());
+  auto reply = std::make_shared<absl::Notification>();
+  auto reply_status = std::make_shared<absl::Status>();
+  mailbox_.RecvAsync(
+      RecvTensorChunkKey(4, 2),
+      [reply, reply_status](const absl::Status& s, ReceivedChunk) {
+        *reply_status = s;
+        reply->Notify();
+      },
+      "/job:ps/task:0");
+  bool chunk_called = false;
+  mailbox_.RecvAsync(ChunkKey{5, 1, 2, 0, 0, 0}, [&](const absl::Status&, ReceivedChunk) { chunk_called = true; },
+                     "/job:ps/task:0");
+  ring->Close();
+  ASSERT_TRUE(reply->WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(reply_status->code(), absl::StatusCode::kUnavailable) << *reply_status;
+  EXPECT_THAT(std::string(reply_status->message()), HasSubstr("/job:ps/task:0"));
+  EXPECT_FALSE(chunk_called);
+  mailbox_.CleanupStep(2);  // fails the collective's receive while `chunk_called` lives
+  EXPECT_TRUE(chunk_called);
+}
+
 // The service refuses callers that are not cluster members before the
 // handler sees anything; that check is grpc_collective_test's (Exchange) and
 // the secure-cluster tests'. Here: without a handler, AttachShm is refused

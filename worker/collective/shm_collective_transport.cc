@@ -46,6 +46,8 @@ struct ShmCollectiveTransport::InRing {
   metrics::Counter* received = nullptr;
   std::thread reader;
   std::atomic<bool> finished{false};
+  // A message came through: the sender's end is writing into this ring.
+  std::atomic<bool> delivered{false};
 
   ~InRing() {
     if (reader.joinable()) reader.join();
@@ -187,14 +189,21 @@ void ShmCollectiveTransport::ReadLoop(InRing* in) {
           in->ring->WaitForData(in->pidfd, options_.spin, absl::InfiniteDuration()) == ShmRing::WaitResult::kPeerGone;
       continue;
     }
-    ReceivedChunk chunk;
-    chunk.pieces.assign(message.pieces.begin(), message.pieces.end());
-    chunk.borrowed = true;
     in->received->Increment(static_cast<double>(message.payload_bytes));
-    absl::Status delivered = mailbox_->Deliver(DecodeChunkTag(message.tag), std::move(chunk), in->sender);
-    in->ring->Release(message);
+    if (!in->delivered.load(std::memory_order_relaxed)) in->delivered.store(true);
+    const ChunkKey key = DecodeChunkTag(message.tag);
+    absl::Status delivered;
+    if (key.group_key == kRecvTensorRequestGroupKey) {
+      delivered = HandleRequest(*in, key, message);  // releases the message
+    } else {
+      ReceivedChunk chunk;
+      chunk.pieces.assign(message.pieces.begin(), message.pieces.end());
+      chunk.borrowed = true;
+      delivered = mailbox_->Deliver(key, std::move(chunk), in->sender);
+      in->ring->Release(message);
+    }
     if (!delivered.ok()) {
-      // Over the mailbox's quota: the sender's next chunks fail.
+      // Over the mailbox's quota, or a bad request: the sender's next chunks fail.
       Logger("worker")->warn("closing the shared-memory ring from task {}: {}", in->sender, std::string(delivered.message()));
       in->ring->Close();
       break;
@@ -208,6 +217,41 @@ void ShmCollectiveTransport::ReadLoop(InRing* in) {
     ring = std::move(in->ring);
     in->finished.store(true);
   }
+  // After `finished`: a pull that found this ring running waits already
+  // and fails here; a later one sees it gone and asks over gRPC.
+  if (!in->sender.empty()) {
+    mailbox_->AbortReceivesFrom(in->sender, kRecvTensorGroupKey,
+                                absl::UnavailableError(absl::StrCat("the shared-memory ring from task ", in->sender,
+                                                                    " closed before its RecvTensor reply came")));
+  }
+}
+
+absl::Status ShmCollectiveTransport::HandleRequest(const InRing& in, const ChunkKey& key,
+                                                   const ShmRing::Message& message) {
+  std::string request;
+  const bool fits = message.payload_bytes <= kMaxRecvTensorRequestBytes;
+  if (fits) {
+    request.reserve(message.payload_bytes);
+    for (absl::string_view piece : message.pieces) request.append(piece.data(), piece.size());
+  }
+  in.ring->Release(message);
+  if (!fits) {
+    return absl::InvalidArgumentError(absl::StrCat("a RecvTensor request of ", message.payload_bytes,
+                                                   " bytes, over the limit of ", kMaxRecvTensorRequestBytes));
+  }
+  if (in.sender.empty() || !request_handler_) {
+    return absl::FailedPreconditionError("a RecvTensor request, which this task takes only over gRPC");
+  }
+  request_handler_(in.sender, key, std::move(request));
+  return absl::OkStatus();
+}
+
+bool ShmCollectiveTransport::HasRingFrom(const std::string& task) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& in : incoming_) {
+    if (in->sender == task && !in->finished.load() && in->delivered.load()) return true;
+  }
+  return false;
 }
 
 int ShmCollectiveTransport::NumShmPeers() const {

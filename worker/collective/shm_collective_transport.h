@@ -18,6 +18,9 @@
 // RecvTensor replies take the same rings (TrySendThroughRing), never the
 // network fallback: their caller answers over gRPC instead. A reply over
 // half a ring goes as consecutive parts, which the puller reassembles.
+// RecvTensor requests take them too, when the peer has a ring to this
+// process for the reply (worker/ring_pulls.h): the reader hands such a
+// message to the request handler, under the ring's authenticated sender.
 //
 // Receiving. Attach (AttachShm's handler) opens a peer's ring and starts a
 // reader thread that delivers each chunk to the mailbox as a borrowed chunk,
@@ -27,7 +30,8 @@
 // Failure. Both ends watch each other's process with a pidfd: when the peer
 // exits, the writer fails every chunk queued for it with UNAVAILABLE naming
 // the peer's task (as a broken gRPC stream does) and the next send offers a
-// new ring (to the restarted task); the reader stops. A ring a peer corrupts
+// new ring (to the restarted task); the reader stops, and fails the
+// RecvTensor replies still awaited from that peer (UNAVAILABLE). A ring a peer corrupts
 // fails the same way with DATA_LOSS. A chunk over the mailbox's quota closes
 // the ring, failing the sender's later chunks.
 //
@@ -37,6 +41,7 @@
 #ifndef WEFT_WORKER_COLLECTIVE_SHM_COLLECTIVE_TRANSPORT_H_
 #define WEFT_WORKER_COLLECTIVE_SHM_COLLECTIVE_TRANSPORT_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,6 +85,22 @@ class ShmCollectiveTransport final : public CollectiveTransportInterface {
   ShmCollectiveTransport(CollectiveTransportInterface* network, CollectiveMailbox* mailbox, Options options);
   ~ShmCollectiveTransport() override;
   ShmCollectiveTransport(const ShmCollectiveTransport&) = delete;
+
+  // What serves a RecvTensor request that came through a ring: `sender`,
+  // the authenticated peer (never empty); `key`, RecvTensorRequestChunkKey;
+  // `request`, its bytes (at most kMaxRecvTensorRequestBytes). Runs on the
+  // ring's reader thread, so it must not block.
+  using RequestHandler =
+      std::function<void(const std::string& sender, const ChunkKey& key, std::string request)>;
+  // REQUIRES: before the first Attach (a ring with a request and no
+  // handler is closed, failing the requester's sends).
+  void SetRequestHandler(RequestHandler handler) { request_handler_ = std::move(handler); }
+  // Whether a ring from task `task` is attached, its reader still runs and
+  // a message has come through it: then that task's sender writes into it
+  // (a ring attached here before its sender has heard so carries nothing,
+  // and a reply the sender cannot put into a ring is lost), and stops only
+  // when the ring closes, which the reader sees.
+  bool HasRingFrom(const std::string& task) const;
   ShmCollectiveTransport& operator=(const ShmCollectiveTransport&) = delete;
 
   void SendAsync(const CollectiveGroup& group, int dst, const ChunkKey& key, SendChunk chunk,
@@ -107,11 +128,15 @@ class ShmCollectiveTransport final : public CollectiveTransportInterface {
   std::shared_ptr<ShmSender> PeerFor(const std::string& address, const std::string& task,
                                      const std::string& describe);
   void ReadLoop(InRing* in);
+  // A request message (RecvTensorRequestChunkKey) from `in`'s sender; an
+  // error closes the ring.
+  absl::Status HandleRequest(const InRing& in, const ChunkKey& key, const ShmRing::Message& message);
 
   CollectiveMailbox* const mailbox_;
   const Options options_;
   const std::string host_id_;
   ShmSender::Context context_;  // the senders' (set once)
+  RequestHandler request_handler_;  // set once, before any reader runs
 
   mutable absl::Mutex mu_;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;

@@ -42,6 +42,16 @@ inline constexpr int64_t kRecvTensorGroupKey = -1;
 inline ChunkKey RecvTensorChunkKey(uint64_t pull_id, int64_t step_id) {
   return ChunkKey{kRecvTensorGroupKey, static_cast<int64_t>(pull_id), step_id, 0, 0, 0};
 }
+// A RecvTensor request through a ring (worker/ring_pulls.h): the message
+// under this key is a serialized RecvTensorRequest for that pull, and the
+// reply comes under RecvTensorChunkKey. The receiving end hands it to its
+// request handler, never to the mailbox.
+inline constexpr int64_t kRecvTensorRequestGroupKey = -2;
+inline ChunkKey RecvTensorRequestChunkKey(uint64_t pull_id, int64_t step_id) {
+  return ChunkKey{kRecvTensorRequestGroupKey, static_cast<int64_t>(pull_id), step_id, 0, 0, 0};
+}
+// Requests larger than this are a peer's garbage (a real one is ~100 bytes).
+inline constexpr size_t kMaxRecvTensorRequestBytes = 16 << 10;
 
 // A chunk's key as a ring message's tag, and back.
 ShmRing::Tag EncodeChunkTag(const ChunkKey& key);

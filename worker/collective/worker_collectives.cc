@@ -126,6 +126,26 @@ bool WorkerCollectives::SendTensorThroughRing(const std::string& task, int64_t s
   return shm_->TrySendThroughRing(*address, task, RecvTensorChunkKey(pull_id, step_id), std::move(chunk), done);
 }
 
+bool WorkerCollectives::SendPullRequestThroughRing(const std::string& task, int64_t step_id, uint64_t pull_id,
+                                                   std::string request, StatusCallback& done) {
+  absl::StatusOr<std::string> address;
+  {
+    absl::MutexLock lock(&mu_);
+    address = worker::TaskAddress(cluster_, task);
+  }
+  if (!address.ok()) return false;
+  absl::ReaderMutexLock lock(&shm_mu_);
+  if (shm_ == nullptr || !shm_->HasRingFrom(task)) return false;
+  SendChunk chunk;
+  chunk.prefix = std::move(request);
+  return shm_->TrySendThroughRing(*address, task, RecvTensorRequestChunkKey(pull_id, step_id), std::move(chunk), done);
+}
+
+void WorkerCollectives::SetPullRequestHandler(ShmCollectiveTransport::RequestHandler handler) {
+  absl::MutexLock lock(&shm_mu_);
+  if (shm_ != nullptr) shm_->SetRequestHandler(std::move(handler));
+}
+
 void WorkerCollectives::SetCluster(ClusterDef cluster) {
   absl::MutexLock lock(&mu_);
   cluster_ = std::move(cluster);

@@ -72,6 +72,17 @@ class WorkerCollectives final : public CollectiveRuntime {
   // reply must go over gRPC.
   bool SendTensorThroughRing(const std::string& task, int64_t step_id, uint64_t pull_id, const Tensor& value,
                              std::string header, StatusCallback& done);
+  // Sends RecvTensor request `request` (serialized, for pull `pull_id` of
+  // `step_id`) to task `task` through its shared-memory ring, if this task
+  // has a ring to it now and it has one to this task for the reply: true,
+  // and `done` taken (it runs once the bytes are in the ring, or with the
+  // error that kept them out). False, `done` untouched: ask over gRPC.
+  bool SendPullRequestThroughRing(const std::string& task, int64_t step_id, uint64_t pull_id, std::string request,
+                                  StatusCallback& done);
+  // Where RecvTensor requests that come through rings go
+  // (ShmCollectiveTransport::RequestHandler). REQUIRES: before the task
+  // serves; a no-op with shared memory off.
+  void SetPullRequestHandler(ShmCollectiveTransport::RequestHandler handler);
   void SetCluster(ClusterDef cluster);
 
   void AllReduceAsync(const AllReduceArgs& args, std::vector<Tensor*> tensors,
