@@ -104,6 +104,7 @@ Tensor& Tensor::operator=(const Tensor& o) {
   dtype_ = o.dtype_;
   shape_ = o.shape_;
   num_elements_ = o.num_elements_;
+  offset_ = o.offset_;
   buf_ = o.buf_;
   return *this;
 }
@@ -114,10 +115,12 @@ Tensor& Tensor::operator=(Tensor&& o) noexcept {
   dtype_ = o.dtype_;
   shape_ = std::move(o.shape_);
   num_elements_ = o.num_elements_;
+  offset_ = o.offset_;
   buf_ = o.buf_;
   o.buf_ = nullptr;
   o.dtype_ = DType::kInvalid;
   o.num_elements_ = 0;
+  o.offset_ = 0;
   return *this;
 }
 
@@ -129,6 +132,29 @@ absl::StatusOr<Tensor> Tensor::Reshaped(const TensorShape& shape) const {
   Tensor t(*this);
   t.shape_ = shape;
   return t;
+}
+
+absl::StatusOr<Tensor> Tensor::View(DType dtype, const TensorShape& shape, size_t byte_offset) const {
+  const std::string what = absl::StrCat(DTypeName(dtype), shape.DebugString(), " at byte ", byte_offset);
+  if (!IsInitialized()) return absl::InvalidArgumentError(absl::StrCat("a view ", what, " of no tensor"));
+  const std::string of = absl::StrCat(" of ", DTypeName(dtype_), shape_.DebugString(), " (", TotalBytes(), " bytes)");
+  if (byte_offset % kTensorAlignment != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a view ", what, of, ": the offset is not a multiple of ", kTensorAlignment));
+  }
+  if (!shape.IsFullyDefined()) return absl::InvalidArgumentError(absl::StrCat("a view ", what, of, ": unknown dims"));
+  absl::StatusOr<int64_t> elements = CheckedNumElements(shape.dims(), what);
+  if (!elements.ok()) return elements.status();
+  absl::StatusOr<size_t> size = CheckedByteSize(*elements, DTypeSize(dtype), what);
+  if (!size.ok()) return size.status();
+  const size_t bytes = *size;
+  if (byte_offset > TotalBytes() || bytes > TotalBytes() - byte_offset) {
+    return absl::InvalidArgumentError(absl::StrCat("a view ", what, " (", bytes, " bytes)", of, " reaches past its end"));
+  }
+  buf_->Ref();
+  Tensor view(dtype, shape, *elements, buf_);
+  view.offset_ = offset_ + byte_offset;
+  return view;
 }
 
 Tensor Tensor::DeepCopy(Allocator* allocator) const {

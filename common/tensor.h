@@ -1,8 +1,10 @@
 // Tensor: a dtype, a shape and a reference-counted, 64-byte-aligned buffer.
 //
 // Copying a Tensor shares its buffer (one atomic increment); DeepCopy makes a
-// new one. Kernels that want to write into an input in place check
-// `RefCountIsOne()` first. A default-constructed Tensor is uninitialised.
+// new one, and View a tensor over an aligned part of the same one (as
+// UnpackTensors hands out the parts of a packed transfer). Kernels that want
+// to write into an input in place check `RefCountIsOne()` first. A
+// default-constructed Tensor is uninitialised.
 //
 // Thread-safety: distinct Tensor objects may be used from different threads
 // even when they share a buffer; synchronising writes to the shared payload is
@@ -76,14 +78,20 @@ class Tensor {
   static size_t MaxTensorBytes();
   ~Tensor() { if (buf_ != nullptr) buf_->Unref(); }
 
-  Tensor(const Tensor& o) : dtype_(o.dtype_), shape_(o.shape_), num_elements_(o.num_elements_), buf_(o.buf_) {
+  Tensor(const Tensor& o)
+      : dtype_(o.dtype_), shape_(o.shape_), num_elements_(o.num_elements_), offset_(o.offset_), buf_(o.buf_) {
     if (buf_ != nullptr) buf_->Ref();
   }
   Tensor(Tensor&& o) noexcept
-      : dtype_(o.dtype_), shape_(std::move(o.shape_)), num_elements_(o.num_elements_), buf_(o.buf_) {
+      : dtype_(o.dtype_),
+        shape_(std::move(o.shape_)),
+        num_elements_(o.num_elements_),
+        offset_(o.offset_),
+        buf_(o.buf_) {
     o.buf_ = nullptr;
     o.dtype_ = DType::kInvalid;
     o.num_elements_ = 0;
+    o.offset_ = 0;
   }
   Tensor& operator=(const Tensor& o);
   Tensor& operator=(Tensor&& o) noexcept;
@@ -120,11 +128,18 @@ class Tensor {
   absl::Span<const T> flat() const {
     return absl::Span<const T>(data<T>(), static_cast<size_t>(num_elements_));
   }
-  void* raw_data() { return buf_ == nullptr ? nullptr : buf_->data(); }
-  const void* raw_data() const { return buf_ == nullptr ? nullptr : buf_->data(); }
+  void* raw_data() { return buf_ == nullptr ? nullptr : static_cast<char*>(buf_->data()) + offset_; }
+  const void* raw_data() const { return buf_ == nullptr ? nullptr : static_cast<const char*>(buf_->data()) + offset_; }
 
   // The same buffer seen with another shape of the same element count.
   absl::StatusOr<Tensor> Reshaped(const TensorShape& shape) const;
+  // A `dtype` tensor of `shape` over this one's payload bytes from
+  // `byte_offset` on, sharing its buffer: no copy, and the buffer lives as
+  // long as any tensor over it. INVALID_ARGUMENT, naming both, when this
+  // tensor is uninitialised, `byte_offset` is not a multiple of
+  // kTensorAlignment (a view is as aligned as a fresh tensor) or the bytes
+  // do not lie inside this tensor's payload.
+  absl::StatusOr<Tensor> View(DType dtype, const TensorShape& shape, size_t byte_offset) const;
   // A new buffer with the same contents. REQUIRES: on_host() and a host
   // `allocator`. Throws when the allocator cannot; TryDeepCopy returns
   // Allocate's error instead.
@@ -147,6 +162,7 @@ class Tensor {
   DType dtype_ = DType::kInvalid;
   TensorShape shape_;
   int64_t num_elements_ = 0;
+  size_t offset_ = 0;  // of the payload in buf_ (a View's); a multiple of kTensorAlignment
   Buffer* buf_ = nullptr;
 };
 

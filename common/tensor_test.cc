@@ -37,6 +37,45 @@ TEST(TensorTest, BuffersAreAlignedAndShared) {
   EXPECT_TRUE(a.RefCountIsOne());
 }
 
+TEST(TensorTest, ViewsShareTheBufferAndStayInsideIt) {
+  Tensor a(DType::kFloat32, {64});
+  for (int i = 0; i < 64; ++i) a.data<float>()[i] = static_cast<float>(i);
+  auto v = a.View(DType::kFloat32, {2, 3}, 16 * sizeof(float));
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(v->SharesBufferWith(a));
+  EXPECT_EQ(v->data<float>()[0], 16.0f);
+  EXPECT_EQ(v->data<float>()[5], 21.0f);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(v->raw_data()) % kTensorAlignment, 0u);
+  // Copies, moves and reshapes keep the offset; a view of a view adds up.
+  Tensor copy = *v;
+  Tensor moved = std::move(copy);
+  EXPECT_EQ(moved.data<float>()[1], 17.0f);
+  auto flat = moved.Reshaped({6});
+  ASSERT_TRUE(flat.ok());
+  EXPECT_EQ(flat->data<float>()[2], 18.0f);
+  auto inner = a.View(DType::kFloat32, {48}, 16 * sizeof(float))->View(DType::kInt32, {1}, 32 * sizeof(float));
+  ASSERT_TRUE(inner.ok()) << inner.status();
+  EXPECT_EQ(inner->raw_data(), a.data<float>() + 48);
+  // The buffer outlives the tensor it came from.
+  a = Tensor();
+  EXPECT_EQ(v->data<float>()[3], 19.0f);
+}
+
+TEST(TensorTest, ViewsThatWouldLeaveTheirTensorAreRefused) {
+  Tensor a(DType::kFloat32, {32});
+  auto expect_refused = [&](absl::StatusOr<Tensor> v, const std::string& why) {
+    EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument) << why;
+    EXPECT_NE(v.status().message().find(why), std::string::npos) << v.status();
+  };
+  expect_refused(a.View(DType::kFloat32, {17}, 64), "reaches past its end");
+  expect_refused(a.View(DType::kFloat32, {1}, 256), "reaches past its end");
+  expect_refused(a.View(DType::kFloat32, {1}, 4), "not a multiple of 64");
+  expect_refused(a.View(DType::kFloat32, {int64_t{1} << 62, 8}, 0), "float32");
+  expect_refused(Tensor().View(DType::kFloat32, {1}, 0), "of no tensor");
+  EXPECT_TRUE(a.View(DType::kFloat32, {16}, 64).ok());  // exactly to the end
+  EXPECT_TRUE(a.View(DType::kFloat32, {0}, 128).ok());  // empty, at the end
+}
+
 TEST(TensorTest, ReshapeKeepsBufferAndChecksCount) {
   Tensor a(DType::kInt32, {2, 6});
   auto r = a.Reshaped({3, 4});

@@ -9,10 +9,10 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "graph/attr.h"
 #include "graph/device_name.h"
+#include "graph/ops/transfer_shapes.h"
 
 namespace weft {
 namespace {
@@ -172,18 +172,20 @@ absl::Status EmitFusedGroup(const std::string& send_device, const std::string& r
   pack_def.set_name(names.pack);
   pack_def.set_op("PackTensors");
   pack_def.set_device(send_device);
-  std::vector<int64_t> ranks, dims;
-  int64_t total = 0;
+  std::vector<int64_t> ranks, dims, elements;
   for (const Member& m : members) {
     pack_def.add_input(m.send->input(0));
     ranks.push_back(m.shape.rank());
     for (int64_t x : m.shape.dims()) dims.push_back(x);
-    if (!CheckedAdd(total, m.shape.num_elements(), &total)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("fusing transfers from ", send_device, " to ", recv_device, ": sizes overflow 64 bits"));
-    }
+    elements.push_back(m.shape.num_elements());
     edits->remove[send_device].insert(m.send->name());
     edits->remove[recv_device].insert(m.recv->name());
+  }
+  std::vector<int64_t> offsets;
+  absl::StatusOr<int64_t> total = PackedLayout(elements, dtype, &offsets);
+  if (!total.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("fusing transfers from ", send_device, " to ", recv_device, ": ",
+                                                   total.status().message()));
   }
   NodeDef send_def = *members[0].send;
   send_def.set_name(names.send);
@@ -196,7 +198,7 @@ absl::Status EmitFusedGroup(const std::string& send_device, const std::string& r
   recv_def.clear_input();
   auto& rattr = *recv_def.mutable_attr();
   rattr["tensor_name"] = Attr("tensor_name", tensor_name).second;
-  rattr["shape"] = Attr("shape", TensorShape{total}).second;
+  rattr["shape"] = Attr("shape", TensorShape{*total}).second;
   rattr["tensor_type"] = Attr("tensor_type", dtype).second;
 
   NodeDef unpack_def;

@@ -2,8 +2,10 @@
 // so that several tensors bound for the same task cross in one message.
 //
 // PackTensors(x_0, ..., x_n-1) -> packed    packed = the inputs' elements one
-//                                          after another, as a 1-D tensor;
-//                                          every input has packed's dtype.
+//                                          after another, each from a
+//                                          64-byte boundary (PackedLayout),
+//                                          as a 1-D tensor; every input has
+//                                          packed's dtype.
 // UnpackTensors(packed) -> y_0, ..., y_n-1 the inverse: y_i has dtype T and the
 //                                          shape given by attrs `ranks` (n
 //                                          ranks) and `dims` (their dims, one
@@ -23,21 +25,28 @@ namespace weft {
 namespace {
 
 absl::Status PackShape(InferenceContext* c) {
-  int64_t total = 0;
+  std::vector<int64_t> elements;
+  bool known = true;
   for (size_t i = 0; i < c->input_shapes.size(); ++i) {
     if (c->input_types[i] != c->input_types[0]) {
       return c->Error(absl::StrCat("input ", i, " is ", DTypeName(c->input_types[i]), ", input 0 is ",
                                    DTypeName(c->input_types[0]), ": packed inputs share one dtype"));
     }
     const TensorShape& shape = c->input_shapes[i];
-    if (!shape.IsFullyDefined() || total < 0) {
-      total = -1;
+    if (!shape.IsFullyDefined()) {
+      known = false;
       continue;
     }
     const int64_t n = shape.num_elements();  // -1 past 64 bits, never wrapped
-    if (n < 0 || !CheckedAdd(total, n, &total)) {
-      return c->Error(absl::StrCat("input ", i, " ", shape.DebugString(), ": the packed size overflows 64 bits"));
-    }
+    if (n < 0) return c->Error(absl::StrCat("input ", i, " ", shape.DebugString(), ": its size overflows 64 bits"));
+    elements.push_back(n);
+  }
+  int64_t total = -1;
+  if (known) {
+    std::vector<int64_t> offsets;
+    absl::StatusOr<int64_t> packed = PackedLayout(elements, c->input_types[0], &offsets);
+    if (!packed.ok()) return c->Error(packed.status().message());
+    total = *packed;
   }
   c->output_types[0] = c->input_types[0];
   c->output_shapes[0] = TensorShape{total};
@@ -56,14 +65,14 @@ absl::Status UnpackShape(InferenceContext* c) {
   }
   const TensorShape& in = c->input_shapes[0];
   if (in.rank() != 1) return c->Error(absl::StrCat("input must be 1-D, got ", in.DebugString()));
-  int64_t total = 0;
-  for (const TensorShape& s : shapes) {
-    // Each is at most 2^40 elements (UnpackedShapes), but their count is a
-    // graph's to choose.
-    if (!CheckedAdd(total, s.num_elements(), &total)) return c->Error("the outputs' sizes overflow 64 bits");
-  }
-  if (in.dim(0) >= 0 && in.dim(0) != total) {
-    return c->Error(absl::StrCat("input has ", in.dim(0), " elements, the outputs ", total));
+  // Each is at most 2^40 elements (UnpackedShapes), but their count is a
+  // graph's to choose.
+  std::vector<int64_t> elements, offsets;
+  for (const TensorShape& s : shapes) elements.push_back(s.num_elements());
+  absl::StatusOr<int64_t> total = PackedLayout(elements, dtype, &offsets);
+  if (!total.ok()) return c->Error(total.status().message());
+  if (in.dim(0) >= 0 && in.dim(0) != *total) {
+    return c->Error(absl::StrCat("input has ", in.dim(0), " elements, the packed outputs ", *total));
   }
   for (size_t i = 0; i < shapes.size(); ++i) {
     c->output_types[i] = dtype;
@@ -105,6 +114,27 @@ absl::StatusOr<std::vector<TensorShape>> UnpackedShapes(const NodeDef& node) {
                                                    " dims left over after ", ranks.size(), " shapes"));
   }
   return shapes;
+}
+
+absl::StatusOr<int64_t> PackedLayout(absl::Span<const int64_t> elements, DType dtype, std::vector<int64_t>* offsets) {
+  const int64_t size = static_cast<int64_t>(DTypeSize(dtype));
+  if (size <= 0 || static_cast<int64_t>(kTensorAlignment) % size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot pack ", DTypeName(dtype), " tensors"));
+  }
+  const int64_t align = static_cast<int64_t>(kTensorAlignment) / size;  // elements per boundary
+  offsets->clear();
+  offsets->reserve(elements.size());
+  int64_t end = 0;
+  for (size_t i = 0; i < elements.size(); ++i) {
+    int64_t start = 0;
+    if (elements[i] < 0 || !CheckedAdd(end, (align - end % align) % align, &start) ||
+        !CheckedAdd(start, elements[i], &end)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("part ", i, " (", elements[i], " elements): the packed size overflows 64 bits"));
+    }
+    offsets->push_back(start);
+  }
+  return end;
 }
 
 WEFT_REGISTER_OP(OpDef{.name = "PackTensors", .num_inputs = -1, .num_outputs = 1, .shape_fn = PackShape});
