@@ -33,6 +33,8 @@ struct Pulled {
 
 class RingPullsTest : public ::testing::Test {
  protected:
+  absl::Duration recv_timeout_ = absl::Minutes(1);
+
   void SetUp() override {
     auto tls = testing::TestTls::Create(data::testing::TempPath("ring-pulls-tls"));
     ASSERT_TRUE(tls.ok()) << tls.status();
@@ -55,6 +57,7 @@ class RingPullsTest : public ::testing::Test {
       o.listen_address = "127.0.0.1:0";
       o.security = *security;
       o.shutdown_grace = absl::Seconds(2);
+      o.recv_tensor_timeout = recv_timeout_;
       auto s = worker::StartWorkerServer(o);
       ASSERT_TRUE(s.ok()) << s.status();
       servers_[t] = *std::move(s);
@@ -145,6 +148,32 @@ TEST_F(RingPullsTest, APullWaitingOnAStoppedTaskFails) {
   ASSERT_TRUE(done->WaitForNotificationWithTimeout(weft::testing::kWaitTimeout));
   EXPECT_FALSE(status->ok());
   EXPECT_TRUE(absl::StrContains(status->message(), kTask0)) << *status;
+}
+
+// A pull through the rings has the timeout of one over gRPC: a value never
+// sent fails it with DEADLINE_EXCEEDED naming the task, not a hang.
+class RingPullDeadlineTest : public RingPullsTest {
+ protected:
+  void SetUp() override {
+    recv_timeout_ = absl::Seconds(3);
+    RingPullsTest::SetUp();
+  }
+};
+
+TEST_F(RingPullDeadlineTest, APullThroughTheRingsWithNoReplyFailsAtTheTimeout) {
+  worker::GrpcTensorPuller* puller = servers_[1]->puller();
+  const Tensor value = weft::testing::RandomTensor({16}, 5);
+  for (int64_t step = 1; step < 400 && puller->ring_pulls() == 0; ++step) {
+    ASSERT_TRUE(Pull(step, RendezvousKey(kTask0Cpu, 0, kTask1Cpu, "v:0", step), value).status.ok());
+    if (puller->ring_pulls() == 0) absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_GT(puller->ring_pulls(), 0u);
+  const uint64_t before = puller->ring_pulls();
+  Pulled got = Pull(1000, RendezvousKey(kTask0Cpu, 0, kTask1Cpu, "never:0", 1000), Tensor());
+  EXPECT_EQ(puller->ring_pulls(), before + 1) << "the pull went over gRPC";
+  EXPECT_EQ(got.status.code(), absl::StatusCode::kDeadlineExceeded) << got.status;
+  EXPECT_TRUE(absl::StrContains(got.status.message(), kTask0)) << got.status;
+  EXPECT_TRUE(absl::StrContains(got.status.message(), "3s")) << got.status;
 }
 
 }  // namespace

@@ -314,6 +314,23 @@ std::function<void()> GrpcTensorPuller::PullAsync(const std::string& task, int64
     ReceiveReplyPart(call, 0);
     if (ring_requester_ && AskThroughRing(call, request, ring_requester_)) {
       CountRingPull(task);
+      std::weak_ptr<PullCall> weak = call;
+      ring_deadlines_.Add(
+          [weak] {
+            std::shared_ptr<PullCall> c = weak.lock();
+            if (c == nullptr) return true;
+            absl::MutexLock lock(&c->mu);
+            return c->finished;
+          },
+          [weak, timeout = timeout_] {
+            std::shared_ptr<PullCall> c = weak.lock();
+            if (c == nullptr) return;
+            c->mailbox->AbortCollective(
+                collective::RecvTensorChunkKey(c->pull_id, c->step_id),
+                absl::DeadlineExceededError(absl::StrCat("RecvTensor from task ", c->task,
+                                                         " through shared memory: no reply within ",
+                                                         absl::FormatDuration(timeout))));
+          });
       return [call] {
         call->mailbox->AbortCollective(collective::RecvTensorChunkKey(call->pull_id, call->step_id),
                                        absl::CancelledError("the pull was cancelled"));

@@ -32,6 +32,7 @@
 #include "proto/worker_service.grpc.pb.h"
 #include "worker/collective/collective_mailbox.h"
 #include "worker/grpc_channel_cache.h"
+#include "worker/pull_deadlines.h"
 #include "worker/remote_rendezvous.h"
 #include "worker/worker_interface.h"
 
@@ -115,6 +116,10 @@ class GrpcTensorPuller final : public TensorPullerInterface {
   const absl::Duration timeout_;
   collective::CollectiveMailbox* shm_mailbox_ = nullptr;
   RingRequester ring_requester_;
+  // The timeout of pulls through rings (gRPC's deadline covers the others).
+  // A pull it expires is failed through the mailbox, which the task's
+  // collectives abort, finishing every waiting pull, before they go.
+  PullDeadlines ring_deadlines_{timeout_};
   std::atomic<uint64_t> next_pull_id_{1};
   std::atomic<uint64_t> ring_pulls_{0};
   absl::Mutex mu_;
