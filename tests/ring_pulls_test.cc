@@ -3,6 +3,7 @@
 // one host run it: once each task has a ring to the other, a pull's request
 // and reply skip gRPC; the reply still carries what the serving task
 // decided, errors included, and a task may read only what is sent to it.
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -84,6 +85,23 @@ class RingPullsTest : public ::testing::Test {
     return *out;
   }
 
+  // Pulls until one goes through the rings (the first go over gRPC; their
+  // replies and requests offer the rings, a second apart at most when an
+  // offer races the peer's start); returns the next free step.
+  int64_t WarmRings() {
+    const Tensor value = weft::testing::RandomTensor({256, 300}, 5);
+    worker::GrpcTensorPuller* puller = servers_[1]->puller();
+    int64_t step = 1;
+    for (; step < 400 && puller->ring_pulls() == 0; ++step) {
+      Pulled got = Pull(step, RendezvousKey(kTask0Cpu, 0, kTask1Cpu, "v:0", step), value);
+      EXPECT_TRUE(got.status.ok()) << got.status;
+      EXPECT_EQ(std::memcmp(got.value.raw_data(), value.raw_data(), value.TotalBytes()), 0) << "step " << step;
+      if (puller->ring_pulls() == 0) absl::SleepFor(absl::Milliseconds(10));
+    }
+    EXPECT_GT(puller->ring_pulls(), 0u) << "no pull went through the rings in " << step << " steps";
+    return step;
+  }
+
   std::unique_ptr<testing::TestTls> tls_;
   std::unique_ptr<worker::WorkerServer> servers_[2];
 };
@@ -91,35 +109,30 @@ class RingPullsTest : public ::testing::Test {
 TEST_F(RingPullsTest, PullsSkipGrpcOnceRingsGoBothWaysAndCarryTheServersErrors) {
   worker::GrpcTensorPuller* puller = servers_[1]->puller();
   const Tensor value = weft::testing::RandomTensor({256, 300}, 5);
-  // The first pulls go over gRPC; their replies and requests offer the
-  // rings (a second apart at most when an offer races the peer's start).
-  int64_t step = 1;
-  for (; step < 400 && puller->ring_pulls() == 0; ++step) {
-    Pulled got = Pull(step, RendezvousKey(kTask0Cpu, 0, kTask1Cpu, "v:0", step), value);
-    ASSERT_TRUE(got.status.ok()) << got.status;
-    ASSERT_EQ(std::memcmp(got.value.raw_data(), value.raw_data(), value.TotalBytes()), 0) << "step " << step;
-    if (puller->ring_pulls() == 0) absl::SleepFor(absl::Milliseconds(10));
-  }
-  ASSERT_GT(puller->ring_pulls(), 0u) << "no pull went through the rings in " << step << " steps";
+  int64_t step = WarmRings();
+  ASSERT_GT(puller->ring_pulls(), 0u);
 
   // Through the rings: bit-exact, a value larger than half a ring included
   // (its reply comes in parts).
   const uint64_t before = puller->ring_pulls();
   const Tensor large = weft::testing::RandomTensor({3, 1 << 20}, 6);  // 12 MiB over 8 MiB rings
-  Pulled got = Pull(++step, RendezvousKey(kTask0Cpu, 0, kTask1Cpu, "large:0", step), large);
+  ++step;
+  Pulled got = Pull(step, RendezvousKey(kTask0Cpu, 0, kTask1Cpu, "large:0", step), large);
   ASSERT_TRUE(got.status.ok()) << got.status;
   ASSERT_EQ(got.value.shape(), large.shape());
   EXPECT_EQ(std::memcmp(got.value.raw_data(), large.raw_data(), large.TotalBytes()), 0);
   EXPECT_EQ(puller->ring_pulls(), before + 1);
 
   // The serving task's errors come back through the ring as themselves.
-  got = Pull(++step, RendezvousKey(kTask0Cpu, servers_[0]->worker()->incarnation() + 1, kTask1Cpu, "old:0", step),
+  ++step;
+  got = Pull(step, RendezvousKey(kTask0Cpu, servers_[0]->worker()->incarnation() + 1, kTask1Cpu, "old:0", step),
              Tensor());
   EXPECT_EQ(got.status.code(), absl::StatusCode::kAborted) << got.status;
   EXPECT_TRUE(absl::StrContains(got.status.message(), "restarted")) << got.status;
   EXPECT_TRUE(absl::StrContains(got.status.message(), kTask0)) << got.status;
   // Task 1 may not read what task 0 sends to itself (or anyone else).
-  got = Pull(++step, RendezvousKey(kTask0Cpu, 0, kTask0Cpu, "private:0", step), value);
+  ++step;
+  got = Pull(step, RendezvousKey(kTask0Cpu, 0, kTask0Cpu, "private:0", step), value);
   EXPECT_EQ(got.status.code(), absl::StatusCode::kPermissionDenied) << got.status;
   EXPECT_TRUE(absl::StrContains(got.status.message(), "task /job:worker/task:1 asked for 'private:0'"))
       << got.status;
@@ -130,11 +143,7 @@ TEST_F(RingPullsTest, PullsSkipGrpcOnceRingsGoBothWaysAndCarryTheServersErrors) 
 // fails with UNAVAILABLE naming it instead of waiting out the pull's timeout.
 TEST_F(RingPullsTest, APullWaitingOnAStoppedTaskFails) {
   worker::GrpcTensorPuller* puller = servers_[1]->puller();
-  const Tensor value = weft::testing::RandomTensor({16}, 5);
-  for (int64_t step = 1; step < 400 && puller->ring_pulls() == 0; ++step) {
-    ASSERT_TRUE(Pull(step, RendezvousKey(kTask0Cpu, 0, kTask1Cpu, "v:0", step), value).status.ok());
-    if (puller->ring_pulls() == 0) absl::SleepFor(absl::Milliseconds(10));
-  }
+  WarmRings();
   ASSERT_GT(puller->ring_pulls(), 0u);
   auto done = std::make_shared<absl::Notification>();
   auto status = std::make_shared<absl::Status>();
@@ -162,11 +171,7 @@ class RingPullDeadlineTest : public RingPullsTest {
 
 TEST_F(RingPullDeadlineTest, APullThroughTheRingsWithNoReplyFailsAtTheTimeout) {
   worker::GrpcTensorPuller* puller = servers_[1]->puller();
-  const Tensor value = weft::testing::RandomTensor({16}, 5);
-  for (int64_t step = 1; step < 400 && puller->ring_pulls() == 0; ++step) {
-    ASSERT_TRUE(Pull(step, RendezvousKey(kTask0Cpu, 0, kTask1Cpu, "v:0", step), value).status.ok());
-    if (puller->ring_pulls() == 0) absl::SleepFor(absl::Milliseconds(10));
-  }
+  WarmRings();
   ASSERT_GT(puller->ring_pulls(), 0u);
   const uint64_t before = puller->ring_pulls();
   Pulled got = Pull(1000, RendezvousKey(kTask0Cpu, 0, kTask1Cpu, "never:0", 1000), Tensor());

@@ -187,16 +187,18 @@ TEST(ShmTest, SharedMemoryAndTheNetworkTrainTheSameVariables) {
   }
 }
 
-// Synchronous PARAMETER_SERVER pulls through the rings both ways: the ps
-// killed while the workers wait for its variables fails the step promptly
-// with UNAVAILABLE naming it (its ring closing fails the pulls), not at a
-// deadline, and leaves nothing in /dev/shm.
-TEST(ShmTest, APsKilledMidPullFailsTheStepAndLeavesNothingInDevShm) {
+// Kills daemon `victim` (task `task`) of a running `kind` job for good once
+// it is past step 50: the step must fail promptly with UNAVAILABLE naming
+// the task (not at a collective's or a pull's deadline), the daemons left
+// keep serving and stop cleanly, nothing stays in /dev/shm, and daemon 0's
+// log must show `shm_line` (what went through shared memory before).
+void KillMidJob(const std::string& tag, StrategySpec::Kind kind, int victim, const std::string& task,
+                const std::string& shm_line) {
   const std::set<std::string> before = DevShm();
-  const std::string data = testing::WriteThreeClassData(TempPath("data-kill-ps"), 480);
-  ShmCluster cluster("kill-ps", {});
+  const std::string data = testing::WriteThreeClassData(TempPath("data-" + tag), 480);
+  ShmCluster cluster(tag, {});
   ASSERT_TRUE(cluster.Start());
-  JobSpec job = Job(data, TempPath("ckpt-kill-ps"), 1000000, StrategySpec::PARAMETER_SERVER);
+  JobSpec job = Job(data, TempPath("ckpt-" + tag), 1000000, kind);
   job.mutable_recovery()->set_max_restarts(-1);  // the first failure ends the job
   auto id = cluster.client()->SubmitJob(job);
   ASSERT_TRUE(id.ok()) << id.status();
@@ -204,49 +206,34 @@ TEST(ShmTest, APsKilledMidPullFailsTheStepAndLeavesNothingInDevShm) {
   JobStatus st = testing::WatchJobToEnd(cluster.client(), *id, kJobDeadline, [&](const JobStatus& s) {
     if (!killed && s.state() == RUNNING && s.step() > 50) {
       killed = true;
-      cluster.daemon(2)->process()->Signal(SIGKILL);
-    }
-  });
-  ASSERT_TRUE(killed) << st.DebugString();
-  EXPECT_EQ(st.state(), FAILED);
-  EXPECT_EQ(st.error_code(), static_cast<int>(absl::StatusCode::kUnavailable)) << st.error();
-  EXPECT_TRUE(absl::StrContains(st.error(), "/job:ps/task:0")) << st.error();
-  ASSERT_TRUE(cluster.daemon(2)->process()->WaitFor(absl::Seconds(10)));
-  EXPECT_TRUE(absl::StrContains(cluster.Log(0), "pulls from task /job:ps/task:0 go through shared memory both"))
-      << testing::LogTail(cluster.daemon(0)->log());
-  for (int t : {0, 1}) EXPECT_TRUE(cluster.daemon(t)->CheckRunning().ok()) << cluster.daemon(t)->name();
-  cluster.Stop();
-  EXPECT_EQ(DevShm(), before) << "segments left in /dev/shm";
-}
-
-TEST(ShmTest, AWorkerKilledMidAllReduceFailsTheStepAndLeavesNothingInDevShm) {
-  const std::set<std::string> before = DevShm();
-  const std::string data = testing::WriteThreeClassData(TempPath("data-kill"), 480);
-  ShmCluster cluster("kill", {});
-  ASSERT_TRUE(cluster.Start());
-  JobSpec job = Job(data, TempPath("ckpt-kill"), 1000000);
-  job.mutable_recovery()->set_max_restarts(-1);  // the first failure ends the job
-  auto id = cluster.client()->SubmitJob(job);
-  ASSERT_TRUE(id.ok()) << id.status();
-  bool killed = false;
-  JobStatus st = testing::WatchJobToEnd(cluster.client(), *id, kJobDeadline, [&](const JobStatus& s) {
-    // Steps are almost all all-reduce: the kill lands in one, or between two.
-    if (!killed && s.state() == RUNNING && s.step() > 50) {
-      killed = true;
-      cluster.daemon(1)->process()->Signal(SIGKILL);
+      cluster.daemon(victim)->process()->Signal(SIGKILL);
     }
   });
   ASSERT_TRUE(killed) << st.DebugString();
   EXPECT_EQ(st.state(), FAILED);
   EXPECT_EQ(st.error_code(), static_cast<int>(absl::StatusCode::kUnavailable))
-      << "the collective's deadline, not the dead peer, ended the step: " << st.error();
-  EXPECT_TRUE(absl::StrContains(st.error(), "/job:worker/task:1")) << st.error();
-  ASSERT_TRUE(cluster.daemon(1)->process()->WaitFor(absl::Seconds(10)));
-  EXPECT_TRUE(absl::StrContains(cluster.Log(0), "go through shared memory")) << testing::LogTail(cluster.daemon(0)->log());
-  // The survivor still runs, and stops cleanly (Stop checks its exit).
-  EXPECT_TRUE(cluster.daemon(0)->CheckRunning().ok());
-  cluster.Stop();
+      << "a deadline, not the dead peer, ended the step: " << st.error();
+  EXPECT_TRUE(absl::StrContains(st.error(), task)) << st.error();
+  ASSERT_TRUE(cluster.daemon(victim)->process()->WaitFor(absl::Seconds(10)));
+  EXPECT_TRUE(absl::StrContains(cluster.Log(0), shm_line)) << testing::LogTail(cluster.daemon(0)->log());
+  for (int t : {0, 1, 2}) {
+    if (t != victim) EXPECT_TRUE(cluster.daemon(t)->CheckRunning().ok()) << cluster.daemon(t)->name();
+  }
+  cluster.Stop();  // checks that each survivor exits cleanly
   EXPECT_EQ(DevShm(), before) << "segments left in /dev/shm";
+}
+
+// Synchronous PARAMETER_SERVER pulls through the rings both ways: the ps
+// killed while the workers wait for its variables (its ring closing fails
+// the pulls).
+TEST(ShmTest, APsKilledMidPullFailsTheStepAndLeavesNothingInDevShm) {
+  KillMidJob("kill-ps", StrategySpec::PARAMETER_SERVER, 2, "/job:ps/task:0",
+             "pulls from task /job:ps/task:0 go through shared memory both");
+}
+
+// Steps are almost all all-reduce: the kill lands in one, or between two.
+TEST(ShmTest, AWorkerKilledMidAllReduceFailsTheStepAndLeavesNothingInDevShm) {
+  KillMidJob("kill", StrategySpec::MULTI_WORKER_MIRRORED, 1, "/job:worker/task:1", "go through shared memory");
 }
 
 }  // namespace
