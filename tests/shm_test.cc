@@ -217,7 +217,9 @@ void KillMidJob(const std::string& tag, StrategySpec::Kind kind, int victim, con
   ASSERT_TRUE(cluster.daemon(victim)->process()->WaitFor(absl::Seconds(10)));
   EXPECT_TRUE(absl::StrContains(cluster.Log(0), shm_line)) << testing::LogTail(cluster.daemon(0)->log());
   for (int t : {0, 1, 2}) {
-    if (t != victim) EXPECT_TRUE(cluster.daemon(t)->CheckRunning().ok()) << cluster.daemon(t)->name();
+    if (t != victim) {
+      EXPECT_TRUE(cluster.daemon(t)->CheckRunning().ok()) << cluster.daemon(t)->name();
+    }
   }
   cluster.Stop();  // checks that each survivor exits cleanly
   EXPECT_EQ(DevShm(), before) << "segments left in /dev/shm";
