@@ -84,10 +84,15 @@ void WorkerCollectives::Close(const absl::Status& status) {
   if (executor == nullptr) return;
   executor->Abort(status);
   executor.reset();  // joins its threads
+  // Out from under the lock first, then closed: closing joins the rings'
+  // readers, and a reader serving a RecvTensor request (worker/ring_pulls.h)
+  // takes the lock to answer; it finds no transport and gives up instead.
+  std::unique_ptr<ShmCollectiveTransport> shm;
   {
     absl::MutexLock lock(&shm_mu_);
-    shm_.reset();  // closes the rings (their readers stop delivering)
+    shm = std::move(shm_);
   }
+  shm.reset();  // closes the rings (their readers stop delivering)
   socket_.reset();  // shuts the sockets and joins their threads
   network_.reset();  // ends the streams to peers
 }
