@@ -135,21 +135,25 @@ absl::StatusOr<Tensor> Tensor::Reshaped(const TensorShape& shape) const {
 }
 
 absl::StatusOr<Tensor> Tensor::View(DType dtype, const TensorShape& shape, size_t byte_offset) const {
-  const std::string what = absl::StrCat(DTypeName(dtype), shape.DebugString(), " at byte ", byte_offset);
-  if (!IsInitialized()) return absl::InvalidArgumentError(absl::StrCat("a view ", what, " of no tensor"));
-  const std::string of = absl::StrCat(" of ", DTypeName(dtype_), shape_.DebugString(), " (", TotalBytes(), " bytes)");
+  // The messages are built only on failure: a view is made per step.
+  auto refuse = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a view ", DTypeName(dtype), shape.DebugString(), " at byte ", byte_offset,
+        IsInitialized() ? absl::StrCat(" of ", DTypeName(dtype_), shape_.DebugString(), " (", TotalBytes(), " bytes)")
+                        : std::string(" of no tensor"),
+        why.empty() ? "" : ": ", why));
+  };
+  if (!IsInitialized()) return refuse("");
   if (byte_offset % kTensorAlignment != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a view ", what, of, ": the offset is not a multiple of ", kTensorAlignment));
+    return refuse(absl::StrCat("the offset is not a multiple of ", kTensorAlignment));
   }
-  if (!shape.IsFullyDefined()) return absl::InvalidArgumentError(absl::StrCat("a view ", what, of, ": unknown dims"));
-  absl::StatusOr<int64_t> elements = CheckedNumElements(shape.dims(), what);
-  if (!elements.ok()) return elements.status();
-  absl::StatusOr<size_t> size = CheckedByteSize(*elements, DTypeSize(dtype), what);
-  if (!size.ok()) return size.status();
-  const size_t bytes = *size;
-  if (byte_offset > TotalBytes() || bytes > TotalBytes() - byte_offset) {
-    return absl::InvalidArgumentError(absl::StrCat("a view ", what, " (", bytes, " bytes)", of, " reaches past its end"));
+  if (!shape.IsFullyDefined()) return refuse("unknown dims");
+  absl::StatusOr<int64_t> elements = CheckedNumElements(shape.dims(), "the view");
+  if (!elements.ok()) return refuse(elements.status().message());
+  absl::StatusOr<size_t> bytes = CheckedByteSize(*elements, DTypeSize(dtype), "the view");
+  if (!bytes.ok()) return refuse(bytes.status().message());
+  if (byte_offset > TotalBytes() || *bytes > TotalBytes() - byte_offset) {
+    return refuse(absl::StrCat("its ", *bytes, " bytes reach past the end"));
   }
   buf_->Ref();
   Tensor view(dtype, shape, *elements, buf_);

@@ -67,8 +67,8 @@ TEST(TensorTest, ViewsThatWouldLeaveTheirTensorAreRefused) {
     EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument) << why;
     EXPECT_NE(v.status().message().find(why), std::string::npos) << v.status();
   };
-  expect_refused(a.View(DType::kFloat32, {17}, 64), "reaches past its end");
-  expect_refused(a.View(DType::kFloat32, {1}, 256), "reaches past its end");
+  expect_refused(a.View(DType::kFloat32, {17}, 64), "reach past the end");
+  expect_refused(a.View(DType::kFloat32, {1}, 256), "reach past the end");
   expect_refused(a.View(DType::kFloat32, {1}, 4), "not a multiple of 64");
   expect_refused(a.View(DType::kFloat32, {int64_t{1} << 62, 8}, 0), "float32");
   expect_refused(Tensor().View(DType::kFloat32, {1}, 0), "of no tensor");
