@@ -397,7 +397,13 @@ TEST_F(FaultTest, AsyncParameterServerLosesNoStepsToAKilledWorker) {
   const int target = RandomKillStep();
   SCOPED_TRACE(absl::StrCat("kill worker-1 at step >= ", target));
   std::printf("[fault] async PARAMETER_SERVER: killing worker-1 at step >= %d\n", target);
-  auto id = Submit(FaultJob(data_, StrategySpec::PARAMETER_SERVER, /*sync=*/false, Path("ckpt"), kSteps, 60));
+  // Long enough, one step per dispatch, that the job still runs when the
+  // poll sees the target: with pulls through shared memory both ways 400
+  // sized steps took under half a second, and once the job had ended first.
+  const int steps = 4 * kSteps;
+  JobSpec job = FaultJob(data_, StrategySpec::PARAMETER_SERVER, /*sync=*/false, Path("ckpt"), steps, 60);
+  job.mutable_strategy()->set_steps_per_execution(1);
+  auto id = Submit(job);
   ASSERT_TRUE(id.ok()) << id.status();
   JobStatus before =
       PollUntil(*id, absl::StrCat("step ", target), [&](const JobStatus& s) { return s.step() >= target; });
@@ -407,7 +413,7 @@ TEST_F(FaultTest, AsyncParameterServerLosesNoStepsToAKilledWorker) {
   JobStatus st = WatchToEnd(*id);
 
   EXPECT_EQ(st.state(), SUCCEEDED) << st.DebugString();
-  EXPECT_EQ(st.step(), kSteps);  // every replica step, none lost
+  EXPECT_EQ(st.step(), steps);  // every replica step, none lost
   EXPECT_EQ(st.steps_lost(), 0) << st.DebugString();
   EXPECT_GE(st.restarts(), 1) << st.DebugString();
   EXPECT_EQ(st.failed_task(), kWorker1) << st.DebugString();
