@@ -115,24 +115,25 @@ std::vector<CollectiveWait> WorkerCollectives::Pending() const {
 bool WorkerCollectives::SendTensorThroughRing(const std::string& task, int64_t step_id, uint64_t pull_id,
                                               const Tensor& value, std::string header, StatusCallback& done) {
   if (value.IsInitialized() && !value.on_host()) return false;
-  absl::StatusOr<std::string> address;
-  {
-    absl::MutexLock lock(&mu_);
-    address = worker::TaskAddress(cluster_, task);
-  }
-  if (!address.ok()) return false;
-  absl::ReaderMutexLock lock(&shm_mu_);
-  if (shm_ == nullptr) return false;
   SendChunk chunk;
   chunk.pin = value;
   chunk.data = value.IsInitialized() ? static_cast<const char*>(value.raw_data()) : nullptr;
   chunk.size = value.IsInitialized() ? value.TotalBytes() : 0;
   chunk.prefix = std::move(header);
-  return shm_->TrySendThroughRing(*address, task, RecvTensorChunkKey(pull_id, step_id), std::move(chunk), done);
+  return SendThroughRing(task, RecvTensorChunkKey(pull_id, step_id), std::move(chunk), /*needs_ring_back=*/false,
+                         done);
 }
 
 bool WorkerCollectives::SendPullRequestThroughRing(const std::string& task, int64_t step_id, uint64_t pull_id,
                                                    std::string request, StatusCallback& done) {
+  SendChunk chunk;
+  chunk.prefix = std::move(request);
+  return SendThroughRing(task, RecvTensorRequestChunkKey(pull_id, step_id), std::move(chunk),
+                         /*needs_ring_back=*/true, done);
+}
+
+bool WorkerCollectives::SendThroughRing(const std::string& task, const ChunkKey& key, SendChunk chunk,
+                                        bool needs_ring_back, StatusCallback& done) {
   absl::StatusOr<std::string> address;
   {
     absl::MutexLock lock(&mu_);
@@ -140,10 +141,8 @@ bool WorkerCollectives::SendPullRequestThroughRing(const std::string& task, int6
   }
   if (!address.ok()) return false;
   absl::ReaderMutexLock lock(&shm_mu_);
-  if (shm_ == nullptr || !shm_->HasRingFrom(task)) return false;
-  SendChunk chunk;
-  chunk.prefix = std::move(request);
-  return shm_->TrySendThroughRing(*address, task, RecvTensorRequestChunkKey(pull_id, step_id), std::move(chunk), done);
+  if (shm_ == nullptr || (needs_ring_back && !shm_->HasRingFrom(task))) return false;
+  return shm_->TrySendThroughRing(*address, task, key, std::move(chunk), done);
 }
 
 void WorkerCollectives::SetPullRequestHandler(ShmCollectiveTransport::RequestHandler handler) {

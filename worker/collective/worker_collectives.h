@@ -98,6 +98,11 @@ class WorkerCollectives final : public CollectiveRuntime {
 
  private:
   absl::Status StartSockets(const Options& options);
+  // `chunk` under `key` to task `task` through its ring, if it has one now
+  // (and, with `needs_ring_back`, one from it that carries messages):
+  // ShmCollectiveTransport::TrySendThroughRing's contract.
+  bool SendThroughRing(const std::string& task, const ChunkKey& key, SendChunk chunk, bool needs_ring_back,
+                       StatusCallback& done);
 
   const std::string task_;
   const absl::Duration timeout_;
