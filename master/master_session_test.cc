@@ -418,7 +418,8 @@ TEST(MasterSessionTest, APipelinedStepFollowsTheOneBeforeAndIsAbortedWhenItFails
   EXPECT_EQ(first.code(), absl::StatusCode::kInvalidArgument) << first;
   ASSERT_TRUE(second_ended.WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_EQ(second.code(), absl::StatusCode::kAborted) << second;
-  EXPECT_TRUE(absl::StrContains(second.message(), absl::StrCat("step ", a, ", which it follows, failed: task /job:worker/task:1: node 'out'")))
+  EXPECT_TRUE(absl::StrContains(
+      second.message(), absl::StrCat("step ", a, ", which it follows, failed: task /job:worker/task:1: node 'out'")))
       << second;
   for (const char* t : {kPs, kW0, kW1}) {
     bool told = false;

@@ -116,7 +116,8 @@ TEST_F(PipelinedStepsTest, AQueuedStepStartsOnlyOnceTheStepBeforeItHasEnded) {
   Call five, six;
   Start1(&five, 5, 0);
   Start1(&six, 6, 5);
-  ASSERT_TRUE(WaitUntil(kWaitTimeout, "step 5 to wait for task 0", [&] { return w0_->rendezvous_mgr()->NumSteps() > 0; }));
+  ASSERT_TRUE(
+      WaitUntil(kWaitTimeout, "step 5 to wait for task 0", [&] { return w0_->rendezvous_mgr()->NumSteps() > 0; }));
   EXPECT_EQ(Started1(), std::vector<int64_t>{5});  // six waits without starting
   EXPECT_FALSE(six.Done());
 

@@ -86,7 +86,9 @@ WorkerServer::WorkerServer(const WorkerServerOptions& options)
     });
     collectives_->SetPullRequestHandler(
         [w = worker_.get(), c = collectives_.get()](const std::string& caller, const collective::ChunkKey& key,
-                                                    std::string request) { ServeRingPull(w, c, caller, key, request); });
+                                                    std::string request) {
+          ServeRingPull(w, c, caller, key, request);
+        });
   }
   for (const ExtraServiceFactory& make : options.extra_services) {
     extra_services_.push_back(make(worker_.get(), security_));
