@@ -74,7 +74,9 @@ void Executor::Impl::Abort(RunState* s, const absl::Status& status) {
 
 bool Executor::Impl::Process(RunState* s, int i, absl::InlinedVector<int, 8>* ready) {
   NodeItem& item = items[i];
-  if (s->aborted.load(std::memory_order_relaxed)) return true;
+  // After an abort only commit nodes run (kCommitAttr); the flag is read
+  // only then, so a step that does not abort pays nothing for it.
+  if (s->aborted.load(std::memory_order_relaxed) && !item.commit) return true;
   OpKernelContext::Params p;
   p.node = item.node;
   p.device = device;
@@ -152,7 +154,17 @@ void Executor::Impl::Finish(RunState* s, int i, const absl::Status& kernel_statu
       s->slots[src.index] = Tensor();
     }
   }
-  if (s->aborted.load(std::memory_order_relaxed)) return;
+  if (s->aborted.load(std::memory_order_relaxed)) {
+    // Commit successors are counted down whether or not this node saw the
+    // abort, so one becomes ready exactly when all of its inputs succeeded;
+    // the others are never started after the abort. A failed node's
+    // outputs are missing: it readies nothing.
+    if (!status.ok()) return;
+    for (int succ : item.successors) {
+      if (items[succ].commit && s->pending[succ].fetch_sub(1, std::memory_order_acq_rel) == 1) ready->push_back(succ);
+    }
+    return;
+  }
   for (int succ : item.successors) {
     if (s->pending[succ].fetch_sub(1, std::memory_order_acq_rel) == 1) ready->push_back(succ);
   }
@@ -251,7 +263,8 @@ void Executor::RunningKernels(std::vector<RunningKernel>* out) const {
     for (size_t i = 0; i < m.items.size(); ++i) {
       const int64_t started = s->started_ns[i].load(std::memory_order_relaxed);
       if (started == 0) continue;
-      out->push_back(RunningKernel{s->step_id, m.items[i].node, absl::Nanoseconds(std::max<int64_t>(0, now - started))});
+      out->push_back(
+          RunningKernel{s->step_id, m.items[i].node, absl::Nanoseconds(std::max<int64_t>(0, now - started))});
     }
   }
 }

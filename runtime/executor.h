@@ -10,10 +10,11 @@
 // nothing beyond what the caching allocator serves from its cache.
 //
 // The first failing kernel aborts the step: nodes not yet started are
-// skipped and Run returns the error prefixed by the node's name and op. A
-// step run with a rendezvous also aborts the rendezvous with that error at
-// once, so that _Recv kernels blocked in this or a peer's partition wake up
-// instead of waiting for values that will never be sent.
+// skipped (all but commit nodes, kCommitAttr) and Run returns the error
+// prefixed by the node's name and op. A step run with a rendezvous also
+// aborts the rendezvous with that error at once, so that _Recv kernels
+// blocked in this or a peer's partition wake up instead of waiting for
+// values that will never be sent.
 //
 // On a device with its own memory (a GPU), Run copies host feeds to the
 // device, kernels enqueue their work on the device's stream, and Run returns
@@ -43,6 +44,26 @@ namespace weft {
 
 class Rendezvous;
 class TraceRecorder;
+
+// The bool attribute that makes a node a commit node, which finishes a
+// step's update even when the step aborts. After the abort a commit node
+// still runs once all of its inputs (data and control) have finished, and a
+// node that finishes after the abort still counts down its commit
+// successors; other nodes are skipped as before. A node that fails counts
+// down none of its successors, so a commit node runs only when all of its
+// inputs succeeded.
+//
+// The contract this gives a graph (the master's elastic training): make a
+// barrier and the updates it gates commit nodes, and give every update only
+// inputs that are the barrier, another gated node, or upstream of the
+// barrier. Then the barrier runs exactly when all of its inputs succeed, even
+// when the last of them finishes after the abort, and every gated node runs
+// exactly when the barrier does: all or none of the updates. A gated node
+// that fails aborts the step as any node does and stops its own
+// successors. Run still returns the step's first error: commit nodes add
+// their side effects, never a result, and Run returns only once every node
+// it started has finished.
+inline constexpr char kCommitAttr[] = "_commit";
 
 // A kernel running now in one of an executor's steps (RunningKernels).
 struct RunningKernel {

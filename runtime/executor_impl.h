@@ -85,9 +85,11 @@ struct Executor::Impl : ExecutorPlan {
   void ReleaseState(std::unique_ptr<RunState> state);
   // Runs item `i`. A synchronous kernel's ready successors come back in
   // `ready` and Process returns true; an async kernel returns false at once
-  // and its completion calls OnAsyncDone.
+  // and its completion calls OnAsyncDone. After the step's abort only a
+  // commit node (kCommitAttr) runs; any other returns true, readying nothing.
   bool Process(RunState* s, int i, absl::InlinedVector<int, 8>* ready);
-  // Checks outputs, releases inputs and collects ready successors.
+  // Checks outputs, releases inputs and collects ready successors (after the
+  // abort only commit ones, and none when the node failed).
   void Finish(RunState* s, int i, const absl::Status& status, absl::InlinedVector<int, 8>* ready);
   void OnAsyncDone(RunState* s, int i);
   void ProcessAsync(RunState* s, int i);

@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "graph/attr.h"
 
 namespace weft {
 namespace {
@@ -77,6 +78,7 @@ absl::Status CreateItems(const Graph& graph, Device* device, const ResourceConta
     item.num_outputs = item.node->num_outputs();
     plan->num_slots += item.num_outputs;
     ASSIGN_OR_RETURN(item.kernel, KernelRegistry::Global()->Create(item.node, device, containers));
+    ASSIGN_OR_RETURN(item.commit, GetBoolAttrOr(item.node->def(), kCommitAttr, false));
     if (item.kernel->AsAsync() != nullptr) item.async_index = plan->num_async++;
     plan->items.push_back(std::move(item));
   }

@@ -37,6 +37,7 @@ struct NodeItem {
   std::vector<int> successors;  // one entry per data or control edge
   int initial_pending = 0;
   int async_index = -1;  // index into the step's async calls for async kernels
+  bool commit = false;   // kCommitAttr: runs, and is counted down, after an abort
 };
 
 struct ExecutorPlan {

@@ -1,15 +1,18 @@
 #include "runtime/executor.h"
 
+#include <atomic>
 #include <functional>
 #include <new>
 #include <stdexcept>
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "graph/builder.h"
 #include "gtest/gtest.h"
 #include "runtime/op_kernel.h"
+#include "runtime/rendezvous.h"
 
 namespace weft {
 namespace {
@@ -120,6 +123,37 @@ WEFT_REGISTER_KERNEL("TestThrow", "CPU", ThrowingOp);
 WEFT_REGISTER_KERNEL("TestThrowAsync", "CPU", ThrowingAsyncOp);
 WEFT_REGISTER_KERNEL("TestHugeOutput", "CPU", HugeOutputOp);
 WEFT_REGISTER_KERNEL("TestLargeOutput", "CPU", LargeOutputOp);
+
+// Kernels for commit nodes (kCommitAttr). TestFail fails with its attr
+// "message", counting its calls; TestAwaitAbort finishes, with OK, only once
+// the step's rendezvous is aborted, which the executor does only after it
+// has marked the step aborted: whatever waits on it runs after the abort,
+// in every mode and on every thread interleaving.
+std::atomic<int> fail_calls{0};
+class FailOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    fail_calls.fetch_add(1);
+    ctx->SetStatus(absl::InternalError(GetStringAttrOr(node().def(), "message", "failed").value_or("")));
+  }
+};
+class AwaitAbortOp : public AsyncOpKernel {
+ public:
+  using AsyncOpKernel::AsyncOpKernel;
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    ctx->rendezvous()->RecvAsync(absl::StrCat("never_sent;", ctx->step_id()),
+                                 [done = std::move(done)](const absl::Status& s, const Tensor&, bool) {
+                                   EXPECT_FALSE(s.ok()) << "nothing sends this key";
+                                   done();
+                                 });
+  }
+};
+WEFT_REGISTER_OP(OpDef{.name = "TestFail", .num_inputs = 0, .num_outputs = 0, .stateful = true, .shape_fn = NoOut});
+WEFT_REGISTER_OP(OpDef{.name = "TestAwaitAbort", .num_inputs = 0, .num_outputs = 0, .stateful = true,
+                       .shape_fn = NoOut});
+WEFT_REGISTER_KERNEL("TestFail", "CPU", FailOp);
+WEFT_REGISTER_KERNEL("TestAwaitAbort", "CPU", AwaitAbortOp);
 
 std::string Msg(const absl::Status& s) { return std::string(s.message()); }
 
@@ -331,7 +365,8 @@ TEST_F(ExecutorTest, AllocateOutputFailureNamesNodeOutputShapeAndBytes) {
   auto big = RunGraphOnce(g_, &device_, {}, {"big"});
   ASSERT_FALSE(big.ok());
   EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted) << big.status();
-  for (const char* part : {"node 'big' (TestLargeOutput): output 0", "float32[1099511627776,4]", "17592186044416 bytes"}) {
+  for (const char* part :
+       {"node 'big' (TestLargeOutput): output 0", "float32[1099511627776,4]", "17592186044416 bytes"}) {
     EXPECT_NE(Msg(big.status()).find(part), std::string::npos) << part << " in " << big.status();
   }
   // Named once, not once by allocate_output and again by the executor.
@@ -342,6 +377,169 @@ TEST_F(ExecutorTest, AllocateOutputFailureNamesNodeOutputShapeAndBytes) {
   EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument) << huge.status();
   EXPECT_NE(Msg(huge.status()).find("node 'huge' (TestHugeOutput): output 0"), std::string::npos) << huge.status();
   EXPECT_NE(Msg(huge.status()).find("overflow"), std::string::npos) << huge.status();
+}
+
+// The master's all-or-nothing update on one worker: v1 += 1 and v2 += 2
+// behind a barrier whose control inputs are every input of the updates,
+// then step += 1 after both; all of them commit nodes. v3 belongs to nodes
+// that are not.
+class CommitTest : public ExecutorTest {
+ protected:
+  void SetUp() override {
+    fail_calls = 0;
+    v1_ = b_.Variable("v1", DType::kFloat32, {}, "zeros");
+    v2_ = b_.Variable("v2", DType::kFloat32, {}, "zeros");
+    step_ = b_.Variable("step", DType::kFloat32, {}, "zeros");
+    v3_ = b_.Variable("v3", DType::kFloat32, {}, "zeros");
+    g1_ = b_.ScalarConst(1.0f, "g1");
+    g2_ = b_.ScalarConst(2.0f, "g2");
+    one_ = b_.ScalarConst(1.0f, "one");
+  }
+
+  // The barrier, waiting also on `more`.
+  Node* Barrier(std::vector<Node*> more = {}) {
+    for (const Output& in : {v1_, v2_, step_, g1_, g2_, one_}) more.push_back(in.node);
+    return b_.AddNode("NoOp", {}, {Commit()}, "barrier", more);
+  }
+  // The two updates after `after` (the barrier, and whatever else), then the
+  // counter; returns the updates.
+  std::vector<Node*> Updates(const std::vector<Node*>& after) {
+    Node* u1 = b_.AddNode("AssignAdd", {v1_, g1_}, {Commit()}, "update1", after);
+    Node* u2 = b_.AddNode("AssignAdd", {v2_, g2_}, {Commit()}, "update2", after);
+    b_.AddNode("AssignAdd", {step_, one_}, {Commit()}, "count", {u1, u2});
+    return {u1, u2};
+  }
+  static std::pair<std::string, AttrValue> Commit() { return Attr(kCommitAttr, true); }
+
+  // {v1, v2, step, v3} now.
+  std::vector<float> Values() {
+    ExecutorOptions opts;
+    opts.fetches = {"v1", "v2", "step", "v3"};
+    auto exec = Executor::Create(&g_, &device_, opts);
+    EXPECT_TRUE(exec.ok()) << exec.status();
+    std::vector<Tensor> out;
+    absl::Status s = (*exec)->Run({}, &out);
+    EXPECT_TRUE(s.ok()) << s;
+    std::vector<float> values;
+    for (const Tensor& t : out) values.push_back(t.data<float>()[0]);
+    return values;
+  }
+
+  // Runs `steps` steps of an executor for `targets` in each mode: inline
+  // (the graphs have async kernels, so RunInlineWithAsync) and on pools of
+  // one and of four threads. Each step gets its own rendezvous; `check`
+  // sees its status and the values before and after it.
+  void RunInEveryMode(const std::vector<std::string>& targets, int steps,
+                      const std::function<void(const absl::Status&, const std::vector<float>& before,
+                                               const std::vector<float>& after)>& check) {
+    ASSERT_TRUE(b_.status().ok()) << b_.status();
+    ThreadPool one("inter_op", 1);
+    ThreadPool four("inter_op", 4);
+    for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &one, &four}) {
+      SCOPED_TRACE(pool == nullptr ? "inline" : absl::StrCat("pool of ", pool->num_threads()));
+      ExecutorOptions opts;
+      opts.targets = targets;
+      opts.inter_op_pool = pool;
+      auto exec = Executor::Create(&g_, &device_, opts);
+      ASSERT_TRUE(exec.ok()) << exec.status();
+      for (int step = 0; step < steps; ++step) {
+        const std::vector<float> before = Values();
+        LocalRendezvous rendezvous;
+        const absl::Status s = (*exec)->Run({}, nullptr, step, &rendezvous);
+        check(s, before, Values());
+      }
+    }
+  }
+
+  Output v1_, v2_, step_, v3_, g1_, g2_, one_;
+};
+
+TEST_F(CommitTest, AStepThatDoesNotAbortRunsCommitNodesAsAnyOther) {
+  Updates({Barrier()});
+  RunInEveryMode({"count"}, 3, [](const absl::Status& s, const std::vector<float>& before,
+                                  const std::vector<float>& after) {
+    EXPECT_TRUE(s.ok()) << s;
+    EXPECT_EQ(after[0] - before[0], 1.0f);
+    EXPECT_EQ(after[1] - before[1], 2.0f);
+    EXPECT_EQ(after[2] - before[2], 1.0f);
+  });
+}
+
+TEST_F(CommitTest, AnAbortAfterTheBarrierRanStillAppliesEveryUpdate) {
+  // "fail" aborts the step once the barrier has run (a peer died); the
+  // updates also wait for "hold", which finishes only after the abort, so
+  // they are surely made ready and run after it. Non-commit successors of
+  // the commit nodes never run: after_update and after_count would add to
+  // v3.
+  Node* barrier = Barrier();
+  b_.AddNode("TestFail", {}, {Attr("message", "peer died")}, "fail", {barrier});
+  Node* hold = b_.AddNode("TestAwaitAbort", {}, {Commit()}, "hold", {barrier});
+  std::vector<Node*> updates = Updates({barrier, hold});
+  b_.AddNode("AssignAdd", {v3_, g1_}, {}, "after_update", {updates[0]});
+  b_.AddNode("AssignAdd", {v3_, g2_}, {}, "after_count", {g_.FindNode("count")});
+  RunInEveryMode({"after_update", "after_count", "fail"}, 20,
+                 [](const absl::Status& s, const std::vector<float>& before, const std::vector<float>& after) {
+                   // The step's error is still the abort's.
+                   EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+                   EXPECT_NE(Msg(s).find("'fail' (TestFail): peer died"), std::string::npos) << s;
+                   EXPECT_EQ(after[0] - before[0], 1.0f) << "update1";
+                   EXPECT_EQ(after[1] - before[1], 2.0f) << "update2";
+                   EXPECT_EQ(after[2] - before[2], 1.0f) << "count";
+                   EXPECT_EQ(after[3], before[3]) << "a non-commit node ran after the abort";
+                 });
+}
+
+TEST_F(CommitTest, AnAbortBeforeTheBarrierRanAppliesNoUpdate) {
+  // The barrier also waits for a gradient from a peer, which never comes:
+  // "fail" aborts the step, which fails the blocked _Recv. A failed input
+  // readies no commit successor, so the barrier, and with it every update,
+  // never runs, although all its other inputs finished.
+  Output recv = b_.Op("_Recv", {},
+                      {Attr("tensor_name", "grad"), Attr("send_device", "/job:worker/task:1/device:CPU:0"),
+                       Attr("recv_device", "/job:worker/task:0/device:CPU:0"), Attr("tensor_type", DType::kFloat32),
+                       Attr("shape", TensorShape{})},
+                      "recv");
+  Updates({Barrier({recv.node})});
+  b_.AddNode("TestFail", {}, {Attr("message", "peer died")}, "fail");
+  RunInEveryMode({"count", "fail"}, 20,
+                 [](const absl::Status& s, const std::vector<float>& before, const std::vector<float>& after) {
+                   EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+                   EXPECT_NE(Msg(s).find("'fail' (TestFail): peer died"), std::string::npos) << s;
+                   EXPECT_EQ(after, before) << "an update ran";
+                 });
+}
+
+TEST_F(CommitTest, ACommitNodeFailingAfterTheAbortKeepsTheFirstErrorAndStopsItsSuccessors) {
+  // After "first" aborts the step, "second" (a commit node) runs and fails:
+  // the step keeps the first error, update1 (after "second") never runs,
+  // update2 (after "hold" only) does.
+  Node* barrier = Barrier();
+  b_.AddNode("TestFail", {}, {Attr("message", "first")}, "fail", {barrier});
+  Node* hold = b_.AddNode("TestAwaitAbort", {}, {Commit()}, "hold", {barrier});
+  Node* second = b_.AddNode("TestFail", {}, {Commit(), Attr("message", "second")}, "late_fail", {hold});
+  b_.AddNode("AssignAdd", {v1_, g1_}, {Commit()}, "update1", {second});
+  b_.AddNode("AssignAdd", {v2_, g2_}, {Commit()}, "update2", {hold});
+  RunInEveryMode({"update1", "update2", "fail"}, 20,
+                 [](const absl::Status& s, const std::vector<float>& before, const std::vector<float>& after) {
+                   const int calls = fail_calls.exchange(0);
+                   EXPECT_EQ(calls, 2) << "both failing nodes run";
+                   EXPECT_NE(Msg(s).find("'fail' (TestFail): first"), std::string::npos) << s;
+                   EXPECT_EQ(Msg(s).find("second"), std::string::npos) << s;
+                   EXPECT_EQ(after[0], before[0]) << "update1 ran after its input failed";
+                   EXPECT_EQ(after[1] - before[1], 2.0f) << "update2";
+                 });
+}
+
+TEST_F(CommitTest, ACommitAttrThatIsNotABoolNamesTheNode) {
+  b_.AddNode("NoOp", {}, {Attr(kCommitAttr, 1)}, "barrier");
+  ASSERT_TRUE(b_.status().ok()) << b_.status();
+  ExecutorOptions opts;
+  opts.targets = {"barrier"};
+  auto exec = Executor::Create(&g_, &device_, opts);
+  ASSERT_FALSE(exec.ok());
+  EXPECT_EQ(exec.status().code(), absl::StatusCode::kInvalidArgument) << exec.status();
+  EXPECT_NE(Msg(exec.status()).find("'barrier'"), std::string::npos) << exec.status();
+  EXPECT_NE(Msg(exec.status()).find(kCommitAttr), std::string::npos) << exec.status();
 }
 
 }  // namespace

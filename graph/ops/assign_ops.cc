@@ -1,7 +1,7 @@
 // Ops that overwrite a variable with a value the step computed or was fed:
 //
 // Assign(var, value)       var = value      (any dtype; value has var's dtype and shape)
-// AssignAdd(var, value)    var += value     (float32)
+// AssignAdd(var, value)    var += value     (float32, or int64: a step counter)
 //
 // Like the optimizer updates (training_ops.cc), each writes into input 0's
 // buffer, which is the variable's own, and forwards `var` as output 0, so a
@@ -15,13 +15,13 @@
 namespace weft {
 namespace {
 
-absl::Status AssignShape(InferenceContext* c, bool float_only) {
+absl::Status AssignShape(InferenceContext* c, bool additive) {
   const DType var = c->input_types[0];
   if (c->input_types[1] != var) {
     return c->Error(absl::StrCat("value is ", DTypeName(c->input_types[1]), ", the variable is ", DTypeName(var)));
   }
-  if (float_only && var != DType::kFloat32) {
-    return c->Error(absl::StrCat("the variable must be float32, got ", DTypeName(var)));
+  if (additive && var != DType::kFloat32 && var != DType::kInt64) {
+    return c->Error(absl::StrCat("the variable must be float32 or int64, got ", DTypeName(var)));
   }
   if (!c->input_shapes[1].IsCompatibleWith(c->input_shapes[0])) {
     return c->Error(absl::StrCat("value ", c->input_shapes[1].DebugString(), " does not have the variable's shape ",
@@ -38,11 +38,11 @@ WEFT_REGISTER_OP(OpDef{.name = "Assign",
                        .num_inputs = 2,
                        .num_outputs = 1,
                        .stateful = true,
-                       .shape_fn = [](InferenceContext* c) { return AssignShape(c, /*float_only=*/false); }});
+                       .shape_fn = [](InferenceContext* c) { return AssignShape(c, /*additive=*/false); }});
 WEFT_REGISTER_OP(OpDef{.name = "AssignAdd",
                        .num_inputs = 2,
                        .num_outputs = 1,
                        .stateful = true,
-                       .shape_fn = [](InferenceContext* c) { return AssignShape(c, /*float_only=*/true); }});
+                       .shape_fn = [](InferenceContext* c) { return AssignShape(c, /*additive=*/true); }});
 
 }  // namespace weft

@@ -49,16 +49,26 @@ class AssignAddOp : public OpKernel {
     Tensor var = ctx->input(0);
     const Tensor& value = ctx->input(1);
     OP_REQUIRES_OK(ctx, CheckValue(var, value));
-    OP_REQUIRES(ctx, var.dtype() == DType::kFloat32,
-                absl::InvalidArgumentError(absl::StrCat("the variable must be float32, got ", DTypeName(var.dtype()))));
-    {
-      UpdateLock lock(var);
-      float* v = var.data<float>();
-      const float* d = value.data<float>();
-      const int64_t n = var.NumElements();
-      for (int64_t i = 0; i < n; ++i) v[i] += d[i];
+    if (var.dtype() == DType::kFloat32) {
+      Add<float>(var, value);
+    } else if (var.dtype() == DType::kInt64) {
+      Add<int64_t>(var, value);  // a step counter: wraps like the hardware, never past 2^63 steps
+    } else {
+      ctx->SetStatus(absl::InvalidArgumentError(
+          absl::StrCat("the variable must be float32 or int64, got ", DTypeName(var.dtype()))));
+      return;
     }
     ctx->set_output(0, std::move(var));
+  }
+
+ private:
+  template <typename T>
+  static void Add(Tensor& var, const Tensor& value) {
+    UpdateLock lock(var);
+    T* v = var.data<T>();
+    const T* d = value.data<T>();
+    const int64_t n = var.NumElements();
+    for (int64_t i = 0; i < n; ++i) v[i] += d[i];
   }
 };
 

@@ -57,6 +57,23 @@ TEST_F(AssignTest, AssignAddAddsInPlace) {
   EXPECT_EQ(Stored(), (std::vector<float>{2, -1, 1.5f}));
 }
 
+TEST_F(AssignTest, AssignAddCountsInAnInt64Variable) {
+  Tensor start = Tensor::Scalar<int64_t>(41);
+  device_.resources()->SetVariable("step", start);
+  Output var = b_.Variable("step", DType::kInt64, TensorShape({}), "zeros");
+  Output one = b_.Const(Tensor::Scalar<int64_t>(1), "one");
+  Output out = b_.Op("AssignAdd", {var, one});
+  ASSERT_TRUE(b_.status().ok()) << b_.status();
+  ExecutorOptions opts;
+  opts.fetches = {out.name()};
+  auto exec = Executor::Create(&graph_, &device_, opts);
+  ASSERT_TRUE(exec.ok()) << exec.status();
+  std::vector<Tensor> fetched;
+  ASSERT_TRUE((*exec)->Run({}, &fetched, 1).ok());
+  EXPECT_EQ(fetched[0].data<int64_t>()[0], 42);
+  EXPECT_EQ(device_.resources()->LookupVariable("step")->data<int64_t>()[0], 42);
+}
+
 TEST_F(AssignTest, AValueOfAnotherShapeIsRefusedAndTheVariableKept) {
   absl::StatusOr<Tensor> out = Run("Assign", FloatTensor({2}, {7, 8}), TensorShape({3}));
   ASSERT_FALSE(out.ok());
