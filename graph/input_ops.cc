@@ -28,14 +28,16 @@ namespace ops {
 
 InputBatchOutputs InputBatch(GraphBuilder* b, const DatasetSpec& dataset, const InputBatchOptions& options,
                              absl::string_view name) {
-  Node* n = b->AddNode("InputBatch", {},
-                       {Attr("dataset", EncodeDatasetSpecAttr(dataset)), Attr("train", options.train),
-                        Attr("batch_size", options.batch_size), Attr("shard_index", options.shard_index),
-                        Attr("num_shards", options.num_shards), Attr("seed", static_cast<int64_t>(options.seed)),
-                        Attr("example_shape", options.example_shape), Attr("num_classes", options.num_classes),
-                        Attr("skip_batches", options.skip_batches),
-                        Attr("float_targets", dataset.format() == DatasetSpec::SERIES)},
-                       name);
+  AttrList attrs = {Attr("dataset", EncodeDatasetSpecAttr(dataset)), Attr("train", options.train),
+                    Attr("batch_size", options.batch_size), Attr("shard_index", options.shard_index),
+                    Attr("num_shards", options.num_shards), Attr("seed", static_cast<int64_t>(options.seed)),
+                    Attr("example_shape", options.example_shape), Attr("num_classes", options.num_classes),
+                    Attr("skip_batches", options.skip_batches),
+                    Attr("float_targets", dataset.format() == DatasetSpec::SERIES)};
+  // Only when set, so that the NodeDefs of jobs that shard by file order
+  // stay exactly what they were.
+  if (options.global_batch != 0) attrs.push_back(Attr("global_batch", options.global_batch));
+  Node* n = b->AddNode("InputBatch", {}, attrs, name);
   if (n == nullptr) return {};
   return {Output(n, 0), Output(n, 1), Output(n, 2)};
 }

@@ -43,15 +43,25 @@ namespace ops {
 struct InputBatchOptions {
   bool train = true;  // train split (shuffled, repeating) or test split (one pass, then an empty batch)
   int64_t batch_size = 32;
-  // This node reads examples i with i % num_shards == shard_index.
+  // This node reads examples i with i % num_shards == shard_index (unless
+  // global_batch is set).
   int64_t shard_index = 0;
   int64_t num_shards = 1;
   uint64_t seed = 0;          // shuffle seed; the order is a function of (seed, epoch)
   TensorShape example_shape;  // one example's shape; fully defined, rank >= 1
   int64_t num_classes = 0;    // labels must be below it; 0 checks nothing
   // Training: batches of this node's shard to pass over first (a job
-  // resumed at a step starts where it left off).
+  // resumed at a step starts where it left off); with global_batch, windows.
   int64_t skip_batches = 0;
+  // Training only; when > 0 it must be batch_size * num_shards. Batch k of
+  // an epoch is then the batch_size examples at offset shard_index *
+  // batch_size of window k (global_batch examples) of the whole split's
+  // (seed, epoch) order, so that the shards of a step read one global batch
+  // together however many there are: a job that changes num_shards (and
+  // batch_size) at a step boundary, resuming each node with skip_batches =
+  // the steps taken, still reads each window of the epoch once. 0: read the
+  // shard above.
+  int64_t global_batch = 0;
 };
 
 struct InputBatchOutputs {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_join.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "runtime/data/dataset_files.h"
 #include "runtime/data/idx_reader.h"
@@ -46,6 +47,39 @@ uint64_t UniformBelow(std::mt19937_64& rng, uint64_t n) {
 void ConvertPixels(const uint8_t* __restrict src, float* __restrict dst, int64_t n,
                    float inv_scale) {
   for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) * inv_scale;
+}
+
+// Batches in an epoch of `n` examples. REQUIRES: `o` passed
+// BatchIterator::Create's checks.
+int64_t BatchesPerEpoch(int64_t n, const BatchOptions& o) {
+  if (o.window > 0) return n / o.window;  // whole windows only
+  return o.drop_remainder ? n / o.batch_size : n / o.batch_size + (n % o.batch_size != 0);
+}
+
+// BatchOptions' rules for window and window_offset, over a dataset of `n`
+// examples. REQUIRES: o.batch_size >= 1.
+absl::Status CheckWindow(int64_t n, const BatchOptions& o) {
+  if (o.window == 0 && o.window_offset == 0) return absl::OkStatus();
+  const std::string values =
+      absl::StrCat("window=", o.window, " window_offset=", o.window_offset, " batch_size=", o.batch_size);
+  if (o.window < 0) return absl::InvalidArgumentError(absl::StrCat(values, ": window must be >= 0"));
+  if (o.window == 0) return absl::InvalidArgumentError(absl::StrCat(values, ": a window_offset needs a window"));
+  // Every reader of a window must get a whole batch, or the readers
+  // together would not read the window exactly once.
+  if (!o.drop_remainder) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(values, ": windows need drop_remainder (training), not an evaluation pass"));
+  }
+  // Overflow-safe: both come from a graph's attributes.
+  if (!RangeWithin(o.window_offset, o.batch_size, o.window)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        values, ": the batch [window_offset, window_offset + batch_size) does not lie within [0, window)"));
+  }
+  if (o.window > n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(values, ": the window is larger than the dataset's ", n, " examples"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -110,15 +144,17 @@ class BatchIterator::Producer {
         options_(o),
         allocator_(o.allocator != nullptr ? o.allocator : CpuAllocator()),
         inv_scale_(1.0f / o.scale),
+        stride_(o.window > 0 ? o.window : o.batch_size),
         order_(static_cast<size_t>(ds->size())),
         epoch_(o.first_epoch) {
     // Skipping whole epochs is arithmetic; the rest starts the first epoch
-    // that many examples in (training drops the remainder, so batches align).
-    const int64_t n = ds->size();
-    const int64_t per_epoch = o.drop_remainder ? n / o.batch_size : n / o.batch_size + (n % o.batch_size != 0);
+    // that many batches (windows) in (training drops the remainder, so
+    // batches align). Below size(): skip_batches % per_epoch batches of
+    // stride_ fit in the epoch.
+    const int64_t per_epoch = BatchesPerEpoch(ds->size(), o);
     if (per_epoch > 0 && o.skip_batches > 0) {
       epoch_ += o.skip_batches / per_epoch;
-      start_pos_ = (o.skip_batches % per_epoch) * o.batch_size;
+      start_pos_ = (o.skip_batches % per_epoch) * stride_;
     }
     first_epoch_ = epoch_;
     batch_shape_.AddDim(o.batch_size);
@@ -134,8 +170,19 @@ class BatchIterator::Producer {
   // REQUIRES: !finished().
   std::optional<Batch> Produce() {
     if (!epoch_started_) StartEpoch();
-    const int64_t take = std::min(options_.batch_size, ds_->size() - pos_);
-    if (take == 0 || (options_.drop_remainder && take < options_.batch_size)) {
+    // The batch is order_[first, first + take). pos_ is where the batch (or
+    // its window) starts, and first never passes size(): the window lies
+    // within the order and the batch within the window.
+    int64_t take;
+    int64_t first = pos_;
+    if (options_.window > 0) {
+      take = ds_->size() - pos_ >= options_.window ? options_.batch_size : 0;  // a partial window is dropped
+      first += options_.window_offset;
+    } else {
+      take = std::min(options_.batch_size, ds_->size() - pos_);
+      if (options_.drop_remainder && take < options_.batch_size) take = 0;
+    }
+    if (take == 0) {
       epoch_started_ = false;
       ++epoch_;
       finished_ = options_.num_epochs > 0 && epoch_ - first_epoch_ >= options_.num_epochs;
@@ -164,19 +211,19 @@ class BatchIterator::Producer {
     if (floats) {
       float* targets = batch.labels.data<float>();
       for (int64_t b = 0; b < take; ++b) {
-        const int64_t i = order_[pos_ + b];
+        const int64_t i = order_[first + b];
         std::copy_n(ds_->values(i), elems, features + b * elems);
         std::copy_n(ds_->targets(i), per, targets + b * per);
       }
     } else {
       int32_t* labels = batch.labels.data<int32_t>();
       for (int64_t b = 0; b < take; ++b) {
-        const int64_t i = order_[pos_ + b];
+        const int64_t i = order_[first + b];
         ConvertPixels(ds_->pixels(i), features + b * elems, elems, inv_scale_);
         std::copy_n(ds_->labels(i), per, labels + b * per);
       }
     }
-    pos_ += take;
+    pos_ += options_.window > 0 ? options_.window : take;
     return batch;
   }
 
@@ -200,11 +247,12 @@ class BatchIterator::Producer {
   Allocator* const allocator_;
   const float inv_scale_;
   TensorShape batch_shape_;     // [batch, example_shape...]; dim 0 set per batch
+  const int64_t stride_;        // positions from one batch's start to the next's: window or batch_size
   int64_t start_pos_ = 0;       // where the first epoch started begins (skip_batches)
   int64_t first_epoch_ = 0;     // the first epoch produced (after skip_batches)
   std::vector<int64_t> order_;  // example indices of the current epoch
   int64_t epoch_;
-  int64_t pos_ = 0;  // next position in order_
+  int64_t pos_ = 0;  // where the next batch (its window, with windows) starts in order_
   bool epoch_started_ = false;
   bool finished_ = false;
 };
@@ -220,9 +268,8 @@ absl::StatusOr<std::unique_ptr<BatchIterator>> BatchIterator::Create(const InMem
                      " (need batch_size >= 1, scale > 0, prefetch >= 0, num_epochs >= 0, skip_batches >= 0)"));
   }
   const int64_t n = dataset->size();
-  const int64_t batches = options.drop_remainder
-                              ? n / options.batch_size
-                              : n / options.batch_size + (n % options.batch_size != 0);
+  RETURN_IF_ERROR(CheckWindow(n, options));
+  const int64_t batches = BatchesPerEpoch(n, options);
   if (batches == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("dataset of ", n, " examples gives no batch of ", options.batch_size,

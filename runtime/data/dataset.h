@@ -177,6 +177,20 @@ struct BatchOptions {
   // Where batch tensors come from; null = CpuAllocator(). Must outlive the
   // iterator and every batch it returned.
   Allocator* allocator = nullptr;
+  // Global windows, for replicas that read slices of one order (an elastic
+  // job, whose replica count may change between steps). When > 0, each
+  // epoch's order of the whole dataset (shuffled by (seed, epoch) as above)
+  // is cut into consecutive windows of `window` examples, a last partial
+  // one dropped, and batch k of the epoch is the batch_size examples at
+  // positions [k * window + window_offset, k * window + window_offset +
+  // batch_size) of that order: readers with offsets 0, b, 2b, ... and batch
+  // size b together read window k at their k-th batch, however many of them
+  // there are. batches_per_epoch = size / window, and skip_batches counts
+  // windows. Requires drop_remainder, 0 <= window_offset, window_offset +
+  // batch_size <= window, and window <= the dataset's size. 0: batch k is
+  // the order's k-th run of batch_size examples (window_offset must be 0).
+  int64_t window = 0;
+  int64_t window_offset = 0;
 };
 
 // The options a job's DatasetSpec asks for: scale (default 255), shuffle
@@ -188,8 +202,9 @@ BatchOptions BatchOptionsFromSpec(const DatasetSpec& spec, int64_t batch_size, u
 class BatchIterator {
  public:
   // `dataset` must outlive the iterator. INVALID_ARGUMENT for batch_size < 1,
-  // scale <= 0, prefetch < 0, num_epochs < 0, or a dataset too small to give
-  // one batch per epoch.
+  // scale <= 0, prefetch < 0, num_epochs < 0, skip_batches < 0, window
+  // options outside the rules above (the message names the values), or a
+  // dataset too small to give one batch per epoch.
   static absl::StatusOr<std::unique_ptr<BatchIterator>> Create(const InMemoryDataset* dataset,
                                                                const BatchOptions& options);
   // Stops the prefetch thread (mid-epoch is fine) and joins it.

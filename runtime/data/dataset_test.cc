@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "runtime/data/test_files.h"
 #include "runtime/data/tfrecord.h"
@@ -325,6 +326,169 @@ TEST(BatchIteratorTest, RejectsBadOptions) {
   o.batch_size = 2;
   o.scale = 0;
   EXPECT_FALSE(BatchIterator::Create(&ds, o).ok());
+}
+
+// ---- Global windows ----------------------------------------------------------
+
+struct Taken {
+  int64_t epoch = -1;
+  std::vector<int32_t> labels;
+};
+
+// The iterator's next `count` batches, passing over epoch ends; checks that
+// each example's features are its own pixels (MakeDataset's 10*i + k).
+std::vector<Taken> TakeBatches(BatchIterator* it, int count) {
+  std::vector<Taken> out;
+  while (static_cast<int>(out.size()) < count) {
+    auto b = it->Next();
+    EXPECT_TRUE(b.ok()) << b.status();
+    if (!b.ok()) return out;
+    if (!b->has_value()) continue;  // an epoch's end
+    Taken t;
+    t.epoch = (*b)->epoch;
+    auto labels = (*b)->labels.flat<int32_t>();
+    t.labels.assign(labels.begin(), labels.end());
+    const float* f = (*b)->features.data<float>();
+    for (size_t r = 0; r < t.labels.size(); ++r) {
+      for (int k = 0; k < 6; ++k) {
+        EXPECT_FLOAT_EQ(f[r * 6 + k], static_cast<uint8_t>(10 * t.labels[r] + k) / 255.0f) << "example " << t.labels[r];
+      }
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+// Readers r = 0..N-1 with window 12, batch 12/N and offset r * 12/N read, at
+// their batch k, the slices of what one reader of 12-example batches (no
+// window: today's iterator) reads at its batch k, for N = 1, 2 and 3. 40
+// examples: 3 windows an epoch, the last 4 examples of each order dropped.
+TEST(BatchIteratorTest, WindowReadersTogetherReadOneReadersBatches) {
+  const InMemoryDataset ds = MakeDataset(40);
+  BatchOptions whole;
+  whole.batch_size = 12;
+  whole.seed = 5;
+  whole.first_epoch = 1;
+  auto reference_it = MakeIterator(&ds, whole);
+  const std::vector<Taken> reference = TakeBatches(reference_it.get(), 9);  // three epochs
+  ASSERT_EQ(reference.size(), 9u);
+  EXPECT_NE(reference[0].labels, reference[3].labels) << "epochs were not reshuffled";
+  for (int64_t readers : {1, 2, 3}) {
+    const int64_t b = 12 / readers;
+    std::vector<std::vector<Taken>> got;
+    for (int64_t r = 0; r < readers; ++r) {
+      BatchOptions o = whole;
+      o.batch_size = b;
+      o.window = 12;
+      o.window_offset = r * b;
+      o.prefetch = static_cast<int>(r % 2);
+      auto it = MakeIterator(&ds, o);
+      EXPECT_EQ(it->batches_per_epoch(), 3);
+      got.push_back(TakeBatches(it.get(), 9));
+      ASSERT_EQ(got.back().size(), 9u);
+    }
+    for (size_t k = 0; k < reference.size(); ++k) {
+      std::vector<int32_t> joined;
+      for (int64_t r = 0; r < readers; ++r) {
+        const Taken& t = got[r][k];
+        EXPECT_EQ(t.epoch, reference[k].epoch) << readers << " readers, reader " << r << " batch " << k;
+        EXPECT_EQ(t.labels.size(), static_cast<size_t>(b));
+        joined.insert(joined.end(), t.labels.begin(), t.labels.end());
+      }
+      EXPECT_EQ(joined, reference[k].labels) << readers << " readers, batch " << k;
+    }
+  }
+}
+
+// Unshuffled, the windows are plain ranges of the file order: batch k is
+// examples [4k + 1, 4k + 3), and the partial window {8, 9} is dropped.
+TEST(BatchIteratorTest, WindowReadsItsOffsetOfEachWindowInFileOrder) {
+  const InMemoryDataset ds = MakeDataset(10);
+  BatchOptions o;
+  o.batch_size = 2;
+  o.shuffle = false;
+  o.window = 4;
+  o.window_offset = 1;
+  auto it = MakeIterator(&ds, o);
+  EXPECT_EQ(it->batches_per_epoch(), 2);
+  EXPECT_EQ(EpochLabels(it.get()), (std::vector<std::vector<int32_t>>{{1, 2}, {5, 6}}));
+  EXPECT_EQ(it->epoch(), 1);
+  EXPECT_EQ(EpochLabels(it.get()), (std::vector<std::vector<int32_t>>{{1, 2}, {5, 6}}));
+}
+
+// skip_batches counts windows: a reader resumed after k of them, across
+// epoch ends, gives what the one that took them gives next, with the same
+// epoch numbers.
+TEST(BatchIteratorTest, WindowSkipBatchesResumesAtTheRightWindowAcrossEpochs) {
+  const InMemoryDataset ds = MakeDataset(40);  // 3 windows of 12 an epoch
+  BatchOptions o;
+  o.batch_size = 4;
+  o.seed = 9;
+  o.first_epoch = 2;
+  o.window = 12;
+  o.window_offset = 8;
+  auto full = MakeIterator(&ds, o);
+  const std::vector<Taken> all = TakeBatches(full.get(), 8);
+  ASSERT_EQ(all.size(), 8u);
+  EXPECT_EQ(all[2].epoch, 2);
+  EXPECT_EQ(all[3].epoch, 3);
+  for (int64_t skip : {1, 2, 3, 4, 7}) {
+    BatchOptions resumed = o;
+    resumed.skip_batches = skip;
+    resumed.prefetch = skip % 2 == 0 ? 0 : 2;
+    auto it = MakeIterator(&ds, resumed);
+    EXPECT_EQ(it->epoch(), 2 + skip / 3) << "skip " << skip;
+    const std::vector<Taken> rest = TakeBatches(it.get(), static_cast<int>(all.size() - skip));
+    ASSERT_EQ(rest.size(), all.size() - skip);
+    for (size_t i = 0; i < rest.size(); ++i) {
+      EXPECT_EQ(rest[i].epoch, all[skip + i].epoch) << "skip " << skip << " batch " << skip + i;
+      EXPECT_EQ(rest[i].labels, all[skip + i].labels) << "skip " << skip << " batch " << skip + i;
+    }
+  }
+}
+
+// Expects Create to refuse `o` with INVALID_ARGUMENT naming each of `parts`.
+void ExpectRefused(const InMemoryDataset& ds, const BatchOptions& o, const std::vector<std::string>& parts) {
+  auto it = BatchIterator::Create(&ds, o);
+  ASSERT_FALSE(it.ok());
+  EXPECT_EQ(it.status().code(), absl::StatusCode::kInvalidArgument) << it.status();
+  for (const std::string& p : parts) {
+    EXPECT_NE(it.status().message().find(p), std::string::npos) << p << " in " << it.status();
+  }
+}
+
+TEST(BatchIteratorTest, BadWindowOptionsAreRefusedNamingTheValues) {
+  const InMemoryDataset ds = MakeDataset(10);
+  BatchOptions o;
+  o.batch_size = 4;
+  o.window = 10;
+  o.window_offset = 6;
+  auto fits = MakeIterator(&ds, o);  // the batch ends at the window's end
+  ASSERT_NE(fits, nullptr);
+  EXPECT_EQ(fits->batches_per_epoch(), 1);
+
+  o.window_offset = 7;
+  ExpectRefused(ds, o, {"window=10", "window_offset=7", "batch_size=4"});
+  o.window_offset = -1;
+  ExpectRefused(ds, o, {"window_offset=-1"});
+  o.window_offset = std::numeric_limits<int64_t>::max() - 1;  // offset + batch_size overflows
+  ExpectRefused(ds, o, {absl::StrCat("window_offset=", o.window_offset)});
+  o.window_offset = 1;
+  o.batch_size = std::numeric_limits<int64_t>::max();
+  ExpectRefused(ds, o, {absl::StrCat("batch_size=", o.batch_size)});
+  o.batch_size = 4;
+  o.window = 11;
+  ExpectRefused(ds, o, {"window=11", "10 examples"});
+  o.window = 8;
+  o.drop_remainder = false;
+  ExpectRefused(ds, o, {"window=8", "drop_remainder"});
+  o.drop_remainder = true;
+  o.window = -4;
+  ExpectRefused(ds, o, {"window=-4"});
+  o.window = 0;  // an offset without a window
+  ExpectRefused(ds, o, {"window=0", "window_offset=1"});
+  o.window_offset = 0;
+  EXPECT_TRUE(BatchIterator::Create(&ds, o).ok());
 }
 
 // Pulls `epochs` epochs, dropping each batch before the next.

@@ -133,6 +133,23 @@ TEST_F(InputBatchTest, BuilderDeclaresOutputs) {
   EXPECT_EQ(in.epoch.name(), "input:2");
 }
 
+// global_batch becomes the node's attribute; unset, the node is what it was
+// before the attribute existed.
+TEST_F(InputBatchTest, BuilderSetsGlobalBatchOnlyWhenAsked) {
+  const DatasetSpec spec = WriteDataset("declglobal", 4);
+  Graph g;
+  GraphBuilder b(&g);
+  ops::InputBatchOptions o = Options(true, 2, 1, 2);
+  ops::InputBatchOutputs sharded = ops::InputBatch(&b, spec, o, "sharded");
+  o.global_batch = 4;
+  ops::InputBatchOutputs global = ops::InputBatch(&b, spec, o, "global");
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  EXPECT_EQ(sharded.features.node->def().attr().count("global_batch"), 0u);
+  ASSERT_EQ(global.features.node->def().attr().count("global_batch"), 1u);
+  EXPECT_EQ(global.features.node->def().attr().at("global_batch").i(), 4);
+  EXPECT_EQ(global.features.shape(), (TensorShape{-1, 2, 3}));
+}
+
 // Serialised proto bytes are not UTF-8 (train_limit 200 is the varint
 // 0xC8 0x01), which a proto3 string attribute could not carry; the base64
 // form survives a NodeDef's round trip.
@@ -378,8 +395,9 @@ TEST_F(InputBatchTest, SeriesBatchesCarryFloatTargets) {
   Graph bad;
   GraphBuilder bb(&bad);
   Node* n = bb.AddNode("InputBatch", {},
-                       {Attr("dataset", EncodeDatasetSpecAttr(spec)), Attr("train", true), Attr("batch_size", int64_t{2}),
-                        Attr("example_shape", TensorShape{3, 1}), Attr("float_targets", false)},
+                       {Attr("dataset", EncodeDatasetSpecAttr(spec)), Attr("train", true),
+                        Attr("batch_size", int64_t{2}), Attr("example_shape", TensorShape{3, 1}),
+                        Attr("float_targets", false)},
                        "mislabelled");
   ASSERT_NE(n, nullptr) << bb.status();
   absl::Status s = RunGraphOnce(bad, &device_, {}, {"mislabelled:1"}).status();
@@ -451,6 +469,156 @@ TEST_F(InputBatchTest, OutOfRangeLabelIsAnError) {
   absl::Status s = RunInput(&device_, spec, o);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("num_classes"), std::string::npos) << s;
+}
+
+// ---- global_batch --------------------------------------------------------------
+
+// Shard `shard` of `shards`, reading its slice of windows of `global_batch`.
+ops::InputBatchOptions GlobalOptions(int64_t global_batch, int64_t shard, int64_t shards) {
+  ops::InputBatchOptions o = Options(true, global_batch / shards, shard, shards);
+  o.global_batch = global_batch;
+  return o;
+}
+
+// One plan's input nodes in one session: `shards` nodes "replica<r>/input"
+// that read `global_batch` examples a step together, each through its own
+// executor. With `global` false (and one shard), today's reader of the whole
+// split in batches of global_batch: the reference.
+struct Replicas {
+  Graph graph;
+  std::vector<std::unique_ptr<Executor>> execs;
+  int64_t batch = 0;
+};
+
+std::unique_ptr<Replicas> MakeReplicas(const DatasetSpec& spec, int64_t global_batch, int64_t shards, bool global,
+                                       int64_t skip_batches, Device* device, ResourceMgr* session) {
+  auto p = std::make_unique<Replicas>();
+  p->batch = global_batch / shards;
+  GraphBuilder b(&p->graph);
+  std::vector<ops::InputBatchOutputs> ins;
+  for (int64_t r = 0; r < shards; ++r) {
+    ops::InputBatchOptions o = global ? GlobalOptions(global_batch, r, shards) : Options(true, p->batch, r, shards);
+    o.skip_batches = skip_batches;
+    ins.push_back(ops::InputBatch(&b, spec, o, absl::StrCat("replica", r, "/input")));
+  }
+  EXPECT_TRUE(b.status().ok()) << b.status();
+  for (const ops::InputBatchOutputs& in : ins) p->execs.push_back(MakeExecutor(p->graph, device, in, session));
+  return p;
+}
+
+// One step of every replica: their labels in replica order, and their epoch.
+Step GlobalStep(Replicas* p) {
+  Step out;
+  for (size_t r = 0; r < p->execs.size(); ++r) {
+    if (p->execs[r] == nullptr) return out;
+    Step s = RunStep(p->execs[r].get());
+    EXPECT_EQ(static_cast<int64_t>(s.labels.size()), p->batch) << "replica " << r;
+    if (r == 0) out.epoch = s.epoch;
+    EXPECT_EQ(s.epoch, out.epoch) << "replica " << r;
+    out.labels.insert(out.labels.end(), s.labels.begin(), s.labels.end());
+  }
+  return out;
+}
+
+// 20 examples, global batch 6: 3 windows an epoch (2 examples dropped).
+// Whether 2 or 3 replicas read it, a step's batches together are the
+// reference's batch at that step, in the same epochs.
+TEST_F(InputBatchTest, GlobalBatchShardsReadSlicesOfOneGlobalOrder) {
+  const DatasetSpec spec = WriteDataset("global", 20);
+  ResourceMgr reference_session;
+  auto reference = MakeReplicas(spec, 6, 1, false, 0, &device_, &reference_session);
+  std::vector<Step> want;
+  for (int k = 0; k < 7; ++k) want.push_back(GlobalStep(reference.get()));
+  for (int k = 0; k < 7; ++k) EXPECT_EQ(want[k].epoch, k / 3) << "step " << k;
+  EXPECT_NE(want[0].labels, (std::vector<int32_t>{0, 1, 2, 3, 4, 5})) << "epoch 0 was not shuffled";
+  for (int64_t shards : {2, 3}) {
+    ResourceMgr session;
+    auto plan = MakeReplicas(spec, 6, shards, true, 0, &device_, &session);
+    for (int k = 0; k < 7; ++k) {
+      Step got = GlobalStep(plan.get());
+      EXPECT_EQ(got.labels, want[k].labels) << shards << " replicas, step " << k;
+      EXPECT_EQ(got.epoch, want[k].epoch) << shards << " replicas, step " << k;
+    }
+  }
+}
+
+// An elastic job goes from 2 replicas to 3 at step 4 (after an epoch's
+// end) in the same session: the nodes keep their names, so the session's
+// pipelines of replica0 and replica1 must be rebuilt for their new slices,
+// from skip_batches, not continued. Registered again with the same attrs
+// (skip_batches aside), a node continues its pipeline.
+TEST_F(InputBatchTest, ResizedReplicasInOneSessionReadOnFromTheirNewSlices) {
+  const DatasetSpec spec = WriteDataset("resize", 20);
+  ResourceMgr reference_session;
+  auto reference = MakeReplicas(spec, 6, 1, false, 0, &device_, &reference_session);
+  std::vector<Step> want;
+  for (int k = 0; k < 9; ++k) want.push_back(GlobalStep(reference.get()));
+
+  ResourceMgr session;
+  auto two = MakeReplicas(spec, 6, 2, true, 0, &device_, &session);
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(GlobalStep(two.get()).labels, want[k].labels) << "step " << k;
+  auto three = MakeReplicas(spec, 6, 3, true, 4, &device_, &session);
+  for (int k = 4; k < 8; ++k) {
+    Step got = GlobalStep(three.get());
+    EXPECT_EQ(got.labels, want[k].labels) << "step " << k;
+    EXPECT_EQ(got.epoch, want[k].epoch) << "step " << k;
+  }
+  EXPECT_EQ(session.ResourceNames(),
+            (std::vector<std::string>{"replica0/input", "replica1/input", "replica2/input"}));
+  auto again = MakeReplicas(spec, 6, 3, true, 0, &device_, &session);
+  EXPECT_EQ(GlobalStep(again.get()).labels, want[8].labels);
+}
+
+// Expects `s` to be INVALID_ARGUMENT naming each of `parts`.
+void ExpectInvalid(const absl::Status& s, const std::vector<std::string>& parts) {
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  for (const std::string& p : parts) EXPECT_NE(s.message().find(p), std::string::npos) << p << " in " << s;
+}
+
+// The InputBatch node `name` with `attrs` and no shape inference, run once:
+// what the kernel says to a graph whose inference never ran.
+absl::Status RunSkippingInference(Device* device, const std::string& name, const AttrList& attrs) {
+  NodeDef def;
+  def.set_name(name);
+  def.set_op("InputBatch");
+  for (const auto& [k, v] : attrs) (*def.mutable_attr())[k] = v;
+  Graph g;
+  absl::Status added = g.AddNodeSkippingInference(def, {DType::kFloat32, DType::kInt32, DType::kInt64}).status();
+  if (!added.ok()) return added;
+  return RunGraphOnce(g, device, {}, {name + ":1"}).status();
+}
+
+TEST_F(InputBatchTest, MismatchedGlobalBatchIsRefusedNamingTheNode) {
+  const DatasetSpec spec = WriteDataset("globalbad", 20);
+  ops::InputBatchOptions o = GlobalOptions(6, 0, 2);
+  o.batch_size = 2;  // 2 * 2 != 6
+  ExpectInvalid(RunInput(&device_, spec, o), {"train_input", "global_batch' 6", "batch_size=2", "num_shards=2"});
+  o = GlobalOptions(6, 0, 2);
+  o.train = false;
+  ExpectInvalid(RunInput(&device_, spec, o), {"train_input", "global_batch' 6", "train=false"});
+
+  // The kernel checks the same for a graph whose inference never ran.
+  const AttrList mismatched = {Attr("dataset", EncodeDatasetSpecAttr(spec)), Attr("train", true),
+                               Attr("batch_size", int64_t{2}), Attr("shard_index", int64_t{1}),
+                               Attr("num_shards", int64_t{2}), Attr("global_batch", int64_t{6}),
+                               Attr("example_shape", TensorShape{2, 3})};
+  ExpectInvalid(RunSkippingInference(&device_, "mismatched", mismatched),
+                {"'mismatched'", "global_batch 6", "batch_size=2", "num_shards=2 = 4"});
+  const AttrList eval = {Attr("dataset", EncodeDatasetSpecAttr(spec)), Attr("train", false),
+                         Attr("batch_size", int64_t{3}), Attr("shard_index", int64_t{1}),
+                         Attr("num_shards", int64_t{2}), Attr("global_batch", int64_t{6}),
+                         Attr("example_shape", TensorShape{2, 3})};
+  ExpectInvalid(RunSkippingInference(&device_, "eval_global", eval),
+                {"'eval_global'", "global_batch 6", "train=false"});
+  const AttrList overflowing = {Attr("dataset", EncodeDatasetSpecAttr(spec)), Attr("train", true),
+                                Attr("batch_size", int64_t{1} << 62), Attr("num_shards", int64_t{4}),
+                                Attr("global_batch", int64_t{6}), Attr("example_shape", TensorShape{2, 3})};
+  ExpectInvalid(RunSkippingInference(&device_, "overflowing", overflowing), {"'overflowing'", "overflows"});
+  EXPECT_TRUE(device_.resources()->ResourceNames().empty());
+
+  // A split smaller than one global batch: refused at the first step.
+  ExpectInvalid(RunInput(&device_, spec, GlobalOptions(24, 1, 2)),
+                {"train_input", "global_batch=24", "20 examples", "globalbad-images"});
 }
 
 // ---- ResourceMgr's generic resources ----------------------------------------
