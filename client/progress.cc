@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 
 namespace weft {
@@ -139,8 +140,27 @@ std::string RecoveryDetails(const JobStatus& s) {
   }
   if (s.restarts() > 0 || s.steps_lost() > 0) absl::StrAppend(&out, "  steps lost: ", s.steps_lost(), "\n");
   if (s.recovery_seconds() > 0) absl::StrAppend(&out, absl::StrFormat("  recovery: %.1f s\n", s.recovery_seconds()));
+  if (s.workers_size() > 0) absl::StrAppend(&out, "  workers: ", absl::StrJoin(s.workers(), ", "), "\n");
+  for (const MembershipChange& c : s.membership_change()) {
+    absl::StrAppendFormat(&out, "  membership: from step %d (at %s) on %d worker(s) after %.2f s", c.step(),
+                          UtcTime(c.time_unix_ms()), c.workers(), c.seconds());
+    if (c.left_size() > 0) absl::StrAppend(&out, "; left: ", absl::StrJoin(c.left(), ", "));
+    if (c.joined_size() > 0) absl::StrAppend(&out, "; joined: ", absl::StrJoin(c.joined(), ", "));
+    if (!c.reason().empty()) absl::StrAppend(&out, "; ", c.reason());
+    absl::StrAppend(&out, "\n");
+  }
   return out;
 }
+
+namespace {
+
+std::string JsonStrings(const google::protobuf::RepeatedPtrField<std::string>& v) {
+  std::string out;
+  for (const std::string& s : v) absl::StrAppend(&out, out.empty() ? "" : ", ", JsonString(s));
+  return absl::StrCat("[", out, "]");
+}
+
+}  // namespace
 
 std::string StepTimeDetails(const JobStatus& s) {
   std::string out;
@@ -179,12 +199,20 @@ std::string StepTimeJsonFields(const JobStatus& s) {
 }
 
 std::string RecoveryJsonFields(const JobStatus& s) {
+  std::string changes;
+  for (const MembershipChange& c : s.membership_change()) {
+    absl::StrAppendFormat(&changes, "%s{\"step\": %d, \"time_unix_ms\": %d, \"left\": %s, \"joined\": %s, "
+                          "\"workers\": %d, \"seconds\": %.3f, \"reason\": %s}",
+                          changes.empty() ? "" : ", ", c.step(), c.time_unix_ms(), JsonStrings(c.left()),
+                          JsonStrings(c.joined()), c.workers(), c.seconds(), JsonString(c.reason()));
+  }
   return absl::StrFormat(
       "\"restarts\": %d, \"failed_task\": %s, \"failure\": %s, \"failure_time_unix_ms\": %d, "
-      "\"checkpoint_step\": %d, \"checkpoint_path\": %s, \"steps_lost\": %d, \"recovery_seconds\": %.3f",
+      "\"checkpoint_step\": %d, \"checkpoint_path\": %s, \"steps_lost\": %d, \"recovery_seconds\": %.3f, "
+      "\"workers\": %s, \"membership_change\": [%s]",
       s.restarts(), JsonString(s.failed_task()), JsonString(s.failure()), s.failure_time_unix_ms(),
       HasCheckpoint(s) ? s.checkpoint_step() : -1, JsonString(s.checkpoint_path()), s.steps_lost(),
-      s.recovery_seconds());
+      s.recovery_seconds(), JsonStrings(s.workers()), changes);
 }
 
 }  // namespace weft

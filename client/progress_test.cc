@@ -144,12 +144,37 @@ TEST(ProgressTest, StatusJsonCarriesEveryRecoveryField) {
   EXPECT_EQ(RecoveryJsonFields(RecoveredStatus()),
             "\"restarts\": 2, \"failed_task\": \"/job:worker/task:1\", \"failure\": \"task stopped answering "
             "heartbeats\", \"failure_time_unix_ms\": 1700000000123, \"checkpoint_step\": 400, \"checkpoint_path\": "
-            "\"/ckpt/step-000000000400\", \"steps_lost\": 50, \"recovery_seconds\": 3.300");
+            "\"/ckpt/step-000000000400\", \"steps_lost\": 50, \"recovery_seconds\": 3.300, \"workers\": [], "
+            "\"membership_change\": []");
   JobStatus none;  // a master that sets none of them
   const std::string json = RecoveryJsonFields(none);
   EXPECT_TRUE(absl::StrContains(json, "\"restarts\": 0,")) << json;
   EXPECT_TRUE(absl::StrContains(json, "\"checkpoint_step\": -1,")) << json;
   EXPECT_TRUE(absl::StrContains(json, "\"failed_task\": \"\",")) << json;
+}
+
+// An elastic job's members and their changes, in text and JSON.
+TEST(ProgressTest, AnElasticJobsMembershipAndItsChangesAreShown) {
+  JobStatus s;
+  s.add_workers("/job:worker/task:0");
+  s.add_workers("/job:worker/task:1");
+  MembershipChange* c = s.add_membership_change();
+  c->set_step(97);
+  c->set_time_unix_ms(1700000000123);
+  c->add_left("/job:worker/task:2");
+  c->set_workers(2);
+  c->set_seconds(1.25);
+  c->set_reason("task /job:worker/task:2 unreachable");
+  EXPECT_EQ(RecoveryDetails(s),
+            "  workers: /job:worker/task:0, /job:worker/task:1\n"
+            "  membership: from step 97 (at 2023-11-14 22:13:20 UTC) on 2 worker(s) after 1.25 s; left: "
+            "/job:worker/task:2; task /job:worker/task:2 unreachable\n");
+  const std::string json = RecoveryJsonFields(s);
+  EXPECT_TRUE(absl::StrContains(json, "\"workers\": [\"/job:worker/task:0\", \"/job:worker/task:1\"]")) << json;
+  EXPECT_TRUE(absl::StrContains(json, "\"membership_change\": [{\"step\": 97, \"time_unix_ms\": 1700000000123, "
+                                      "\"left\": [\"/job:worker/task:2\"], \"joined\": [], \"workers\": 2, "
+                                      "\"seconds\": 1.250, \"reason\": \"task /job:worker/task:2 unreachable\"}]"))
+      << json;
 }
 
 JobStatus StalledStatus() {

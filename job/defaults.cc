@@ -34,6 +34,24 @@ int EffectiveNumDevices(const StrategySpec& spec, int local_devices, int local_g
   return local_gpus > 0 ? local_gpus : local_devices;
 }
 
+int EffectiveMinWorkers(const ElasticPolicy& policy) { return std::max(1, policy.min_workers()); }
+
+int ElasticReplicaCount(const JobSpec& job, int live_workers) {
+  const ElasticPolicy& e = job.elastic();
+  int n = live_workers;
+  if (e.max_workers() > 0) n = std::min(n, e.max_workers());
+  for (; n >= EffectiveMinWorkers(e); --n) {
+    if (job.batch_size() % n == 0) return n;
+  }
+  return 0;
+}
+
+absl::Duration ElasticWait(const JobSpec& job) {
+  const int s = job.elastic().wait_seconds();
+  if (s < 0) return absl::ZeroDuration();
+  return s > 0 ? absl::Seconds(s) : EffectiveRecovery(job).task_wait;
+}
+
 absl::StatusOr<int64_t> ReplicaBatch(const JobSpec& job, int num_replicas) {
   const std::string kind = StrategySpec::Kind_Name(job.strategy().kind());
   if (num_replicas < 1) {

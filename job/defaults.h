@@ -48,6 +48,18 @@ bool EffectiveSync(const StrategySpec& spec);
 // result against local_devices.
 int EffectiveNumDevices(const StrategySpec& spec, int local_devices, int local_gpus);
 
+// elastic.min_workers with its default (1).
+int EffectiveMinWorkers(const ElasticPolicy& policy);
+// How many of `live_workers` workers an elastic job trains on: the largest
+// n <= live_workers (and <= elastic.max_workers when set) that divides
+// batch_size, so the global batch stays whole; 0 when that n would be below
+// elastic.min_workers, or none divides.
+int ElasticReplicaCount(const JobSpec& job, int live_workers);
+// How long a lost worker of an elastic job has to come back before the job
+// goes on without it: elastic.wait_seconds, recovery.task_wait when 0, zero
+// when -1.
+absl::Duration ElasticWait(const JobSpec& job);
+
 // The batch each of `num_replicas` replicas reads: batch_size split evenly.
 // INVALID_ARGUMENT "strategy KIND splits batch_size B over n replicas; ..."
 // when it does not divide, or when num_replicas < 1.

@@ -93,5 +93,31 @@ TEST(DefaultsTest, ReplicaBatchSplitsEvenlyOrSaysWhy) {
   EXPECT_TRUE(absl::StrContains(b.status().message(), "no replicas")) << b.status();
 }
 
+
+TEST(DefaultsTest, AnElasticJobTrainsOnTheLargestWorkerCountThatSplitsItsBatch) {
+  JobSpec job;
+  job.set_batch_size(12);
+  job.mutable_elastic()->set_min_workers(2);
+  EXPECT_EQ(ElasticReplicaCount(job, 4), 4);
+  EXPECT_EQ(ElasticReplicaCount(job, 5), 4);  // 5 does not divide 12: one stands by
+  EXPECT_EQ(ElasticReplicaCount(job, 3), 3);
+  EXPECT_EQ(ElasticReplicaCount(job, 2), 2);
+  EXPECT_EQ(ElasticReplicaCount(job, 1), 0);  // below min_workers
+  job.mutable_elastic()->set_max_workers(3);
+  EXPECT_EQ(ElasticReplicaCount(job, 8), 3);
+  job.set_batch_size(7);
+  EXPECT_EQ(ElasticReplicaCount(job, 3), 0);  // only 1 and 7 divide 7
+  job.mutable_elastic()->set_min_workers(0);
+  EXPECT_EQ(ElasticReplicaCount(job, 3), 1);
+
+  EXPECT_EQ(ElasticWait(job), absl::Seconds(kDefaultTaskWaitSeconds));
+  job.mutable_recovery()->set_task_wait_seconds(7);
+  EXPECT_EQ(ElasticWait(job), absl::Seconds(7));
+  job.mutable_elastic()->set_wait_seconds(3);
+  EXPECT_EQ(ElasticWait(job), absl::Seconds(3));
+  job.mutable_elastic()->set_wait_seconds(-1);
+  EXPECT_EQ(ElasticWait(job), absl::ZeroDuration());
+}
+
 }  // namespace
 }  // namespace weft

@@ -64,23 +64,15 @@ TEST(JobFileTest, ValidationNamesTheField) {
   }
 }
 
-TEST(JobFileTest, CheckpointAndRecoveryPoliciesAreChecked) {
-  const std::string base = "batch_size: 2 epochs: 1 model {} dataset { dir: 'd' } ";
-  struct Case {
-    std::string text;
-    const char* expect;  // "" when valid
-  } cases[] = {
-      {base + "strategy { kind: PARAMETER_SERVER } checkpoint { dir: '/ckpt' every_steps: 10 }", ""},
-      {base + "strategy { kind: PARAMETER_SERVER } checkpoint { dir: 'a/../../etc' }", "checkpoint.dir 'a/../../etc' must not contain '..'"},
-      {base + "strategy { kind: PARAMETER_SERVER } checkpoint { dir: '/c' resume_from: '../old' }", "checkpoint.resume_from '../old' must not contain"},
-      {base + "strategy { kind: PARAMETER_SERVER } checkpoint { every_steps: 10 }", "checkpoint.dir is empty"},
-      {base + "strategy { kind: PARAMETER_SERVER } checkpoint { dir: '/c' keep: -1 }", "cannot be negative"},
-      {base + "checkpoint { dir: '/c' }", "need a distribution strategy"},
-      {base + "strategy { kind: PARAMETER_SERVER sync: true replicas_to_aggregate: 1 } checkpoint { dir: '/c' }", ""},
-      {base + "strategy { kind: PARAMETER_SERVER } recovery { max_restarts: -2 }", "max_restarts"},
-      {base + "strategy { kind: PARAMETER_SERVER } recovery { max_restarts: -1 task_wait_seconds: 5 }", ""},
-  };
-  for (const Case& c : cases) {
+// Job texts and what ValidateJob says of each: "" when valid, else a part of
+// its error.
+struct ValidationCase {
+  std::string text;
+  const char* expect;
+};
+
+void ExpectValidation(const std::vector<ValidationCase>& cases) {
+  for (const ValidationCase& c : cases) {
     auto job = ParseJob(c.text, "case");
     ASSERT_TRUE(job.ok()) << c.text << ": " << job.status();
     absl::Status s = ValidateJob(*job);
@@ -91,6 +83,39 @@ TEST(JobFileTest, CheckpointAndRecoveryPoliciesAreChecked) {
       EXPECT_TRUE(absl::StrContains(s.message(), c.expect)) << c.text << " -> " << s;
     }
   }
+}
+
+TEST(JobFileTest, CheckpointAndRecoveryPoliciesAreChecked) {
+  const std::string base = "batch_size: 2 epochs: 1 model {} dataset { dir: 'd' } ";
+  const std::vector<ValidationCase> cases = {
+      {base + "strategy { kind: PARAMETER_SERVER } checkpoint { dir: '/ckpt' every_steps: 10 }", ""},
+      {base + "strategy { kind: PARAMETER_SERVER } checkpoint { dir: 'a/../../etc' }", "checkpoint.dir 'a/../../etc' must not contain '..'"},
+      {base + "strategy { kind: PARAMETER_SERVER } checkpoint { dir: '/c' resume_from: '../old' }", "checkpoint.resume_from '../old' must not contain"},
+      {base + "strategy { kind: PARAMETER_SERVER } checkpoint { every_steps: 10 }", "checkpoint.dir is empty"},
+      {base + "strategy { kind: PARAMETER_SERVER } checkpoint { dir: '/c' keep: -1 }", "cannot be negative"},
+      {base + "checkpoint { dir: '/c' }", "need a distribution strategy"},
+      {base + "strategy { kind: PARAMETER_SERVER sync: true replicas_to_aggregate: 1 } checkpoint { dir: '/c' }", ""},
+      {base + "strategy { kind: PARAMETER_SERVER } recovery { max_restarts: -2 }", "max_restarts"},
+      {base + "strategy { kind: PARAMETER_SERVER } recovery { max_restarts: -1 task_wait_seconds: 5 }", ""},
+  };
+  ExpectValidation(cases);
+}
+
+TEST(JobFileTest, ElasticPolicyIsChecked) {
+  const std::string base = "batch_size: 12 epochs: 1 model {} dataset { dir: 'd' } ";
+  const std::string mwm = base + "strategy { kind: MULTI_WORKER_MIRRORED } ";
+  const std::vector<ValidationCase> cases = {
+      {mwm + "elastic { min_workers: 2 max_workers: 4 }", ""},
+      {mwm + "elastic {}", ""},
+      {base + "strategy { kind: PARAMETER_SERVER } elastic { min_workers: 1 }", "needs strategy kind MULTI_WORKER"},
+      {base + "elastic { min_workers: 1 }", "not NONE"},
+      {mwm + "elastic { min_workers: -1 }", "cannot be negative"},
+      {mwm + "elastic { wait_seconds: -2 }", "wait_seconds (-2) must be >= -1"},
+      {mwm + "elastic { min_workers: 3 max_workers: 2 }", "max_workers 2 is below min_workers 3"},
+      {mwm + "elastic { min_workers: 5 max_workers: 5 }",
+       "no worker count from elastic.min_workers 5 to max_workers 5"},
+  };
+  ExpectValidation(cases);
 }
 
 TEST(JobFileTest, SummaryPolicyIsChecked) {

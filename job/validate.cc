@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "job/defaults.h"
 #include "job/job_spec.h"
 #include "job/strategy_spec.h"
 
@@ -95,6 +96,31 @@ absl::Status ValidateRecoveryPolicy(const RecoveryPolicy& rp) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateElasticPolicy(const JobSpec& job) {
+  if (!job.has_elastic()) return absl::OkStatus();
+  const ElasticPolicy& e = job.elastic();
+  if (job.strategy().kind() != StrategySpec::MULTI_WORKER_MIRRORED) {
+    return absl::UnimplementedError(absl::StrCat("job: elastic needs strategy kind MULTI_WORKER_MIRRORED, not ",
+                                                 StrategySpec::Kind_Name(job.strategy().kind()),
+                                                 " (parameter-server jobs are not elastic yet)"));
+  }
+  if (e.min_workers() < 0 || e.max_workers() < 0 || e.wait_seconds() < -1) {
+    return absl::InvalidArgumentError(absl::StrCat("job: elastic.min_workers (", e.min_workers(), ") and max_workers (",
+                                                   e.max_workers(), ") cannot be negative, and wait_seconds (",
+                                                   e.wait_seconds(), ") must be >= -1"));
+  }
+  if (e.max_workers() > 0 && e.max_workers() < EffectiveMinWorkers(e)) {
+    return absl::InvalidArgumentError(absl::StrCat("job: elastic.max_workers ", e.max_workers(),
+                                                   " is below min_workers ", EffectiveMinWorkers(e)));
+  }
+  if (ElasticReplicaCount(job, e.max_workers() > 0 ? e.max_workers() : job.batch_size()) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("job: no worker count from elastic.min_workers ",
+                                                   EffectiveMinWorkers(e), " to max_workers ", e.max_workers(),
+                                                   " divides batch_size ", job.batch_size()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateJob(const JobSpec& job) {
@@ -111,7 +137,8 @@ absl::Status ValidateJob(const JobSpec& job) {
   RETURN_IF_ERROR(ValidateCheckpointPolicy(job));
   RETURN_IF_ERROR(ValidateSummaryPolicy(job));
   RETURN_IF_ERROR(ValidateRecoveryPolicy(job.recovery()));
-  return ValidateStrategySpec(job);
+  RETURN_IF_ERROR(ValidateStrategySpec(job));
+  return ValidateElasticPolicy(job);
 }
 
 }  // namespace weft

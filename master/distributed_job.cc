@@ -182,6 +182,7 @@ absl::Status AddReplicaInputs(const JobSpec& job, const TrainingGraph& training,
     // Resuming at a step: the batches each replica has read by then. Sync
     // replicas read one per step; async ones take turns (about 1/n each);
     // a k-of-N global step trains on k replicas' batches.
+    if (job.has_elastic()) in.global_batch = job.batch_size();  // one order whatever the replica count
     in.skip_batches = !plan.sync                     ? start_step / n
                       : plan.replicas_to_aggregate > 0 ? start_step * plan.replicas_to_aggregate / n
                                                        : start_step;
@@ -285,6 +286,16 @@ absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const Tra
   plan.replicated = *std::move(replicated);
   plan.graph = plan.replicated.graph->ToGraphDef();
 
+  if (job.has_elastic()) {
+    for (const std::string& d : o.replica_devices) {
+      if (OnGpuDevice(d)) {
+        return absl::UnimplementedError(absl::StrCat("job '", job.name(),
+                                                     "': elastic jobs train on CPU replicas for now, and ", d,
+                                                     " is a GPU (set device: CPU)"));
+      }
+    }
+    RETURN_IF_ERROR(AddElasticState(plan.replicated, o.replica_devices, &plan.graph, &plan.elastic));
+  }
   RETURN_IF_ERROR(AddReplicaInputs(job, training, o, start_step, &plan));
   RETURN_IF_ERROR(AddEvaluation(job, training, o.replica_devices[0], &plan));
   return plan;

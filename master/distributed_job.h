@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "graph/lowering.h"
+#include "master/elastic_plan.h"
 #include "master/strategy.h"
 #include "proto/cluster.pb.h"
 #include "proto/graph.pb.h"
@@ -50,6 +51,10 @@ struct DistributedPlan {
   std::string eval_loss;
   std::string eval_correct_top_k;  // "" unless the job sets eval.top_k
   std::string eval_labels;
+  // An elastic job (JobSpec.elastic): each replica's step counter and the
+  // targets that copy one replica's variables to the others
+  // (master/elastic_plan.h); empty otherwise.
+  ElasticNames elastic;
 };
 
 // INVALID_ARGUMENT when the cluster lacks what the strategy needs (ps tasks,
@@ -60,6 +65,9 @@ struct DistributedPlan {
 // NewNcclUniqueId when built with NCCL; tests a fake or nothing).
 // `start_step` > 0 plans a job resumed at that step: each replica's input
 // passes over the batches it read before (exactly for sync replicas).
+// An elastic job's replicas read slices of one global order of each epoch
+// (InputBatch's global_batch), so a plan at any step over any number of
+// replicas reads on where the last left off, and get the elastic state.
 absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const TrainingGraph& training,
                                                    const std::vector<std::string>& devices,
                                                    const NcclIdGenerator& new_nccl_id = nullptr,

@@ -72,6 +72,66 @@ TEST(DistributedJobTest, EachReplicaReadsItsShardOnItsTaskAndEvaluationReadsTheT
   }
 }
 
+// An elastic job: every replica reads its slice of one global order, and
+// gets a commit barrier before its updates, a step counter after them, and
+// a copy of every variable from every other replica.
+TEST(DistributedJobTest, AnElasticJobsReplicasCommitTheirStepsWholeAndCanTakeAPeersVariables) {
+  JobSpec job = Job(StrategySpec::MULTI_WORKER_MIRRORED);
+  job.mutable_elastic()->set_min_workers(1);
+  auto tg = LowerJob(job);
+  ASSERT_TRUE(tg.ok()) << tg.status();
+  auto plan = PlanDistributedJob(job, *tg, kDevices, nullptr, /*start_step=*/7);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->num_replicas, 2);
+  auto g = Graph::FromGraphDef(plan->graph);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_EQ(plan->elastic.step_reads.size(), 2u);
+  ASSERT_EQ(plan->elastic.sync_from.size(), 2u);
+  const size_t variables = plan->replicated.variable_node.size() + 1;  // the counter too
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(r);
+    const Node* in = (*g)->FindNode(ReplicaName(r, "input"));
+    ASSERT_NE(in, nullptr);
+    EXPECT_EQ(*GetIntAttr(in->def(), "global_batch"), 8);
+    EXPECT_EQ(*GetIntAttr(in->def(), "skip_batches"), 7);
+    const Node* barrier = (*g)->FindNode(ReplicaName(r, "elastic/commit"));
+    ASSERT_NE(barrier, nullptr);
+    EXPECT_TRUE(*GetBoolAttr(barrier->def(), "_commit"));
+    const Node* train = (*g)->FindNode(plan->replicated.replicas[r].train_op);
+    ASSERT_NE(train, nullptr);
+    int updates = 0;
+    for (const std::string& input : train->def().input()) {
+      const Node* u = (*g)->FindNode(input.substr(1));
+      ASSERT_NE(u, nullptr) << input;
+      if (u->op() == "AssignAdd") continue;  // the counter
+      ++updates;
+      EXPECT_TRUE(*GetBoolAttr(u->def(), "_commit")) << u->name();
+      // Each update waits for the barrier, which waits for all its inputs.
+      bool gated = false;
+      for (const std::string& ui : u->def().input()) gated = gated || ui == "^" + barrier->name();
+      EXPECT_TRUE(gated) << u->name();
+      for (const std::string& ui : u->def().input()) {
+        if (ui == "^" + barrier->name()) continue;
+        const std::string node = InputNodeName(ui);
+        bool waited = false;
+        for (const std::string& bi : barrier->def().input()) waited = waited || bi == "^" + node;
+        EXPECT_TRUE(waited) << barrier->name() << " does not wait for " << node;
+      }
+    }
+    EXPECT_EQ(updates, 4);  // two dense layers' kernels and biases
+    const Node* read = (*g)->FindNode(plan->elastic.step_reads[r]);
+    ASSERT_NE(read, nullptr);
+    EXPECT_EQ(read->input(0).node->name(), ReplicaName(r, "elastic/step"));
+    EXPECT_EQ(*GetStringAttr(read->input(0).node->def(), "shared_name"), "elastic/step");
+    // From replica r to the other one: an Assign per variable on its device.
+    ASSERT_EQ(plan->elastic.sync_from[r].size(), 1u);
+    const Node* sync = (*g)->FindNode(plan->elastic.sync_from[r][0]);
+    ASSERT_NE(sync, nullptr);
+    EXPECT_EQ(static_cast<size_t>(sync->def().input_size()), variables);
+    EXPECT_EQ(sync->def().device(), kDevices[r == 0 ? 2 : 0]);
+  }
+}
+
 TEST(DistributedJobTest, AJobWithoutAStrategyReadsItsWholeSplitWhereItsFeedsWent) {
   const JobSpec job = Job(StrategySpec::NONE);
   auto tg = LowerJob(job);

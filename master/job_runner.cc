@@ -6,6 +6,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -50,7 +51,8 @@ JobRunner::JobRunner(JobSpec job, TrainingGraph training, std::string session_ha
     : job_(std::move(job)),
       training_(std::move(training)),
       session_handle_(std::move(session_handle)),
-      workers_(workers),
+      members_(job_.has_elastic() ? std::make_unique<MemberWorkers>(workers) : nullptr),
+      workers_(members_ != nullptr ? members_.get() : workers),
       options_(std::move(options)) {}
 
 JobRunner::~JobRunner() = default;
@@ -129,6 +131,10 @@ void JobRunner::CloseSession() {
     absl::MutexLock lock(&mu_);
     owned = std::move(session_);
   }
+  CloseOwned(std::move(owned));
+}
+
+void JobRunner::CloseOwned(std::unique_ptr<MasterSession> owned) const {
   if (owned == nullptr) return;
   absl::Status closed = owned->Close();
   if (!closed.ok()) Logger("master")->warn("job '{}': closing its session: {}", job_.name(), closed.ToString());
@@ -192,7 +198,10 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
   // The epoch's steps come from the training split's size, read from its
   // files' headers: the examples themselves stay on the workers.
   ASSIGN_OR_RETURN(int64_t train_examples, data::CountExamples(job_.dataset(), /*train=*/true));
+  if (members_ != nullptr) RETURN_IF_ERROR(ChooseFirstMembers());
   ASSIGN_OR_RETURN(std::optional<ps::CheckpointEntry> resume, StartingPoint(checkpointer.get()));
+  // A failed elastic attempt's session may still be open when the job ends.
+  absl::Cleanup close_retired = [this] { CloseRetiredSession(); };
   int restarts = 0;
   for (int attempt = 0;; ++attempt) {
     if (preempted_.load() && !cancelled_.load()) return Preempted(resume.has_value() ? resume->step : 0);
@@ -216,18 +225,30 @@ absl::StatusOr<TrainResult> JobRunner::RunAttempt(int attempt, const std::option
                                                   const std::function<void(const TrainProgress&)>& on_progress,
                                                   AttemptState* a) {
   const Clock::time_point started = Clock::now();
-  const int64_t start_step = resume.has_value() ? resume->step : 0;
+  int64_t start_step = resume.has_value() ? resume->step : from_memory_ ? memory_step_ : 0;
   // One probe of the cluster plans the attempt and opens its session.
   const ClusterProbe probe = ProbeCluster(workers_);
   ASSIGN_OR_RETURN(DistributedPlan plan, PlanAttempt(start_step, probe));
-  watch_->SetPeers(plan.replica_tasks);
   RETURN_IF_ERROR(ShipDataset(plan.replica_tasks));
-  const std::string handle = attempt == 0 ? session_handle_ : absl::StrCat(session_handle_, "/attempt-", attempt);
+  // An elastic job keeps one session handle: a task's variables belong to
+  // it, and the next attempt's graphs share them while the last one's are
+  // still registered.
+  const std::string handle = attempt == 0 || members_ != nullptr
+                                 ? session_handle_
+                                 : absl::StrCat(session_handle_, "/attempt-", attempt);
   ASSIGN_OR_RETURN(MasterSession * session, OpenSession(handle, plan.graph, &probe));
+  if (from_memory_) {
+    absl::Status resumed = ResumeFromMembers(handle, probe, &plan, &session, &start_step);
+    if (!resumed.ok()) {
+      RetireSession();
+      return resumed;
+    }
+  }
+  watch_->SetPeers(plan.replica_tasks);
   // From here on a failed or restarted task aborts the running steps, so
   // that none waits for a peer that is gone.
   std::unique_ptr<Heartbeat> heartbeat = WatchTasks(plan, session, a);
-  const absl::Status ready = PrepareAttempt(attempt, handle, plan, session, resume, checkpointer);
+  const absl::Status ready = PrepareAttempt(attempt, handle, plan, session, resume, start_step, checkpointer);
   Logger("master")->info("job '{}': {} with {} replica(s) of batch {}{}", job_.name(),
                          StrategySpec::Kind_Name(job_.strategy().kind()), plan.num_replicas, plan.replica_batch,
                          attempt > 0 ? absl::StrCat(" (attempt ", attempt + 1, ")") : "");
@@ -267,7 +288,12 @@ absl::StatusOr<TrainResult> JobRunner::RunAttempt(int attempt, const std::option
   a->heartbeat = nullptr;
   heartbeat.reset();
   a->session = nullptr;
-  CloseSession();
+  // A failed elastic attempt's graphs keep its variables for the next.
+  if (!result.ok() && members_ != nullptr) {
+    RetireSession();
+  } else {
+    CloseSession();
+  }
   return result;
 }
 
@@ -339,7 +365,7 @@ std::unique_ptr<Heartbeat> JobRunner::WatchTasks(const DistributedPlan& plan, Ma
 
 absl::Status JobRunner::PrepareAttempt(int attempt, const std::string& handle, const DistributedPlan& plan,
                                        MasterSession* session, const std::optional<ps::CheckpointEntry>& resume,
-                                       Checkpointer* checkpointer) {
+                                       int64_t start_step, Checkpointer* checkpointer) {
   // The training signatures, registered before a restore so that every task
   // holding variables knows the session.
   if (resume.has_value()) {
@@ -349,7 +375,6 @@ absl::Status JobRunner::PrepareAttempt(int attempt, const std::string& handle, c
     RETURN_IF_ERROR(checkpointer->Restore(handle, *resume));
   }
   if (attempt > 0 || options_.resumed) {
-    const int64_t start_step = resume.has_value() ? resume->step : 0;
     UpdateStatus([&](JobStatus* s) {
       s->set_state(RUNNING);
       s->set_step(start_step);  // where training resumes

@@ -37,6 +37,7 @@
 #include "master/dataset_uploads.h"
 #include "master/distributed_job.h"
 #include "master/master_session.h"
+#include "master/member_workers.h"
 #include "master/recovery_policy.h"
 #include "master/step_drivers.h"
 #include "master/step_watch.h"
@@ -95,6 +96,16 @@ struct JobRunnerOptions {
 // while the others train on, its steps handed to them. Any other error ends
 // the job FAILED, as does a task that does not come back in time (naming
 // it) or more than recovery.max_restarts recoveries.
+//
+// An elastic job (JobSpec.elastic, docs/fault_tolerance.md) runs over its
+// members (MemberWorkers). When a member fails, the runner waits
+// elastic.wait_seconds for it; then the members that kept their state (and
+// any that came back empty) form the next attempt's replicas, as many as
+// split the global batch, from the variables they hold: the failed
+// attempt's session stays open until the next one has read every
+// replica's step counter and copied the furthest replica's variables to the
+// others (RecoverMembers, ResumeFromMembers in job_runner_elastic.cc). Only
+// when no member kept its state does it restore a checkpoint.
 class JobRunner {
  public:
   // `training` is LowerJob(job). `session_handle` names the job's session to
@@ -158,15 +169,39 @@ class JobRunner {
   // heartbeat that aborts its steps when a task fails.
   std::unique_ptr<Heartbeat> WatchTasks(const DistributedPlan& plan, MasterSession* session, AttemptState* a);
   // Registers the training signatures and restores `resume` when there is
-  // one, then publishes that the job runs again.
+  // one, then publishes that the job runs again from `start_step`.
   absl::Status PrepareAttempt(int attempt, const std::string& handle, const DistributedPlan& plan,
                               MasterSession* session, const std::optional<ps::CheckpointEntry>& resume,
-                              Checkpointer* checkpointer);
+                              int64_t start_step, Checkpointer* checkpointer);
   // Async PS: a replica's step failed. True when the replica may go on: the
   // failure was another task's (a worker that the heartbeat or the step
   // found dead), or its own worker died and came back in time (the session
   // then registers its graphs anew). False ends the job with the error.
   bool RecoverReplica(const absl::Status& error, const std::string& task, AttemptState* a);
+
+  // Elastic jobs (job_runner_elastic.cc). The first members: as many of the
+  // cluster's workers as split the global batch.
+  absl::Status ChooseFirstMembers();
+  // After `failure` ended attempt `a` (at `failed_at`): waits
+  // elastic.wait_seconds for the members, then sets the next attempt to go
+  // on from the memory of those that answer (true), as many as split the
+  // global batch, those that kept their variables first. False when none
+  // kept them (or the job is being cancelled or preempted): the caller
+  // recovers the checkpoint way. UNAVAILABLE when too few answer.
+  absl::StatusOr<bool> RecoverMembers(const TaskFailure& failure, absl::Time failed_at, AttemptState* a);
+  // The first moves of an attempt that goes on from the members' memory,
+  // with `*plan` made for `*start_step` and its session open: reads every
+  // replica's step counter, re-plans at the furthest one when that is not
+  // `*start_step` (reopening the session), copies that replica's variables
+  // to the others, and closes the failed attempt's session, whose graphs
+  // had kept the variables alive until then. Records the membership change.
+  absl::Status ResumeFromMembers(const std::string& handle, const ClusterProbe& probe, DistributedPlan* plan,
+                                 MasterSession** session, int64_t* start_step);
+  // Keeps the session of a failed elastic attempt open (its graphs hold
+  // the replicas' variables), unless one is kept already: the oldest is the
+  // one sure to hold them, and this one is closed.
+  void RetireSession();
+  void CloseRetiredSession();
 
   // The job's session, kept in session_ while it runs so that Cancel can
   // abort its steps; CloseSession takes it back and closes it. `probe`
@@ -174,6 +209,8 @@ class JobRunner {
   absl::StatusOr<MasterSession*> OpenSession(const std::string& handle, const GraphDef& graph,
                                              const ClusterProbe* probe = nullptr);
   void CloseSession();
+  // Closes `owned` (if any), logging a failure to deregister its graphs.
+  void CloseOwned(std::unique_ptr<MasterSession> owned) const;
   void UpdateStatus(const std::function<void(JobStatus*)>& update) const {
     if (options_.update_status) options_.update_status(update);
   }
@@ -181,6 +218,8 @@ class JobRunner {
   const JobSpec job_;
   const TrainingGraph training_;
   const std::string session_handle_;
+  // An elastic job's members (null otherwise); workers_ is then this view.
+  const std::unique_ptr<MemberWorkers> members_;
   WorkerCacheInterface* const workers_;
   const JobRunnerOptions options_;
   std::atomic<bool> cancelled_{false};
@@ -188,6 +227,18 @@ class JobRunner {
   absl::Mutex mu_;
   // Set while Run uses it, so Cancel can abort its steps.
   std::unique_ptr<MasterSession> session_ ABSL_GUARDED_BY(mu_);
+  // Elastic: the failed attempt's session, open until the next attempt has
+  // taken the variables its graphs keep alive.
+  std::unique_ptr<MasterSession> retired_ ABSL_GUARDED_BY(mu_);
+  // Elastic: the next attempt goes on from the members' memory, at about
+  // this step (the furthest replica's counter decides).
+  bool from_memory_ = false;
+  int64_t memory_step_ = 0;
+  // The failure the membership change answers, for its record.
+  std::string change_reason_;
+  absl::Time change_failed_at_;
+  std::vector<std::string> change_left_;
+  std::vector<std::string> change_joined_;
   // Times the steps of every session Run opens and diagnoses stalls; set
   // for the duration of Run (only its thread touches the pointer).
   std::unique_ptr<StepWatch> watch_;

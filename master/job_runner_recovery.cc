@@ -77,6 +77,13 @@ absl::StatusOr<std::optional<TrainResult>> JobRunner::Recover(const absl::Status
     s->set_failure(absl::StrCat(failure.reason, " (", error.ToString(), ")"));
     s->set_failure_time_unix_ms(absl::ToUnixMillis(failed_at));
   });
+  if (members_ != nullptr) {
+    ASSIGN_OR_RETURN(const bool from_memory, RecoverMembers(failure, failed_at, a));
+    if (from_memory) {
+      *resume = std::nullopt;
+      return std::optional<TrainResult>();
+    }
+  }
   auto stop_waiting = [this] { return cancelled_.load() || preempted_.load(); };
   absl::StatusOr<std::map<std::string, uint64_t>> back = WaitForTasks(workers_, recovery.task_wait, stop_waiting);
   if (!back.ok()) {

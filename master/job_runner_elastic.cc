@@ -1,0 +1,218 @@
+// JobRunner's elastic membership (master/job_runner.h, ElasticPolicy in
+// proto/job.proto, docs/fault_tolerance.md "Elastic jobs"): which workers an
+// elastic job trains on, how it goes on without a worker that failed, and
+// how the next attempt takes the variables from the members' memory.
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "job/defaults.h"
+#include "master/job_runner.h"
+#include "master/task_monitor.h"
+
+namespace weft {
+namespace master {
+namespace {
+
+std::string Listed(const std::vector<std::string>& tasks) {
+  return tasks.empty() ? "none" : absl::StrJoin(tasks, ", ");
+}
+
+// The tasks of `a` that are not in `b`.
+std::vector<std::string> Minus(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  std::vector<std::string> out;
+  for (const std::string& t : a) {
+    if (std::find(b.begin(), b.end(), t) == b.end()) out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::Status JobRunner::ChooseFirstMembers() {
+  const std::vector<std::string> all = members_->ClusterWorkers();
+  const int n = ElasticReplicaCount(job_, static_cast<int>(all.size()));
+  if (n == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job '", job_.name(), "': no count of the cluster's ", all.size(), " worker(s) from elastic.min_workers ",
+        EffectiveMinWorkers(job_.elastic()), " up divides batch_size ", job_.batch_size()));
+  }
+  RETURN_IF_ERROR(members_->SetWorkers(std::set<std::string>(all.begin(), all.begin() + n)));
+  if (n < static_cast<int>(all.size())) {
+    Logger("master")->info("job '{}': trains on {} of the cluster's {} workers (batch_size {} splits over {}); {} "
+                           "stand(s) by",
+                           job_.name(), n, all.size(), job_.batch_size(), n, Listed(Minus(all, members_->Workers())));
+  }
+  const std::vector<std::string> workers = members_->Workers();
+  UpdateStatus([&](JobStatus* s) {
+    s->clear_workers();
+    for (const std::string& w : workers) s->add_workers(w);
+  });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> JobRunner::RecoverMembers(const TaskFailure& failure, absl::Time failed_at, AttemptState* a) {
+  auto log = Logger("master");
+  std::map<std::string, uint64_t> known;
+  {
+    absl::MutexLock lock(&a->mu);
+    known = a->incarnations;
+  }
+  auto stop_waiting = [this] { return cancelled_.load() || preempted_.load(); };
+  const absl::Duration wait = ElasticWait(job_);
+  if (wait > absl::ZeroDuration()) {
+    log->info("job '{}': waiting up to {:.0f} s for task {} (elastic.wait_seconds) before going on without it",
+              job_.name(), absl::ToDoubleSeconds(wait), failure.task);
+    // Whether all came back or not, the probe below says who answers now.
+    (void)WaitForTasks(workers_, wait, stop_waiting);
+  }
+  if (stop_waiting()) return false;  // the checkpoint way ends it as cancelled or preempted
+  // Who trains on: the members that answer and do not drain. Those with
+  // the incarnation the attempt started with kept their variables; the
+  // others restarted and take them from a peer.
+  std::vector<std::string> kept, fresh, lost;
+  for (const TaskHealth& h : ProbeTasks(workers_, EffectiveRecovery(job_).heartbeat_timeout)) {
+    if (!IsWorkerTask(h.task)) continue;
+    auto it = known.find(h.task);
+    if (!h.answered || h.draining) {
+      lost.push_back(h.task);
+    } else if (it != known.end() && it->second == h.incarnation) {
+      kept.push_back(h.task);
+    } else {
+      fresh.push_back(h.task);
+    }
+  }
+  if (kept.empty()) {
+    // Nothing in memory to go on from: the newest checkpoint, once every
+    // member answers, as for any job.
+    log->warn("job '{}': no worker kept the job's variables ({} restarted, {} lost); restoring its newest checkpoint",
+              job_.name(), Listed(fresh), Listed(lost));
+    CloseRetiredSession();
+    from_memory_ = false;
+    return false;
+  }
+  std::vector<std::string> next = kept;
+  next.insert(next.end(), fresh.begin(), fresh.end());
+  const int n = ElasticReplicaCount(job_, static_cast<int>(next.size()));
+  if (n == 0) {
+    CloseRetiredSession();
+    return absl::UnavailableError(absl::StrCat(
+        "job '", job_.name(), "': task ", failure.task, " ", failure.reason, "; ", next.size(),
+        " worker(s) answer (", Listed(next), ") and no count of them from elastic.min_workers ",
+        EffectiveMinWorkers(job_.elastic()), " up divides batch_size ", job_.batch_size()));
+  }
+  next.resize(n);  // those that kept their variables first
+  const std::vector<std::string> order = members_->ClusterWorkers();
+  std::sort(next.begin(), next.end(), [&](const std::string& x, const std::string& y) {
+    return std::find(order.begin(), order.end(), x) < std::find(order.begin(), order.end(), y);
+  });
+  const std::vector<std::string> before = members_->Workers();
+  RETURN_IF_ERROR(members_->SetWorkers(std::set<std::string>(next.begin(), next.end())));
+  change_left_ = Minus(before, next);
+  change_joined_ = Minus(next, before);
+  change_reason_ = absl::StrCat("task ", failure.task, " ", failure.reason);
+  change_failed_at_ = failed_at;
+  from_memory_ = true;
+  memory_step_ = a->reached_step.load();
+  log->warn("job '{}': goes on with {} worker(s) from their memory, no checkpoint restored: {}; left: {}{}",
+            job_.name(), n, Listed(next), Listed(change_left_),
+            fresh.empty() ? "" : absl::StrCat("; restarted, taking the variables from a peer: ", Listed(fresh)));
+  return true;
+}
+
+absl::Status JobRunner::ResumeFromMembers(const std::string& handle, const ClusterProbe& probe,
+                                          DistributedPlan* plan, MasterSession** session, int64_t* start_step) {
+  auto log = Logger("master");
+  std::vector<Tensor> counters;
+  RETURN_IF_ERROR((*session)->Run({}, plan->elastic.step_reads, {}, &counters));
+  int source = 0;
+  std::vector<int64_t> applied;
+  for (size_t r = 0; r < counters.size(); ++r) {
+    applied.push_back(counters[r].data<int64_t>()[0]);
+    if (applied[r] > applied[source]) source = static_cast<int>(r);
+  }
+  const int64_t furthest = applied[source];
+  // Every replica had finished the steps the master saw end.
+  if (furthest < memory_step_) {
+    return absl::DataLossError(absl::StrCat("job '", job_.name(), "': the furthest replica (",
+                                            plan->replica_tasks[source], ") has applied ", furthest,
+                                            " steps, but all had finished ", memory_step_,
+                                            ": its variables are gone"));
+  }
+  if (furthest != *start_step) {
+    // Only the counters' graphs go: the failed attempt's session, still
+    // open, keeps the variables alive.
+    CloseSession();
+    *start_step = furthest;
+    ASSIGN_OR_RETURN(*plan, PlanAttempt(furthest, probe));
+    ASSIGN_OR_RETURN(*session, OpenSession(handle, plan->graph, &probe));
+  }
+  if (plan->num_replicas > 1) {
+    // Copied even when the counters agree: equal counts need not mean
+    // equal values for a member that came back empty or that kept a step's
+    // updates but lost its count. One pass over the model is cheap next to
+    // a restore.
+    std::vector<Tensor> none;
+    RETURN_IF_ERROR((*session)->Run({}, {}, plan->elastic.sync_from[source], &none));
+  }
+  from_memory_ = false;
+  CloseRetiredSession();
+  const absl::Time now = absl::Now();
+  const double seconds = absl::ToDoubleSeconds(now - change_failed_at_);
+  log->warn("job '{}': membership changed in {:.2f} s: {} worker(s) from step {}, variables from {} ({}); left: {}; "
+            "joined: {}",
+            job_.name(), seconds, plan->num_replicas, furthest, plan->replica_tasks[source],
+            absl::StrJoin(applied, "/"), Listed(change_left_), Listed(change_joined_));
+  MembershipChange change;
+  change.set_step(furthest);
+  change.set_time_unix_ms(absl::ToUnixMillis(now));
+  for (const std::string& t : change_left_) change.add_left(t);
+  for (const std::string& t : change_joined_) change.add_joined(t);
+  change.set_workers(plan->num_replicas);
+  change.set_seconds(seconds);
+  change.set_reason(change_reason_);
+  UpdateStatus([&](JobStatus* s) {
+    s->clear_workers();
+    for (const std::string& t : plan->replica_tasks) s->add_workers(t);
+    *s->add_membership_change() = change;
+  });
+  return absl::OkStatus();
+}
+
+void JobRunner::RetireSession() {
+  std::unique_ptr<MasterSession> extra;
+  {
+    absl::MutexLock lock(&mu_);
+    // The oldest retired session is the one whose graphs surely hold the
+    // variables on every member that kept them: keep it, close this one.
+    if (retired_ == nullptr) {
+      retired_ = std::move(session_);
+    } else {
+      extra = std::move(session_);
+    }
+  }
+  CloseOwned(std::move(extra));
+}
+
+void JobRunner::CloseRetiredSession() {
+  std::unique_ptr<MasterSession> owned;
+  {
+    absl::MutexLock lock(&mu_);
+    owned = std::move(retired_);
+  }
+  // Its lost task's graphs cannot be deregistered: Close says so, and the
+  // task has dropped them with its process.
+  CloseOwned(std::move(owned));
+}
+
+}  // namespace master
+}  // namespace weft
