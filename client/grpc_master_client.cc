@@ -141,6 +141,16 @@ absl::Status MasterClient::CancelJob(const std::string& job_id) {
   });
 }
 
+absl::Status MasterClient::ScaleJob(const std::string& job_id, int workers) {
+  ScaleJobRequest req;
+  req.set_job_id(job_id);
+  req.set_workers(workers);
+  ScaleJobResponse resp;
+  return Call(options_.timeout, [&](grpc::ClientContext* ctx, std::function<void(grpc::Status)> cb) {
+    stub_->async()->ScaleJob(ctx, &req, &resp, std::move(cb));
+  });
+}
+
 absl::StatusOr<TraceJobResponse> MasterClient::TraceJob(const std::string& job_id, int steps) {
   TraceJobRequest req;
   req.set_job_id(job_id);

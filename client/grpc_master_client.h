@@ -52,6 +52,7 @@ class MasterClient {
   absl::StatusOr<JobStatus> GetJob(const std::string& job_id);
   absl::StatusOr<std::vector<JobStatus>> ListJobs();
   absl::Status CancelJob(const std::string& job_id);
+  absl::Status ScaleJob(const std::string& job_id, int workers);
   // `weft trace`: the job's next `steps` steps as Chrome trace JSON. Waits
   // up to 90 s (the master records for at most a minute).
   absl::StatusOr<TraceJobResponse> TraceJob(const std::string& job_id, int steps);

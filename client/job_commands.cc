@@ -348,6 +348,19 @@ int RunCancelCommand(int argc, char** argv) {
   return 0;
 }
 
+int RunScaleCommand(int argc, char** argv) {
+  auto c = Connect(argc, argv, {}, {"workers"});
+  if (!c.ok()) return Usage("scale", std::string(c.status().message()));
+  if (c->flags.args().size() != 1) return Usage("scale", "expected one job id");
+  if (!c->flags.Has("workers")) return Usage("scale", "--workers=N is required");
+  auto workers = c->flags.GetInt("workers", 0, 1, 1 << 16);
+  if (!workers.ok()) return Usage("scale", std::string(workers.status().message()));
+  if (absl::Status s = c->client->ScaleJob(c->flags.args()[0], *workers); !s.ok()) return Error(s);
+  std::printf("job %s trains on %d worker(s) from its next step on, as many as answer and split its batch\n",
+              c->flags.args()[0].c_str(), *workers);
+  return 0;
+}
+
 int RunTraceCommand(int argc, char** argv) {
   auto c = Connect(argc, argv, {}, {"steps", "out"});
   if (!c.ok()) return Usage("trace", std::string(c.status().message()));

@@ -24,6 +24,8 @@ int RunSubmitCommand(int argc, char** argv);
 int RunJobsCommand(int argc, char** argv);
 int RunStatusCommand(int argc, char** argv);
 int RunCancelCommand(int argc, char** argv);
+// weft scale ID --workers=N: an elastic job's size from its next step on.
+int RunScaleCommand(int argc, char** argv);
 // `weft trace ID [--steps=N] [--out=FILE]`: the job's next N steps on every
 // task as Chrome trace JSON (master/trace_merge.h).
 int RunTraceCommand(int argc, char** argv);

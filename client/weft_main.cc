@@ -66,6 +66,7 @@ constexpr char kUsage[] =
     "jobs (master from --master=HOST:PORT or $WEFT_MASTER):\n"
     "  submit JOB [--follow] [--output=text|json] [--resume_from=DIR] [--master_wait_seconds=S]\n"
     "  jobs | status ID | cancel ID | devices\n"
+    "  scale ID --workers=N                   an elastic job's size from its next step on\n"
     "  trace ID [--steps=N] [--out=trace.json]  the next N steps on every task, for Perfetto\n"
     "  credentials: --ca=FILE with --cert=FILE --key=FILE or --token_file=FILE\n"
     "  ($WEFT_CA, $WEFT_CERT, $WEFT_KEY, $WEFT_TOKEN_FILE), or --insecure\n"
@@ -196,6 +197,7 @@ int main(int argc, char** argv) {
   if (cmd == "jobs") return RunJobsCommand(argc, argv);
   if (cmd == "status") return RunStatusCommand(argc, argv);
   if (cmd == "cancel") return RunCancelCommand(argc, argv);
+  if (cmd == "scale") return RunScaleCommand(argc, argv);
   if (cmd == "trace") return RunTraceCommand(argc, argv);
   if (cmd == "devices") return RunDevicesCommand(argc, argv);
   if (cmd == "checkpoints") return RunCheckpointsCommand(argc, argv);

@@ -37,6 +37,11 @@ struct AttemptState {
   std::optional<TaskFailure> heartbeat_failure ABSL_GUARDED_BY(mu);
   std::string draining ABSL_GUARDED_BY(mu);  // a task the heartbeat saw draining
   std::string drained ABSL_GUARDED_BY(mu);   // the one this attempt stopped for
+  // Elastic jobs: why the membership should change at the next step
+  // boundary (a worker to join, `weft scale`), and the change this attempt
+  // stopped for.
+  std::string regroup ABSL_GUARDED_BY(mu);
+  std::string regrouped ABSL_GUARDED_BY(mu);
   std::vector<std::string> replica_tasks;    // set before any replica runs
   std::set<std::string> ps_tasks;            // tasks holding no replica
   MasterSession* session = nullptr;

@@ -66,6 +66,15 @@ absl::Status CheckpointHook::AfterSteps(int64_t step) {
     attempt_->drained = draining;
     return absl::UnavailableError(absl::StrCat("task ", draining, " is stopping (SIGTERM)"));
   }
+  {
+    // An elastic job's membership changes between steps; the steps still in
+    // flight end whole or not at all on each replica (master/elastic_plan.h).
+    absl::MutexLock lock(&attempt_->mu);
+    if (!attempt_->regroup.empty()) {
+      attempt_->regrouped = attempt_->regroup;
+      return absl::AbortedError(absl::StrCat("membership change: ", attempt_->regroup));
+    }
+  }
   if (preempted) {
     attempt_->preempted = true;
     return absl::CancelledError("the master is stopping (SIGTERM)");

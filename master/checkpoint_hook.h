@@ -30,7 +30,8 @@ class CheckpointHook {
 
   // After the loop's steps up to `step`: saves when due, and ends the
   // attempt (UNAVAILABLE for a draining task, CANCELLED for a preempted
-  // master, both after their checkpoint) when it must stop.
+  // master, both after their checkpoint; ABORTED for an elastic job's
+  // membership change) when it must stop.
   absl::Status AfterSteps(int64_t step);
   // The final checkpoint of a job that trained `steps` steps, unless the
   // last one saved is of that step already, or the job keeps none.

@@ -220,6 +220,11 @@ grpc::ServerUnaryReactor* GrpcMasterService::CancelJob(grpc::CallbackServerConte
   return Unary(ctx, auth_, "MasterService.CancelJob", request, response, master_, &Master::CancelJobAsync);
 }
 
+grpc::ServerUnaryReactor* GrpcMasterService::ScaleJob(grpc::CallbackServerContext* ctx, const ScaleJobRequest* request,
+                                                      ScaleJobResponse* response) {
+  return Unary(ctx, auth_, "MasterService.ScaleJob", request, response, master_, &Master::ScaleJobAsync);
+}
+
 grpc::ServerUnaryReactor* GrpcMasterService::TraceJob(grpc::CallbackServerContext* ctx,
                                                       const TraceJobRequest* request, TraceJobResponse* response) {
   return Unary(ctx, auth_, "MasterService.TraceJob", request, response, master_, &Master::TraceJobAsync);

@@ -56,6 +56,8 @@ class GrpcMasterService final : public MasterService::CallbackService {
                                      ListJobsResponse* response) override;
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx, const CancelJobRequest* request,
                                       CancelJobResponse* response) override;
+  grpc::ServerUnaryReactor* ScaleJob(grpc::CallbackServerContext* ctx, const ScaleJobRequest* request,
+                                     ScaleJobResponse* response) override;
   grpc::ServerUnaryReactor* TraceJob(grpc::CallbackServerContext* ctx, const TraceJobRequest* request,
                                      TraceJobResponse* response) override;
   grpc::ServerUnaryReactor* ReadJobCheckpoint(grpc::CallbackServerContext* ctx, const ReadJobCheckpointRequest* request,

@@ -268,16 +268,28 @@ std::vector<JobStatus> JobManager::List() const {
   return out;
 }
 
-absl::Status JobManager::Cancel(const std::string& job_id) {
+absl::StatusOr<std::shared_ptr<JobManager::Job>> JobManager::FindUnended(const std::string& job_id) const {
   std::shared_ptr<Job> job = Find(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
-  {
-    absl::MutexLock lock(&job->mu);
-    if (IsTerminal(job->status.state())) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job ", job_id, " has already ended: ", JobState_Name(job->status.state())));
-    }
+  absl::MutexLock lock(&job->mu);
+  if (IsTerminal(job->status.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " has already ended: ", JobState_Name(job->status.state())));
   }
+  return job;
+}
+
+absl::Status JobManager::Scale(const std::string& job_id, int workers) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindUnended(job_id));
+  absl::MutexLock lock(&job->mu);
+  if (job->runner == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is queued: scale it once it runs"));
+  }
+  return job->runner->Scale(workers);
+}
+
+absl::Status JobManager::Cancel(const std::string& job_id) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindUnended(job_id));
   bool dequeued = false;
   {
     absl::MutexLock lock(&mu_);

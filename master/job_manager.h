@@ -125,6 +125,10 @@ class JobManager {
   // NOT_FOUND for an unknown id, FAILED_PRECONDITION for a job that has
   // already ended. Returns at once; the job reaches CANCELLED soon after.
   absl::Status Cancel(const std::string& job_id);
+  // Asks a running elastic job to train on `workers` workers
+  // (JobRunner::Scale). NOT_FOUND for an unknown job; FAILED_PRECONDITION
+  // for one that has ended or does not run yet.
+  absl::Status Scale(const std::string& job_id, int workers);
   // Records the running job's next `steps` steps on every task and merges
   // them into Chrome trace JSON (master/trace_merge.h). FAILED_PRECONDITION
   // when the job runs no steps now; after `timeout`, what was recorded
@@ -150,6 +154,9 @@ class JobManager {
   class Watcher;
 
   std::shared_ptr<Job> Find(const std::string& job_id) const;
+  // The job, unless it is unknown (NOT_FOUND) or has ended
+  // (FAILED_PRECONDITION naming its final state).
+  absl::StatusOr<std::shared_ptr<Job>> FindUnended(const std::string& job_id) const;
   // RESOURCE_EXHAUSTED, naming the limits, when a job submitted now would
   // wait for a runner past max_queued_jobs.
   absl::Status CheckQueueRoomLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

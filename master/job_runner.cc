@@ -248,6 +248,7 @@ absl::StatusOr<TrainResult> JobRunner::RunAttempt(int attempt, const std::option
   // From here on a failed or restarted task aborts the running steps, so
   // that none waits for a peer that is gone.
   std::unique_ptr<Heartbeat> heartbeat = WatchTasks(plan, session, a);
+  std::unique_ptr<MembershipWatch> membership = WatchMembership(a);
   const absl::Status ready = PrepareAttempt(attempt, handle, plan, session, resume, start_step, checkpointer);
   Logger("master")->info("job '{}': {} with {} replica(s) of batch {}{}", job_.name(),
                          StrategySpec::Kind_Name(job_.strategy().kind()), plan.num_replicas, plan.replica_batch,
@@ -285,6 +286,7 @@ absl::StatusOr<TrainResult> JobRunner::RunAttempt(int attempt, const std::option
     driver.Stop();
   }
   if (!result.ok()) session->AbortRunningSteps(result.status());
+  membership.reset();
   a->heartbeat = nullptr;
   heartbeat.reset();
   a->session = nullptr;
@@ -378,7 +380,9 @@ absl::Status JobRunner::PrepareAttempt(int attempt, const std::string& handle, c
     UpdateStatus([&](JobStatus* s) {
       s->set_state(RUNNING);
       s->set_step(start_step);  // where training resumes
-      if (s->failure_time_unix_ms() > 0) {
+      // After a failure; a membership change asked for between steps
+      // leaves the job RUNNING and its last recovery as it was.
+      if (s->failure_time_unix_ms() > 0 && s->state() == RECOVERING) {
         s->set_recovery_seconds(static_cast<double>(NowUnixMillis() - s->failure_time_unix_ms()) / 1000.0);
       }
     });

@@ -38,6 +38,7 @@
 #include "master/distributed_job.h"
 #include "master/master_session.h"
 #include "master/member_workers.h"
+#include "master/membership_watch.h"
 #include "master/recovery_policy.h"
 #include "master/step_drivers.h"
 #include "master/step_watch.h"
@@ -131,6 +132,11 @@ class JobRunner {
   // PREEMPTED, for a restarted master to resume. Jobs without a strategy
   // stop as if cancelled.
   void Preempt();
+  // An elastic job: train on `workers` workers from the next step boundary
+  // on (`weft scale`), or on fewer when that many do not split the global
+  // batch or do not answer. FAILED_PRECONDITION for a job that is not
+  // elastic; INVALID_ARGUMENT outside elastic.min_workers..max_workers.
+  absl::Status Scale(int workers);
 
  private:
   // A job without a strategy: one session over the training graph, its
@@ -182,13 +188,25 @@ class JobRunner {
   // Elastic jobs (job_runner_elastic.cc). The first members: as many of the
   // cluster's workers as split the global batch.
   absl::Status ChooseFirstMembers();
-  // After `failure` ended attempt `a` (at `failed_at`): waits
-  // elastic.wait_seconds for the members, then sets the next attempt to go
-  // on from the memory of those that answer (true), as many as split the
-  // global batch, those that kept their variables first. False when none
-  // kept them (or the job is being cancelled or preempted): the caller
-  // recovers the checkpoint way. UNAVAILABLE when too few answer.
-  absl::StatusOr<bool> RecoverMembers(const TaskFailure& failure, absl::Time failed_at, AttemptState* a);
+  // An elastic job's watch over attempt `a` (null for other jobs): it asks
+  // for a membership change at the next step boundary when the job may
+  // grow onto workers that answer, or `weft scale` asked for a size.
+  std::unique_ptr<MembershipWatch> WatchMembership(AttemptState* a);
+  // The cluster's workers that answer a probe now and do not drain, with
+  // their incarnations when `incarnations` is not null.
+  std::vector<std::string> AnsweringWorkers(std::map<std::string, uint64_t>* incarnations) const;
+  // How many of `available` workers the job trains on: ElasticReplicaCount
+  // under the size `weft scale` asked for.
+  int ElasticCount(int available) const;
+  // After attempt `a` ended for `reason` (a member failed at `failed_at`,
+  // then first waits elastic.wait_seconds for the members; or a change
+  // the membership watch asked for): sets the next attempt to go on from
+  // the memory of the cluster's workers that answer (true), as many as
+  // split the global batch and the size asked for, those that kept their
+  // variables first. False when none kept them (or the job is being
+  // cancelled or preempted): the caller recovers the checkpoint way.
+  // UNAVAILABLE when too few answer.
+  absl::StatusOr<bool> RecoverMembers(const std::string& reason, absl::Time failed_at, bool wait, AttemptState* a);
   // The first moves of an attempt that goes on from the members' memory,
   // with `*plan` made for `*start_step` and its session open: reads every
   // replica's step counter, re-plans at the furthest one when that is not
@@ -233,6 +251,8 @@ class JobRunner {
   // Elastic: the next attempt goes on from the members' memory, at about
   // this step (the furthest replica's counter decides).
   bool from_memory_ = false;
+  // Elastic: the size `weft scale` asked for (0: none).
+  std::atomic<int> target_workers_{0};
   int64_t memory_step_ = 0;
   // The failure the membership change answers, for its record.
   std::string change_reason_;

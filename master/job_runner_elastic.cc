@@ -38,19 +38,38 @@ std::vector<std::string> Minus(const std::vector<std::string>& a, const std::vec
 
 }  // namespace
 
+// The cluster's workers that answer and do not drain, in the cluster's order.
+std::vector<std::string> JobRunner::AnsweringWorkers(std::map<std::string, uint64_t>* incarnations) const {
+  std::vector<std::string> out;
+  for (const TaskHealth& h : ProbeTasks(members_->cluster_cache(), EffectiveRecovery(job_).heartbeat_timeout)) {
+    if (!IsWorkerTask(h.task) || !h.answered || h.draining) continue;
+    out.push_back(h.task);
+    if (incarnations != nullptr) (*incarnations)[h.task] = h.incarnation;
+  }
+  return out;
+}
+
+int JobRunner::ElasticCount(int available) const {
+  const int target = target_workers_.load();
+  return ElasticReplicaCount(job_, target > 0 ? std::min(available, target) : available);
+}
+
 absl::Status JobRunner::ChooseFirstMembers() {
-  const std::vector<std::string> all = members_->ClusterWorkers();
-  const int n = ElasticReplicaCount(job_, static_cast<int>(all.size()));
+  // The workers that answer now; all of them when none does (the attempt
+  // then fails naming one, and recovers as any would).
+  std::vector<std::string> ready = AnsweringWorkers(nullptr);
+  if (static_cast<int>(ready.size()) < EffectiveMinWorkers(job_.elastic())) ready = members_->ClusterWorkers();
+  const int n = ElasticCount(static_cast<int>(ready.size()));
   if (n == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "job '", job_.name(), "': no count of the cluster's ", all.size(), " worker(s) from elastic.min_workers ",
+        "job '", job_.name(), "': no count of the cluster's ", ready.size(), " worker(s) from elastic.min_workers ",
         EffectiveMinWorkers(job_.elastic()), " up divides batch_size ", job_.batch_size()));
   }
-  RETURN_IF_ERROR(members_->SetWorkers(std::set<std::string>(all.begin(), all.begin() + n)));
+  RETURN_IF_ERROR(members_->SetWorkers(std::set<std::string>(ready.begin(), ready.begin() + n)));
+  const std::vector<std::string> all = members_->ClusterWorkers();
   if (n < static_cast<int>(all.size())) {
-    Logger("master")->info("job '{}': trains on {} of the cluster's {} workers (batch_size {} splits over {}); {} "
-                           "stand(s) by",
-                           job_.name(), n, all.size(), job_.batch_size(), n, Listed(Minus(all, members_->Workers())));
+    Logger("master")->info("job '{}': trains on {} of the cluster's {} workers; {} stand(s) by", job_.name(), n,
+                           all.size(), Listed(Minus(all, members_->Workers())));
   }
   const std::vector<std::string> workers = members_->Workers();
   UpdateStatus([&](JobStatus* s) {
@@ -60,7 +79,42 @@ absl::Status JobRunner::ChooseFirstMembers() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> JobRunner::RecoverMembers(const TaskFailure& failure, absl::Time failed_at, AttemptState* a) {
+std::unique_ptr<MembershipWatch> JobRunner::WatchMembership(AttemptState* a) {
+  if (members_ == nullptr) return nullptr;
+  const RecoverySettings recovery = EffectiveRecovery(job_);
+  return std::make_unique<MembershipWatch>(
+      job_, members_.get(), [this] { return target_workers_.load(); }, recovery.heartbeat_interval,
+      recovery.heartbeat_timeout, [a](const std::string& why) {
+        absl::MutexLock lock(&a->mu);
+        if (a->regroup.empty()) a->regroup = why;
+      });
+}
+
+absl::Status JobRunner::Scale(int workers) {
+  if (members_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", job_.name(), "' is not elastic: it trains on the cluster's workers (set elastic { ... } to scale)"));
+  }
+  const ElasticPolicy& e = job_.elastic();
+  const int min = EffectiveMinWorkers(e);
+  if (workers < min || (e.max_workers() > 0 && workers > e.max_workers())) {
+    return absl::InvalidArgumentError(absl::StrCat("job '", job_.name(), "': ", workers,
+                                                   " workers is outside elastic.min_workers ", min,
+                                                   " to max_workers ",
+                                                   e.max_workers() > 0 ? absl::StrCat(e.max_workers()) : "(any)"));
+  }
+  if (ElasticReplicaCount(job_, workers) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("job '", job_.name(), "': no count of ", workers,
+                                                   " worker(s) or fewer, from elastic.min_workers ", min,
+                                                   ", divides batch_size ", job_.batch_size()));
+  }
+  target_workers_.store(workers);
+  Logger("master")->info("job '{}': asked to train on {} worker(s) (weft scale)", job_.name(), workers);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> JobRunner::RecoverMembers(const std::string& reason, absl::Time failed_at, bool wait,
+                                               AttemptState* a) {
   auto log = Logger("master");
   std::map<std::string, uint64_t> known;
   {
@@ -68,64 +122,61 @@ absl::StatusOr<bool> JobRunner::RecoverMembers(const TaskFailure& failure, absl:
     known = a->incarnations;
   }
   auto stop_waiting = [this] { return cancelled_.load() || preempted_.load(); };
-  const absl::Duration wait = ElasticWait(job_);
-  if (wait > absl::ZeroDuration()) {
-    log->info("job '{}': waiting up to {:.0f} s for task {} (elastic.wait_seconds) before going on without it",
-              job_.name(), absl::ToDoubleSeconds(wait), failure.task);
+  const absl::Duration wait_for = ElasticWait(job_);
+  if (wait && wait_for > absl::ZeroDuration()) {
+    log->info("job '{}': waiting up to {:.0f} s for its workers (elastic.wait_seconds) before going on without "
+              "those that do not answer",
+              job_.name(), absl::ToDoubleSeconds(wait_for));
     // Whether all came back or not, the probe below says who answers now.
-    (void)WaitForTasks(workers_, wait, stop_waiting);
+    (void)WaitForTasks(workers_, wait_for, stop_waiting);
   }
   if (stop_waiting()) return false;  // the checkpoint way ends it as cancelled or preempted
-  // Who trains on: the members that answer and do not drain. Those with
-  // the incarnation the attempt started with kept their variables; the
-  // others restarted and take them from a peer.
-  std::vector<std::string> kept, fresh, lost;
-  for (const TaskHealth& h : ProbeTasks(workers_, EffectiveRecovery(job_).heartbeat_timeout)) {
-    if (!IsWorkerTask(h.task)) continue;
-    auto it = known.find(h.task);
-    if (!h.answered || h.draining) {
-      lost.push_back(h.task);
-    } else if (it != known.end() && it->second == h.incarnation) {
-      kept.push_back(h.task);
-    } else {
-      fresh.push_back(h.task);
-    }
+  // Who trains on: the cluster's workers that answer and do not drain.
+  // Members with the incarnation the attempt started with kept their
+  // variables; the others (restarted, or never members) take them from a
+  // peer.
+  std::map<std::string, uint64_t> now;
+  const std::vector<std::string> answering = AnsweringWorkers(&now);
+  std::vector<std::string> kept, fresh;
+  for (const std::string& t : answering) {
+    auto it = known.find(t);
+    (it != known.end() && it->second == now[t] ? kept : fresh).push_back(t);
   }
+  const std::vector<std::string> before = members_->Workers();
   if (kept.empty()) {
     // Nothing in memory to go on from: the newest checkpoint, once every
     // member answers, as for any job.
-    log->warn("job '{}': no worker kept the job's variables ({} restarted, {} lost); restoring its newest checkpoint",
-              job_.name(), Listed(fresh), Listed(lost));
+    log->warn("job '{}': no worker kept the job's variables ({} answer(s)); restoring its newest checkpoint",
+              job_.name(), Listed(answering));
     CloseRetiredSession();
     from_memory_ = false;
     return false;
   }
   std::vector<std::string> next = kept;
   next.insert(next.end(), fresh.begin(), fresh.end());
-  const int n = ElasticReplicaCount(job_, static_cast<int>(next.size()));
+  const int n = ElasticCount(static_cast<int>(next.size()));
   if (n == 0) {
     CloseRetiredSession();
     return absl::UnavailableError(absl::StrCat(
-        "job '", job_.name(), "': task ", failure.task, " ", failure.reason, "; ", next.size(),
-        " worker(s) answer (", Listed(next), ") and no count of them from elastic.min_workers ",
-        EffectiveMinWorkers(job_.elastic()), " up divides batch_size ", job_.batch_size()));
+        "job '", job_.name(), "': ", reason, "; ", next.size(), " worker(s) answer (", Listed(next),
+        ") and no count of them from elastic.min_workers ", EffectiveMinWorkers(job_.elastic()),
+        " up divides batch_size ", job_.batch_size()));
   }
   next.resize(n);  // those that kept their variables first
   const std::vector<std::string> order = members_->ClusterWorkers();
   std::sort(next.begin(), next.end(), [&](const std::string& x, const std::string& y) {
     return std::find(order.begin(), order.end(), x) < std::find(order.begin(), order.end(), y);
   });
-  const std::vector<std::string> before = members_->Workers();
   RETURN_IF_ERROR(members_->SetWorkers(std::set<std::string>(next.begin(), next.end())));
   change_left_ = Minus(before, next);
   change_joined_ = Minus(next, before);
-  change_reason_ = absl::StrCat("task ", failure.task, " ", failure.reason);
+  change_reason_ = reason;
   change_failed_at_ = failed_at;
   from_memory_ = true;
   memory_step_ = a->reached_step.load();
-  log->warn("job '{}': goes on with {} worker(s) from their memory, no checkpoint restored: {}; left: {}{}",
-            job_.name(), n, Listed(next), Listed(change_left_),
-            fresh.empty() ? "" : absl::StrCat("; restarted, taking the variables from a peer: ", Listed(fresh)));
+  log->warn("job '{}': goes on with {} worker(s) from their memory, no checkpoint restored: {}; left: {}; "
+            "joining or restarted, taking the variables from a peer: {}",
+            job_.name(), n, Listed(next), Listed(change_left_), Listed(Minus(next, kept)));
   return true;
 }
 

@@ -47,6 +47,22 @@ absl::StatusOr<std::optional<TrainResult>> JobRunner::Recover(const absl::Status
                                                               int* restarts, Checkpointer* checkpointer,
                                                               std::optional<ps::CheckpointEntry>* resume) {
   const RecoverySettings recovery = EffectiveRecovery(job_);
+  if (members_ != nullptr) {
+    // An elastic job that stopped between steps to change its members.
+    std::string regrouped;
+    {
+      absl::MutexLock lock(&a->mu);
+      regrouped = a->regrouped;
+    }
+    if (!regrouped.empty()) {
+      ASSIGN_OR_RETURN(const bool from_memory, RecoverMembers(regrouped, absl::Now(), /*wait=*/false, a));
+      if (from_memory) {
+        *resume = std::nullopt;
+        return std::optional<TrainResult>();
+      }
+      return error;
+    }
+  }
   // A task failure, or an error of the job itself?
   // What the attempt saw, copied out first: the probe waits on the tasks,
   // which must not happen under a lock that their callbacks take.
@@ -78,7 +94,9 @@ absl::StatusOr<std::optional<TrainResult>> JobRunner::Recover(const absl::Status
     s->set_failure_time_unix_ms(absl::ToUnixMillis(failed_at));
   });
   if (members_ != nullptr) {
-    ASSIGN_OR_RETURN(const bool from_memory, RecoverMembers(failure, failed_at, a));
+    ASSIGN_OR_RETURN(const bool from_memory,
+                     RecoverMembers(absl::StrCat("task ", failure.task, " ", failure.reason), failed_at,
+                                    /*wait=*/true, a));
     if (from_memory) {
       *resume = std::nullopt;
       return std::optional<TrainResult>();

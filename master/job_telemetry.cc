@@ -14,7 +14,10 @@ JobTelemetry::JobTelemetry(metrics::Registry* r)
           r->AddGauge("weft_samples_per_second", "Training examples per second, per job.", {"job"})),
       accuracy_(r->AddGauge("weft_test_accuracy", "Accuracy of the job's latest evaluation (0..1).", {"job"})),
       recoveries_(r->AddCounter("weft_recoveries_total",
-                                "Recoveries of a job: a task lost or restarted, or the master restarted.", {"job"})) {}
+                                "Recoveries of a job: a task lost or restarted, or the master restarted.", {"job"})),
+      membership_changes_(r->AddCounter("weft_membership_changes_total",
+                                        "Changes of an elastic job's workers (left, joined, rescaled).", {"job"})),
+      workers_(r->AddGauge("weft_job_workers", "Workers an elastic job trains on now.", {"job"})) {}
 
 JobTelemetry::PerJob* JobTelemetry::FindOrAddLocked(const std::string& job_id) {
   auto it = jobs_.find(job_id);
@@ -27,6 +30,8 @@ JobTelemetry::PerJob* JobTelemetry::FindOrAddLocked(const std::string& job_id) {
   j.samples_per_second = samples_per_second_->With(labels);
   j.accuracy = accuracy_->With(labels);
   j.recoveries = recoveries_->With(labels);
+  j.membership_changes = membership_changes_->With(labels);
+  j.workers = workers_->With(labels);
   j.accuracy->Set(-1);
   j.history.reserve(kMaxHistory);
   return &j;
@@ -93,6 +98,11 @@ void JobTelemetry::OnStatus(const JobStatus& s) {
     j->recoveries->Increment(s.restarts() - j->restarts);
     j->restarts = s.restarts();
   }
+  if (s.membership_change_size() > j->membership_changes_seen) {
+    j->membership_changes->Increment(s.membership_change_size() - j->membership_changes_seen);
+    j->membership_changes_seen = s.membership_change_size();
+  }
+  if (s.workers_size() > 0) j->workers->Set(s.workers_size());
   if (s.test_accuracy() >= 0) j->accuracy->Set(s.test_accuracy());
 }
 

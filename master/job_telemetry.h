@@ -57,6 +57,9 @@ class JobTelemetry {
     metrics::Gauge* samples_per_second = nullptr;
     metrics::Gauge* accuracy = nullptr;
     metrics::Counter* recoveries = nullptr;
+    metrics::Counter* membership_changes = nullptr;
+    metrics::Gauge* workers = nullptr;
+    int membership_changes_seen = 0;
     int64_t last_step = -1;
     std::chrono::steady_clock::time_point last_time;
     int restarts = 0;
@@ -74,6 +77,8 @@ class JobTelemetry {
   metrics::Family<metrics::Gauge>* const samples_per_second_;
   metrics::Family<metrics::Gauge>* const accuracy_;
   metrics::Family<metrics::Counter>* const recoveries_;
+  metrics::Family<metrics::Counter>* const membership_changes_;
+  metrics::Family<metrics::Gauge>* const workers_;
   mutable absl::Mutex mu_;
   std::map<std::string, PerJob> jobs_ ABSL_GUARDED_BY(mu_);
 };

@@ -103,6 +103,24 @@ TEST(JobTelemetry, RecoveriesCountEachRestartOnce) {
   EXPECT_TRUE(absl::StrContains(r.Render(), "weft_recoveries_total{job=\"j\"} 3\n")) << r.Render();
 }
 
+TEST(JobTelemetry, AnElasticJobsMembershipChangesAreCountedOnceAndItsWorkersShown) {
+  metrics::Registry r;
+  JobTelemetry t(&r);
+  JobStatus s;
+  s.set_job_id("e");
+  s.add_workers("/job:worker/task:0");
+  s.add_workers("/job:worker/task:1");
+  s.add_workers("/job:worker/task:2");
+  t.OnStatus(s);
+  EXPECT_TRUE(absl::StrContains(r.Render(), "weft_job_workers{job=\"e\"} 3\n")) << r.Render();
+  s.mutable_workers()->RemoveLast();
+  s.add_membership_change()->set_workers(2);
+  t.OnStatus(s);
+  t.OnStatus(s);  // published again: not a new change
+  EXPECT_TRUE(absl::StrContains(r.Render(), "weft_membership_changes_total{job=\"e\"} 1\n")) << r.Render();
+  EXPECT_TRUE(absl::StrContains(r.Render(), "weft_job_workers{job=\"e\"} 2\n")) << r.Render();
+}
+
 }  // namespace
 }  // namespace master
 }  // namespace weft

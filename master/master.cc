@@ -257,6 +257,12 @@ void Master::CancelJobAsync(const Caller& caller, const CancelJobRequest* reques
   done(jobs_.Cancel(request->job_id()));  // returns at once: the job stops on its own thread
 }
 
+void Master::ScaleJobAsync(const Caller& caller, const ScaleJobRequest* request, ScaleJobResponse*,
+                           StatusCallback done) {
+  if (absl::Status a = AuthorizeJob(caller, request->job_id()); !a.ok()) return done(a);
+  done(jobs_.Scale(request->job_id(), request->workers()));
+}
+
 void Master::TraceJobAsync(const Caller& caller, const TraceJobRequest* request, TraceJobResponse* response,
                            StatusCallback done) {
   if (absl::Status a = AuthorizeJob(caller, request->job_id()); !a.ok()) return done(a);

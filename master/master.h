@@ -101,6 +101,9 @@ class Master {
   void GetJobAsync(const Caller& caller, const GetJobRequest* request, JobStatus* response, StatusCallback done);
   void ListJobsAsync(const Caller& caller, const ListJobsRequest* request, ListJobsResponse* response, StatusCallback done);
   void CancelJobAsync(const Caller& caller, const CancelJobRequest* request, CancelJobResponse* response, StatusCallback done);
+  // The job's owner or an admin; JobManager::Scale's errors.
+  void ScaleJobAsync(const Caller& caller, const ScaleJobRequest* request, ScaleJobResponse* response,
+                     StatusCallback done);
   // Traces the job's next steps on every task (`weft trace`): the job's
   // owner or an admin; `steps` in 1..100. Answers when they ran, or with
   // what was recorded after a minute (DEADLINE_EXCEEDED when nothing was).

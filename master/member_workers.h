@@ -41,6 +41,8 @@ class MemberWorkers final : public WorkerCacheInterface {
   std::vector<std::string> Workers() const;
   // Every worker of the cluster, members or not.
   std::vector<std::string> ClusterWorkers() const;
+  // The whole cluster, to ask workers that are not members.
+  WorkerCacheInterface* cluster_cache() const { return cluster_; }
 
  private:
   WorkerCacheInterface* const cluster_;

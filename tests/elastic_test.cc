@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -61,16 +62,18 @@ constexpr int kSteps = 300;  // 4.8 epochs of the 6000 examples
 constexpr absl::Duration kJobDeadline = absl::Seconds(240);
 const char* const kVictim = "/job:worker/task:2";
 
-JobSpec ElasticJob(const std::string& checkpoint_dir) {
+// `steps` steps; heartbeats (and the membership watch) every 200 ms.
+JobSpec ElasticJob(const std::string& checkpoint_dir, int steps = kSteps) {
   auto job = ParseJob(absl::StrCat(R"(name: "elastic-job"
       model { input_shape: [784] num_classes: 10
               layer { dense { units: 64 activation: RELU } } layer { dense { units: 10 } } }
       dataset { dir: ")", kFashionMnist, R"(" train_limit: 6000 test_limit: 2000 }
       optimizer { adam { learning_rate: 0.002 } } seed: 5 intra_op_threads: 1
-      batch_size: )", kBatch, " steps: ", kSteps, R"(
+      batch_size: )", kBatch, " steps: ", steps, R"(
       strategy { kind: MULTI_WORKER_MIRRORED steps_per_execution: 1 }
       checkpoint { dir: ")", checkpoint_dir, R"(" }
-      elastic { min_workers: 2 wait_seconds: 1 })"),
+      recovery { heartbeat_ms: 200 }
+      elastic { min_workers: 2 max_workers: 3 wait_seconds: 1 })"),
                       "elastic_test");
   EXPECT_TRUE(job.ok()) << job.status();
   return *job;
@@ -139,12 +142,14 @@ class ElasticTest : public ::testing::Test {
     return out;
   }
 
-  JobStatus PollUntilStep(const std::string& id, int64_t step) {
+  // Polls the job until `until` holds or it ends; `what` names the wait.
+  JobStatus PollUntil(const std::string& id, const std::string& what,
+                      const std::function<bool(const JobStatus&)>& until) {
     JobStatus last;
-    EXPECT_TRUE(testing::WaitUntil(kJobDeadline, absl::StrCat("job ", id, " to reach step ", step),
+    EXPECT_TRUE(testing::WaitUntil(kJobDeadline, absl::StrCat("job ", id, " to reach ", what),
                                    [&]() -> absl::StatusOr<bool> {
                                      ASSIGN_OR_RETURN(last, client_->GetJob(id));
-                                     return last.step() >= step || Terminal(last.state());
+                                     return until(last) || Terminal(last.state());
                                    }))
         << last.DebugString();
     return last;
@@ -174,6 +179,27 @@ std::map<std::string, int64_t> StepCounters(const SavedCheckpoint& c) {
   return out;
 }
 
+// The final checkpoint under `dir` holds one shard per worker of `workers`,
+// each of which applied every one of the job's `steps` steps exactly once,
+// and all hold the same variables, bit for bit.
+void ExpectEveryWorkerAppliedEveryStepOnce(const std::string& dir, int steps, size_t workers) {
+  absl::StatusOr<SavedCheckpoint> saved = ReadNewestCheckpoint(dir);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->step, steps);
+  const std::map<std::string, int64_t> counters = StepCounters(*saved);
+  ASSERT_EQ(counters.size(), workers) << saved->path;
+  for (const auto& [task, count] : counters) EXPECT_EQ(count, steps) << task;
+  std::map<std::string, std::map<std::string, std::string>> by_task;
+  for (const auto& [key, v] : saved->variables) {
+    const size_t bar = key.find('|');
+    by_task[key.substr(0, bar)][key.substr(bar + 1)] = v.bytes;
+  }
+  ASSERT_EQ(by_task.size(), workers);
+  for (const auto& [task, variables] : by_task) {
+    EXPECT_TRUE(variables == by_task.begin()->second) << task << " and " << by_task.begin()->first << " differ";
+  }
+}
+
 TEST_F(ElasticTest, AWorkerLostForGoodLeavesTheJobToTheOthersWithoutARestoreOrARepeatedStep) {
   // Undisturbed first, on all three.
   const std::string undisturbed_dir = Path("undisturbed-ckpt");
@@ -188,7 +214,8 @@ TEST_F(ElasticTest, AWorkerLostForGoodLeavesTheJobToTheOthersWithoutARestoreOrAR
   const std::string dir = Path("elastic-ckpt");
   auto id = client_->SubmitJob(ElasticJob(dir));
   ASSERT_TRUE(id.ok()) << id.status();
-  const JobStatus before = PollUntilStep(*id, target);
+  const JobStatus before =
+      PollUntil(*id, absl::StrCat("step ", target), [&](const JobStatus& s) { return s.step() >= target; });
   ASSERT_EQ(before.state(), RUNNING) << before.DebugString();
   Subprocess* victim = daemons_.at("worker-2")->process();
   victim->Signal(SIGKILL);
@@ -214,19 +241,7 @@ TEST_F(ElasticTest, AWorkerLostForGoodLeavesTheJobToTheOthersWithoutARestoreOrAR
   EXPECT_TRUE(MasterLogLines("restored ").empty()) << ReadText(LogPath("master"));
 
   // Every step applied exactly once on each survivor, and their variables equal.
-  absl::StatusOr<SavedCheckpoint> saved = ReadNewestCheckpoint(dir);
-  ASSERT_TRUE(saved.ok()) << saved.status();
-  EXPECT_EQ(saved->step, kSteps);
-  const std::map<std::string, int64_t> counters = StepCounters(*saved);
-  ASSERT_EQ(counters.size(), 2u) << saved->path;
-  for (const auto& [task, count] : counters) EXPECT_EQ(count, kSteps) << task;
-  std::map<std::string, std::map<std::string, std::string>> by_task;
-  for (const auto& [key, v] : saved->variables) {
-    const size_t bar = key.find('|');
-    by_task[key.substr(0, bar)][key.substr(bar + 1)] = v.bytes;
-  }
-  ASSERT_EQ(by_task.size(), 2u);
-  EXPECT_TRUE(by_task.begin()->second == by_task.rbegin()->second) << "the survivors' variables differ";
+  ExpectEveryWorkerAppliedEveryStepOnce(dir, kSteps, 2);
 
   EXPECT_LE(std::fabs(st.test_accuracy() - undisturbed.test_accuracy()), 0.005)
       << st.test_accuracy() << " vs undisturbed " << undisturbed.test_accuracy();
@@ -234,6 +249,84 @@ TEST_F(ElasticTest, AWorkerLostForGoodLeavesTheJobToTheOthersWithoutARestoreOrAR
               "test accuracy %.4f (undisturbed %.4f)\n",
               static_cast<long long>(before.step()), static_cast<long long>(change.step()), change.workers(),
               change.seconds(), st.test_accuracy(), undisturbed.test_accuracy());
+}
+
+// A worker that was down when the job started joins it once it answers, at
+// a step boundary: it takes the variables from a peer, and from then on the
+// three train in lockstep.
+TEST_F(ElasticTest, AWorkerThatStartsLaterJoinsTheRunningJobWithAPeersVariables) {
+  constexpr int kLongSteps = 3000;
+  Subprocess* late = daemons_.at("worker-2")->process();
+  late->Signal(SIGKILL);
+  ASSERT_TRUE(late->WaitFor(absl::Seconds(10)));
+  const std::string dir = Path("join-ckpt");
+  auto id = client_->SubmitJob(ElasticJob(dir, kLongSteps));
+  ASSERT_TRUE(id.ok()) << id.status();
+  const JobStatus two = PollUntil(*id, "a step on two workers",
+                                  [](const JobStatus& s) { return s.state() == RUNNING && s.step() > 0; });
+  ASSERT_EQ(two.state(), RUNNING) << two.DebugString();
+  EXPECT_EQ(two.workers_size(), 2) << two.DebugString();
+  absl::Status restarted = daemons_.at("worker-2")->Restart();
+  ASSERT_TRUE(restarted.ok()) << restarted;
+  const JobStatus three =
+      PollUntil(*id, "three workers", [](const JobStatus& s) { return s.workers_size() == 3; });
+  ASSERT_EQ(three.state(), RUNNING) << "the job ended before the worker could join: " << three.DebugString();
+  const JobStatus st = WatchToEnd(*id);
+
+  ASSERT_EQ(st.state(), SUCCEEDED) << st.DebugString();
+  EXPECT_EQ(st.step(), kLongSteps);
+  EXPECT_EQ(st.restarts(), 0) << "a join is no failure: " << st.DebugString();
+  ASSERT_EQ(st.membership_change_size(), 1) << st.DebugString();
+  const MembershipChange& change = st.membership_change(0);
+  EXPECT_EQ(change.left_size(), 0);
+  ASSERT_EQ(change.joined_size(), 1);
+  EXPECT_EQ(change.joined(0), kVictim);
+  EXPECT_EQ(change.workers(), 3);
+  EXPECT_TRUE(absl::StrContains(change.reason(), "may join")) << change.reason();
+  EXPECT_TRUE(MasterLogLines("restored ").empty()) << ReadText(LogPath("master"));
+  ExpectEveryWorkerAppliedEveryStepOnce(dir, kLongSteps, 3);
+  std::printf("[elastic] worker-2 joined at step %lld in %.2f s; test accuracy %.4f\n",
+              static_cast<long long>(change.step()), change.seconds(), st.test_accuracy());
+}
+
+// `weft scale`: a size outside elastic's bounds is refused; 2 makes the job
+// leave worker 2 standing by at a step boundary, 3 takes it back.
+TEST_F(ElasticTest, ScaleShrinksAndGrowsARunningJobWithinItsBounds) {
+  constexpr int kLongSteps = 3000;
+  const std::string dir = Path("scale-ckpt");
+  auto id = client_->SubmitJob(ElasticJob(dir, kLongSteps));
+  ASSERT_TRUE(id.ok()) << id.status();
+  const JobStatus running = PollUntil(*id, "a step", [](const JobStatus& s) { return s.step() > 0; });
+  ASSERT_EQ(running.state(), RUNNING) << running.DebugString();
+  absl::Status s = client_->ScaleJob(*id, 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "4 workers is outside elastic.min_workers 2 to max_workers 3")) << s;
+  EXPECT_EQ(client_->ScaleJob(*id, 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->ScaleJob("job-0-0000000000000000", 2).code(), absl::StatusCode::kNotFound);
+
+  ASSERT_TRUE(client_->ScaleJob(*id, 2).ok());
+  const JobStatus two = PollUntil(*id, "two workers", [](const JobStatus& s) { return s.workers_size() == 2; });
+  ASSERT_EQ(two.state(), RUNNING) << two.DebugString();
+  ASSERT_TRUE(client_->ScaleJob(*id, 3).ok());
+  const JobStatus three = PollUntil(*id, "three workers again",
+                                    [](const JobStatus& s) { return s.membership_change_size() == 2; });
+  ASSERT_EQ(three.state(), RUNNING) << three.DebugString();
+  const JobStatus st = WatchToEnd(*id);
+
+  ASSERT_EQ(st.state(), SUCCEEDED) << st.DebugString();
+  EXPECT_EQ(st.restarts(), 0) << st.DebugString();
+  ASSERT_EQ(st.membership_change_size(), 2) << st.DebugString();
+  EXPECT_EQ(st.membership_change(0).workers(), 2);
+  ASSERT_EQ(st.membership_change(0).left_size(), 1);
+  EXPECT_EQ(st.membership_change(0).left(0), kVictim);
+  EXPECT_TRUE(absl::StrContains(st.membership_change(0).reason(), "weft scale asked for 2"))
+      << st.membership_change(0).reason();
+  EXPECT_EQ(st.membership_change(1).workers(), 3);
+  ASSERT_EQ(st.membership_change(1).joined_size(), 1);
+  EXPECT_EQ(st.membership_change(1).joined(0), kVictim);
+  EXPECT_LE(st.membership_change(0).step(), st.membership_change(1).step());
+  EXPECT_TRUE(MasterLogLines("restored ").empty()) << ReadText(LogPath("master"));
+  ExpectEveryWorkerAppliedEveryStepOnce(dir, kLongSteps, 3);
 }
 
 }  // namespace

@@ -426,6 +426,9 @@ TEST_F(SecurityTest, UsersSeeAndControlOnlyTheirOwnJobs) {
 
   ExpectRefused(bob->GetJob(*id).status(), absl::StatusCode::kPermissionDenied, "belongs to user alice");
   ExpectRefused(bob->CancelJob(*id), absl::StatusCode::kPermissionDenied, "user bob (token) may not touch it");
+  ExpectRefused(bob->ScaleJob(*id, 2), absl::StatusCode::kPermissionDenied, "user bob (token) may not touch it");
+  // Its owner may ask, but only an elastic job (still running) changes size.
+  ExpectRefused(alice->ScaleJob(*id, 2), absl::StatusCode::kFailedPrecondition, "");
   ExpectRefused(bob->WatchJob(*id, [](const JobStatus&) {}), absl::StatusCode::kPermissionDenied,
                 "belongs to user alice");
   ExpectRefused(bob->Reset(), absl::StatusCode::kPermissionDenied, "needs the admin role");
@@ -443,6 +446,7 @@ TEST_F(SecurityTest, UsersSeeAndControlOnlyTheirOwnJobs) {
   // A task's certificate is not a user.
   auto task = Master(AsDaemon(tls_, "/job:worker/task:0"));
   ExpectRefused(task->ListJobs().status(), absl::StatusCode::kPermissionDenied, "is not one");
+  ExpectRefused(task->ScaleJob(*id, 2), absl::StatusCode::kPermissionDenied, "is not one");
 
   // The owner and an admin see it; it finishes as it would undisturbed.
   auto seen = root->GetJob(*id);

@@ -233,6 +233,13 @@ TEST(WeftCliTest, UsageErrorsExitTwo) {
   const Result graphs = RunWeft("train x.pbtxt --cuda_graphs=maybe");
   EXPECT_EQ(graphs.exit_code, 2);
   EXPECT_NE(graphs.err.find("--cuda_graphs must be true or false, got 'maybe'"), std::string::npos) << graphs.err;
+  // Refused before any call to the (absent) master.
+  const Result unsized = RunWeft("scale job-1 --insecure --master=127.0.0.1:1");
+  EXPECT_EQ(unsized.exit_code, 2);
+  EXPECT_NE(unsized.err.find("--workers=N is required"), std::string::npos) << unsized.err;
+  const Result zero = RunWeft("scale job-1 --workers=0 --insecure --master=127.0.0.1:1");
+  EXPECT_EQ(zero.exit_code, 2);
+  EXPECT_NE(zero.err.find("--workers=0 must be an integer in [1, 65536]"), std::string::npos) << zero.err;
 }
 
 TEST(WeftCliTest, MlpLearnsFashionMnistSubset) {
