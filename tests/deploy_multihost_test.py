@@ -24,8 +24,9 @@ synthetic dataset, and the example job is replaced by a small one on it.
 The job is submitted by the submit Job's containers; once it has written a
 checkpoint, worker 1 is SIGKILLed and started again under the same name and
 address (as the StatefulSet controller would), and the job must still
-SUCCEED, with a recovery recorded. Then, from the submit pod: every daemon's
-health port answers a plaintext gRPC health check SERVING (what the
+SUCCEED, with a recovery recorded. An elastic MULTI_WORKER_MIRRORED job is
+scaled from two workers to one and back with `weft scale`. Then, from the
+submit pod: every daemon's health port answers a plaintext gRPC health check SERVING (what the
 kubelet's probe sends), the master's own port does not answer one (it is
 mTLS-only), and `weft jobs` without a client certificate is refused. Every
 daemon's metrics port is scraped as deploy/k8s/monitoring's ServiceMonitor
@@ -509,6 +510,59 @@ def check_mirrored_over_the_network(cluster, submit, spec, mounts, data):
     log("the mirrored job SUCCEEDED with its collectives over TLS sockets between hosts")
 
 
+def weft_in(cluster, pod, spec, args, timeout=30):
+    """`weft ARGS` run in `pod`'s namespace with its container's environment (certificates, master address)."""
+    argv, env, _ = cluster.command_line(pod, {"command": ["weft"], "args": args, "env": spec["containers"][0]["env"]})
+    wrapper, full_env = cluster.wrap(pod, argv, env)
+    return subprocess.run(wrapper, capture_output=True, text=True, env=full_env, timeout=timeout)
+
+
+def check_elastic_scaling(cluster, submit, spec, mounts, data):
+    """An elastic MULTI_WORKER_MIRRORED job across the worker pods (hosts of their own) scaled down to one worker
+    and back up to two with `weft scale`: each change lands at a step boundary, over the TLS sockets, with no
+    recovery; the job is cancelled once both are recorded."""
+    with open(os.path.join(mounts["/etc/weft"], "elastic.pbtxt"), "w") as f:
+        f.write('name: "multihost-elastic" model { input_shape: [12] num_classes: 3 '
+                'layer { dense { units: 16 activation: RELU } } layer { dense { units: 3 } } } '
+                'dataset { dir: "%s" } optimizer { sgd { learning_rate: 0.1 } } seed: 2 intra_op_threads: 1 '
+                'batch_size: 16 steps: 1000000 strategy { kind: MULTI_WORKER_MIRRORED } '
+                'recovery { heartbeat_ms: 200 } elastic { min_workers: 1 max_workers: 2 }\n' % data)
+    done = weft_in(cluster, submit, spec, ["submit", "/etc/weft/elastic.pbtxt"])
+    assert done.returncode == 0, "weft submit failed:\n%s%s" % (done.stdout, done.stderr)
+    m = re.search(r"(job-[0-9a-f]+-[0-9a-f]+)", done.stdout + done.stderr)
+    assert m, "no job id from weft submit:\n%s%s" % (done.stdout, done.stderr)
+    job = m.group(1)
+    deadline = time.monotonic() + 120
+
+    def status_until(what, pred):
+        while True:
+            r = weft_in(cluster, submit, spec, ["status", job, "--output=json"])
+            assert r.returncode == 0, "weft status failed:\n%s%s" % (r.stdout, r.stderr)
+            st = json.loads(r.stdout)
+            if pred(st):
+                return st
+            assert st.get("state") in ("PENDING", "RUNNING", "RECOVERING"), "the job ended: %s" % st
+            assert time.monotonic() < deadline, "no %s before the deadline: %s" % (what, st)
+            time.sleep(0.2)
+
+    try:
+        status_until("step on two workers", lambda st: st.get("steps", 0) > 0 and len(st.get("workers", [])) == 2)
+        r = weft_in(cluster, submit, spec, ["scale", job, "--workers=1"])
+        assert r.returncode == 0, "weft scale --workers=1 failed:\n%s%s" % (r.stdout, r.stderr)
+        status_until("one worker", lambda st: len(st.get("workers", [])) == 1)
+        r = weft_in(cluster, submit, spec, ["scale", job, "--workers=2"])
+        assert r.returncode == 0, "weft scale --workers=2 failed:\n%s%s" % (r.stdout, r.stderr)
+        st = status_until("two workers again", lambda st: len(st.get("membership_change", [])) == 2)
+        changes = st["membership_change"]
+        assert [c["workers"] for c in changes] == [1, 2], changes
+        assert changes[0]["left"] == ["/job:worker/task:1"] and changes[1]["joined"] == ["/job:worker/task:1"], changes
+        assert int(st.get("restarts", 0)) == 0, "a scale is no recovery: %s" % st
+        assert st["state"] == "RUNNING", st
+        log("the elastic job went from 2 to 1 to 2 workers across hosts: %s" % changes)
+    finally:
+        weft_in(cluster, submit, spec, ["cancel", job])
+
+
 def run_cluster(weft):
     """The cluster of the rendered cpu overlay, run with the binary `weft`; raises on any failure."""
     objects = render.render(os.path.join(ROOT, "deploy", "k8s", "overlays", "cpu"))
@@ -584,6 +638,7 @@ def run_cluster(weft):
         assert int(st.get("restarts", 0)) >= 1, "the job records no recovery: %s" % st
         log("the job SUCCEEDED across the loss of %s" % victim.name)
         check_mirrored_over_the_network(cluster, submit, spec, mounts, data)
+        check_elastic_scaling(cluster, submit, spec, mounts, data)
         check_probes_and_refusals(cluster, submit, spec)
         check_metrics(cluster, submit)
         ok = True
