@@ -61,7 +61,22 @@ void AppendJob(const JobStatus& s, const std::vector<HistoryPoint>& history, std
   absl::StrAppend(out, ",\"test_accuracy\":", JsonNumber(s.test_accuracy()),
                   ",\"samples_per_second\":", JsonNumber(s.samples_per_second()), ",\"restarts\":", s.restarts(),
                   ",\"error\":", JsonString(s.error()), ",\"diagnosis\":", JsonString(s.diagnosis()),
-                  ",\"diagnosis_active\":", s.diagnosis_active() ? "true" : "false", ",\"history\":[");
+                  ",\"diagnosis_active\":", s.diagnosis_active() ? "true" : "false", ",\"workers\":[");
+  auto append_tasks = [out](const google::protobuf::RepeatedPtrField<std::string>& tasks) {
+    for (int i = 0; i < tasks.size(); ++i) absl::StrAppend(out, i > 0 ? "," : "", JsonString(tasks[i]));
+  };
+  append_tasks(s.workers());
+  absl::StrAppend(out, "],\"membership\":[");
+  for (int i = 0; i < s.membership_change_size(); ++i) {
+    const MembershipChange& c = s.membership_change(i);
+    absl::StrAppend(out, i > 0 ? "," : "", "{\"step\":", c.step(), ",\"time_unix_ms\":", c.time_unix_ms(),
+                    ",\"workers\":", c.workers(), ",\"seconds\":", JsonNumber(c.seconds()), ",\"left\":[");
+    append_tasks(c.left());
+    absl::StrAppend(out, "],\"joined\":[");
+    append_tasks(c.joined());
+    absl::StrAppend(out, "],\"reason\":", JsonString(c.reason()), "}");
+  }
+  absl::StrAppend(out, "],\"history\":[");
   for (size_t i = 0; i < history.size(); ++i) {
     const HistoryPoint& p = history[i];
     absl::StrAppend(out, i > 0 ? "," : "", "{\"step\":", p.step, ",\"loss\":", JsonNumber(p.loss),

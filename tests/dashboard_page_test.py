@@ -394,7 +394,11 @@ def full_overview():
             {"job_id": RUNNING_ID, "name": "fmnist-mlp", "owner": "bob", "state": "RUNNING",
              "step": 1290, "total_steps": 9370, "epoch": 2, "epochs": 10, "loss": 0.42, "test_accuracy": -1,
              "samples_per_second": 19876.5, "restarts": 1, "error": "", "diagnosis": "",
-             "history": history(1290)},
+             "history": history(1290), "workers": ["/job:worker/task:0", "/job:worker/task:1"],
+             "membership": [{"step": 640, "time_unix_ms": 1700000000000, "workers": 1, "seconds": 1.25,
+                             "left": ["/job:worker/task:1"], "joined": [], "reason": "task <gone> unreachable"},
+                            {"step": 900, "time_unix_ms": 1700000100000, "workers": 2, "seconds": 0.012,
+                             "left": [], "joined": ["/job:worker/task:1"], "reason": ""}]},
             {"job_id": "job-3-00ab12cd34ef5670", "name": "<b>cnn</b>", "owner": "carol", "state": "FAILED",
              "step": 10, "total_steps": -1, "epoch": -1, "epochs": 0, "loss": None, "test_accuracy": -1,
              "samples_per_second": -1, "restarts": 3, "error": "worker /job:worker/task:1 lost: <too many> restarts",
@@ -496,6 +500,18 @@ def test_renders_the_overview():
     assert dom.by_id("loss-latest").text() == "%.4f at step 1,290" % loss_at(1290)
     assert dom.by_id("accuracy-latest").text() == "82.73 % at step 1,200"
 
+    # The selected (elastic) job's workers and each change of them, oldest
+    # first; the reason as text.
+    assert dom.by_id("membership-workers").text() == "2 now: /job:worker/task:0, /job:worker/task:1"
+    changes = dom.by_id("membership").find_all("li")
+    assert len(changes) == 2, [c.text() for c in changes]
+    first = re.sub(r"\s+", " ", changes[0].text())
+    assert "step 640: 1 worker(s) after 1.25 s; left: /job:worker/task:1 (task <gone> unreachable)" in first, first
+    assert not dom.by_id("membership").find_all("gone"), "a reason was rendered as markup"
+    second = re.sub(r"\s+", " ", changes[1].text())
+    assert "step 900: 2 worker(s) after 12.0 ms; joined: /job:worker/task:1" in second, second
+    assert dom.by_id("membership-empty").get("hidden") is not None
+
     # The tasks.
     task_rows = dom.by_id("tasks").find("tbody").find_all("tr")
     t0, t1, ps = (cells(r) for r in task_rows)
@@ -539,6 +555,10 @@ def test_newest_job_when_none_runs():
     assert_no_console(console)
     rows = job_rows(dom)
     assert [r.get("data-job") for r in rows if "selected" in r.classes] == ["job-3-00ab12cd34ef5670"]
+    # A job that is not elastic: no workers line, no changes, the note shown.
+    assert dom.by_id("membership-workers").text() == ""
+    assert not dom.by_id("membership").find_all("li")
+    assert dom.by_id("membership-empty").get("hidden") is None
 
 
 def test_refreshes_itself():

@@ -12,7 +12,8 @@
 // step_time_p99_seconds, straggler}], jobs: [{job_id, name, owner, state,
 // step, total_steps, epoch, epochs, loss, test_accuracy, samples_per_second,
 // restarts, error, diagnosis, history: [{step, loss, accuracy,
-// time_unix_ms}]}], diagnosis}. Any number may be missing, null or -1
+// time_unix_ms}], workers: [task], membership: [{step, time_unix_ms,
+// workers, seconds, left: [task], joined: [task], reason}]}], diagnosis}. Any number may be missing, null or -1
 // (unknown): it shows as "—".
 (function () {
   "use strict";
@@ -391,6 +392,28 @@
       { percent: true, format: fmtAccuracy, empty: "not evaluated yet", latest: byId("accuracy-latest") });
   }
 
+  // ---- Workers of an elastic job ---------------------------------------------------
+
+  // The selected job's workers now and every change of them, oldest first.
+  function renderMembership(job) {
+    const workers = job && Array.isArray(job.workers) ? job.workers.filter((w) => typeof w === "string") : [];
+    const changes = job && Array.isArray(job.membership)
+      ? job.membership.filter((c) => c && typeof c === "object") : [];
+    byId("membership-workers").textContent = workers.length ? workers.length + " now: " + workers.join(", ") : "";
+    const names = (v) => (Array.isArray(v) ? v.filter((t) => typeof t === "string") : []);
+    byId("membership").replaceChildren(...changes.map((c) => {
+      const what = [];
+      if (names(c.left).length) what.push("left: " + names(c.left).join(", "));
+      if (names(c.joined).length) what.push("joined: " + names(c.joined).join(", "));
+      return h("li", null, [
+        fmtClock(c.time_unix_ms) + " step " + fmtInt(c.step) + ": " + fmtInt(c.workers) + " worker(s) after " +
+          fmtSeconds(c.seconds) + (what.length ? "; " + what.join("; ") : ""),
+        typeof c.reason === "string" && c.reason ? h("span", { class: "reason" }, " (" + c.reason + ")") : null,
+      ]);
+    }));
+    byId("membership-empty").hidden = changes.length > 0;
+  }
+
   // ---- Tasks -------------------------------------------------------------------
 
   function renderTasks(tasks) {
@@ -424,6 +447,7 @@
     renderDiagnosis(o, selected);
     renderJobs(jobs, selected ? selected.job_id : null);
     renderCurves(selected);
+    renderMembership(selected);
     renderTasks(tasks);
     document.body.dataset.ready = "1";
   }
