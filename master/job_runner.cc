@@ -378,11 +378,12 @@ absl::Status JobRunner::PrepareAttempt(int attempt, const std::string& handle, c
   }
   if (attempt > 0 || options_.resumed) {
     UpdateStatus([&](JobStatus* s) {
-      s->set_state(RUNNING);
-      s->set_step(start_step);  // where training resumes
       // After a failure; a membership change asked for between steps
       // leaves the job RUNNING and its last recovery as it was.
-      if (s->failure_time_unix_ms() > 0 && s->state() == RECOVERING) {
+      const bool recovered = s->state() == RECOVERING;
+      s->set_state(RUNNING);
+      s->set_step(start_step);  // where training resumes
+      if (s->failure_time_unix_ms() > 0 && recovered) {
         s->set_recovery_seconds(static_cast<double>(NowUnixMillis() - s->failure_time_unix_ms()) / 1000.0);
       }
     });
