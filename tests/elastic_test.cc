@@ -84,8 +84,6 @@ std::string ReadText(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-bool Terminal(JobState s) { return s == SUCCEEDED || s == FAILED || s == CANCELLED; }
-
 class ElasticTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -145,14 +143,7 @@ class ElasticTest : public ::testing::Test {
   // Polls the job until `until` holds or it ends; `what` names the wait.
   JobStatus PollUntil(const std::string& id, const std::string& what,
                       const std::function<bool(const JobStatus&)>& until) {
-    JobStatus last;
-    EXPECT_TRUE(testing::WaitUntil(kJobDeadline, absl::StrCat("job ", id, " to reach ", what),
-                                   [&]() -> absl::StatusOr<bool> {
-                                     ASSIGN_OR_RETURN(last, client_->GetJob(id));
-                                     return until(last) || Terminal(last.state());
-                                   }))
-        << last.DebugString();
-    return last;
+    return testing::PollJobUntil(client_.get(), id, kJobDeadline, what, until);
   }
 
   JobStatus WatchToEnd(const std::string& id) {

@@ -226,14 +226,7 @@ class FaultTest : public ::testing::Test {
   // waits for, for the failure message.
   JobStatus PollUntil(const std::string& id, const std::string& what,
                       const std::function<bool(const JobStatus&)>& until) {
-    JobStatus last;
-    EXPECT_TRUE(testing::WaitUntil(kJobDeadline, absl::StrCat("job ", id, " to reach ", what),
-                                   [&]() -> absl::StatusOr<bool> {
-                                     ASSIGN_OR_RETURN(last, client_->GetJob(id));
-                                     return until(last) || Terminal(last.state());
-                                   }))
-        << last.DebugString();
-    return last;
+    return testing::PollJobUntil(client_.get(), id, kJobDeadline, what, until);
   }
 
   // Watches the job to its end, recording every state it streams. A job

@@ -191,6 +191,17 @@ JobStatus WatchJobToEnd(MasterClient* client, const std::string& id, absl::Durat
   return last;
 }
 
+JobStatus PollJobUntil(MasterClient* client, const std::string& id, absl::Duration timeout, const std::string& what,
+                       const std::function<bool(const JobStatus&)>& until) {
+  JobStatus last;
+  EXPECT_TRUE(WaitUntil(timeout, absl::StrCat("job ", id, " to reach ", what), [&]() -> absl::StatusOr<bool> {
+    ASSIGN_OR_RETURN(last, client->GetJob(id));
+    const JobState s = last.state();
+    return until(last) || s == SUCCEEDED || s == FAILED || s == CANCELLED;
+  })) << last.DebugString();
+  return last;
+}
+
 void ExpectStopsOnSigterm(TestDaemon* daemon, absl::Duration timeout) {
   Subprocess* p = daemon->process();
   if (p == nullptr || !p->Running()) return;

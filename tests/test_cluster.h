@@ -95,17 +95,24 @@ class TestDaemon {
 ::testing::AssertionResult WaitForCluster(MasterClient* client, int num_tasks, const std::vector<TestDaemon*>& daemons,
                                           absl::Duration timeout = kDaemonStartTimeout);
 
-// Watches job `id` to its end, calling `on_status` (if set) with each status
-// the master streams, and returns the last. A job still running after
-// `timeout` is cancelled, which ends the watch, and the test fails saying
-// so; a watch that fails fails the test too.
 // A daemon still running gets SIGTERM and must exit, cleanly (status 0),
 // within `timeout`; the test fails naming it otherwise. How the tests stop
 // their clusters.
 void ExpectStopsOnSigterm(TestDaemon* daemon, absl::Duration timeout = absl::Seconds(30));
 
+// Watches job `id` to its end, calling `on_status` (if set) with each status
+// the master streams, and returns the last. A job still running after
+// `timeout` is cancelled, which ends the watch, and the test fails saying
+// so; a watch that fails fails the test too.
 JobStatus WatchJobToEnd(MasterClient* client, const std::string& id, absl::Duration timeout,
                         const std::function<void(const JobStatus&)>& on_status = nullptr);
+
+// Polls job `id` (GetJob) until `until` holds for its status or the job
+// ends, and returns the last status; the test fails when neither happens
+// within `timeout`, naming `what` it waited for. For actions that must land
+// while a job runs: WatchJob's progress comes only about once a second.
+JobStatus PollJobUntil(MasterClient* client, const std::string& id, absl::Duration timeout, const std::string& what,
+                       const std::function<bool(const JobStatus&)>& until);
 
 }  // namespace testing
 }  // namespace weft

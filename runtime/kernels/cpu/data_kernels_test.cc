@@ -520,15 +520,22 @@ Step GlobalStep(Replicas* p) {
   return out;
 }
 
+// The first `steps` steps of one reader of the whole split in batches of
+// `global_batch`, in a session of its own: what replicas must read together.
+std::vector<Step> ReferenceSteps(const DatasetSpec& spec, int64_t global_batch, int steps, Device* device) {
+  ResourceMgr session;
+  auto reference = MakeReplicas(spec, global_batch, 1, false, 0, device, &session);
+  std::vector<Step> want;
+  for (int k = 0; k < steps; ++k) want.push_back(GlobalStep(reference.get()));
+  return want;
+}
+
 // 20 examples, global batch 6: 3 windows an epoch (2 examples dropped).
 // Whether 2 or 3 replicas read it, a step's batches together are the
 // reference's batch at that step, in the same epochs.
 TEST_F(InputBatchTest, GlobalBatchShardsReadSlicesOfOneGlobalOrder) {
   const DatasetSpec spec = WriteDataset("global", 20);
-  ResourceMgr reference_session;
-  auto reference = MakeReplicas(spec, 6, 1, false, 0, &device_, &reference_session);
-  std::vector<Step> want;
-  for (int k = 0; k < 7; ++k) want.push_back(GlobalStep(reference.get()));
+  const std::vector<Step> want = ReferenceSteps(spec, 6, 7, &device_);
   for (int k = 0; k < 7; ++k) EXPECT_EQ(want[k].epoch, k / 3) << "step " << k;
   EXPECT_NE(want[0].labels, (std::vector<int32_t>{0, 1, 2, 3, 4, 5})) << "epoch 0 was not shuffled";
   for (int64_t shards : {2, 3}) {
@@ -549,10 +556,7 @@ TEST_F(InputBatchTest, GlobalBatchShardsReadSlicesOfOneGlobalOrder) {
 // (skip_batches aside), a node continues its pipeline.
 TEST_F(InputBatchTest, ResizedReplicasInOneSessionReadOnFromTheirNewSlices) {
   const DatasetSpec spec = WriteDataset("resize", 20);
-  ResourceMgr reference_session;
-  auto reference = MakeReplicas(spec, 6, 1, false, 0, &device_, &reference_session);
-  std::vector<Step> want;
-  for (int k = 0; k < 9; ++k) want.push_back(GlobalStep(reference.get()));
+  const std::vector<Step> want = ReferenceSteps(spec, 6, 9, &device_);
 
   ResourceMgr session;
   auto two = MakeReplicas(spec, 6, 2, true, 0, &device_, &session);
