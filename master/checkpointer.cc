@@ -197,9 +197,43 @@ bool Checkpointer::Due(int64_t step) const {
          env_->NowMicros() - last_save_micros_ >= int64_t{policy_.every_seconds()} * 1000000;
 }
 
+// One Save as its observer sees it: a step of the tasks asked, begun at
+// construction and ended at destruction, each task done once it answered
+// for its shard or was found to hold none.
+class ObservedSave {
+ public:
+  ObservedSave(StepObserver* observer, int64_t step, const std::vector<std::string>* tasks)
+      : observer_(observer), id_(-1 - step), start_(absl::Now()) {
+    if (observer_ == nullptr) return;
+    StepObserver::StepInfo info;
+    info.step_id = id_;
+    info.tasks = tasks;
+    info.start = start_;
+    info.checkpoint_step = step;
+    observer_->StepStarted(info);
+  }
+  ~ObservedSave() {
+    if (observer_ != nullptr) observer_->StepEnded(id_, status_);
+  }
+  ObservedSave(const ObservedSave&) = delete;
+  ObservedSave& operator=(const ObservedSave&) = delete;
+
+  // Thread-safe (the observer is).
+  void Done(const std::string& task, const absl::Status& s) {
+    if (observer_ != nullptr) observer_->RunGraphDone(id_, task, absl::Now() - start_, s);
+  }
+  void set_status(const absl::Status& s) { status_ = s; }
+
+ private:
+  StepObserver* const observer_;
+  const int64_t id_;  // negative: no session's step has it
+  const absl::Time start_;
+  absl::Status status_ = absl::CancelledError("the save ended early");
+};
+
 absl::StatusOr<std::vector<std::string>> Checkpointer::ShardOwners(const std::string& session_handle,
-                                                                   const std::vector<std::string>& holders) const {
-  const std::vector<std::string> tasks = holders.empty() ? workers_->ListTasks() : holders;
+                                                                   const std::vector<std::string>& tasks,
+                                                                   ObservedSave* observed) const {
   std::vector<ListShardsRequest> list_requests(tasks.size());
   std::vector<ListShardsResponse> lists(tasks.size());
   for (ListShardsRequest& r : list_requests) r.add_session_handle(session_handle);
@@ -213,11 +247,16 @@ absl::StatusOr<std::vector<std::string>> Checkpointer::ShardOwners(const std::st
   std::vector<std::string> owners;
   for (size_t i = 0; i < tasks.size(); ++i) {
     // NOT_FOUND: the session has no graph on that task, so no variables.
-    if (absl::IsNotFound(listed[i])) continue;
+    if (absl::IsNotFound(listed[i])) {
+      observed->Done(tasks[i], absl::OkStatus());
+      continue;
+    }
     RETURN_IF_ERROR(WithTask(listed[i], tasks[i]));
+    const size_t before = owners.size();
     for (const SessionVariables& sv : lists[i].session()) {
       if (sv.session_handle() == session_handle && sv.variable_size() > 0) owners.push_back(tasks[i]);
     }
+    if (owners.size() == before) observed->Done(tasks[i], absl::OkStatus());
   }
   if (owners.empty()) {
     return absl::FailedPreconditionError(
@@ -265,22 +304,50 @@ absl::StatusOr<ps::CheckpointEntry> Checkpointer::Save(const std::string& sessio
   // checkpoint before its shards are replaced.
   if (env_->FileExists(manifest_path)) RETURN_IF_ERROR(env_->DeleteFile(manifest_path));
 
-  ASSIGN_OR_RETURN(const std::vector<std::string> owners, ShardOwners(session_handle, holders));
+  const std::vector<std::string> tasks = holders.empty() ? workers_->ListTasks() : holders;
+  ObservedSave observed(options_.observer, step, &tasks);
+  absl::StatusOr<std::vector<std::string>> owners = ShardOwners(session_handle, tasks, &observed);
+  if (!owners.ok()) {
+    observed.set_status(owners.status());
+    return owners.status();
+  }
+  std::vector<SaveShardResponse> saved;
+  std::vector<absl::Status> statuses = SaveShards(session_handle, step, task_dir, *owners, &saved, &observed);
+  absl::StatusOr<ps::CheckpointEntry> entry = FinishSave(step, dir, *owners, statuses, saved, started);
+  observed.set_status(entry.status());
+  return entry;
+}
 
+std::vector<absl::Status> Checkpointer::SaveShards(const std::string& session_handle, int64_t step,
+                                                   const std::string& task_dir,
+                                                   const std::vector<std::string>& owners,
+                                                   std::vector<SaveShardResponse>* saved,
+                                                   ObservedSave* observed) const {
   std::vector<SaveShardRequest> save_requests(owners.size());
-  std::vector<SaveShardResponse> saved(owners.size());
+  saved->resize(owners.size());
   for (size_t i = 0; i < owners.size(); ++i) {
     save_requests[i].set_session_handle(session_handle);
     save_requests[i].set_path(JoinPath(task_dir, ShardFileName(owners[i])));
     save_requests[i].set_global_step(step);
   }
-  std::vector<absl::Status> statuses = FanOut(owners.size(), [&](size_t i, StatusCallback done) {
+  return FanOut(owners.size(), [&](size_t i, StatusCallback done) {
     WorkerInterface* w = workers_->GetOrCreateWorker(owners[i]);
     if (w == nullptr) {
       return done(absl::FailedPreconditionError(absl::StrCat("task ", owners[i], " is not in the cluster")));
     }
-    w->SaveShardAsync(&save_requests[i], &saved[i], std::move(done));
+    w->SaveShardAsync(&save_requests[i], &(*saved)[i],
+                      [observed, &task = owners[i], done = std::move(done)](const absl::Status& s) {
+                        observed->Done(task, s);
+                        done(s);
+                      });
   });
+}
+
+absl::StatusOr<ps::CheckpointEntry> Checkpointer::FinishSave(int64_t step, const std::string& dir,
+                                                                const std::vector<std::string>& owners,
+                                                                const std::vector<absl::Status>& statuses,
+                                                                const std::vector<SaveShardResponse>& saved,
+                                                                absl::Time started) {
   CheckpointManifest manifest;
   manifest.set_job_name(job_name_);
   manifest.set_step(step);

@@ -54,12 +54,15 @@
 #include "absl/time/time.h"
 #include "common/confined_root.h"
 #include "common/env.h"
+#include "master/step_observer.h"
 #include "master/worker_cache.h"
 #include "proto/job.pb.h"
 #include "ps/checkpoint_index.h"
 
 namespace weft {
 namespace master {
+
+class ObservedSave;  // checkpointer.cc
 
 // The file in a checkpoint directory that names the user who owns it.
 inline constexpr char kCheckpointOwnerFileName[] = "OWNER";
@@ -98,6 +101,10 @@ struct CheckpointerOptions {
   std::optional<ConfinedRoot> root;
   // The job's owner (JobStatus.owner); "" from an insecure master.
   std::string owner;
+  // Told of each Save as a step (StepInfo::checkpoint_step), so that a
+  // save held up by a task is diagnosed as a step is (master/step_watch.h);
+  // borrowed, may be null.
+  StepObserver* observer = nullptr;
 };
 
 class Checkpointer {
@@ -151,10 +158,22 @@ class Checkpointer {
   absl::StatusOr<std::string> LocalPath(const std::string& name, bool create_dirs) const;
   // The tasks' name of a path LocalPath returned (or of a CheckpointEntry's).
   absl::StatusOr<std::string> TaskPath(const std::string& local) const;
-  // The tasks that hold variables of the session (asking `holders`, or every
-  // task when empty, in parallel); FAILED_PRECONDITION when none does.
+  // The tasks that hold variables of the session, asking `tasks` in
+  // parallel; FAILED_PRECONDITION when none does. The others are reported
+  // done to `observed`.
   absl::StatusOr<std::vector<std::string>> ShardOwners(const std::string& session_handle,
-                                                       const std::vector<std::string>& holders) const;
+                                                       const std::vector<std::string>& tasks,
+                                                       ObservedSave* observed) const;
+  // Checks the shards `owners` saved (`statuses`, `saved`: SaveShards'),
+  // writes the manifest in `dir` and prunes old checkpoints.
+  absl::StatusOr<ps::CheckpointEntry> FinishSave(int64_t step, const std::string& dir,
+                                                 const std::vector<std::string>& owners,
+                                                 const std::vector<absl::Status>& statuses,
+                                                 const std::vector<SaveShardResponse>& saved, absl::Time started);
+  // Saves the shards of `owners`, reporting each answer to `observed`.
+  std::vector<absl::Status> SaveShards(const std::string& session_handle, int64_t step, const std::string& task_dir,
+                                       const std::vector<std::string>& owners, std::vector<SaveShardResponse>* saved,
+                                       ObservedSave* observed) const;
 
   Env* const env_;
   WorkerCacheInterface* const workers_;

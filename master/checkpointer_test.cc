@@ -10,11 +10,13 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/confined_root.h"
 #include "common/env.h"
@@ -462,6 +464,75 @@ TEST_F(CheckpointerFaultTest, KeepsTheNewestCheckpointsOnly) {
   ASSERT_TRUE(three->Save(kSession, 60).ok());
   EXPECT_EQ(Listing(), (std::vector<std::string>{ps::CheckpointDirName(40), ps::CheckpointDirName(50),
                                                  ps::CheckpointDirName(60)}));
+}
+
+// What an observer hears of saves, in order: "start <step> <tasks>",
+// "done <task> <code>", "end <code>".
+class RecordingObserver final : public StepObserver {
+ public:
+  void StepStarted(const StepInfo& step) override {
+    Add(step.step_id, absl::StrCat("start ", step.checkpoint_step, " ", absl::StrJoin(*step.tasks, ",")));
+  }
+  void RunGraphDone(int64_t step_id, const std::string& task, absl::Duration, const absl::Status& s) override {
+    Add(step_id, absl::StrCat("done ", task, " ", absl::StatusCodeToString(s.code())));
+  }
+  void StepEnded(int64_t step_id, const absl::Status& s) override {
+    Add(step_id, absl::StrCat("end ", absl::StatusCodeToString(s.code())));
+  }
+  std::vector<std::string> heard() {
+    absl::MutexLock lock(&mu_);
+    return heard_;
+  }
+  std::set<int64_t> ids() {
+    absl::MutexLock lock(&mu_);
+    return ids_;
+  }
+
+ private:
+  void Add(int64_t id, std::string what) {
+    absl::MutexLock lock(&mu_);
+    ids_.insert(id);
+    heard_.push_back(std::move(what));
+  }
+  absl::Mutex mu_;
+  std::vector<std::string> heard_ ABSL_GUARDED_BY(mu_);
+  std::set<int64_t> ids_ ABSL_GUARDED_BY(mu_);
+};
+
+// A save is told to the step watch as a step of the tasks it asks, each done
+// once it has saved its shard or holds none, so that a task that holds the
+// save up is named (master/step_watch.h).
+TEST_F(CheckpointerFaultTest, EachSaveIsToldToTheObserverAsAStepOfItsTasks) {
+  RecordingObserver observer;
+  CheckpointerOptions options;
+  options.observer = &observer;
+  CheckpointPolicy policy;
+  policy.set_dir(dir_);
+  auto ck = Checkpointer::Create(&env_, cache_.get(), "job", policy, options);
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  ASSERT_TRUE((*ck)->Save(kSession, 7).ok());
+  std::vector<std::string> heard = observer.heard();
+  ASSERT_EQ(heard.size(), 5u) << absl::StrJoin(heard, "\n");
+  EXPECT_EQ(heard[0], absl::StrCat("start 7 ", absl::StrJoin(cache_->ListTasks(), ",")));
+  // The worker holds nothing: done once listed, before any shard is saved.
+  EXPECT_EQ(heard[1], absl::StrCat("done ", kWorker, " OK"));
+  EXPECT_EQ(std::set<std::string>(heard.begin() + 2, heard.begin() + 4),
+            (std::set<std::string>{absl::StrCat("done ", kPs, " OK"), absl::StrCat("done ", kPs1, " OK")}));
+  EXPECT_EQ(heard[4], "end OK");
+
+  ShardWritingWorker::Faults f;
+  f.save = absl::UnavailableError("connection reset");
+  task(kPs1)->SetFaults(f);
+  ASSERT_FALSE((*ck)->Save(kSession, 8, {kPs, kPs1}).ok());
+  heard = observer.heard();
+  ASSERT_EQ(heard.size(), 9u) << absl::StrJoin(heard, "\n");
+  EXPECT_EQ(heard[5], absl::StrCat("start 8 ", kPs, ",", kPs1));
+  EXPECT_TRUE(heard[6] == absl::StrCat("done ", kPs1, " UNAVAILABLE") ||
+              heard[7] == absl::StrCat("done ", kPs1, " UNAVAILABLE"))
+      << absl::StrJoin(heard, "\n");
+  EXPECT_EQ(heard[8], "end UNAVAILABLE");
+  // No session step has a negative id: a save is never taken for one.
+  EXPECT_EQ(observer.ids(), (std::set<int64_t>{-8, -9}));
 }
 
 TEST_F(CheckpointerFaultTest, TasksThatCannotListOrHoldNothing) {

@@ -77,7 +77,7 @@ TaskView View(const TaskAnswer& a, const StalledStep& step) {
   return v;
 }
 
-Blame Explain(const TaskView& v, absl::Duration probe_timeout) {
+Blame Explain(const TaskView& v, const StalledStep& step, absl::Duration probe_timeout) {
   Blame b{v.answer->task, "", ""};
   switch (v.kind) {
     case Kind::kSilent:
@@ -101,11 +101,12 @@ Blame Explain(const TaskView& v, absl::Duration probe_timeout) {
       break;
     case Kind::kPending:
       b.key = "pending";
-      b.reason = "it runs no op of the step, yet its RunGraph has not returned";
+      b.reason = step.checkpoint ? "it answers, yet has not saved its shard"
+                                 : "it runs no op of the step, yet its RunGraph has not returned";
       break;
     case Kind::kDone:
       b.key = "done";
-      b.reason = "it has finished its part of the step";
+      b.reason = step.checkpoint ? "it has saved its shard" : "it has finished its part of the step";
       break;
   }
   return b;
@@ -167,8 +168,9 @@ std::vector<Blame> Strangers(const std::vector<TaskView>& views, const std::vect
 }
 
 std::string Header(const StalledStep& step) {
-  std::string out = step.trains ? absl::StrCat("step ", step.job_step)
-                                : absl::StrCat("an evaluation step (after step ", step.job_step, ")");
+  std::string out = step.checkpoint ? absl::StrCat("the checkpoint of step ", step.job_step)
+                    : step.trains   ? absl::StrCat("step ", step.job_step)
+                                    : absl::StrCat("an evaluation step (after step ", step.job_step, ")");
   absl::StrAppend(&out, " (", FormatSeconds(absl::ToDoubleSeconds(step.elapsed)));
   if (step.median > absl::ZeroDuration()) {
     absl::StrAppend(&out, "; median ", FormatSeconds(absl::ToDoubleSeconds(step.median)));
@@ -216,7 +218,7 @@ Diagnosis DiagnoseStall(const StalledStep& step, const std::vector<TaskAnswer>& 
   for (const TaskAnswer& a : answers) views.push_back(View(a, step));
   const std::vector<const TaskView*> culprits = Culprits(views);
   std::vector<Blame> blames = Strangers(views, culprits);
-  for (const TaskView* v : culprits) blames.push_back(Explain(*v, probe_timeout));
+  for (const TaskView* v : culprits) blames.push_back(Explain(*v, step, probe_timeout));
 
   Diagnosis d;
   d.key = absl::StrCat(step.first_step_id);

@@ -8,8 +8,9 @@
 //   waiting    its collectives miss chunks from a peer, or its _Recv ops
 //              wait for a peer's tensor;
 //   computing  an op of the step runs (the longest-running one is named);
-//   pending    it answered, runs nothing of the step, yet its RunGraph has
-//              not returned to the master;
+//   pending    it answered, runs nothing of the step, yet its RunGraph (of
+//              a checkpoint: its ListShards or SaveShard) has not
+//              returned to the master;
 //   done       nothing of the step left on it.
 // Blamed, in this order of preference: the silent tasks; else the tasks
 // others wait for that do not wait themselves; else the computing task with
@@ -44,6 +45,9 @@ struct StalledStep {
   int iterations = 1;         // first_step_id .. + iterations - 1
   absl::Duration elapsed;     // how long it has run
   absl::Duration median;      // recent steps' median (zero: none yet)
+  // The checkpoint of job_step, not a step: a task whose SaveShard has not
+  // returned is pending.
+  bool checkpoint = false;
 };
 
 // One task of the step.

@@ -100,6 +100,17 @@ TEST(HangDiagnosisTest, WithNoOpRunningTheTaskWhoseRunGraphIsPendingIsBlamed) {
   EXPECT_TRUE(absl::StrContains(d.line, "waits on worker:1: it runs no op of the step")) << d.line;
 }
 
+TEST(HangDiagnosisTest, ACheckpointWaitsOnTheTaskThatHasNotSavedItsShard) {
+  StalledStep save = Stalled();
+  save.checkpoint = true;
+  save.trains = false;
+  const Diagnosis d =
+      DiagnoseStall(save, {Answer(kW0, /*pending=*/false), Answer(kW1, /*pending=*/true)}, absl::Seconds(2));
+  EXPECT_EQ(d.blamed, std::vector<std::string>{kW1});
+  EXPECT_TRUE(absl::StartsWith(d.line, "the checkpoint of step 812 (41 s; ")) << d.line;
+  EXPECT_TRUE(absl::StrContains(d.line, "waits on worker:1: it answers, yet has not saved its shard")) << d.line;
+}
+
 TEST(HangDiagnosisTest, TasksWaitingOnEachOtherBlameTheMostAwaited) {
   const std::string w2 = "/job:worker/task:2";
   TaskAnswer a = Answer(kW0), b = Answer(kW1), c = Answer(w2);

@@ -192,6 +192,7 @@ absl::StatusOr<TrainResult> JobRunner::RunDistributed(const std::function<void(c
   CheckpointerOptions checkpointer_options;
   checkpointer_options.root = options_.checkpoint_root;
   checkpointer_options.owner = options_.owner;
+  checkpointer_options.observer = watch_.get();
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> checkpointer,
                    Checkpointer::Create(env, workers_, job_.name(), job_.checkpoint(),
                                         std::move(checkpointer_options)));

@@ -36,6 +36,10 @@ class StepObserver {
     // A pipelined step (MasterSession::RunAsync's after_previous): it runs
     // on each task once this step has ended there; 0: it runs at once.
     int64_t after_step_id = 0;
+    // >= 0: not a step but the checkpoint of that job step: its tasks are
+    // the ones asked for shards, and a task's "RunGraph" is its
+    // ListShards and SaveShard (master/checkpointer.h).
+    int64_t checkpoint_step = -1;
   };
 
   virtual ~StepObserver() = default;

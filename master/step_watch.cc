@@ -170,13 +170,13 @@ void StepWatch::Loop() {
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
     if (diagnosed_step_ != 0 && diagnosed_ended_) {
-      const int64_t job_step = diagnosed_job_step_;
+      const std::string what = diagnosed_what_;
       const absl::Duration ran = absl::Now() - diagnosed_start_;
       const absl::Status status = diagnosed_status_;
       diagnosed_step_ = 0;
       diagnosed_ended_ = false;
       mu_.Unlock();
-      Resolved(job_step, ran, status);
+      Resolved(what, ran, status);
       mu_.Lock();
       continue;
     }
@@ -197,16 +197,19 @@ void StepWatch::Loop() {
     Probe p;
     // A training step is the one after the job's last; an evaluation
     // runs after the job's last step.
-    const int64_t job_step = oldest->info.trains ? oldest->job_step + 1 : oldest->job_step;
+    const bool checkpoint = oldest->info.checkpoint_step >= 0;
+    const int64_t job_step = checkpoint           ? oldest->info.checkpoint_step
+                             : oldest->info.trains ? oldest->job_step + 1
+                                                   : oldest->job_step;
     p.step = StalledStep{job_step, oldest->info.trains, oldest->info.step_id, oldest->info.iterations,
-                         now - oldest->info.start, MedianLocked()};
+                         now - oldest->info.start, MedianLocked(), checkpoint};
     p.tasks = *oldest->info.tasks;
     p.done = oldest->done;
     if (!times_.empty()) p.times = times_.Summaries(peers_);
     oldest->next_probe = now + options_.renew_every;
     if (diagnosed_step_ != oldest->info.step_id) {
       diagnosed_step_ = oldest->info.step_id;
-      diagnosed_job_step_ = job_step;
+      diagnosed_what_ = absl::StrCat(checkpoint ? "checkpoint of step " : "step ", job_step);
       diagnosed_start_ = oldest->info.start;
       diagnosed_ended_ = false;
     }
@@ -295,10 +298,10 @@ void StepWatch::Diagnose(const Probe& p) {
   }
 }
 
-void StepWatch::Resolved(int64_t job_step, absl::Duration ran, const absl::Status& status) {
+void StepWatch::Resolved(const std::string& what, absl::Duration ran, const absl::Status& status) {
   last_key_.clear();
   if (publish_) publish_([](JobStatus* s) { s->set_diagnosis_active(false); });
-  Logger("master")->info("job '{}': the stalled step {} {} after {}", job_, job_step,
+  Logger("master")->info("job '{}': the stalled {} {} after {}", job_, what,
                          status.ok() ? std::string("went on") : absl::StrCat("ended (", status.ToString(), ")"),
                          FormatSeconds(absl::ToDoubleSeconds(ran)));
 }

@@ -1,7 +1,9 @@
 // StepWatch: times a job's steps per task and diagnoses the step that
 // stalls (docs/observability.md, "Stragglers and hangs").
 //
-// A MasterSession reports to it as a StepObserver. It keeps each task's
+// A MasterSession reports to it as a StepObserver, and so does the job's
+// Checkpointer for each checkpoint it writes (a stopped task holds a save
+// up as it does a step). It keeps each task's
 // recent time per training step (StepTimes) and publishes p50, p99 and the
 // straggler flags into the job's status (JobStatus.task_step_time) at most
 // once per `publish_every` as steps end, through `amend` (no publication of
@@ -118,7 +120,8 @@ class StepWatch final : public StepObserver {
   void Diagnose(const Probe& probe);
   std::vector<TaskAnswer> Ask(const std::vector<std::string>& tasks);
   // The diagnosed step ended: the diagnosis goes inactive.
-  void Resolved(int64_t job_step, absl::Duration ran, const absl::Status& status);
+  // `what`: "step 812", "checkpoint of step 800".
+  void Resolved(const std::string& what, absl::Duration ran, const absl::Status& status);
   void PublishTimesLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string job_;
@@ -145,7 +148,7 @@ class StepWatch final : public StepObserver {
   // The step the active diagnosis names (0: none), and how it ended once it
   // has (for the thread to report).
   int64_t diagnosed_step_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t diagnosed_job_step_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string diagnosed_what_ ABSL_GUARDED_BY(mu_);  // for Resolved
   absl::Time diagnosed_start_ ABSL_GUARDED_BY(mu_);
   bool diagnosed_ended_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status diagnosed_status_ ABSL_GUARDED_BY(mu_);

@@ -145,6 +145,33 @@ TEST_F(StepWatchTest, AStalledStepNamesTheSilentTaskUntilTheStepEnds) {
   fakes_[kW1]->Release();
 }
 
+// A checkpoint held up by a stopped task is diagnosed as a step is, named
+// as the checkpoint of its step, and its end is told as a step's.
+TEST_F(StepWatchTest, AStalledCheckpointNamesTheSilentTask) {
+  fakes_[kW0]->Set({}, /*silent=*/false);
+  fakes_[kW1]->Set({}, /*silent=*/true);
+  StepWatchOptions o;
+  o.floor = absl::Milliseconds(100);
+  o.probe_timeout = absl::Milliseconds(200);
+  auto watch = Watch(o);
+  watch->NoteProgress(7);
+  StepObserver::StepInfo save = Step(-201, /*trains=*/false);
+  save.checkpoint_step = 200;
+  watch->StepStarted(save);
+  watch->RunGraphDone(-201, kW0, absl::Milliseconds(5), absl::OkStatus());
+  ASSERT_TRUE(WaitUntil(kWaitTimeout, "a diagnosis of the checkpoint", [&] { return Status().diagnosis_active(); }));
+  const std::string said = Status().diagnosis();
+  EXPECT_TRUE(absl::StartsWith(said, "the checkpoint of step 200 (")) << said;
+  EXPECT_TRUE(absl::StrContains(said, "waits on worker:1: it did not answer within 200 ms")) << said;
+  EXPECT_FALSE(absl::StrContains(said, "worker:0")) << "worker:0 saved its shard: " << said;
+  watch->StepEnded(-201, absl::UnavailableError("keepalive watchdog timeout"));
+  ASSERT_TRUE(WaitUntil(kWaitTimeout, "the diagnosis to go inactive", [&] { return !Status().diagnosis_active(); }));
+  // A checkpoint is no training step: its time is nobody's step time.
+  EXPECT_EQ(Status().task_step_time_size(), 0);
+  watch.reset();
+  fakes_[kW1]->Release();
+}
+
 // A pipelined step waits on its tasks for the step before it: it is timed,
 // and can stall, only from the end of that step on.
 TEST_F(StepWatchTest, APipelinedStepIsTimedFromTheEndOfTheStepBeforeIt) {
