@@ -1,5 +1,9 @@
 // `weft worker` and `weft ps`: one task of the cluster (client/daemon_commands.h).
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <memory>
 #include <set>
 #include <utility>
@@ -13,12 +17,14 @@
 #include "client/flags.h"
 #include "client/port_file.h"
 #include "common/allocator.h"
+#include "common/cluster_spec.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/status_macros.h"
 #include "graph/device_name.h"
 #include "ps/ps_service.h"
 #include "runtime/device.h"
+#include "worker/master_registration.h"
 #include "worker/worker_server.h"
 
 namespace weft {
@@ -36,7 +42,41 @@ struct TaskFlags {
   int64_t drain_seconds = 20;
   std::string port_file;
   std::string listen;
+  // --master: where a worker registers (empty: it does not); --advertise:
+  // the address it registers (empty: derived from --listen, see
+  // AdvertisedAddress).
+  std::string master;
+  std::string advertise;
 };
+
+// A wildcard listen host: the task is reached at one of the machine's
+// addresses, not at this one.
+bool IsWildcardHost(absl::string_view host) {
+  return host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::";
+}
+
+// --master and --advertise into `t`; returns 0, or the exit code after
+// printing why.
+int ParseMasterFlags(const Flags& f, const char* job, TaskFlags* t) {
+  if (f.Has("master") && std::string(job) != "worker") {
+    return Usage(job, "only a worker registers with the master (--master)");
+  }
+  if (f.Has("advertise") && !f.Has("master")) {
+    return Usage(job, "--advertise is the address registered with the master; it needs --master=HOST:PORT");
+  }
+  if (!f.Has("master")) return 0;
+  t->master = f.Get("master");
+  if (absl::Status s = CheckHostPort(t->master, "--master"); !s.ok()) return Usage(job, s.message());
+  if (f.Has("advertise")) {
+    t->advertise = f.Get("advertise");
+    if (absl::Status s = CheckHostPort(t->advertise, "--advertise"); !s.ok()) return Usage(job, s.message());
+    if (IsWildcardHost(t->advertise.substr(0, t->advertise.rfind(':')))) {
+      return Usage(job, absl::StrCat("--advertise='", t->advertise,
+                                     "' is a wildcard; name a host the master and the other tasks reach"));
+    }
+  }
+  return 0;
+}
 
 // Reads the flags into `t`; returns 0, or the exit code after printing why.
 int ParseTaskFlags(const Flags& f, const char* job, TaskFlags* t) {
@@ -84,7 +124,40 @@ int ParseTaskFlags(const Flags& f, const char* job, TaskFlags* t) {
     const std::string own = *TaskAddress(t->config.cluster, t->config.task);
     t->listen = absl::StrCat("0.0.0.0:", own.substr(own.rfind(':') + 1));
   }
-  return 0;
+  return ParseMasterFlags(f, job, t);
+}
+
+// The address registered with the master: --advertise, else the --listen
+// host with the port the server bound (`port`; --listen may say 0), or this
+// machine's name when --listen's host is a wildcard.
+absl::StatusOr<std::string> AdvertisedAddress(const TaskFlags& t, int port) {
+  if (!t.advertise.empty()) return t.advertise;
+  const std::string host = t.listen.substr(0, t.listen.rfind(':'));
+  if (!IsWildcardHost(host)) return absl::StrCat(host, ":", port);
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') {
+    return absl::UnavailableError(absl::StrCat("--listen=", t.listen, " names no host to register with the master ",
+                                               "and gethostname failed (", std::strerror(errno),
+                                               "): give --advertise=HOST:PORT"));
+  }
+  return absl::StrCat(name, ":", port);
+}
+
+// Registers the task with --master from now until the result is destroyed;
+// null without --master. The calls present the task's own certificate, so
+// that the master can check that the task registers only itself.
+std::unique_ptr<worker::MasterRegistration> StartRegistration(const TaskFlags& t, const std::string& task,
+                                                              const std::string& advertised,
+                                                              const TransportSecurity& security,
+                                                              const std::shared_ptr<spdlog::logger>& log) {
+  if (t.master.empty()) return nullptr;
+  log->info("registering with the master at {} as {} (advertised {})", t.master, task, advertised);
+  worker::MasterRegistrationOptions options;
+  options.master = t.master;
+  options.task = task;
+  options.address = advertised;
+  options.credentials = security.ChannelCredentials();
+  return worker::MasterRegistration::Start(std::move(options));
 }
 
 // The server's options from the flags; every task serves the
@@ -167,12 +240,13 @@ void RegisterAllocatorMetrics(worker::Worker* w) {
 
 int RunTaskCommand(int argc, char** argv, const char* job) {
   auto f = Flags::Parse(argc, argv, 2,
-                        {"dataset_cache", "task", "cluster", "listen", "port_file", "intra_op_threads", "inter_op_threads",
-                         "cpu_devices", "gpus", "log_level", "drain_seconds", "ca", "cert", "key", "health_port",
-                         "checkpoint_root", "data_root", "memory_limit", "max_message_bytes", "max_sessions",
-                         "max_graphs", "max_graphs_per_session", "max_iterations", "max_queued_steps",
-                         "max_live_steps", "max_containers",
-                         "max_pending_collective_bytes", "shared_memory", "collective_transport", "collective_port", "metrics_port", "metrics_host", "metrics_port_file"},
+                        {"dataset_cache", "task", "cluster", "listen", "port_file", "intra_op_threads",
+                         "inter_op_threads", "cpu_devices", "gpus", "log_level", "drain_seconds", "ca", "cert", "key",
+                         "health_port", "checkpoint_root", "data_root", "memory_limit", "max_message_bytes",
+                         "max_sessions", "max_graphs", "max_graphs_per_session", "max_iterations",
+                         "max_queued_steps", "max_live_steps", "max_containers", "max_pending_collective_bytes",
+                         "shared_memory", "collective_transport", "collective_port", "metrics_port", "metrics_host",
+                         "metrics_port_file", "master", "advertise"},
                         {"insecure", "metrics_plaintext"});
   if (!f.ok()) return Usage(job, f.status().message());
   TaskFlags t;
@@ -214,6 +288,9 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
   absl::StatusOr<std::unique_ptr<MonitoringServer>> monitoring = std::unique_ptr<MonitoringServer>();
   if (started.ok()) monitoring = daemon::StartMonitoring(*f, job);
   if (started.ok()) started = monitoring.status();
+  absl::StatusOr<std::string> advertised = std::string();
+  if (started.ok() && !t.master.empty()) advertised = AdvertisedAddress(t, (*server)->port());
+  if (started.ok()) started = advertised.status();
   // Last: whoever reads the port may call at once.
   if (started.ok() && !t.port_file.empty()) started = WritePortFile(t.port_file, (*server)->port());
   if (!started.ok()) {
@@ -222,7 +299,10 @@ int RunTaskCommand(int argc, char** argv, const char* job) {
     (*server)->Shutdown();
     return 1;
   }
+  auto registration = StartRegistration(t, (*server)->task(), *advertised, **security, log);
   const int sig = WaitForTerminationSignal();
+  // A task on its way out stops saying that it is there before it drains.
+  registration.reset();
   if (*health != nullptr) (*health)->Stop();
   Drain(server->get(), absl::Seconds(t.drain_seconds), sig, log);
   log->info("signal {}: stopping", sig);

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -24,16 +26,6 @@ absl::Status CheckJobName(absl::string_view name, absl::string_view where) {
   return absl::OkStatus();
 }
 
-absl::Status CheckAddress(absl::string_view addr, absl::string_view where) {
-  const size_t colon = addr.rfind(':');
-  int port = 0;
-  if (colon == absl::string_view::npos || colon == 0 || !absl::SimpleAtoi(addr.substr(colon + 1), &port) ||
-      port < 1 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": '", addr, "' is not host:port with a port in 1..65535"));
-  }
-  return absl::OkStatus();
-}
-
 JobDef* AddJob(ClusterDef* cluster, absl::string_view name) {
   JobDef* job = cluster->add_job();
   job->set_name(std::string(name));
@@ -41,6 +33,38 @@ JobDef* AddJob(ClusterDef* cluster, absl::string_view name) {
 }
 
 }  // namespace
+
+absl::Status CheckHostPort(absl::string_view address, absl::string_view where) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": '", absl::CHexEscape(address.substr(0, 300)),
+                                                   "' is not host:port: ", why));
+  };
+  if (address.size() > 300) return bad("longer than 300 bytes");
+  const size_t colon = address.rfind(':');
+  if (colon == absl::string_view::npos) return bad("no port");
+  absl::string_view host = address.substr(0, colon);
+  const absl::string_view digits = address.substr(colon + 1);
+  int port = 0;
+  if (digits.empty() || digits.find_first_not_of("0123456789") != absl::string_view::npos ||
+      !absl::SimpleAtoi(digits, &port) || port < 1 || port > 65535) {
+    return bad("the port is not 1..65535");
+  }
+  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]") && host.size() >= 2) {
+    host = host.substr(1, host.size() - 2);
+    if (host.empty() || host.find_first_not_of("0123456789abcdefABCDEF:.") != absl::string_view::npos) {
+      return bad("not an IPv6 address in brackets");
+    }
+    return absl::OkStatus();
+  }
+  if (host.empty() || host.size() > 253) return bad("the host is empty or longer than 253 bytes");
+  if (host.find(':') != absl::string_view::npos) return bad("an IPv6 host goes in brackets, as [::1]:PORT");
+  if (host.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") !=
+          absl::string_view::npos ||
+      host.front() == '-' || host.front() == '.') {
+    return bad("the host is neither a DNS name nor an IP address");
+  }
+  return absl::OkStatus();
+}
 
 std::string AddressHost(absl::string_view address) {
   const size_t colon = address.rfind(':');
@@ -69,7 +93,7 @@ absl::StatusOr<ClusterDef> ParseClusterFlag(absl::string_view flag) {
     int index = 0;
     for (absl::string_view addr : absl::StrSplit(part.substr(eq + 1), ',')) {
       addr = absl::StripAsciiWhitespace(addr);
-      RETURN_IF_ERROR(CheckAddress(addr, absl::StrCat("--cluster job '", name, "' task ", index)));
+      RETURN_IF_ERROR(CheckHostPort(addr, absl::StrCat("--cluster job '", name, "' task ", index)));
       (*job->mutable_tasks())[index++] = std::string(addr);
     }
   }
@@ -128,7 +152,7 @@ absl::StatusOr<ClusterConfig> ParseTfConfig(absl::string_view json) {
       if (!v.has_string_value()) {
         return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG: cluster.", name, "[", index, "] must be a string"));
       }
-      RETURN_IF_ERROR(CheckAddress(v.string_value(), absl::StrCat("TF_CONFIG cluster.", name, "[", index, "]")));
+      RETURN_IF_ERROR(CheckHostPort(v.string_value(), absl::StrCat("TF_CONFIG cluster.", name, "[", index, "]")));
       (*job->mutable_tasks())[index++] = v.string_value();
     }
   }
@@ -166,7 +190,7 @@ absl::Status CheckClusterDef(const ClusterDef& cluster, absl::string_view where)
         return absl::InvalidArgumentError(
             absl::StrCat(where, ": job '", job.name(), "' has a negative task index ", index));
       }
-      RETURN_IF_ERROR(CheckAddress(address, absl::StrCat(where, " job '", job.name(), "' task ", index)));
+      RETURN_IF_ERROR(CheckHostPort(address, absl::StrCat(where, " job '", job.name(), "' task ", index)));
     }
   }
   return absl::OkStatus();

@@ -47,6 +47,9 @@ absl::StatusOr<ClusterConfig> ParseTfConfig(absl::string_view json);
 // INVALID_ARGUMENT naming `where` and the job, task or address at fault.
 absl::Status CheckClusterDef(const ClusterDef& cluster, absl::string_view where);
 
+// INVALID_ARGUMENT naming `where` unless `address` is "host:port": a DNS
+// name or IPv4 address, or an IPv6 one in brackets, and a port 1..65535.
+absl::Status CheckHostPort(absl::string_view address, absl::string_view where);
 // The address of a task; NOT_FOUND naming the task when the cluster has none.
 absl::StatusOr<std::string> TaskAddress(const ClusterDef& cluster, const TaskSpec& task);
 // The host of "host:port" or "[v6]:port" (brackets removed).

@@ -220,6 +220,12 @@ grpc::ServerUnaryReactor* GrpcMasterService::CancelJob(grpc::CallbackServerConte
   return Unary(ctx, auth_, "MasterService.CancelJob", request, response, master_, &Master::CancelJobAsync);
 }
 
+grpc::ServerUnaryReactor* GrpcMasterService::RegisterWorker(grpc::CallbackServerContext* ctx,
+                                                            const RegisterWorkerRequest* request,
+                                                            RegisterWorkerResponse* response) {
+  return Unary(ctx, auth_, "MasterService.RegisterWorker", request, response, master_, &Master::RegisterWorkerAsync);
+}
+
 grpc::ServerUnaryReactor* GrpcMasterService::ScaleJob(grpc::CallbackServerContext* ctx, const ScaleJobRequest* request,
                                                       ScaleJobResponse* response) {
   return Unary(ctx, auth_, "MasterService.ScaleJob", request, response, master_, &Master::ScaleJobAsync);

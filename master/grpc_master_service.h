@@ -58,6 +58,8 @@ class GrpcMasterService final : public MasterService::CallbackService {
                                       CancelJobResponse* response) override;
   grpc::ServerUnaryReactor* ScaleJob(grpc::CallbackServerContext* ctx, const ScaleJobRequest* request,
                                      ScaleJobResponse* response) override;
+  grpc::ServerUnaryReactor* RegisterWorker(grpc::CallbackServerContext* ctx, const RegisterWorkerRequest* request,
+                                           RegisterWorkerResponse* response) override;
   grpc::ServerUnaryReactor* TraceJob(grpc::CallbackServerContext* ctx, const TraceJobRequest* request,
                                      TraceJobResponse* response) override;
   grpc::ServerUnaryReactor* ReadJobCheckpoint(grpc::CallbackServerContext* ctx, const ReadJobCheckpointRequest* request,

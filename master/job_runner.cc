@@ -52,7 +52,8 @@ JobRunner::JobRunner(JobSpec job, TrainingGraph training, std::string session_ha
       training_(std::move(training)),
       session_handle_(std::move(session_handle)),
       members_(job_.has_elastic() ? std::make_unique<MemberWorkers>(workers) : nullptr),
-      workers_(members_ != nullptr ? members_.get() : workers),
+      snapshot_(members_ == nullptr ? std::make_unique<TaskSnapshot>(workers) : nullptr),
+      workers_(members_ != nullptr ? static_cast<WorkerCacheInterface*>(members_.get()) : snapshot_.get()),
       options_(std::move(options)) {}
 
 JobRunner::~JobRunner() = default;
@@ -81,6 +82,7 @@ void JobRunner::Preempt() {
 }
 
 absl::StatusOr<TrainResult> JobRunner::Run(const std::function<void(const TrainProgress&)>& on_progress) {
+  if (snapshot_ != nullptr) snapshot_->Freeze();
   watch_ = std::make_unique<StepWatch>(job_.name(), workers_, options_.step_watch, options_.update_status,
                                        options_.amend_status);
   watch_->ExportMetrics(std::string(absl::StripPrefix(session_handle_, "job/")));

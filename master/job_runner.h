@@ -238,6 +238,8 @@ class JobRunner {
   const std::string session_handle_;
   // An elastic job's members (null otherwise); workers_ is then this view.
   const std::unique_ptr<MemberWorkers> members_;
+  // Any other job's tasks, as they are when it starts (null when elastic).
+  const std::unique_ptr<TaskSnapshot> snapshot_;
   WorkerCacheInterface* const workers_;
   const JobRunnerOptions options_;
   std::atomic<bool> cancelled_{false};

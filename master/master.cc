@@ -25,6 +25,7 @@ constexpr absl::Duration kTraceTimeout = absl::Seconds(60);
 
 Master::Master(MasterOptions options)
     : options_(std::move(options)),
+      joins_(options_.workers),
       jobs_(JobManagerOptions{options_.workers, options_.store, options_.progress_interval, /*env=*/nullptr,
                               options_.preempt_jobs_on_shutdown, options_.checkpoint_root,
                               options_.max_running_jobs, options_.max_queued_jobs, options_.step_watch,
@@ -261,6 +262,11 @@ void Master::ScaleJobAsync(const Caller& caller, const ScaleJobRequest* request,
                            StatusCallback done) {
   if (absl::Status a = AuthorizeJob(caller, request->job_id()); !a.ok()) return done(a);
   done(jobs_.Scale(request->job_id(), request->workers()));
+}
+
+void Master::RegisterWorkerAsync(const Caller& caller, const RegisterWorkerRequest* request,
+                                 RegisterWorkerResponse* response, StatusCallback done) {
+  joins_.Join(caller, request, response, std::move(done));
 }
 
 void Master::TraceJobAsync(const Caller& caller, const TraceJobRequest* request, TraceJobResponse* response,

@@ -44,6 +44,7 @@
 #include "master/job_store.h"
 #include "master/master_session.h"
 #include "master/worker_cache.h"
+#include "master/worker_join.h"
 #include "proto/master_service.pb.h"
 #include "worker/worker_interface.h"
 
@@ -113,6 +114,10 @@ class Master {
   void ReadJobCheckpointAsync(const Caller& caller, const ReadJobCheckpointRequest* request,
                               ReadJobCheckpointResponse* response, StatusCallback done);
 
+  // A worker joins the cluster (master/worker_join.h).
+  void RegisterWorkerAsync(const Caller& caller, const RegisterWorkerRequest* request,
+                           RegisterWorkerResponse* response, StatusCallback done);
+
   // For WatchJob, which streams: see JobManager::Watch. Check the caller
   // with AuthorizeJob first.
   JobManager* jobs() { return &jobs_; }
@@ -137,6 +142,7 @@ class Master {
   absl::Status CloseAllSessions();
 
   const MasterOptions options_;
+  WorkerJoins joins_;
   JobManager jobs_;
 
   mutable absl::Mutex mu_;

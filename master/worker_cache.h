@@ -9,6 +9,8 @@
 // "master" contributes its tasks, in the ClusterDef's job order and by task
 // index within a job. Workers are made by the factory on first use and owned
 // by the cache; a pointer it returns stays valid for the cache's lifetime.
+// Worker tasks that register with the master (AddTask) join the cluster
+// while it runs: ListTasks and cluster() are read anew on each call.
 //
 // Thread-safety: thread-safe.
 #ifndef WEFT_MASTER_WORKER_CACHE_H_
@@ -17,6 +19,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,7 +46,37 @@ class WorkerCacheInterface {
   // that the tasks reach one another where the master reaches them. Empty
   // when the tasks have no addresses (in process, fakes): nothing is sent.
   virtual ClusterDef cluster() const { return ClusterDef(); }
+  // Adds a worker task that registered itself (MasterService.RegisterWorker)
+  // at `address`; true when it was not known there before. UNIMPLEMENTED
+  // where the tasks are fixed.
+  virtual absl::StatusOr<bool> AddTask(const std::string& task, const std::string& address);
+  // A client for `task` at `address` that the cache does not keep: to ask a
+  // task that registers who it is before AddTask. Null where the tasks are
+  // fixed.
+  virtual std::unique_ptr<WorkerInterface> NewClient(const std::string& task, const std::string& address);
 };
+
+// `cluster`'s tasks as they were at Freeze (until then, as they are): a job
+// that is not elastic keeps the tasks it started with for its life, whatever
+// registers after. `cluster` outlives the view.
+class TaskSnapshot final : public WorkerCacheInterface {
+ public:
+  explicit TaskSnapshot(WorkerCacheInterface* cluster) : cluster_(cluster) {}
+  void Freeze();
+  std::vector<std::string> ListTasks() const override;
+  WorkerInterface* GetOrCreateWorker(const std::string& task) override;
+  ClusterDef cluster() const override { return cluster_->cluster(); }
+
+ private:
+  WorkerCacheInterface* const cluster_;
+  mutable absl::Mutex mu_;
+  std::optional<std::vector<std::string>> tasks_ ABSL_GUARDED_BY(mu_);
+};
+
+// The index of a worker task that joins ("/job:worker/task:3" -> 3);
+// INVALID_ARGUMENT for anything else.
+absl::StatusOr<int> JoiningWorkerIndex(const std::string& task);
+
 
 // Makes the client for `task` ("/job:ps/task:0") listening at `address`
 // ("host:port"; empty for in-process tasks).
@@ -58,22 +92,38 @@ class WorkerCache final : public WorkerCacheInterface {
   static absl::StatusOr<std::unique_ptr<WorkerCache>> CreateLocal(const std::vector<std::string>& tasks,
                                                                   WorkerFactory factory);
 
-  std::vector<std::string> ListTasks() const override { return tasks_; }
+  // At most this many tasks, registered ones included.
+  static constexpr int kMaxTasks = 4096;
+
+  std::vector<std::string> ListTasks() const override;
   WorkerInterface* GetOrCreateWorker(const std::string& task) override;
-  // The cluster given to Create without its "master" job; empty for
-  // CreateLocal.
-  ClusterDef cluster() const override { return cluster_; }
+  // The cluster given to Create without its "master" job, with the workers
+  // that registered since; empty for CreateLocal.
+  ClusterDef cluster() const override;
+  // A worker task ("/job:worker/task:N") joins at `address`, after the
+  // workers of lower index. A task of Create's cluster keeps its address
+  // (FAILED_PRECONDITION); a registered one may move (its old client stays
+  // valid, unused); an address is one task's. INVALID_ARGUMENT for another
+  // job or a bad address, RESOURCE_EXHAUSTED beyond kMaxTasks tasks or
+  // kMaxTasks moves.
+  absl::StatusOr<bool> AddTask(const std::string& task, const std::string& address) override;
+  std::unique_ptr<WorkerInterface> NewClient(const std::string& task, const std::string& address) override {
+    return factory_(task, address);
+  }
 
  private:
   WorkerCache(std::vector<std::string> tasks, std::map<std::string, std::string> addresses, ClusterDef cluster,
               WorkerFactory factory);
 
-  const std::vector<std::string> tasks_;
-  const ClusterDef cluster_;
-  const std::map<std::string, std::string> addresses_;  // task -> host:port
   const WorkerFactory factory_;
-  absl::Mutex mu_;
+  const std::set<std::string> fixed_;  // Create's tasks
+  mutable absl::Mutex mu_;
+  std::vector<std::string> tasks_ ABSL_GUARDED_BY(mu_);
+  ClusterDef cluster_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> addresses_ ABSL_GUARDED_BY(mu_);  // task -> host:port
   std::map<std::string, std::unique_ptr<WorkerInterface>> workers_ ABSL_GUARDED_BY(mu_);
+  // Clients of registered tasks that moved: callers may still hold them.
+  std::vector<std::unique_ptr<WorkerInterface>> moved_ ABSL_GUARDED_BY(mu_);
 };
 
 // `s` with its message prefixed "task <task>: ", unless a remote client

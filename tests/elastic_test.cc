@@ -14,6 +14,10 @@
 //   - its status records the change (who left, from which step, how long it
 //     took) and the master's log says so.
 //
+// The other tests grow a job: onto a worker that starts later, onto one the
+// master was never told of (`weft worker --master` registers it), and as
+// `weft scale` asks.
+//
 // The kill lands at a step drawn from the run's seed (WEFT_TEST_SEED=n
 // replays it), printed with the figures:
 //   [elastic] killed worker-2 at step X; went on from step Y with 2 workers in Z s
@@ -146,6 +150,21 @@ class ElasticTest : public ::testing::Test {
     return testing::PollJobUntil(client_.get(), id, kJobDeadline, what, until);
   }
 
+  // Kills worker 2 for good, then submits a `steps`-step job that checkpoints
+  // into `dir`: its id once it trains on the other two.
+  absl::StatusOr<std::string> RunOnTwo(const std::string& dir, int steps) {
+    Subprocess* gone = daemons_.at("worker-2")->process();
+    gone->Signal(SIGKILL);
+    if (!gone->WaitFor(absl::Seconds(10))) return absl::DeadlineExceededError("worker-2 outlived SIGKILL");
+    ASSIGN_OR_RETURN(std::string id, client_->SubmitJob(ElasticJob(dir, steps)));
+    const JobStatus two = PollUntil(id, "a step on two workers",
+                                    [](const JobStatus& s) { return s.state() == RUNNING && s.step() > 0; });
+    if (two.state() != RUNNING || two.workers_size() != 2) {
+      return absl::FailedPreconditionError(absl::StrCat("not running on two workers: ", two.DebugString()));
+    }
+    return id;
+  }
+
   JobStatus WatchToEnd(const std::string& id) {
     return testing::WatchJobToEnd(client_.get(), id, kJobDeadline, [](const JobStatus&) {});
   }
@@ -247,16 +266,9 @@ TEST_F(ElasticTest, AWorkerLostForGoodLeavesTheJobToTheOthersWithoutARestoreOrAR
 // three train in lockstep.
 TEST_F(ElasticTest, AWorkerThatStartsLaterJoinsTheRunningJobWithAPeersVariables) {
   constexpr int kLongSteps = 3000;
-  Subprocess* late = daemons_.at("worker-2")->process();
-  late->Signal(SIGKILL);
-  ASSERT_TRUE(late->WaitFor(absl::Seconds(10)));
   const std::string dir = Path("join-ckpt");
-  auto id = client_->SubmitJob(ElasticJob(dir, kLongSteps));
+  absl::StatusOr<std::string> id = RunOnTwo(dir, kLongSteps);
   ASSERT_TRUE(id.ok()) << id.status();
-  const JobStatus two = PollUntil(*id, "a step on two workers",
-                                  [](const JobStatus& s) { return s.state() == RUNNING && s.step() > 0; });
-  ASSERT_EQ(two.state(), RUNNING) << two.DebugString();
-  EXPECT_EQ(two.workers_size(), 2) << two.DebugString();
   absl::Status restarted = daemons_.at("worker-2")->Restart();
   ASSERT_TRUE(restarted.ok()) << restarted;
   const JobStatus three =
@@ -277,6 +289,40 @@ TEST_F(ElasticTest, AWorkerThatStartsLaterJoinsTheRunningJobWithAPeersVariables)
   EXPECT_TRUE(MasterLogLines("restored ").empty()) << ReadText(LogPath("master"));
   ExpectEveryWorkerAppliedEveryStepOnce(dir, kLongSteps, 3);
   std::printf("[elastic] worker-2 joined at step %lld in %.2f s; test accuracy %.4f\n",
+              static_cast<long long>(change.step()), change.seconds(), st.test_accuracy());
+}
+
+// A worker the master was never told of (`weft worker --master`, as a
+// Kubernetes scale-up starts one) registers itself and joins the running
+// job at a step boundary, taking a peer's variables.
+TEST_F(ElasticTest, AWorkerOutsideTheMastersClusterRegistersAndJoinsTheRunningJob) {
+  constexpr int kLongSteps = 3000;
+  constexpr char kNewcomer[] = "/job:worker/task:3";
+  const std::string dir = Path("register-ckpt");
+  absl::StatusOr<std::string> id = RunOnTwo(dir, kLongSteps);
+  ASSERT_TRUE(id.ok()) << id.status();
+  testing::TestDaemon* newcomer =
+      Add("worker-3", {"worker", "--task=worker:3", "--master=" + daemons_.at("master")->address(),
+                       "--checkpoint_root=" + ::testing::TempDir()});
+  absl::Status started = newcomer->Start();
+  ASSERT_TRUE(started.ok()) << started;
+  const JobStatus three = PollUntil(*id, "the newcomer to join", [](const JobStatus& s) { return s.workers_size() == 3; });
+  ASSERT_EQ(three.state(), RUNNING) << "the job ended before the worker could join: " << three.DebugString();
+  const JobStatus st = WatchToEnd(*id);
+
+  ASSERT_EQ(st.state(), SUCCEEDED) << st.DebugString();
+  EXPECT_EQ(st.restarts(), 0) << st.DebugString();
+  ASSERT_EQ(st.membership_change_size(), 1) << st.DebugString();
+  const MembershipChange& change = st.membership_change(0);
+  ASSERT_EQ(change.joined_size(), 1) << change.DebugString();
+  EXPECT_EQ(change.joined(0), kNewcomer);
+  EXPECT_EQ(change.workers(), 3);
+  const std::vector<std::string> joined = MasterLogLines("task /job:worker/task:3 joined the cluster at 127.0.0.1:");
+  EXPECT_EQ(joined.size(), 1u) << "said once, however often the worker says it is there: "
+                               << ReadText(LogPath("master"));
+  EXPECT_TRUE(MasterLogLines("restored ").empty()) << ReadText(LogPath("master"));
+  ExpectEveryWorkerAppliedEveryStepOnce(dir, kLongSteps, 3);
+  std::printf("[elastic] worker 3 registered and joined at step %lld in %.2f s; test accuracy %.4f\n",
               static_cast<long long>(change.step()), change.seconds(), st.test_accuracy());
 }
 

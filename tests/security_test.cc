@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "job/job_spec.h"
 #include "proto/collective_service.grpc.pb.h"
+#include "proto/master_service.grpc.pb.h"
 #include "proto/ps_service.grpc.pb.h"
 #include "proto/worker_service.grpc.pb.h"
 #include "runtime/data/test_files.h"
@@ -407,6 +408,56 @@ TEST_F(SecurityTest, CollectiveSocketsAdmitOnlyClusterTasks) {
                                  "/job:worker/task:0", absl::Seconds(10));
   ASSERT_TRUE(task.ok()) << task.status();
   EXPECT_EQ((*task)->peer(), "/job:worker/task:0");
+}
+
+// RegisterWorker: only a worker task's certificate, for itself, at an
+// address where the master finds that task; the cluster is unchanged by
+// every refusal, and the master keeps serving.
+TEST_F(SecurityTest, OnlyAWorkerRegistersAndOnlyItselfAtItsOwnAddress) {
+  auto join = [](std::shared_ptr<grpc::ChannelCredentials> creds, const std::string& task,
+                 const std::string& address) {
+    auto stub = MasterService::NewStub(NewChannel(master_, std::move(creds)));
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(30));
+    RegisterWorkerRequest req;
+    req.set_task(task);
+    req.set_address(address);
+    RegisterWorkerResponse resp;
+    return stub->RegisterWorker(&ctx, req, &resp);
+  };
+  const std::string w5 = "/job:worker/task:5";
+  ExpectRefused(join(AsUser("carol"), w5, worker0_), grpc::StatusCode::PERMISSION_DENIED,
+                "serves only the cluster's master and tasks");
+  ExpectRefused(join(WithToken(kBobToken), w5, worker0_), grpc::StatusCode::PERMISSION_DENIED,
+                "user bob (token) may not call it");
+  ExpectRefused(join(CaOnly(), w5, worker0_), grpc::StatusCode::UNAUTHENTICATED, "");
+  // A task registers itself, never another.
+  ExpectRefused(join(AsDaemon(tls_, w5), "/job:worker/task:6", worker0_), grpc::StatusCode::PERMISSION_DENIED,
+                "task /job:worker/task:5 (certificate) may not register '/job:worker/task:6'");
+  // Only workers join; the master never does.
+  ExpectRefused(join(AsDaemon(tls_, "/job:ps/task:3"), "/job:ps/task:3", ps0_), grpc::StatusCode::INVALID_ARGUMENT,
+                "only workers join a running cluster");
+  ExpectRefused(join(AsDaemon(tls_, "master"), "master", worker0_), grpc::StatusCode::INVALID_ARGUMENT,
+                "only workers join");
+  // Addresses are checked before anything is dialled.
+  for (const std::string& bad : {std::string("127.0.0.1"), std::string("127.0.0.1:0"), std::string("h:70000"),
+                                 std::string(":80"), std::string("evil host:80"), std::string("a/b:80"),
+                                 std::string(5000, 'a') + ":80", std::string("[zz]:80")}) {
+    ExpectRefused(join(AsDaemon(tls_, w5), w5, bad), grpc::StatusCode::INVALID_ARGUMENT, "is not host:port");
+  }
+  // The address must answer as the task: here worker 0 does.
+  ExpectRefused(join(AsDaemon(tls_, w5), w5, worker0_), grpc::StatusCode::FAILED_PRECONDITION,
+                "the task there is '/job:worker/task:0'");
+  // Nothing listens there.
+  ExpectRefused(join(AsDaemon(tls_, w5), w5, "127.0.0.1:1"), grpc::StatusCode::UNAVAILABLE,
+                "the master cannot reach it at 127.0.0.1:1");
+  // A task of the master's --cluster says again where it is: nothing changes.
+  EXPECT_TRUE(join(AsDaemon(tls_, "/job:worker/task:0"), "/job:worker/task:0", worker0_).ok());
+
+  auto admin = MasterClient::Create(master_, tls_->ClientOptions("root", Role::kAdmin));
+  auto devices = admin->ListDevices();
+  ASSERT_TRUE(devices.ok()) << devices.status();
+  for (const DeviceAttributes& d : *devices) EXPECT_FALSE(absl::StrContains(d.name(), "task:5")) << d.name();
 }
 
 TEST_F(SecurityTest, UsersSeeAndControlOnlyTheirOwnJobs) {
