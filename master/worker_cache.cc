@@ -72,6 +72,12 @@ absl::StatusOr<int> JoiningWorkerIndex(const std::string& task) {
   return d->task;
 }
 
+bool WorkerCache::Knows(const std::string& task, const std::string& address) const {
+  absl::MutexLock lock(&mu_);
+  auto it = addresses_.find(task);
+  return it != addresses_.end() && it->second == address;
+}
+
 absl::StatusOr<bool> WorkerCache::AddTask(const std::string& task, const std::string& address) {
   ASSIGN_OR_RETURN(const int index, JoiningWorkerIndex(task));
   RETURN_IF_ERROR(CheckHostPort(address, absl::StrCat("task ", task)));

@@ -50,6 +50,9 @@ class WorkerCacheInterface {
   // at `address`; true when it was not known there before. UNIMPLEMENTED
   // where the tasks are fixed.
   virtual absl::StatusOr<bool> AddTask(const std::string& task, const std::string& address);
+  // Whether `task` is in the cluster at `address` (a worker saying again
+  // that it is there needs no second check).
+  virtual bool Knows(const std::string& task, const std::string& address) const { return false; }
   // A client for `task` at `address` that the cache does not keep: to ask a
   // task that registers who it is before AddTask. Null where the tasks are
   // fixed.
@@ -107,6 +110,7 @@ class WorkerCache final : public WorkerCacheInterface {
   // job or a bad address, RESOURCE_EXHAUSTED beyond kMaxTasks tasks or
   // kMaxTasks moves.
   absl::StatusOr<bool> AddTask(const std::string& task, const std::string& address) override;
+  bool Knows(const std::string& task, const std::string& address) const override;
   std::unique_ptr<WorkerInterface> NewClient(const std::string& task, const std::string& address) override {
     return factory_(task, address);
   }

@@ -74,6 +74,8 @@ TEST(WorkerCacheTest, WorkersJoinInOrderAndOnlyRegisteredOnesMove) {
                                                      "/job:worker/task:5", "/job:ps/task:0"}));
   EXPECT_EQ(c.cluster().job(0).tasks().at(3), "h3:2");
   EXPECT_FALSE(c.AddTask("/job:worker/task:3", "h3:2").value()) << "known there: nothing added";
+  EXPECT_TRUE(c.Knows("/job:worker/task:3", "h3:2"));
+  EXPECT_FALSE(c.Knows("/job:worker/task:3", "h3b:2"));
 
   WorkerInterface* before = c.GetOrCreateWorker("/job:worker/task:3");
   ASSERT_NE(before, nullptr);

@@ -24,6 +24,13 @@ void WorkerJoins::Join(const Caller& caller, const RegisterWorkerRequest* reques
   // The task name and address are checked before anything is dialled.
   if (absl::Status s = JoiningWorkerIndex(task).status(); !s.ok()) return done(s);
   if (absl::Status s = CheckHostPort(request->address(), absl::StrCat("task ", task)); !s.ok()) return done(s);
+  // The periodic calls of a worker already in at that address: checked
+  // when it joined, nothing to do again.
+  if (workers_->Knows(task, request->address())) {
+    response->set_added(false);
+    response->set_tasks(static_cast<int32_t>(workers_->ListTasks().size()));
+    return done(absl::OkStatus());
+  }
   std::shared_ptr<WorkerInterface> client(workers_->NewClient(task, request->address()));
   if (client == nullptr) {
     return done(absl::UnimplementedError(absl::StrCat("task ", task.substr(0, 200),

@@ -8,7 +8,8 @@
 // address that is another task's, is refused with what answered there.
 // Then WorkerCacheInterface::AddTask: elastic jobs take the worker at their
 // next step boundary (master/membership_watch.h), other jobs when they
-// start.
+// start. The periodic calls of a task already in at that address are
+// answered at once, with nothing dialled.
 //
 // Thread-safety: thread-safe.
 #ifndef WEFT_MASTER_WORKER_JOIN_H_

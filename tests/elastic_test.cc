@@ -88,6 +88,40 @@ std::string ReadText(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+// The step counter each worker saved: "elastic/step" of its shard.
+std::map<std::string, int64_t> StepCounters(const SavedCheckpoint& c) {
+  std::map<std::string, int64_t> out;
+  for (const auto& [key, v] : c.variables) {
+    const size_t bar = key.find('|');
+    if (key.substr(bar + 1) != "elastic/step") continue;
+    int64_t step = -1;
+    if (v.bytes.size() == sizeof(step)) std::memcpy(&step, v.bytes.data(), sizeof(step));
+    out[key.substr(0, bar)] = step;
+  }
+  return out;
+}
+
+// The final checkpoint under `dir` holds one shard per worker of `workers`,
+// each of which applied every one of the job's `steps` steps exactly once,
+// and all hold the same variables, bit for bit.
+void ExpectEveryWorkerAppliedEveryStepOnce(const std::string& dir, int steps, size_t workers) {
+  absl::StatusOr<SavedCheckpoint> saved = ReadNewestCheckpoint(dir);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->step, steps);
+  const std::map<std::string, int64_t> counters = StepCounters(*saved);
+  ASSERT_EQ(counters.size(), workers) << saved->path;
+  for (const auto& [task, count] : counters) EXPECT_EQ(count, steps) << task;
+  std::map<std::string, std::map<std::string, std::string>> by_task;
+  for (const auto& [key, v] : saved->variables) {
+    const size_t bar = key.find('|');
+    by_task[key.substr(0, bar)][key.substr(bar + 1)] = v.bytes;
+  }
+  ASSERT_EQ(by_task.size(), workers);
+  for (const auto& [task, variables] : by_task) {
+    EXPECT_TRUE(variables == by_task.begin()->second) << task << " and " << by_task.begin()->first << " differ";
+  }
+}
+
 class ElasticTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -165,6 +199,26 @@ class ElasticTest : public ::testing::Test {
     return id;
   }
 
+  // Once the job trains on three workers, follows it to the end: it
+  // succeeds without a restart or a restore, after one change, which took
+  // `joiner` in, and every worker applied every step once. `end` and
+  // `change` are the job's last status and that change.
+  void ExpectJoinedToTheEnd(const std::string& id, const std::string& dir, int steps, const std::string& joiner,
+                            JobStatus* end, MembershipChange* change) {
+    const JobStatus three = PollUntil(id, "three workers", [](const JobStatus& s) { return s.workers_size() == 3; });
+    ASSERT_EQ(three.state(), RUNNING) << "the job ended before the worker could join: " << three.DebugString();
+    *end = WatchToEnd(id);
+    ASSERT_EQ(end->state(), SUCCEEDED) << end->DebugString();
+    EXPECT_EQ(end->restarts(), 0) << "a join is no failure: " << end->DebugString();
+    ASSERT_EQ(end->membership_change_size(), 1) << end->DebugString();
+    *change = end->membership_change(0);
+    ASSERT_EQ(change->joined_size(), 1) << change->DebugString();
+    EXPECT_EQ(change->joined(0), joiner);
+    EXPECT_EQ(change->workers(), 3);
+    EXPECT_TRUE(MasterLogLines("restored ").empty()) << ReadText(LogPath("master"));
+    ExpectEveryWorkerAppliedEveryStepOnce(dir, steps, 3);
+  }
+
   JobStatus WatchToEnd(const std::string& id) {
     return testing::WatchJobToEnd(client_.get(), id, kJobDeadline, [](const JobStatus&) {});
   }
@@ -175,40 +229,6 @@ class ElasticTest : public ::testing::Test {
   std::map<std::string, std::unique_ptr<testing::TestDaemon>> daemons_;
   std::unique_ptr<MasterClient> client_;
 };
-
-// The step counter each worker saved: "elastic/step" of its shard.
-std::map<std::string, int64_t> StepCounters(const SavedCheckpoint& c) {
-  std::map<std::string, int64_t> out;
-  for (const auto& [key, v] : c.variables) {
-    const size_t bar = key.find('|');
-    if (key.substr(bar + 1) != "elastic/step") continue;
-    int64_t step = -1;
-    if (v.bytes.size() == sizeof(step)) std::memcpy(&step, v.bytes.data(), sizeof(step));
-    out[key.substr(0, bar)] = step;
-  }
-  return out;
-}
-
-// The final checkpoint under `dir` holds one shard per worker of `workers`,
-// each of which applied every one of the job's `steps` steps exactly once,
-// and all hold the same variables, bit for bit.
-void ExpectEveryWorkerAppliedEveryStepOnce(const std::string& dir, int steps, size_t workers) {
-  absl::StatusOr<SavedCheckpoint> saved = ReadNewestCheckpoint(dir);
-  ASSERT_TRUE(saved.ok()) << saved.status();
-  EXPECT_EQ(saved->step, steps);
-  const std::map<std::string, int64_t> counters = StepCounters(*saved);
-  ASSERT_EQ(counters.size(), workers) << saved->path;
-  for (const auto& [task, count] : counters) EXPECT_EQ(count, steps) << task;
-  std::map<std::string, std::map<std::string, std::string>> by_task;
-  for (const auto& [key, v] : saved->variables) {
-    const size_t bar = key.find('|');
-    by_task[key.substr(0, bar)][key.substr(bar + 1)] = v.bytes;
-  }
-  ASSERT_EQ(by_task.size(), workers);
-  for (const auto& [task, variables] : by_task) {
-    EXPECT_TRUE(variables == by_task.begin()->second) << task << " and " << by_task.begin()->first << " differ";
-  }
-}
 
 TEST_F(ElasticTest, AWorkerLostForGoodLeavesTheJobToTheOthersWithoutARestoreOrARepeatedStep) {
   // Undisturbed first, on all three.
@@ -271,23 +291,12 @@ TEST_F(ElasticTest, AWorkerThatStartsLaterJoinsTheRunningJobWithAPeersVariables)
   ASSERT_TRUE(id.ok()) << id.status();
   absl::Status restarted = daemons_.at("worker-2")->Restart();
   ASSERT_TRUE(restarted.ok()) << restarted;
-  const JobStatus three =
-      PollUntil(*id, "three workers", [](const JobStatus& s) { return s.workers_size() == 3; });
-  ASSERT_EQ(three.state(), RUNNING) << "the job ended before the worker could join: " << three.DebugString();
-  const JobStatus st = WatchToEnd(*id);
-
-  ASSERT_EQ(st.state(), SUCCEEDED) << st.DebugString();
+  JobStatus st;
+  MembershipChange change;
+  ASSERT_NO_FATAL_FAILURE(ExpectJoinedToTheEnd(*id, dir, kLongSteps, kVictim, &st, &change));
   EXPECT_EQ(st.step(), kLongSteps);
-  EXPECT_EQ(st.restarts(), 0) << "a join is no failure: " << st.DebugString();
-  ASSERT_EQ(st.membership_change_size(), 1) << st.DebugString();
-  const MembershipChange& change = st.membership_change(0);
   EXPECT_EQ(change.left_size(), 0);
-  ASSERT_EQ(change.joined_size(), 1);
-  EXPECT_EQ(change.joined(0), kVictim);
-  EXPECT_EQ(change.workers(), 3);
   EXPECT_TRUE(absl::StrContains(change.reason(), "may join")) << change.reason();
-  EXPECT_TRUE(MasterLogLines("restored ").empty()) << ReadText(LogPath("master"));
-  ExpectEveryWorkerAppliedEveryStepOnce(dir, kLongSteps, 3);
   std::printf("[elastic] worker-2 joined at step %lld in %.2f s; test accuracy %.4f\n",
               static_cast<long long>(change.step()), change.seconds(), st.test_accuracy());
 }
@@ -306,22 +315,12 @@ TEST_F(ElasticTest, AWorkerOutsideTheMastersClusterRegistersAndJoinsTheRunningJo
                        "--checkpoint_root=" + ::testing::TempDir()});
   absl::Status started = newcomer->Start();
   ASSERT_TRUE(started.ok()) << started;
-  const JobStatus three = PollUntil(*id, "the newcomer to join", [](const JobStatus& s) { return s.workers_size() == 3; });
-  ASSERT_EQ(three.state(), RUNNING) << "the job ended before the worker could join: " << three.DebugString();
-  const JobStatus st = WatchToEnd(*id);
-
-  ASSERT_EQ(st.state(), SUCCEEDED) << st.DebugString();
-  EXPECT_EQ(st.restarts(), 0) << st.DebugString();
-  ASSERT_EQ(st.membership_change_size(), 1) << st.DebugString();
-  const MembershipChange& change = st.membership_change(0);
-  ASSERT_EQ(change.joined_size(), 1) << change.DebugString();
-  EXPECT_EQ(change.joined(0), kNewcomer);
-  EXPECT_EQ(change.workers(), 3);
+  JobStatus st;
+  MembershipChange change;
+  ASSERT_NO_FATAL_FAILURE(ExpectJoinedToTheEnd(*id, dir, kLongSteps, kNewcomer, &st, &change));
   const std::vector<std::string> joined = MasterLogLines("task /job:worker/task:3 joined the cluster at 127.0.0.1:");
   EXPECT_EQ(joined.size(), 1u) << "said once, however often the worker says it is there: "
                                << ReadText(LogPath("master"));
-  EXPECT_TRUE(MasterLogLines("restored ").empty()) << ReadText(LogPath("master"));
-  ExpectEveryWorkerAppliedEveryStepOnce(dir, kLongSteps, 3);
   std::printf("[elastic] worker 3 registered and joined at step %lld in %.2f s; test accuracy %.4f\n",
               static_cast<long long>(change.step()), change.seconds(), st.test_accuracy());
 }
