@@ -240,6 +240,23 @@ TEST(WeftCliTest, UsageErrorsExitTwo) {
   const Result zero = RunWeft("scale job-1 --workers=0 --insecure --master=127.0.0.1:1");
   EXPECT_EQ(zero.exit_code, 2);
   EXPECT_NE(zero.err.find("--workers=0 must be an integer in [1, 65536]"), std::string::npos) << zero.err;
+  // Registration with a master (`weft worker --master`): refused before the
+  // task serves or dials anything.
+  const struct {
+    const char* args;
+    const char* says;
+  } registrations[] = {
+      {"ps --task=ps:0 --listen=127.0.0.1:0 --master=127.0.0.1:1", "only a worker registers with the master"},
+      {"worker --task=worker:0 --listen=127.0.0.1:0 --advertise=h:1", "it needs --master=HOST:PORT"},
+      {"worker --task=worker:0 --listen=127.0.0.1:0 --master=h:0", "--master: 'h:0' is not host:port"},
+      {"worker --task=worker:0 --listen=127.0.0.1:0 --master=h:1 --advertise=0.0.0.0:5", "is a wildcard"},
+      {"worker --task=worker:0 --listen=127.0.0.1:0 --master=h:1 --advertise=a/b:5", "--advertise: 'a/b:5'"},
+  };
+  for (const auto& c : registrations) {
+    const Result r = RunWeft(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << ": " << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << c.args << ": " << r.err;
+  }
 }
 
 TEST(WeftCliTest, MlpLearnsFashionMnistSubset) {
