@@ -107,7 +107,12 @@ TEST(JobFileTest, ElasticPolicyIsChecked) {
   const std::vector<ValidationCase> cases = {
       {mwm + "elastic { min_workers: 2 max_workers: 4 }", ""},
       {mwm + "elastic {}", ""},
-      {base + "strategy { kind: PARAMETER_SERVER } elastic { min_workers: 1 }", "needs strategy kind MULTI_WORKER"},
+      {base + "strategy { kind: PARAMETER_SERVER } elastic { min_workers: 1 }", ""},
+      {base + "strategy { kind: PARAMETER_SERVER sync: true } elastic { min_workers: 1 }", ""},
+      {base + "strategy { kind: PARAMETER_SERVER sync: true replicas_to_aggregate: 1 } elastic { min_workers: 1 }",
+       "not replicas_to_aggregate 1"},
+      {base + "strategy { kind: MIRRORED } elastic { min_workers: 1 }", "not MIRRORED (its replicas share one"},
+      {base + "strategy { kind: CENTRAL_STORAGE } elastic {}", "MULTI_WORKER_MIRRORED or PARAMETER_SERVER, not "},
       {base + "elastic { min_workers: 1 }", "not NONE"},
       {mwm + "elastic { min_workers: -1 }", "cannot be negative"},
       {mwm + "elastic { wait_seconds: -2 }", "wait_seconds (-2) must be >= -1"},

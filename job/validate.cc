@@ -99,10 +99,17 @@ absl::Status ValidateRecoveryPolicy(const RecoveryPolicy& rp) {
 absl::Status ValidateElasticPolicy(const JobSpec& job) {
   if (!job.has_elastic()) return absl::OkStatus();
   const ElasticPolicy& e = job.elastic();
-  if (job.strategy().kind() != StrategySpec::MULTI_WORKER_MIRRORED) {
-    return absl::UnimplementedError(absl::StrCat("job: elastic needs strategy kind MULTI_WORKER_MIRRORED, not ",
-                                                 StrategySpec::Kind_Name(job.strategy().kind()),
-                                                 " (parameter-server jobs are not elastic yet)"));
+  const StrategySpec::Kind kind = job.strategy().kind();
+  if (kind != StrategySpec::MULTI_WORKER_MIRRORED && kind != StrategySpec::PARAMETER_SERVER) {
+    return absl::UnimplementedError(absl::StrCat("job: elastic needs strategy kind MULTI_WORKER_MIRRORED or "
+                                                 "PARAMETER_SERVER, not ", StrategySpec::Kind_Name(kind),
+                                                 " (its replicas share one worker)"));
+  }
+  if (kind == StrategySpec::PARAMETER_SERVER && job.strategy().replicas_to_aggregate() > 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "job: elastic parameter-server jobs aggregate every replica (sync) or none (async), not "
+        "replicas_to_aggregate ", job.strategy().replicas_to_aggregate(), ": a step of the first k cannot be "
+        "applied whole or not at all"));
   }
   if (e.min_workers() < 0 || e.max_workers() < 0 || e.wait_seconds() < -1) {
     return absl::InvalidArgumentError(absl::StrCat("job: elastic.min_workers (", e.min_workers(), ") and max_workers (",

@@ -294,7 +294,9 @@ absl::StatusOr<DistributedPlan> PlanDistributedJob(const JobSpec& job, const Tra
                                                      " is a GPU (set device: CPU)"));
       }
     }
-    RETURN_IF_ERROR(AddElasticState(plan.replicated, o.replica_devices, &plan.graph, &plan.elastic));
+    // Shared variables (PARAMETER_SERVER) count their steps on the first ps.
+    const std::string shared = o.kind == StrategySpec::PARAMETER_SERVER ? o.variable_devices.front() : "";
+    RETURN_IF_ERROR(AddElasticState(o.replica_devices, shared, &plan.replicated, &plan.graph, &plan.elastic));
   }
   RETURN_IF_ERROR(AddReplicaInputs(job, training, o, start_step, &plan));
   RETURN_IF_ERROR(AddEvaluation(job, training, o.replica_devices[0], &plan));

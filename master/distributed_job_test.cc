@@ -3,6 +3,7 @@
 // what the strategy needs.
 #include "master/distributed_job.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -129,6 +130,76 @@ TEST(DistributedJobTest, AnElasticJobsReplicasCommitTheirStepsWholeAndCanTakeAPe
     ASSERT_NE(sync, nullptr);
     EXPECT_EQ(static_cast<size_t>(sync->def().input_size()), variables);
     EXPECT_EQ(sync->def().device(), kDevices[r == 0 ? 2 : 0]);
+  }
+}
+
+// An elastic parameter-server job: the variables live once on the ps, so
+// one counter there counts every step applied, each step (every replica's
+// when sync, each replica's own when async) is gated by a commit barrier on
+// the ps, and there is nothing to copy between replicas.
+TEST(DistributedJobTest, AnElasticParameterServerJobCountsItsStepsOnThePsAndGatesEachWhole) {
+  const std::string ps = kDevices.back();
+  for (const bool sync : {true, false}) {
+    SCOPED_TRACE(sync ? "sync" : "async");
+    JobSpec job = Job(StrategySpec::PARAMETER_SERVER);
+    job.mutable_strategy()->set_sync(sync);
+    job.mutable_elastic()->set_min_workers(1);
+    auto tg = LowerJob(job);
+    ASSERT_TRUE(tg.ok()) << tg.status();
+    auto plan = PlanDistributedJob(job, *tg, kDevices, nullptr, /*start_step=*/6);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(plan->num_replicas, 2);
+    EXPECT_TRUE(plan->elastic.shared);
+    EXPECT_TRUE(plan->elastic.sync_from.empty());
+    auto g = Graph::FromGraphDef(plan->graph);
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_EQ(plan->elastic.step_reads.size(), 1u);
+    const Node* read = (*g)->FindNode(plan->elastic.step_reads[0]);
+    ASSERT_NE(read, nullptr);
+    const Node* counter = read->input(0).node;
+    EXPECT_EQ(counter->op(), "Variable");
+    EXPECT_EQ(counter->def().device(), ps);
+    EXPECT_EQ(*GetStringAttr(counter->def(), "shared_name"), "elastic/step");
+    std::map<std::string, int> barriers;  // gated updates per barrier
+    for (int r = 0; r < 2; ++r) {
+      const Node* train = (*g)->FindNode(plan->replicated.replicas[r].train_op);
+      ASSERT_NE(train, nullptr);
+      int increments = 0;
+      for (const std::string& input : train->def().input()) {
+        const Node* u = (*g)->FindNode(input.substr(1));
+        ASSERT_NE(u, nullptr) << input;
+        if (u->op() == "AssignAdd") {
+          ++increments;
+          EXPECT_EQ(u->input(0).node, counter) << "every replica counts on the one counter";
+          continue;
+        }
+        EXPECT_TRUE(*GetBoolAttr(u->def(), "_commit")) << u->name();
+        std::string barrier;
+        for (const std::string& ui : u->def().input()) {
+          if (absl::StrContains(ui, "elastic/commit")) barrier = ui.substr(1);
+        }
+        ASSERT_FALSE(barrier.empty()) << u->name() << " waits for no barrier";
+        EXPECT_EQ((*g)->FindNode(barrier)->def().device(), ps);
+        ++barriers[barrier];
+      }
+      EXPECT_EQ(increments, 1);
+      // A step targets the updates on the ps: the increment too.
+      const std::vector<std::string>& targets =
+          sync ? plan->replicated.train_targets : plan->replicated.replicas[r].train_targets;
+      EXPECT_NE(std::find(targets.begin(), targets.end(), ReplicaName(sync ? 0 : r, "elastic/step_add")),
+                targets.end());
+    }
+    // Sync: one train op and one barrier for the four updates (its two
+    // replicas' train ops are the same); async: one per replica.
+    if (sync) {
+      EXPECT_EQ(barriers, (std::map<std::string, int>{{ReplicaName(0, "elastic/commit"), 8}}));
+    } else {
+      EXPECT_EQ(barriers, (std::map<std::string, int>{{ReplicaName(0, "elastic/commit"), 4},
+                                                      {ReplicaName(1, "elastic/commit"), 4}}));
+    }
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(*GetIntAttr((*g)->FindNode(ReplicaName(r, "input"))->def(), "skip_batches"), sync ? 6 : 3);
+    }
   }
 }
 

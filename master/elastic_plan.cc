@@ -1,5 +1,6 @@
 #include "master/elastic_plan.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -28,24 +29,24 @@ void SetAttr(NodeDef* n, std::pair<std::string, AttrValue> attr) {
   (*n->mutable_attr())[attr.first] = std::move(attr.second);
 }
 
-// The counter of replica r on `device`: a variable of its task that the
-// sync copies like the model's. Returns its name.
-std::string AddCounter(int r, const std::string& device, GraphDef* graph) {
-  const std::string counter = ReplicaName(r, kElasticStepVariable);
-  NodeDef* var = AddNode(graph, counter, "Variable", device, {});
+// A step counter on `device` named `name`: a variable of its task
+// (shared name "elastic/step", so it outlives a session like every
+// variable the strategy shares). Returns its name.
+std::string AddCounter(const std::string& name, const std::string& device, GraphDef* graph) {
+  NodeDef* var = AddNode(graph, name, "Variable", device, {});
   SetAttr(var, Attr("dtype", DType::kInt64));
   SetAttr(var, Attr("shape", TensorShape({})));
   SetAttr(var, Attr("initializer", "zeros"));
   SetAttr(var, Attr("seed", int64_t{0}));
   SetAttr(var, Attr("init_value", 0.0f));
   SetAttr(var, Attr("shared_name", kElasticStepVariable));
-  return counter;
+  return name;
 }
 
-// Replica r's barrier, commit updates and counter increment, gating the
-// updates that its train op (node `train` of `graph`) runs. Returns the
-// counter's read.
-absl::StatusOr<std::string> GateReplica(int r, int train, const std::string& device,
+// Replica r's barrier, commit updates and increment of `counter`, on
+// `device`, gating the updates that its train op (node `train` of `graph`)
+// runs.
+absl::StatusOr<std::string> GateReplica(int r, int train, const std::string& device, const std::string& counter,
                                         const absl::flat_hash_map<std::string, int>& index, GraphDef* graph) {
   // The updates are what the replica's train op runs.
   std::vector<int> updates;
@@ -57,7 +58,6 @@ absl::StatusOr<std::string> GateReplica(int r, int train, const std::string& dev
     }
     updates.push_back(u->second);
   }
-  const std::string counter = AddCounter(r, device, graph);
   NodeDef* one = AddNode(graph, ReplicaName(r, "elastic/one"), "Const", device, {});
   SetAttr(one, Attr("value", Tensor::Scalar<int64_t>(1)));
   // The barrier waits for every input of every update and of the
@@ -84,33 +84,22 @@ absl::StatusOr<std::string> GateReplica(int r, int train, const std::string& dev
     add->add_input("^" + update->name());
   }
   graph->mutable_node(train)->add_input("^" + add->name());
-  return AddNode(graph, ReplicaName(r, "elastic/step_read"), "Identity", device, {counter})->name();
+  return add->name();
 }
 
-}  // namespace
+// A step that targets the updates rather than the train op (PS: each
+// update on its ps) must run the increment too.
+void TargetIncrement(const std::string& train_op, const std::string& increment, std::vector<std::string>* targets) {
+  if (targets->empty() || std::find(targets->begin(), targets->end(), train_op) != targets->end()) return;
+  targets->push_back(increment);
+}
 
-absl::Status AddElasticState(const ReplicatedGraph& replicated, const std::vector<std::string>& replica_devices,
-                             GraphDef* graph, ElasticNames* names) {
-  const int n = static_cast<int>(replicated.replicas.size());
-  if (static_cast<int>(replica_devices.size()) != n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("elastic state: ", replica_devices.size(), " replica devices for ", n, " replicas"));
-  }
-  absl::flat_hash_map<std::string, int> index;
-  for (int i = 0; i < graph->node_size(); ++i) index[graph->node(i).name()] = i;
-  names->step_reads.clear();
-  names->sync_from.assign(n, {});
-  for (int r = 0; r < n; ++r) {
-    auto train = index.find(replicated.replicas[r].train_op);
-    if (train == index.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("elastic state: replica ", r, " has no train op '",
-                                                     replicated.replicas[r].train_op, "'"));
-    }
-    ASSIGN_OR_RETURN(std::string read, GateReplica(r, train->second, replica_devices[r], index, graph));
-    names->step_reads.push_back(std::move(read));
-  }
-  // Every variable of one replica (its name in the one-replica graph), and
-  // the counter; one copy target per (source, other replica).
+// Copy targets: sync_from[k] (one per other replica, on its device) assigns
+// replica k's value of every variable, the counter included, to that
+// replica's.
+void AddCopies(const ReplicatedGraph& replicated, const std::vector<std::string>& replica_devices, GraphDef* graph,
+               ElasticNames* names) {
+  const int n = static_cast<int>(replica_devices.size());
   std::vector<std::string> variables;
   for (const auto& [name, node] : replicated.variable_node) variables.push_back(name);
   variables.push_back(kElasticStepVariable);
@@ -128,6 +117,47 @@ absl::Status AddElasticState(const ReplicatedGraph& replicated, const std::vecto
       names->sync_from[k].push_back(target);
     }
   }
+}
+
+}  // namespace
+
+absl::Status AddElasticState(const std::vector<std::string>& replica_devices, const std::string& shared_device,
+                             ReplicatedGraph* rg, GraphDef* graph, ElasticNames* names) {
+  const ReplicatedGraph& replicated = *rg;
+  const int n = static_cast<int>(replicated.replicas.size());
+  if (static_cast<int>(replica_devices.size()) != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("elastic state: ", replica_devices.size(), " replica devices for ", n, " replicas"));
+  }
+  absl::flat_hash_map<std::string, int> index;
+  for (int i = 0; i < graph->node_size(); ++i) index[graph->node(i).name()] = i;
+  names->step_reads.clear();
+  names->sync_from.assign(shared_device.empty() ? n : 0, {});
+  names->shared = !shared_device.empty();
+  const std::string shared_counter =
+      shared_device.empty() ? std::string() : AddCounter(kElasticStepVariable, shared_device, graph);
+  absl::flat_hash_set<std::string> gated;  // train ops; sync replicas share one
+  for (int r = 0; r < n; ++r) {
+    const std::string& train_op = replicated.replicas[r].train_op;
+    auto train = index.find(train_op);
+    if (train == index.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("elastic state: replica ", r, " has no train op '",
+                                                     train_op, "'"));
+    }
+    if (!gated.insert(train_op).second) continue;
+    const std::string& device = shared_device.empty() ? replica_devices[r] : shared_device;
+    const std::string counter = shared_device.empty()
+                                    ? AddCounter(ReplicaName(r, kElasticStepVariable), device, graph)
+                                    : shared_counter;
+    ASSIGN_OR_RETURN(const std::string increment, GateReplica(r, train->second, device, counter, index, graph));
+    TargetIncrement(train_op, increment, &rg->train_targets);
+    TargetIncrement(train_op, increment, &rg->replicas[r].train_targets);
+    if (shared_device.empty() || names->step_reads.empty()) {
+      names->step_reads.push_back(
+          AddNode(graph, absl::StrCat(counter, "/read"), "Identity", device, {counter})->name());
+    }
+  }
+  if (shared_device.empty()) AddCopies(replicated, replica_devices, graph, names);
   return absl::OkStatus();
 }
 

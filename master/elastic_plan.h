@@ -1,5 +1,7 @@
-// What an elastic MULTI_WORKER_MIRRORED job adds to its replicated graph
-// (proto/job.proto ElasticPolicy; docs/fault_tolerance.md "Elastic jobs").
+// What an elastic job adds to its replicated graph (proto/job.proto
+// ElasticPolicy; docs/fault_tolerance.md "Elastic jobs").
+//
+// MULTI_WORKER_MIRRORED:
 //
 // A worker lost mid-step leaves its peers wherever the step's all-reduces
 // had got to: one survivor may have received every reduced bucket and
@@ -23,6 +25,14 @@
 //     membership change every replica starts from the survivor that got
 //     furthest (and a new worker from a peer's variables).
 //
+// PARAMETER_SERVER (sync with every replica, or async): the variables live
+// once, on the ps, and outlive any worker. A worker lost mid-step may have
+// pushed some of its gradients and not others, so each step is gated the
+// same way, on the first ps: sync replicas share one barrier (every update
+// waits for every replica's gradient), each async replica has its own. One
+// counter there, "elastic/step", counts the steps applied by all replicas
+// together; there is nothing to copy.
+//
 // Thread-safety: pure functions.
 #ifndef WEFT_MASTER_ELASTIC_PLAN_H_
 #define WEFT_MASTER_ELASTIC_PLAN_H_
@@ -42,19 +52,26 @@ struct ElasticNames {
   std::vector<std::string> step_reads;
   // sync_from[k]: the targets (one per other replica, on its task) that copy
   // replica k's variables to every other replica.
+  // Empty for shared variables.
   std::vector<std::vector<std::string>> sync_from;
+  // Whether the variables are shared (on the ps): then step_reads holds the
+  // one counter's read.
+  bool shared = false;
 };
 
 // The counter's name in each replica's store.
 inline constexpr char kElasticStepVariable[] = "elastic/step";
 
-// Adds the barrier, the counter and the sync targets above to `graph`, the
-// replicated graph whose replica names `replicated` gives (its replicas'
-// train ops run their updates; `variable_node` lists the variables), each
-// replica's nodes on `replica_devices[r]`. INVALID_ARGUMENT when a replica's
-// train op is missing or one of its updates is not in the graph.
-absl::Status AddElasticState(const ReplicatedGraph& replicated, const std::vector<std::string>& replica_devices,
-                             GraphDef* graph, ElasticNames* names);
+// Adds the barriers, the counters and the sync targets above to `graph`,
+// the replicated graph whose replica names `rg` gives (its replicas' train
+// ops run their updates; `variable_node` lists the variables), and each
+// increment to the step targets of `rg` that do not run the train op. With
+// an empty `shared_device` the variables are mirrored and each replica's
+// nodes go on `replica_devices[r]`; else they are shared and the gates and
+// the counter go on `shared_device`. INVALID_ARGUMENT when a replica's train
+// op is missing or one of its updates is not in the graph.
+absl::Status AddElasticState(const std::vector<std::string>& replica_devices, const std::string& shared_device,
+                             ReplicatedGraph* rg, GraphDef* graph, ElasticNames* names);
 
 }  // namespace master
 }  // namespace weft

@@ -265,13 +265,7 @@ absl::StatusOr<TrainResult> JobRunner::RunAttempt(int attempt, const std::option
     // trains on k replicas' batches.
     const StepCounts counts = CountSteps(job_, train_examples, plan.num_replicas, plan.replica_batch, plan.sync,
                                          plan.replicas_to_aggregate);
-    ReplicaRecovery recover;
-    if (job_.strategy().kind() == StrategySpec::PARAMETER_SERVER && job_.recovery().max_restarts() >= 0) {
-      recover = [this, a](const absl::Status& error, const std::string& task) {
-        return RecoverReplica(error, task, a);
-      };
-    }
-    StepDriver driver(job_, plan, session, counts, start_step, &cancelled_, std::move(recover));
+    StepDriver driver(job_, plan, session, counts, start_step, &cancelled_, ReplicaRecoveryOf(a));
     CheckpointHook checkpoints(job_, checkpointer, handle, a, &driver, &preempted_, options_.update_status);
     StepSource source;
     source.examples = train_examples;
@@ -300,6 +294,16 @@ absl::StatusOr<TrainResult> JobRunner::RunAttempt(int attempt, const std::option
     CloseSession();
   }
   return result;
+}
+
+ReplicaRecovery JobRunner::ReplicaRecoveryOf(AttemptState* a) {
+  // An elastic job's replica that fails ends the attempt: the members
+  // change then (RecoverMembers).
+  if (job_.strategy().kind() != StrategySpec::PARAMETER_SERVER || job_.recovery().max_restarts() < 0 ||
+      members_ != nullptr) {
+    return nullptr;
+  }
+  return [this, a](const absl::Status& error, const std::string& task) { return RecoverReplica(error, task, a); };
 }
 
 absl::StatusOr<DistributedPlan> JobRunner::PlanAttempt(int64_t start_step, const ClusterProbe& probe) {

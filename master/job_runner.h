@@ -106,7 +106,9 @@ struct JobRunnerOptions {
 // attempt's session stays open until the next one has read every
 // replica's step counter and copied the furthest replica's variables to the
 // others (RecoverMembers, ResumeFromMembers in job_runner_elastic.cc). Only
-// when no member kept its state does it restore a checkpoint.
+// when no member kept its state does it restore a checkpoint. An elastic
+// PARAMETER_SERVER job's state is the ps's: any worker that answers may be
+// a member, and only a ps that restarted sends it to its checkpoint.
 class JobRunner {
  public:
   // `training` is LowerJob(job). `session_handle` names the job's session to
@@ -184,6 +186,9 @@ class JobRunner {
   // found dead), or its own worker died and came back in time (the session
   // then registers its graphs anew). False ends the job with the error.
   bool RecoverReplica(const absl::Status& error, const std::string& task, AttemptState* a);
+  // RecoverReplica for attempt `a` of a PS job that is not elastic and may
+  // restart; null otherwise (a replica's failure ends the attempt).
+  ReplicaRecovery ReplicaRecoveryOf(AttemptState* a);
 
   // Elastic jobs (job_runner_elastic.cc). The first members: as many of the
   // cluster's workers as split the global batch.
@@ -195,6 +200,13 @@ class JobRunner {
   // The cluster's workers that answer a probe now and do not drain, with
   // their incarnations when `incarnations` is not null.
   std::vector<std::string> AnsweringWorkers(std::map<std::string, uint64_t>* incarnations) const;
+  // Whether the job's variables live once, on its ps (PARAMETER_SERVER),
+  // rather than on every worker.
+  bool SharesVariables() const;
+  // The first ps that no longer holds the variables the attempt started
+  // with (it does not answer, or its incarnation differs from `known`), as
+  // "TASK, which ..."; "" when every ps kept them.
+  std::string PsThatLostTheVariables(const std::map<std::string, uint64_t>& known) const;
   // How many of `available` workers the job trains on: ElasticReplicaCount
   // under the size `weft scale` asked for.
   int ElasticCount(int available) const;

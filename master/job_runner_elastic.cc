@@ -49,6 +49,18 @@ std::vector<std::string> JobRunner::AnsweringWorkers(std::map<std::string, uint6
   return out;
 }
 
+bool JobRunner::SharesVariables() const { return job_.strategy().kind() == StrategySpec::PARAMETER_SERVER; }
+
+std::string JobRunner::PsThatLostTheVariables(const std::map<std::string, uint64_t>& known) const {
+  for (const TaskHealth& h : ProbeTasks(members_.get(), EffectiveRecovery(job_).heartbeat_timeout)) {
+    if (IsWorkerTask(h.task)) continue;
+    auto it = known.find(h.task);
+    if (!h.answered) return absl::StrCat(h.task, ", which does not answer");
+    if (it == known.end() || it->second != h.incarnation) return absl::StrCat(h.task, ", which restarted");
+  }
+  return "";
+}
+
 int JobRunner::ElasticCount(int available) const {
   const int target = target_workers_.load();
   return ElasticReplicaCount(job_, target > 0 ? std::min(available, target) : available);
@@ -138,16 +150,19 @@ absl::StatusOr<bool> JobRunner::RecoverMembers(const std::string& reason, absl::
   std::map<std::string, uint64_t> now;
   const std::vector<std::string> answering = AnsweringWorkers(&now);
   std::vector<std::string> kept, fresh;
+  const bool shared = SharesVariables();
   for (const std::string& t : answering) {
     auto it = known.find(t);
-    (it != known.end() && it->second == now[t] ? kept : fresh).push_back(t);
+    // Shared variables live on the ps: any worker that answers will do.
+    (shared || (it != known.end() && it->second == now[t]) ? kept : fresh).push_back(t);
   }
   const std::vector<std::string> before = members_->Workers();
-  if (kept.empty()) {
+  const std::string lost = shared ? PsThatLostTheVariables(known) : kept.empty() ? "every worker" : "";
+  if (!lost.empty()) {
     // Nothing in memory to go on from: the newest checkpoint, once every
     // member answers, as for any job.
-    log->warn("job '{}': no worker kept the job's variables ({} answer(s)); restoring its newest checkpoint",
-              job_.name(), Listed(answering));
+    log->warn("job '{}': the job's variables are gone with {} ({} answer(s)); restoring its newest checkpoint",
+              job_.name(), lost, Listed(answering));
     CloseRetiredSession();
     from_memory_ = false;
     return false;
@@ -174,9 +189,11 @@ absl::StatusOr<bool> JobRunner::RecoverMembers(const std::string& reason, absl::
   change_failed_at_ = failed_at;
   from_memory_ = true;
   memory_step_ = a->reached_step.load();
-  log->warn("job '{}': goes on with {} worker(s) from their memory, no checkpoint restored: {}; left: {}; "
-            "joining or restarted, taking the variables from a peer: {}",
-            job_.name(), n, Listed(next), Listed(change_left_), Listed(Minus(next, kept)));
+  log->warn("job '{}': goes on with {} worker(s) from {}, no checkpoint restored: {}; left: {}; "
+            "joining or restarted{}: {}",
+            job_.name(), n, shared ? "the variables on the ps" : "their memory", Listed(next),
+            Listed(change_left_), shared ? "" : ", taking the variables from a peer",
+            Listed(shared ? change_joined_ : Minus(next, kept)));
   return true;
 }
 
@@ -207,7 +224,7 @@ absl::Status JobRunner::ResumeFromMembers(const std::string& handle, const Clust
     ASSIGN_OR_RETURN(*plan, PlanAttempt(furthest, probe));
     ASSIGN_OR_RETURN(*session, OpenSession(handle, plan->graph, &probe));
   }
-  if (plan->num_replicas > 1) {
+  if (!plan->elastic.shared && plan->num_replicas > 1) {
     // Copied even when the counters agree: equal counts need not mean
     // equal values for a member that came back empty or that kept a step's
     // updates but lost its count. One pass over the model is cheap next to
@@ -215,14 +232,22 @@ absl::Status JobRunner::ResumeFromMembers(const std::string& handle, const Clust
     std::vector<Tensor> none;
     RETURN_IF_ERROR((*session)->Run({}, {}, plan->elastic.sync_from[source], &none));
   }
+  // The training graphs hold the variables in this session on every task
+  // before the failed attempt's graphs go; else a task whose variables no
+  // Run above touched (the ps, or a lone replica) would drop them with the
+  // last of those.
+  for (const auto& [fetches, targets] : TrainingSignatures(*plan)) {
+    RETURN_IF_ERROR((*session)->Prepare(fetches, targets));
+  }
   from_memory_ = false;
   CloseRetiredSession();
   const absl::Time now = absl::Now();
   const double seconds = absl::ToDoubleSeconds(now - change_failed_at_);
   log->warn("job '{}': membership changed in {:.2f} s: {} worker(s) from step {}, variables from {} ({}); left: {}; "
             "joined: {}",
-            job_.name(), seconds, plan->num_replicas, furthest, plan->replica_tasks[source],
-            absl::StrJoin(applied, "/"), Listed(change_left_), Listed(change_joined_));
+            job_.name(), seconds, plan->num_replicas, furthest,
+            plan->elastic.shared ? "the ps" : plan->replica_tasks[source], absl::StrJoin(applied, "/"),
+            Listed(change_left_), Listed(change_joined_));
   MembershipChange change;
   change.set_step(furthest);
   change.set_time_unix_ms(absl::ToUnixMillis(now));

@@ -17,9 +17,10 @@ StepCounts CountSteps(const JobSpec& job, int64_t train_examples, int num_replic
   // Every replica reads as many batches as the smallest shard holds.
   const int64_t replica_steps = (train_examples / num_replicas) / replica_batch * num_replicas;
   c.batches_per_epoch = k > 0 ? replica_steps / k : sync ? replica_steps / num_replicas : replica_steps;
-  // Elastic replicas read slices of one order: an epoch's steps do not
-  // depend on how many replicas share each global batch.
-  if (job.has_elastic()) c.batches_per_epoch = train_examples / job.batch_size();
+  // Elastic sync replicas read slices of one order: an epoch's steps do not
+  // depend on how many replicas share each global batch. (An async step is
+  // one replica's: an epoch is as many of them as above.)
+  if (job.has_elastic() && sync) c.batches_per_epoch = train_examples / job.batch_size();
   c.total_steps = job.steps() > 0 ? job.steps() : c.batches_per_epoch * job.epochs();
   return c;
 }

@@ -27,10 +27,7 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <functional>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <memory>
 #include <random>
@@ -40,30 +37,27 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "client/grpc_master_client.h"
 #include "client/subprocess.h"
 #include "common/status_macros.h"
-#include "common/test_util.h"
 #include "gtest/gtest.h"
 #include "job/job_spec.h"
-#include "runtime/data/test_files.h"
+#include "tests/elastic_fixture.h"
 #include "tests/test_checkpoints.h"
 #include "tests/test_cluster.h"
-#include "tests/test_tls.h"
 
 namespace weft {
 namespace {
 
-using data::testing::TempPath;
+using testing::kFashionMnist;
 using testing::ReadNewestCheckpoint;
+using testing::ReadText;
 using testing::SavedCheckpoint;
+using testing::StepCounters;
 
-constexpr char kFashionMnist[] = "/usr/share/datasets/fashion-mnist";
 constexpr int kBatch = 96;   // the global batch: 32 per replica of 3, 48 of 2
 constexpr int kSteps = 300;  // 4.8 epochs of the 6000 examples
-constexpr absl::Duration kJobDeadline = absl::Seconds(240);
 const char* const kVictim = "/job:worker/task:2";
 
 // `steps` steps; heartbeats (and the membership watch) every 200 ms.
@@ -81,24 +75,6 @@ JobSpec ElasticJob(const std::string& checkpoint_dir, int steps = kSteps) {
                       "elastic_test");
   EXPECT_TRUE(job.ok()) << job.status();
   return *job;
-}
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-// The step counter each worker saved: "elastic/step" of its shard.
-std::map<std::string, int64_t> StepCounters(const SavedCheckpoint& c) {
-  std::map<std::string, int64_t> out;
-  for (const auto& [key, v] : c.variables) {
-    const size_t bar = key.find('|');
-    if (key.substr(bar + 1) != "elastic/step") continue;
-    int64_t step = -1;
-    if (v.bytes.size() == sizeof(step)) std::memcpy(&step, v.bytes.data(), sizeof(step));
-    out[key.substr(0, bar)] = step;
-  }
-  return out;
 }
 
 // The final checkpoint under `dir` holds one shard per worker of `workers`,
@@ -122,68 +98,8 @@ void ExpectEveryWorkerAppliedEveryStepOnce(const std::string& dir, int steps, si
   }
 }
 
-class ElasticTest : public ::testing::Test {
+class ElasticTest : public testing::ElasticFixture {
  protected:
-  void SetUp() override {
-    if (::access(kFashionMnist, R_OK) != 0) {
-      GTEST_SKIP() << kFashionMnist << " is not installed (make test installs it)";
-    }
-    tag_ = absl::StrCat(::testing::UnitTest::GetInstance()->current_test_info()->name(), "-", ::getpid());
-    rng_ = testing::TestRng();
-    auto tls = testing::TestTls::Create(Path("tls"));
-    ASSERT_TRUE(tls.ok()) << tls.status();
-    tls_ = std::make_unique<testing::TestTls>(*std::move(tls));
-    const std::string root = "--checkpoint_root=" + ::testing::TempDir();
-    std::vector<std::string> addresses;
-    for (int i = 0; i < 3; ++i) Add(absl::StrCat("worker-", i), {"worker", absl::StrCat("--task=worker:", i), root});
-    for (auto& [name, d] : daemons_) ASSERT_TRUE(d->Launch().ok()) << name;
-    for (auto& [name, d] : daemons_) {
-      absl::Status s = d->AwaitPort();
-      ASSERT_TRUE(s.ok()) << s;
-      addresses.push_back(d->address());
-    }
-    testing::TestDaemon* master =
-        Add("master", {"master", "--cluster=worker=" + absl::StrJoin(addresses, ","), root});
-    absl::Status s = master->Start();
-    ASSERT_TRUE(s.ok()) << s;
-    client_ = MasterClient::Create(master->address(), tls_->ClientOptions());
-    std::vector<testing::TestDaemon*> all;
-    for (auto& [name, d] : daemons_) all.push_back(d.get());
-    ASSERT_TRUE(testing::WaitForCluster(client_.get(), 3, all));
-  }
-
-  void TearDown() override {
-    for (auto& [name, d] : daemons_) {
-      if (d->process()->Running()) testing::ExpectStopsOnSigterm(d.get());
-    }
-  }
-
-  std::string Path(const std::string& name) const { return TempPath(absl::StrCat(tag_, "-", name)); }
-  std::string LogPath(const std::string& proc) const { return Path(proc + ".log"); }
-
-  testing::TestDaemon* Add(const std::string& name, std::vector<std::string> args) {
-    for (const std::string& flag : tls_->DaemonFlags(testing::DaemonIdentity(name))) args.push_back(flag);
-    args.push_back(absl::StrCat("--data_root=", kFashionMnist));
-    auto& d = daemons_[name];
-    d = std::make_unique<testing::TestDaemon>(name, std::move(args), LogPath(name));
-    return d.get();
-  }
-
-  // The master's log lines that contain `what`.
-  std::vector<std::string> MasterLogLines(const std::string& what) const {
-    std::vector<std::string> out;
-    for (absl::string_view line : absl::StrSplit(ReadText(LogPath("master")), '\n')) {
-      if (absl::StrContains(line, what)) out.emplace_back(line);
-    }
-    return out;
-  }
-
-  // Polls the job until `until` holds or it ends; `what` names the wait.
-  JobStatus PollUntil(const std::string& id, const std::string& what,
-                      const std::function<bool(const JobStatus&)>& until) {
-    return testing::PollJobUntil(client_.get(), id, kJobDeadline, what, until);
-  }
-
   // Kills worker 2 for good, then submits a `steps`-step job that checkpoints
   // into `dir`: its id once it trains on the other two.
   absl::StatusOr<std::string> RunOnTwo(const std::string& dir, int steps) {
@@ -219,15 +135,6 @@ class ElasticTest : public ::testing::Test {
     ExpectEveryWorkerAppliedEveryStepOnce(dir, steps, 3);
   }
 
-  JobStatus WatchToEnd(const std::string& id) {
-    return testing::WatchJobToEnd(client_.get(), id, kJobDeadline, [](const JobStatus&) {});
-  }
-
-  std::string tag_;
-  std::mt19937_64 rng_;
-  std::unique_ptr<testing::TestTls> tls_;
-  std::map<std::string, std::unique_ptr<testing::TestDaemon>> daemons_;
-  std::unique_ptr<MasterClient> client_;
 };
 
 TEST_F(ElasticTest, AWorkerLostForGoodLeavesTheJobToTheOthersWithoutARestoreOrARepeatedStep) {
