@@ -383,6 +383,35 @@ def ps_without_cluster(o):
     set_flag(container(o, "weft-ps")["args"], "cluster", None)
 
 
+@CROSSREF.overlay("StatefulSet/weft-worker: container worker: a worker registers with the master (--master) and "
+                  "takes no --cluster: a pod past the cluster spec (a scale-up) would not start")
+def worker_with_cluster(o):
+    container(o, "weft-worker")["args"].append("--cluster=$(WEFT_MASTER)")
+
+
+@CROSSREF.overlay("StatefulSet/weft-worker: container worker: no --master (a worker registers there",
+                  also=["%s: %s admits %s to port %d; %s"])  # the NetworkPolicy still lets it register
+def worker_without_master(o):
+    set_flag(container(o, "weft-worker")["args"], "master", None)
+
+
+@CROSSREF.overlay("StatefulSet/weft-worker: --master is 'weft-master:5000'; the master pod is reached at "
+                  "'weft-master-0.weft-master:5000'")
+def worker_registers_elsewhere(o):
+    set_flag(container(o, "weft-worker")["args"], "master", "weft-master:5000")
+
+
+@CROSSREF.overlay("StatefulSet/weft-worker: container worker: --advertise must be $(POD_NAME).weft-worker:2222 (the "
+                  "pod's StatefulSet name, where the master and its peers reach it), got '$(POD_NAME):2222'")
+def worker_advertises_its_bare_name(o):
+    set_flag(container(o, "weft-worker")["args"], "advertise", "$(POD_NAME):2222")
+
+
+@CROSSREF.overlay("StatefulSet/weft-worker: container worker: POD_NAME must come from the fieldRef metadata.name")
+def worker_pod_name_from_the_index(o):
+    env_var(container(o, "weft-worker"), "POD_NAME")["valueFrom"]["fieldRef"]["fieldPath"] = "metadata.namespace"
+
+
 @CROSSREF.overlay("StatefulSet/weft-worker: container worker: --task must be worker:$(POD_INDEX) (the pod's "
                   "ordinal), got 'worker:0'")
 def fixed_task_index(o):
@@ -554,7 +583,8 @@ def cluster_spec_extra_job(o):
 
 
 @CROSSREF.overlay("ConfigMap/weft-config: master is 'weft-master:5000'; the master pod is reached at "
-                  "'weft-master-0.weft-master:5000'")
+                  "'weft-master-0.weft-master:5000'",
+                  also=["--master is %r; the master pod is reached at %r"])  # the workers' --master
 def master_address_mismatch(o):
     find(o, "ConfigMap", "weft-config")["data"]["master"] = "weft-master:5000"
 
@@ -858,11 +888,23 @@ def every_port_open_between_tasks(o):
     policy(o, "weft-tasks")["ingress"][0].pop("ports")
 
 
-@NETPOL.overlay("StatefulSet/weft-master: NetworkPolicy/weft-master admits the pods of StatefulSet/weft-worker to "
-                "port 5000; tasks never call the master")
+@NETPOL.overlay("StatefulSet/weft-master: NetworkPolicy/weft-master admits the pods of StatefulSet/weft-ps to "
+                "port 5000; only weft clients and the workers that register call the master")
 def tasks_reach_the_master(o):
     policy(o, "weft-master")["ingress"][0]["from"].append(
         {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "weft"}}})
+
+
+@NETPOL.overlay("StatefulSet/weft-master: no NetworkPolicy admits the pods of StatefulSet/weft-worker to port 5000; "
+                "workers register with the master (weft worker --master)")
+def workers_shut_out_of_the_master(o):
+    del policy(o, "weft-master")["ingress"][1]
+
+
+@NETPOL.overlay("StatefulSet/weft-worker: its NetworkPolicy egress does not let it reach port 5000 of "
+                "StatefulSet/weft-master; workers register with the master")
+def workers_cannot_leave_for_the_master(o):
+    o.remove(find(o, "NetworkPolicy", "weft-register"))
 
 
 @NETPOL.overlay("StatefulSet/weft-worker: NetworkPolicy/weft-tasks admits the weft client pods of Job/weft-submit "
@@ -1708,7 +1750,7 @@ class WeftFlagsTest(unittest.TestCase):
         r = subprocess.run([sys.executable, "-B", script, "--weft=" + weft_binary(), DEPLOY],
                            capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("3 rendering(s), 31 object(s), 0 error(s)", r.stderr)
+        self.assertIn("3 rendering(s), 33 object(s), 0 error(s)", r.stderr)
         r = subprocess.run([sys.executable, "-B", script, DEPLOY], capture_output=True, text=True,
                            env=dict(os.environ, PATH=os.path.dirname(sys.executable), WEFT=""))
         self.assertEqual(r.returncode, 2)
@@ -1773,7 +1815,7 @@ class TlsSecretsScriptTest(unittest.TestCase):
             for name, keys in need.items():
                 self.assertLessEqual(keys, set(secrets.get(name, {})), "%s: Secret %s" % (overlay, name))
         self.assertEqual(sorted(secrets["weft-tls-worker"]),
-                         ["ca.crt", "worker-0.crt", "worker-0.key", "worker-1.crt", "worker-1.key"])
+                         ["ca.crt"] + ["worker-%d.%s" % (i, ext) for i in range(4) for ext in ("crt", "key")])
 
     def test_makes_the_service_monitors_keys(self):
         secrets, tls = run_make_tls_secrets(self)
@@ -1853,3 +1895,26 @@ class TlsSecretsScriptTest(unittest.TestCase):
     def test_refuses_a_bad_cluster(self):
         with self.assertRaisesRegex(AssertionError, "is not JOB=HOST:PORT"):
             run_make_tls_secrets(self, "--cluster=weft-worker-0.weft-worker:2222")
+
+    def test_workers_past_the_cluster_get_certificates_for_a_scale_up(self):
+        # The ConfigMap's max-workers (4): workers 2 and 3 are past its cluster, named as worker 0 is.
+        secrets, tls = run_make_tls_secrets(self)
+        with open(os.path.join(tls, "worker-3.crt")) as f:
+            issued = f.read().split()
+        self.assertIn("--name=/job:worker/task:3", issued)
+        self.assertIn("--role=cluster", issued)
+        self.assertIn("--hosts=weft-worker-3.weft-worker,weft-worker-3.weft-worker.weft.svc,"
+                      "weft-worker-3.weft-worker.weft.svc.cluster.local,localhost", issued)
+        self.assertNotIn("worker-4.crt", secrets["weft-tls-worker"])
+        self.assertNotIn("ps-1.crt", secrets["weft-tls-ps"])  # only workers register
+        secrets, _ = run_make_tls_secrets(self, "--max_workers=3")
+        self.assertEqual(sorted(k for k in secrets["weft-tls-worker"] if k.endswith(".crt")),
+                         ["ca.crt", "worker-0.crt", "worker-1.crt", "worker-2.crt"])
+        # A cluster given by hand is the operator's whole list unless --max_workers says more.
+        secrets, _ = run_make_tls_secrets(self, "--cluster=worker=w-0.w:1,w-1.w:1")
+        self.assertEqual(sorted(k for k in secrets["weft-tls-worker"] if k.endswith(".crt")),
+                         ["ca.crt", "worker-0.crt", "worker-1.crt"])
+        with self.assertRaisesRegex(AssertionError, "--max_workers must be a count of workers"):
+            run_make_tls_secrets(self, "--max_workers=4;rm")
+        with self.assertRaisesRegex(AssertionError, "worker 0's address 'w0:1' is not a StatefulSet name"):
+            run_make_tls_secrets(self, "--cluster=worker=w0:1", "--max_workers=2")

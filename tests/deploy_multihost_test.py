@@ -25,7 +25,9 @@ The job is submitted by the submit Job's containers; once it has written a
 checkpoint, worker 1 is SIGKILLed and started again under the same name and
 address (as the StatefulSet controller would), and the job must still
 SUCCEED, with a recovery recorded. An elastic MULTI_WORKER_MIRRORED job is
-scaled from two workers to one and back with `weft scale`. Then, from the
+scaled from two workers to one and back with `weft scale`, then onto a
+worker pod past the cluster string (the one `kubectl scale` would add),
+which registers with the master itself. Then, from the
 submit pod: every daemon's health port answers a plaintext gRPC health check SERVING (what the
 kubelet's probe sends), the master's own port does not answer one (it is
 mTLS-only), and `weft jobs` without a client certificate is refused. Every
@@ -200,6 +202,8 @@ class Pod:
         os.makedirs(self.dir, exist_ok=True)
         self.proc = None
         self.log_path = os.path.join(self.dir, "log.txt")
+        # A pod past the StatefulSet's replicas, started only when the test scales it up.
+        self.standby = False
 
 
 class Cluster:
@@ -498,7 +502,7 @@ def check_mirrored_over_the_network(cluster, submit, spec, mounts, data):
     done = subprocess.run(wrapper, capture_output=True, text=True, env=full_env, timeout=120)
     assert done.returncode == 0, "the mirrored job failed:\n%s%s" % (done.stdout[-2000:], done.stderr[-2000:])
     for pod in cluster.pods:
-        if not pod.name.startswith("weft-worker-"):
+        if not pod.name.startswith("weft-worker-") or pod.proc is None:
             continue
         with open(pod.log_path) as f:
             text = f.read()
@@ -519,14 +523,16 @@ def weft_in(cluster, pod, spec, args, timeout=30):
 
 def check_elastic_scaling(cluster, submit, spec, mounts, data):
     """An elastic MULTI_WORKER_MIRRORED job across the worker pods (hosts of their own) scaled down to one worker
-    and back up to two with `weft scale`: each change lands at a step boundary, over the TLS sockets, with no
-    recovery; the job is cancelled once both are recorded."""
+    and back up to two with `weft scale`, then onto a third worker pod past the cluster string, started as
+    `kubectl scale statefulset weft-worker --replicas=3` would start it: it registers with the master at its
+    StatefulSet name with its own certificate. Each change lands at a step boundary, over the TLS sockets, with
+    no recovery; the job is cancelled once all three are recorded."""
     with open(os.path.join(mounts["/etc/weft"], "elastic.pbtxt"), "w") as f:
         f.write('name: "multihost-elastic" model { input_shape: [12] num_classes: 3 '
                 'layer { dense { units: 16 activation: RELU } } layer { dense { units: 3 } } } '
                 'dataset { dir: "%s" } optimizer { sgd { learning_rate: 0.1 } } seed: 2 intra_op_threads: 1 '
-                'batch_size: 16 steps: 1000000 strategy { kind: MULTI_WORKER_MIRRORED } '
-                'recovery { heartbeat_ms: 200 } elastic { min_workers: 1 max_workers: 2 }\n' % data)
+                'batch_size: 24 steps: 1000000 strategy { kind: MULTI_WORKER_MIRRORED } '
+                'recovery { heartbeat_ms: 200 } elastic { min_workers: 1 max_workers: 3 }\n' % data)
     done = weft_in(cluster, submit, spec, ["submit", "/etc/weft/elastic.pbtxt"])
     assert done.returncode == 0, "weft submit failed:\n%s%s" % (done.stdout, done.stderr)
     m = re.search(r"(job-[0-9a-f]+-[0-9a-f]+)", done.stdout + done.stderr)
@@ -552,13 +558,25 @@ def check_elastic_scaling(cluster, submit, spec, mounts, data):
         status_until("one worker", lambda st: len(st.get("workers", [])) == 1)
         r = weft_in(cluster, submit, spec, ["scale", job, "--workers=2"])
         assert r.returncode == 0, "weft scale --workers=2 failed:\n%s%s" % (r.stdout, r.stderr)
-        st = status_until("two workers again", lambda st: len(st.get("membership_change", [])) == 2)
+        status_until("two workers again", lambda st: len(st.get("membership_change", [])) == 2)
+        newcomer = next(p for p in cluster.pods if p.standby)
+        cluster.start_daemon(newcomer)
+        log("%s started at %s, past the cluster string" % (newcomer.name, newcomer.ip))
+        r = weft_in(cluster, submit, spec, ["scale", job, "--workers=3"])
+        assert r.returncode == 0, "weft scale --workers=3 failed:\n%s%s" % (r.stdout, r.stderr)
+        st = status_until("three workers", lambda st: len(st.get("membership_change", [])) == 3)
         changes = st["membership_change"]
-        assert [c["workers"] for c in changes] == [1, 2], changes
+        assert [c["workers"] for c in changes] == [1, 2, 3], changes
         assert changes[0]["left"] == ["/job:worker/task:1"] and changes[1]["joined"] == ["/job:worker/task:1"], changes
+        assert changes[2]["joined"] == ["/job:worker/task:%d" % newcomer.ordinal], changes
         assert int(st.get("restarts", 0)) == 0, "a scale is no recovery: %s" % st
         assert st["state"] == "RUNNING", st
-        log("the elastic job went from 2 to 1 to 2 workers across hosts: %s" % changes)
+        master = next(p for p in cluster.pods if p.name == "weft-master-0")
+        with open(master.log_path) as f:
+            joined = "task /job:worker/task:%d joined the cluster at %s.weft-worker:2222" % (newcomer.ordinal,
+                                                                                          newcomer.name)
+            assert joined in f.read(), "the master's log does not say: %s" % joined
+        log("the elastic job went from 2 to 1 to 2 to 3 workers across hosts: %s" % changes)
     finally:
         weft_in(cluster, submit, spec, ["cancel", job])
 
@@ -571,8 +589,11 @@ def run_cluster(weft):
     cluster = Cluster(work, objects, make_secrets(work, weft), weft)
     statefulsets = [o for o in objects if o["kind"] == "StatefulSet"]
     for sts in statefulsets:
-        for i in range(sts["spec"]["replicas"]):
+        replicas = sts["spec"]["replicas"]
+        # The workers one more: the pod a scale-up of the StatefulSet adds.
+        for i in range(replicas + (sts["metadata"]["name"] == "weft-worker")):
             cluster.pods.append(Pod("%s-%d" % (sts["metadata"]["name"], i), len(cluster.pods), sts, i, work))
+            cluster.pods[-1].standby = i >= replicas
     submit_job = cluster.get("Job", "weft-submit")
     submit = Pod("weft-submit-0", len(cluster.pods), submit_job, 0, work)
     cluster.pods.append(submit)
@@ -581,7 +602,8 @@ def run_cluster(weft):
         cluster.network()
         log("pods: " + ", ".join("%s %s" % (p.name, p.ip) for p in cluster.pods))
         for pod in cluster.pods[:-1]:
-            cluster.start_daemon(pod)
+            if not pod.standby:
+                cluster.start_daemon(pod)
 
         # The job: the example's strategy and checkpoint policy, on the
         # shared claim, over a tiny dataset in the image's dataset directory.

@@ -324,7 +324,9 @@ class Checker:
             self.error(sts, "container %s: `weft %s` has no flag --%s" % (c["name"], role, f))
         if positional:
             self.error(sts, "container %s: unexpected arguments %s" % (c["name"], positional))
-        if "cluster" not in flags:
+        if role == "worker":
+            self.check_registration(sts, c, env, flags)
+        elif "cluster" not in flags:
             self.error(sts, "container %s: no --cluster (the daemons take it from the ConfigMap)" % c["name"])
         if role != "master":
             task = flags.get("task", "")
@@ -441,6 +443,24 @@ class Checker:
                     if item.get("key") not in (cm.get("data") or {}):
                         self.error(obj, "volume %s: ConfigMap %s has no key %s" % (v["name"], name_of(cm), item.get("key")))
 
+    def check_registration(self, sts, c, env, flags):
+        """A worker registers with the master (--master) at its StatefulSet name (--advertise), and reads no
+        --cluster, so that a pod past the cluster spec (a scale-up) starts and joins like the others."""
+        name = c["name"]
+        if "cluster" in flags:
+            self.error(sts, "container %s: a worker registers with the master (--master) and takes no --cluster: "
+                            "a pod past the cluster spec (a scale-up) would not start" % name)
+        if "master" not in flags:
+            self.error(sts, "container %s: no --master (a worker registers there: the ConfigMap's master)" % name)
+        want = "$(POD_NAME).%s:%s" % (sts["spec"].get("serviceName"), port_of(flags.get("listen", "")))
+        if flags.get("advertise") != want:
+            self.error(sts, "container %s: --advertise must be %s (the pod's StatefulSet name, where the master and "
+                            "its peers reach it), got %r" % (name, want, flags.get("advertise")))
+        pod_name = [e for e in c.get("env") or [] if e.get("name") == "POD_NAME"]
+        if not pod_name or (((pod_name[0].get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+                            != "metadata.name"):
+            self.error(sts, "container %s: POD_NAME must come from the fieldRef metadata.name" % name)
+
     def daemon_args(self, sts):
         c = (pod_spec(sts).get("containers") or [{}])[0]
         env = self.env_of(sts, c)
@@ -455,7 +475,8 @@ class Checker:
         for role in ("worker", "ps"):
             sts = daemons[role]
             rflags, _ = self.daemon_args(sts)
-            if "cluster" in rflags and rflags["cluster"] != text:  # a missing one is reported as such
+            # A missing one is reported as such; a worker's, as a worker's.
+            if role == "ps" and "cluster" in rflags and rflags["cluster"] != text:
                 self.error(sts, "its --cluster differs from the master's: %r vs %r" % (rflags.get("cluster"), text))
             spec = sts["spec"]
             replicas = spec.get("replicas", 1)
@@ -483,6 +504,10 @@ class Checker:
         for o in cm.values():
             if "master" in (o.get("data") or {}) and o["data"]["master"] != want_master:
                 self.error(o, "master is %r; the master pod is reached at %r" % (o["data"]["master"], want_master))
+        wflags, _ = self.daemon_args(daemons["worker"])
+        if "master" in wflags and "$(" not in wflags["master"] and wflags["master"] != want_master:
+            self.error(daemons["worker"], "--master is %r; the master pod is reached at %r"
+                       % (wflags["master"], want_master))
 
     def check_checkpoints(self, daemons):
         job_texts = [(o, (o.get("data") or {}).get("job.pbtxt")) for o in self.by_kind.get("ConfigMap", {}).values()]
@@ -533,7 +558,8 @@ class Checker:
             main = self.listen_port(sts, role, flags) or ports.get("grpc")
             health = int(flags["health_port"]) if flags.get("health_port", "").isdigit() else None
             endpoints.append(netpol.Endpoint(name_of(sts), role, labels, ports, main, health,
-                                             monitoring.exposed_port(flags), collective_port(role, flags)))
+                                             monitoring.exposed_port(flags), collective_port(role, flags),
+                                             registers=role == "worker" and "master" in flags))
         # The submit Job is the weft client whose pods must reach the master.
         clients = [("the weft client pods of %s" % name_of(j),
                     (pod_template(j).get("metadata") or {}).get("labels") or {})

@@ -9,13 +9,14 @@ ingress and the source's egress.
 
 What weft needs (every one must be admitted):
   clients -> the master's port      master -> every task's port
+  workers that register (--master) -> the master's port
   task -> task, on the task's port  anywhere -> every health port (the
   DNS from every daemon             kubelet's probes come from the node)
   worker -> worker, on a worker's collective port (--collective_port: its
   TLS socket for all-reduce chunks between hosts)
   Prometheus (pods labelled app.kubernetes.io/name: prometheus in the
   namespace `monitoring`) -> every daemon's metrics port
-What it must not have (none may be admitted): tasks -> the master's port;
+What it must not have (none may be admitted): any other task -> the master's port;
 clients -> a task's port; Prometheus, any other pod, of this namespace or
 another, or any address, -> the master's or a task's port; anyone but
 Prometheus -> a metrics port (weft's own pods and clients, the other pods
@@ -34,8 +35,9 @@ import collections
 # `metrics`: the port Prometheus scrapes (--metrics_port), None if the daemon serves none off its loopback.
 # `collective`: a worker's collective socket (--collective_port), None if it opens none (the master, the ps,
 # --collective_transport=grpc).
-Endpoint = collections.namedtuple("Endpoint", "name role labels ports main health metrics collective",
-                                  defaults=(None, None))
+# `registers`: a worker that calls the master's port to register (weft worker --master).
+Endpoint = collections.namedtuple("Endpoint", "name role labels ports main health metrics collective registers",
+                                  defaults=(None, None, False))
 CLIENT_LABELS = {"app.kubernetes.io/name": "weft-client"}
 OTHER_PORT = 1  # stands for every port weft does not serve
 
@@ -183,8 +185,12 @@ def check(policies, endpoints, client=None):
         if dst.role == "master":
             need(dst, client, None, dst.main, "clients -> master must be allowed")
             for e in endpoints:
-                if e is not dst:
-                    refuse(dst, pod_source(e), dst.main, "tasks never call the master; only weft clients may")
+                if e.registers:
+                    need(dst, pod_source(e), e.name, dst.main,
+                         "workers register with the master (weft worker --master)")
+                elif e is not dst:
+                    refuse(dst, pod_source(e), dst.main,
+                           "only weft clients and the workers that register call the master")
         else:
             for e in masters + tasks:
                 need(dst, pod_source(e), e.name, dst.main,

@@ -13,6 +13,7 @@
 # Secrets, PREFIX-ROLE (default prefix weft-tls):
 #   weft-tls-master   ca.crt master.crt master.key
 #   weft-tls-worker   ca.crt worker-<i>.crt worker-<i>.key for every worker
+#                     up to --max_workers
 #   weft-tls-ps       ca.crt ps-<i>.crt ps-<i>.key for every ps
 #   weft-tls-client   ca.crt client.crt client.key: the user --user, for the
 #                     submit Job
@@ -28,6 +29,12 @@
 #   --cluster=SPEC      the tasks, as the ConfigMap's `cluster` (default: the
 #                       one in deploy/k8s/base/configmap.yaml)
 #   --master=HOST:PORT  the master's address (default: `master` there)
+#   --max_workers=N     certificates for workers 0..N-1, so that a scale-up
+#                       of the worker StatefulSet up to N pods needs no new
+#                       Secret (default: `max-workers` there when the
+#                       cluster is too, else the cluster's workers); those
+#                       past the cluster are named
+#                       as its worker 0 is, with their own ordinal
 #   --user=NAME         the user the submit Job runs as (default weft-submit)
 #   --role=ROLE         that user's role, user or admin (default user)
 #   --prometheus=NAME   the admin Prometheus scrapes as (default prometheus):
@@ -46,6 +53,7 @@ weft=${WEFT:-weft}
 namespace=weft
 cluster=""
 master=""
+max_workers=""
 user="weft-submit"
 role=user
 prometheus=prometheus
@@ -65,6 +73,7 @@ for arg in "$@"; do
     --namespace=*) namespace=${arg#*=} ;;
     --cluster=*) cluster=${arg#*=} ;;
     --master=*) master=${arg#*=} ;;
+    --max_workers=*) max_workers=${arg#*=} ;;
     --user=*) user=${arg#*=} ;;
     --role=*) role=${arg#*=} ;;
     --prometheus=*) prometheus=${arg#*=} ;;
@@ -81,15 +90,24 @@ done
 [[ "$prometheus" != "$user" ]] || die "--prometheus and --user name the same certificate ($user); give Prometheus its own"
 [[ "$role" == user || "$role" == admin ]] || die "--role must be user or admin, got $role"
 
-# A key of the ConfigMap: `  key: "value"` on one line.
+# A key of the ConfigMap: `  key: "value"` on one line; "" when it has none.
+configmap_optional() {
+  sed -n "s/^  $1: \"\(.*\)\"\$/\1/p" "$configmap"
+}
 configmap_value() {
   local value
-  value=$(sed -n "s/^  $1: \"\(.*\)\"\$/\1/p" "$configmap")
+  value=$(configmap_optional "$1")
   [[ -n "$value" ]] || die "$configmap has no one-line \"$1\" key; pass --$1="
   echo "$value"
 }
-[[ -n "$cluster" ]] || cluster=$(configmap_value cluster)
+# max-workers goes with the ConfigMap's cluster, not with one given here.
+if [[ -z "$cluster" ]]; then
+  cluster=$(configmap_value cluster)
+  [[ -n "$max_workers" ]] || max_workers=$(configmap_optional max-workers)
+fi
 [[ -n "$master" ]] || master=$(configmap_value master)
+[[ -z "$max_workers" || "$max_workers" =~ ^[0-9]{1,4}$ ]] ||
+  die "--max_workers must be a count of workers (0 to 9999), got '$max_workers'"
 
 # The names a peer may dial a pod by: the address's host as the cluster spec
 # has it (weft-worker-0.weft-worker, or TF_CONFIG's NAME.NS.svc), its fully
@@ -153,6 +171,17 @@ for spec in "${jobs[@]}"; do
     issue "/job:$job/task:$i" "$job-$i" --role=cluster --hosts="$(hosts_of "${addrs[$i]}")"
     files+=("$job-$i.crt=$dir/$job-$i.crt" "$job-$i.key=$dir/$job-$i.key")
   done
+  # Workers past the cluster, for a scale-up: their pods register with the
+  # master at their StatefulSet names, worker 0's with their own ordinal.
+  if [[ "$job" == worker && -n "$max_workers" && "$max_workers" -gt "${#addrs[@]}" ]]; then
+    first=${addrs[0]}
+    [[ "$first" == *-0.* ]] ||
+      die "--max_workers: worker 0's address '$first' is not a StatefulSet name (NAME-0.SERVICE:PORT)"
+    for ((i = ${#addrs[@]}; i < max_workers; i++)); do
+      issue "/job:$job/task:$i" "$job-$i" --role=cluster --hosts="$(hosts_of "${first/-0./-$i.}")"
+      files+=("$job-$i.crt=$dir/$job-$i.crt" "$job-$i.key=$dir/$job-$i.key")
+    done
+  fi
   secret "$prefix-$job" "${files[@]}"
 done
 
