@@ -384,29 +384,39 @@ absl::StatusOr<ps::CheckpointEntry> Checkpointer::FinishSave(int64_t step, const
   return entry;
 }
 
-absl::Status Checkpointer::Restore(const std::string& session_handle, const ps::CheckpointEntry& checkpoint) {
+absl::Status Checkpointer::Restore(const std::string& session_handle, const ps::CheckpointEntry& checkpoint,
+                                  const std::vector<std::string>& replicas) {
   const CheckpointManifest& m = checkpoint.manifest;
-  std::vector<RestoreShardRequest> requests(m.shard_size());
-  std::vector<RestoreShardResponse> responses(m.shard_size());
-  std::vector<WorkerInterface*> owners(m.shard_size());
+  // (task, its shard): each owner its own; or each replica its own, else the first.
+  std::vector<std::pair<std::string, int>> todo;
+  for (int i = 0; i < m.shard_size() && replicas.empty(); ++i) todo.emplace_back(m.shard(i).owner_task(), i);
+  for (const std::string& task : replicas) {
+    int from = 0;
+    for (int i = 0; i < m.shard_size(); ++i) from = m.shard(i).owner_task() == task ? i : from;
+    if (m.shard_size() == 0) return absl::DataLossError(absl::StrCat("checkpoint ", checkpoint.path, " has no shard"));
+    todo.emplace_back(task, from);
+  }
+  std::vector<RestoreShardRequest> requests(todo.size());
+  std::vector<RestoreShardResponse> responses(todo.size());
+  std::vector<WorkerInterface*> owners(todo.size());
   ASSIGN_OR_RETURN(const std::string task_dir, TaskPath(checkpoint.path));
-  for (int i = 0; i < m.shard_size(); ++i) {
-    owners[i] = workers_->GetOrCreateWorker(m.shard(i).owner_task());
+  for (size_t i = 0; i < todo.size(); ++i) {
+    owners[i] = workers_->GetOrCreateWorker(todo[i].first);
     if (owners[i] == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat("checkpoint ", checkpoint.path, " has a shard of task ",
-                                                        m.shard(i).owner_task(), ", which is not in the cluster"));
+                                                        todo[i].first, ", which is not in the cluster"));
     }
     requests[i].set_session_handle(session_handle);
-    requests[i].set_path(JoinPath(task_dir, m.shard(i).file()));
+    requests[i].set_path(JoinPath(task_dir, m.shard(todo[i].second).file()));
     requests[i].set_expect_global_step(m.step());
   }
   std::vector<absl::Status> statuses = FanOut(requests.size(), [&](size_t i, StatusCallback done) {
     owners[i]->RestoreShardAsync(&requests[i], &responses[i], std::move(done));
   });
   int variables = 0;
-  for (int i = 0; i < m.shard_size(); ++i) {
-    RETURN_IF_ERROR(Annotate(WithTask(statuses[i], m.shard(i).owner_task()),
-                             absl::StrCat("restoring checkpoint ", checkpoint.path)));
+  for (size_t i = 0; i < todo.size(); ++i) {
+    RETURN_IF_ERROR(Annotate(WithTask(statuses[i], todo[i].first), absl::StrCat("restoring checkpoint ",
+                                                                                checkpoint.path)));
     variables += responses[i].num_variables();
   }
   Logger("master")->info("job '{}': restored {} variable(s) of step {} from {}", job_name_, variables, m.step(),

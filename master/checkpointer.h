@@ -136,8 +136,13 @@ class Checkpointer {
                                            const std::vector<std::string>& holders = {});
 
   // Restores `checkpoint` into `session_handle`, whose graphs must be
-  // registered on every owner task (MasterSession::Prepare).
-  absl::Status Restore(const std::string& session_handle, const ps::CheckpointEntry& checkpoint);
+  // registered on every owner task (MasterSession::Prepare). `replicas`,
+  // when not empty, are tasks that each hold one whole replica of mirrored
+  // variables (an elastic MULTI_WORKER_MIRRORED job's members, which need
+  // not be the tasks that saved it): each restores its own shard, or the
+  // first one when it saved none, and no other task is asked.
+  absl::Status Restore(const std::string& session_handle, const ps::CheckpointEntry& checkpoint,
+                       const std::vector<std::string>& replicas = {});
 
   // Where a (re)started job resumes: the newest valid checkpoint in the
   // policy's dir, else in its resume_from; NOT_FOUND when neither has one.

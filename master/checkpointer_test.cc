@@ -583,6 +583,27 @@ TEST_F(CheckpointerFaultTest, RestoreSendsEachShardToItsOwnerAndNamesTheOneThatF
                                       " has a shard of task /job:ps/task:7, which is not in the cluster"));
 }
 
+// An elastic mirrored job restores onto its members now, which need not be
+// the tasks that saved: each holds a whole replica, so a member without a
+// shard takes the first one, and a task that saved but is no member is not
+// asked.
+TEST_F(CheckpointerFaultTest, RestoreOntoReplicasGivesAMemberWithoutAShardTheFirstOne) {
+  auto ck = Make();
+  absl::StatusOr<ps::CheckpointEntry> saved = ck->Save(kSession, 12);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  ASSERT_TRUE(ck->Restore(kSession, *saved, {kPs1, kWorker}).ok());
+  EXPECT_TRUE(task(kPs)->restored().empty());
+  EXPECT_EQ(task(kPs1)->restored(), std::vector<std::string>{JoinPath(StepDir(12), "ps-1.shard")});
+  EXPECT_EQ(task(kWorker)->restored(), std::vector<std::string>{JoinPath(StepDir(12), "ps-0.shard")});
+  EXPECT_EQ(task(kWorker)->restored_steps(), std::vector<int64_t>{12});
+
+  ps::CheckpointEntry empty = *saved;
+  empty.manifest.clear_shard();
+  absl::Status s = ck->Restore(kSession, empty, {kWorker});
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_EQ(s.message(), absl::StrCat("checkpoint ", StepDir(12), " has no shard"));
+}
+
 TEST_F(CheckpointerFaultTest, ResumesFromTheNewestValidCheckpointOfDirThenOfResumeFrom) {
   const std::string other = JoinPath(DirName(dir_), "other");
   CheckpointPolicy policy;

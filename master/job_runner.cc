@@ -381,7 +381,11 @@ absl::Status JobRunner::PrepareAttempt(int attempt, const std::string& handle, c
     for (const auto& [fetches, targets] : TrainingSignatures(plan)) {
       RETURN_IF_ERROR(session->Prepare(fetches, targets));
     }
-    RETURN_IF_ERROR(checkpointer->Restore(handle, *resume));
+    // An elastic mirrored job's members each take a whole replica, from
+    // their own shard or another's (they need not be the tasks that saved).
+    const bool mirrored_members = members_ != nullptr && !SharesVariables();
+    RETURN_IF_ERROR(checkpointer->Restore(handle, *resume,
+                                          mirrored_members ? plan.replica_tasks : std::vector<std::string>{}));
   }
   if (attempt > 0 || options_.resumed) {
     UpdateStatus([&](JobStatus* s) {

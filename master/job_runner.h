@@ -200,6 +200,8 @@ class JobRunner {
   // The cluster's workers that answer a probe now and do not drain, with
   // their incarnations when `incarnations` is not null.
   std::vector<std::string> AnsweringWorkers(std::map<std::string, uint64_t>* incarnations) const;
+  // Writes the members into the job's status (its `workers`).
+  void PublishWorkers();
   // Whether the job's variables live once, on its ps (PARAMETER_SERVER),
   // rather than on every worker.
   bool SharesVariables() const;

@@ -83,12 +83,16 @@ absl::Status JobRunner::ChooseFirstMembers() {
     Logger("master")->info("job '{}': trains on {} of the cluster's {} workers; {} stand(s) by", job_.name(), n,
                            all.size(), Listed(Minus(all, members_->Workers())));
   }
+  PublishWorkers();
+  return absl::OkStatus();
+}
+
+void JobRunner::PublishWorkers() {
   const std::vector<std::string> workers = members_->Workers();
   UpdateStatus([&](JobStatus* s) {
     s->clear_workers();
     for (const std::string& w : workers) s->add_workers(w);
   });
-  return absl::OkStatus();
 }
 
 std::unique_ptr<MembershipWatch> JobRunner::WatchMembership(AttemptState* a) {
@@ -165,6 +169,13 @@ absl::StatusOr<bool> JobRunner::RecoverMembers(const std::string& reason, absl::
               job_.name(), lost, Listed(answering));
     CloseRetiredSession();
     from_memory_ = false;
+    // Onto the workers that answer, as many as split the batch, rather
+    // than waiting for one that is gone for good.
+    const int n = ElasticCount(static_cast<int>(answering.size()));
+    if (n > 0 && n >= EffectiveMinWorkers(job_.elastic())) {
+      RETURN_IF_ERROR(members_->SetWorkers(std::set<std::string>(answering.begin(), answering.begin() + n)));
+      PublishWorkers();
+    }
     return false;
   }
   std::vector<std::string> next = kept;

@@ -188,6 +188,46 @@ TEST_F(ElasticTest, AWorkerLostForGoodLeavesTheJobToTheOthersWithoutARestoreOrAR
               change.seconds(), st.test_accuracy(), undisturbed.test_accuracy());
 }
 
+// Every worker restarts and one of them stays away: nothing in memory, so
+// the job restores its newest checkpoint, written by three workers, onto
+// the two that answer (each from its own shard), rather than waiting for
+// the third.
+TEST_F(ElasticTest, ACheckpointOfThreeWorkersIsRestoredOntoTheTwoThatCameBack) {
+  const std::string dir = Path("restore-ckpt");
+  JobSpec job = ElasticJob(dir);
+  job.mutable_checkpoint()->set_every_steps(40);
+  job.mutable_elastic()->set_wait_seconds(10);  // long enough for workers 0 and 1 to come back
+  auto id = client_->SubmitJob(job);
+  ASSERT_TRUE(id.ok()) << id.status();
+  const JobStatus before = PollUntil(*id, "a checkpoint", [](const JobStatus& s) { return s.checkpoint_step() > 0; });
+  ASSERT_EQ(before.state(), RUNNING) << before.DebugString();
+  ASSERT_EQ(before.workers_size(), 3) << before.DebugString();
+  for (int i = 0; i < 3; ++i) {
+    Subprocess* p = daemons_.at(absl::StrCat("worker-", i))->process();
+    p->Signal(SIGKILL);
+    ASSERT_TRUE(p->WaitFor(absl::Seconds(10)));
+  }
+  for (int i = 0; i < 2; ++i) {
+    absl::Status s = daemons_.at(absl::StrCat("worker-", i))->Restart();
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  const JobStatus st = WatchToEnd(*id);
+
+  ASSERT_EQ(st.state(), SUCCEEDED) << st.DebugString();
+  EXPECT_EQ(st.step(), kSteps);
+  EXPECT_EQ(st.restarts(), 1) << st.DebugString();
+  EXPECT_EQ(st.workers_size(), 2) << st.DebugString();
+  EXPECT_EQ(MasterLogLines("no checkpoint restored").size(), 0u) << ReadText(LogPath("master"));
+  const std::vector<std::string> restored = MasterLogLines("restored ");
+  ASSERT_EQ(restored.size(), 1u) << ReadText(LogPath("master"));
+  // Both survivors applied every step once from the restored counters, and agree bit for bit.
+  ExpectEveryWorkerAppliedEveryStepOnce(dir, kSteps, 2);
+  std::printf("[elastic] all workers killed at step >= %lld, checkpoint of step %lld restored onto 2; test "
+              "accuracy %.4f\n",
+              static_cast<long long>(before.step()), static_cast<long long>(before.checkpoint_step()),
+              st.test_accuracy());
+}
+
 // A worker that was down when the job started joins it once it answers, at
 // a step boundary: it takes the variables from a peer, and from then on the
 // three train in lockstep.
