@@ -23,6 +23,22 @@ std::string ReadText(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+JobSpec ElasticJobSpec(const std::string& name, const std::string& strategy, int steps,
+                       const std::string& checkpoint_dir) {
+  auto job = ParseJob(absl::StrCat("name: \"", name, R"("
+      model { input_shape: [784] num_classes: 10
+              layer { dense { units: 64 activation: RELU } } layer { dense { units: 10 } } }
+      dataset { dir: ")", kFashionMnist, R"(" train_limit: 6000 test_limit: 2000 }
+      optimizer { adam { learning_rate: 0.002 } } seed: 5 intra_op_threads: 1
+      batch_size: 96 steps: )", steps, " strategy { ", strategy, R"( }
+      checkpoint { dir: ")", checkpoint_dir, R"(" }
+      recovery { heartbeat_ms: 200 }
+      elastic { min_workers: 2 max_workers: 3 wait_seconds: 1 })"),
+                      name);
+  EXPECT_TRUE(job.ok()) << job.status();
+  return *job;
+}
+
 std::map<std::string, int64_t> StepCounters(const SavedCheckpoint& c) {
   std::map<std::string, int64_t> out;
   for (const auto& [key, v] : c.variables) {

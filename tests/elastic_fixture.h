@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "client/grpc_master_client.h"
 #include "gtest/gtest.h"
+#include "job/job_spec.h"
 #include "tests/test_checkpoints.h"
 #include "tests/test_cluster.h"
 #include "tests/test_tls.h"
@@ -30,6 +31,14 @@ inline constexpr char kFashionMnist[] = "/usr/share/datasets/fashion-mnist";
 inline constexpr absl::Duration kElasticJobDeadline = absl::Seconds(240);
 
 std::string ReadText(const std::string& path);
+
+// The elastic tests' job `name`: a small MLP on the Fashion-MNIST slice
+// (6000 examples), batch 96 (32 per replica of 3, 48 of 2), `steps` steps,
+// with `strategy` (the fields of its strategy { ... }), checkpoints into
+// `checkpoint_dir`, heartbeats (and the membership watch) every 200 ms, and
+// elastic { min_workers: 2 max_workers: 3 wait_seconds: 1 }.
+JobSpec ElasticJobSpec(const std::string& name, const std::string& strategy, int steps,
+                       const std::string& checkpoint_dir);
 
 // The step counter each task saved: "elastic/step" of its shard, by task.
 std::map<std::string, int64_t> StepCounters(const SavedCheckpoint& c);

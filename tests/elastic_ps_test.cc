@@ -33,26 +33,14 @@
 namespace weft {
 namespace {
 
-using testing::kFashionMnist;
-
-constexpr int kBatch = 96;    // 32 per replica of 3, 48 of 2
 constexpr int kSteps = 1500;  // 24 epochs of the 6000 examples
 const char* const kVictim = "/job:worker/task:2";
 
 JobSpec ElasticPsJob(const std::string& checkpoint_dir, bool sync) {
-  auto job = ParseJob(absl::StrCat(R"(name: "elastic-ps-job"
-      model { input_shape: [784] num_classes: 10
-              layer { dense { units: 64 activation: RELU } } layer { dense { units: 10 } } }
-      dataset { dir: ")", kFashionMnist, R"(" train_limit: 6000 test_limit: 2000 }
-      optimizer { adam { learning_rate: 0.002 } } seed: 5 intra_op_threads: 1
-      batch_size: )", kBatch, " steps: ", kSteps, R"(
-      strategy { kind: PARAMETER_SERVER sync: )", sync ? "true" : "false", R"( steps_per_execution: 1 }
-      checkpoint { dir: ")", checkpoint_dir, R"(" }
-      recovery { heartbeat_ms: 200 }
-      elastic { min_workers: 2 max_workers: 3 wait_seconds: 1 })"),
-                      "elastic_ps_test");
-  EXPECT_TRUE(job.ok()) << job.status();
-  return *job;
+  return testing::ElasticJobSpec("elastic-ps-job",
+                                 absl::StrCat("kind: PARAMETER_SERVER sync: ", sync ? "true" : "false",
+                                              " steps_per_execution: 1"),
+                                 kSteps, checkpoint_dir);
 }
 
 class ElasticPsTest : public testing::ElasticFixture, public ::testing::WithParamInterface<bool> {

@@ -50,31 +50,17 @@
 namespace weft {
 namespace {
 
-using testing::kFashionMnist;
 using testing::ReadNewestCheckpoint;
 using testing::ReadText;
 using testing::SavedCheckpoint;
 using testing::StepCounters;
 
-constexpr int kBatch = 96;   // the global batch: 32 per replica of 3, 48 of 2
 constexpr int kSteps = 300;  // 4.8 epochs of the 6000 examples
 const char* const kVictim = "/job:worker/task:2";
 
-// `steps` steps; heartbeats (and the membership watch) every 200 ms.
 JobSpec ElasticJob(const std::string& checkpoint_dir, int steps = kSteps) {
-  auto job = ParseJob(absl::StrCat(R"(name: "elastic-job"
-      model { input_shape: [784] num_classes: 10
-              layer { dense { units: 64 activation: RELU } } layer { dense { units: 10 } } }
-      dataset { dir: ")", kFashionMnist, R"(" train_limit: 6000 test_limit: 2000 }
-      optimizer { adam { learning_rate: 0.002 } } seed: 5 intra_op_threads: 1
-      batch_size: )", kBatch, " steps: ", steps, R"(
-      strategy { kind: MULTI_WORKER_MIRRORED steps_per_execution: 1 }
-      checkpoint { dir: ")", checkpoint_dir, R"(" }
-      recovery { heartbeat_ms: 200 }
-      elastic { min_workers: 2 max_workers: 3 wait_seconds: 1 })"),
-                      "elastic_test");
-  EXPECT_TRUE(job.ok()) << job.status();
-  return *job;
+  return testing::ElasticJobSpec("elastic-job", "kind: MULTI_WORKER_MIRRORED steps_per_execution: 1", steps,
+                                 checkpoint_dir);
 }
 
 // The final checkpoint under `dir` holds one shard per worker of `workers`,
