@@ -220,10 +220,12 @@ absl::Status JobRunner::ResumeFromMembers(const std::string& handle, const Clust
     if (applied[r] > applied[source]) source = static_cast<int>(r);
   }
   const int64_t furthest = applied[source];
+  // Whose counter and variables the job goes on from.
+  const std::string from = plan->elastic.shared ? "the ps" : plan->replica_tasks[source];
   // Every replica had finished the steps the master saw end.
   if (furthest < memory_step_) {
-    return absl::DataLossError(absl::StrCat("job '", job_.name(), "': the furthest replica (",
-                                            plan->replica_tasks[source], ") has applied ", furthest,
+    return absl::DataLossError(absl::StrCat("job '", job_.name(), "': the furthest replica (", from,
+                                            ") has applied ", furthest,
                                             " steps, but all had finished ", memory_step_,
                                             ": its variables are gone"));
   }
@@ -256,8 +258,7 @@ absl::Status JobRunner::ResumeFromMembers(const std::string& handle, const Clust
   const double seconds = absl::ToDoubleSeconds(now - change_failed_at_);
   log->warn("job '{}': membership changed in {:.2f} s: {} worker(s) from step {}, variables from {} ({}); left: {}; "
             "joined: {}",
-            job_.name(), seconds, plan->num_replicas, furthest,
-            plan->elastic.shared ? "the ps" : plan->replica_tasks[source], absl::StrJoin(applied, "/"),
+            job_.name(), seconds, plan->num_replicas, furthest, from, absl::StrJoin(applied, "/"),
             Listed(change_left_), Listed(change_joined_));
   MembershipChange change;
   change.set_step(furthest);
