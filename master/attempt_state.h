@@ -4,8 +4,8 @@
 //
 // Thread-safety: the members under `mu` are written by the heartbeat's and
 // the replicas' threads; the others are set by the attempt's thread before
-// any replica runs, except reached_step (atomic) and saved_step and
-// preempted, which only the training loop's thread touches.
+// any replica runs, except reached_step and over (atomic) and saved_step
+// and preempted, which only the training loop's thread touches.
 #ifndef WEFT_MASTER_ATTEMPT_STATE_H_
 #define WEFT_MASTER_ATTEMPT_STATE_H_
 
@@ -47,6 +47,9 @@ struct AttemptState {
   MasterSession* session = nullptr;
   Heartbeat* heartbeat = nullptr;
   std::atomic<int64_t> reached_step{0};
+  // The training loop returned: a replica waiting for its worker stops
+  // waiting, so that the attempt ends without it.
+  std::atomic<bool> over{false};
   int64_t saved_step = -1;  // the last checkpoint of this attempt
   bool preempted = false;
 };

@@ -275,6 +275,7 @@ absl::StatusOr<TrainResult> JobRunner::RunAttempt(int attempt, const std::option
     source.after_steps = [&checkpoints](int64_t step) { return checkpoints.AfterSteps(step); };
     source.evaluate = DistributedEvaluation(plan, session, &cancelled_);
     result = RunTrainingLoop(job_, source, on_progress, &cancelled_, started);
+    a->over.store(true);
     if (!result.ok() && a->preempted) result = Preempted(a->reached_step.load());
     // The last state of a finished job, for a later job to start from.
     if (result.ok() && result->state == SUCCEEDED) {
@@ -297,10 +298,9 @@ absl::StatusOr<TrainResult> JobRunner::RunAttempt(int attempt, const std::option
 }
 
 ReplicaRecovery JobRunner::ReplicaRecoveryOf(AttemptState* a) {
-  // An elastic job's replica that fails ends the attempt: the members
-  // change then (RecoverMembers).
-  if (job_.strategy().kind() != StrategySpec::PARAMETER_SERVER || job_.recovery().max_restarts() < 0 ||
-      members_ != nullptr) {
+  // Only async replicas use it. An elastic job's replica whose worker does
+  // not come back ends the attempt, and the members change then.
+  if (job_.strategy().kind() != StrategySpec::PARAMETER_SERVER || job_.recovery().max_restarts() < 0) {
     return nullptr;
   }
   return [this, a](const absl::Status& error, const std::string& task) { return RecoverReplica(error, task, a); };

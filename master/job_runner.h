@@ -184,10 +184,13 @@ class JobRunner {
   // Async PS: a replica's step failed. True when the replica may go on: the
   // failure was another task's (a worker that the heartbeat or the step
   // found dead), or its own worker died and came back in time (the session
-  // then registers its graphs anew). False ends the job with the error.
+  // then registers its graphs anew; in time: recovery.task_wait_seconds,
+  // or an elastic job's wait_seconds). The other replicas train on while
+  // it waits. False ends the attempt with the error: the job ends, or an
+  // elastic one goes on without the worker (`a->regrouped`).
   bool RecoverReplica(const absl::Status& error, const std::string& task, AttemptState* a);
-  // RecoverReplica for attempt `a` of a PS job that is not elastic and may
-  // restart; null otherwise (a replica's failure ends the attempt).
+  // RecoverReplica for attempt `a` of a PS job that may restart; null
+  // otherwise (a replica's failure ends the attempt).
   ReplicaRecovery ReplicaRecoveryOf(AttemptState* a);
 
   // Elastic jobs (job_runner_elastic.cc). The first members: as many of the

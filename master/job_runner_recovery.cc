@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "job/defaults.h"
 #include "master/job_runner.h"
 #include "master/recovery_policy.h"
 #include "master/task_monitor.h"
@@ -147,20 +148,36 @@ bool JobRunner::RecoverReplica(const absl::Status& error, const std::string& tas
   }
   auto log = Logger("master");
   const absl::Time failed_at = absl::Now();
+  const int64_t failed_step = a->reached_step.load();
   std::string reason = "failed";
   for (const TaskFailure& f : failed) {
     if (f.task == task) reason = f.reason;
   }
-  log->warn("job '{}': worker {} {}; the other replicas train on while it comes back", job_.name(), task, reason);
+  const bool elastic = members_ != nullptr;
+  const absl::Duration wait = elastic ? ElasticWait(job_) : recovery.task_wait;
+  log->warn("job '{}': worker {} {}; the other replicas train on while it comes back (up to {:.0f} s)", job_.name(),
+            task, reason, absl::ToDoubleSeconds(wait));
   UpdateStatus([&](JobStatus* s) {
     s->set_restarts(s->restarts() + 1);
     s->set_failed_task(task);
     s->set_failure(absl::StrCat(reason, " (", error.ToString(), "); no step lost: the other replicas trained on"));
     s->set_failure_time_unix_ms(absl::ToUnixMillis(failed_at));
   });
-  absl::StatusOr<uint64_t> back = WaitForRestart(workers_, task, known[task], recovery.task_wait,
-                                                 [this] { return cancelled_.load() || preempted_.load(); });
-  if (!back.ok()) return false;
+  auto stop_waiting = [this, a] { return cancelled_.load() || preempted_.load() || a->over.load(); };
+  absl::StatusOr<uint64_t> back = absl::DeadlineExceededError("elastic.wait_seconds: -1");
+  if (wait > absl::ZeroDuration()) back = WaitForRestart(workers_, task, known[task], wait, stop_waiting);
+  if (!back.ok()) {
+    if (elastic && !stop_waiting()) {
+      // The others go on without it from the next attempt; the wait is spent.
+      const std::string why =
+          absl::StrCat("task ", task, " ", reason, " and was not back within elastic.wait_seconds (",
+                       absl::ToDoubleSeconds(wait), " s), in which the other replicas trained ",
+                       a->reached_step.load() - failed_step, " step(s)");
+      absl::MutexLock lock(&a->mu);
+      if (a->regrouped.empty()) a->regrouped = why;
+    }
+    return false;
+  }
   {
     absl::MutexLock lock(&a->mu);
     a->incarnations[task] = *back;
