@@ -253,6 +253,11 @@ absl::StatusOr<TrainResult> JobRunner::RunAttempt(int attempt, const std::option
   std::unique_ptr<Heartbeat> heartbeat = WatchTasks(plan, session, a);
   std::unique_ptr<MembershipWatch> membership = WatchMembership(a);
   const absl::Status ready = PrepareAttempt(attempt, handle, plan, session, resume, start_step, checkpointer);
+  if (ready.ok() && change_restores_) {
+    change_restores_ = false;
+    RecordMembershipChange(start_step, plan.replica_tasks,
+                           resume.has_value() ? absl::StrCat("from the checkpoint ", resume->path) : "no checkpoint: from the start");
+  }
   Logger("master")->info("job '{}': {} with {} replica(s) of batch {}{}", job_.name(),
                          StrategySpec::Kind_Name(job_.strategy().kind()), plan.num_replicas, plan.replica_batch,
                          attempt > 0 ? absl::StrCat(" (attempt ", attempt + 1, ")") : "");

@@ -205,6 +205,15 @@ class JobRunner {
   std::vector<std::string> AnsweringWorkers(std::map<std::string, uint64_t>* incarnations) const;
   // Writes the members into the job's status (its `workers`).
   void PublishWorkers();
+  // RecoverMembers when the variables are gone with `lost`: the members
+  // are the `answering` workers that split the batch (if enough do), and
+  // the change from `before` is recorded once the checkpoint is restored.
+  absl::Status GoToCheckpoint(const std::vector<std::string>& answering, const std::vector<std::string>& before,
+                              const std::string& reason, const std::string& lost, absl::Time failed_at);
+  // Logs the membership change this attempt made (change_*), which it went
+  // on with from `step` on `replica_tasks`, `how` saying where the
+  // variables came from, and adds it to the job's status.
+  void RecordMembershipChange(int64_t step, const std::vector<std::string>& replica_tasks, const std::string& how);
   // Whether the job's variables live once, on its ps (PARAMETER_SERVER),
   // rather than on every worker.
   bool SharesVariables() const;
@@ -278,6 +287,8 @@ class JobRunner {
   absl::Time change_failed_at_;
   std::vector<std::string> change_left_;
   std::vector<std::string> change_joined_;
+  // A change the checkpoint way made, recorded once the checkpoint is back.
+  bool change_restores_ = false;
   // Times the steps of every session Run opens and diagnoses stalls; set
   // for the duration of Run (only its thread touches the pointer).
   std::unique_ptr<StepWatch> watch_;

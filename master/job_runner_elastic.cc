@@ -163,19 +163,7 @@ absl::StatusOr<bool> JobRunner::RecoverMembers(const std::string& reason, absl::
   const std::vector<std::string> before = members_->Workers();
   const std::string lost = shared ? PsThatLostTheVariables(known) : kept.empty() ? "every worker" : "";
   if (!lost.empty()) {
-    // Nothing in memory to go on from: the newest checkpoint, once every
-    // member answers, as for any job.
-    log->warn("job '{}': the job's variables are gone with {} ({} answer(s)); restoring its newest checkpoint",
-              job_.name(), lost, Listed(answering));
-    CloseRetiredSession();
-    from_memory_ = false;
-    // Onto the workers that answer, as many as split the batch, rather
-    // than waiting for one that is gone for good.
-    const int n = ElasticCount(static_cast<int>(answering.size()));
-    if (n > 0 && n >= EffectiveMinWorkers(job_.elastic())) {
-      RETURN_IF_ERROR(members_->SetWorkers(std::set<std::string>(answering.begin(), answering.begin() + n)));
-      PublishWorkers();
-    }
+    RETURN_IF_ERROR(GoToCheckpoint(answering, before, reason, lost, failed_at));
     return false;
   }
   std::vector<std::string> next = kept;
@@ -206,6 +194,31 @@ absl::StatusOr<bool> JobRunner::RecoverMembers(const std::string& reason, absl::
             Listed(change_left_), shared ? "" : ", taking the variables from a peer",
             Listed(shared ? change_joined_ : Minus(next, kept)));
   return true;
+}
+
+absl::Status JobRunner::GoToCheckpoint(const std::vector<std::string>& answering,
+                                      const std::vector<std::string>& before, const std::string& reason,
+                                      const std::string& lost, absl::Time failed_at) {
+  // Nothing in memory to go on from: the newest checkpoint, once every
+  // member answers, as for any job.
+  Logger("master")->warn("job '{}': the job's variables are gone with {} ({} answer(s)); restoring its newest "
+                         "checkpoint",
+                         job_.name(), lost, Listed(answering));
+  CloseRetiredSession();
+  from_memory_ = false;
+  // Onto the workers that answer, as many as split the batch, rather than
+  // waiting for one that is gone for good.
+  const int n = ElasticCount(static_cast<int>(answering.size()));
+  if (n == 0 || n < EffectiveMinWorkers(job_.elastic())) return absl::OkStatus();
+  RETURN_IF_ERROR(members_->SetWorkers(std::set<std::string>(answering.begin(), answering.begin() + n)));
+  PublishWorkers();
+  const std::vector<std::string> after = members_->Workers();
+  change_left_ = Minus(before, after);
+  change_joined_ = Minus(after, before);
+  change_reason_ = absl::StrCat(reason, "; the variables were gone with ", lost);
+  change_failed_at_ = failed_at;
+  change_restores_ = !change_left_.empty() || !change_joined_.empty();
+  return absl::OkStatus();
 }
 
 absl::Status JobRunner::ResumeFromMembers(const std::string& handle, const ClusterProbe& probe,
@@ -254,26 +267,32 @@ absl::Status JobRunner::ResumeFromMembers(const std::string& handle, const Clust
   }
   from_memory_ = false;
   CloseRetiredSession();
+  RecordMembershipChange(furthest, plan->replica_tasks,
+                         absl::StrCat("variables from ", from, " (", absl::StrJoin(applied, "/"), ")"));
+  return absl::OkStatus();
+}
+
+void JobRunner::RecordMembershipChange(int64_t step, const std::vector<std::string>& replica_tasks,
+                                       const std::string& how) {
   const absl::Time now = absl::Now();
   const double seconds = absl::ToDoubleSeconds(now - change_failed_at_);
-  log->warn("job '{}': membership changed in {:.2f} s: {} worker(s) from step {}, variables from {} ({}); left: {}; "
-            "joined: {}",
-            job_.name(), seconds, plan->num_replicas, furthest, from, absl::StrJoin(applied, "/"),
-            Listed(change_left_), Listed(change_joined_));
+  Logger("master")->warn("job '{}': membership changed in {:.2f} s: {} worker(s) from step {}, {}; left: {}; "
+                         "joined: {}",
+                         job_.name(), seconds, replica_tasks.size(), step, how, Listed(change_left_),
+                         Listed(change_joined_));
   MembershipChange change;
-  change.set_step(furthest);
+  change.set_step(step);
   change.set_time_unix_ms(absl::ToUnixMillis(now));
   for (const std::string& t : change_left_) change.add_left(t);
   for (const std::string& t : change_joined_) change.add_joined(t);
-  change.set_workers(plan->num_replicas);
+  change.set_workers(static_cast<int>(replica_tasks.size()));
   change.set_seconds(seconds);
   change.set_reason(change_reason_);
   UpdateStatus([&](JobStatus* s) {
     s->clear_workers();
-    for (const std::string& t : plan->replica_tasks) s->add_workers(t);
+    for (const std::string& t : replica_tasks) s->add_workers(t);
     *s->add_membership_change() = change;
   });
-  return absl::OkStatus();
 }
 
 void JobRunner::RetireSession() {

@@ -203,6 +203,15 @@ TEST_F(ElasticTest, ACheckpointOfThreeWorkersIsRestoredOntoTheTwoThatCameBack) {
   EXPECT_EQ(st.step(), kSteps);
   EXPECT_EQ(st.restarts(), 1) << st.DebugString();
   EXPECT_EQ(st.workers_size(), 2) << st.DebugString();
+  // The history has the change too: worker-2 left, from the restored step.
+  ASSERT_EQ(st.membership_change_size(), 1) << st.DebugString();
+  const MembershipChange& change = st.membership_change(0);
+  EXPECT_EQ(std::vector<std::string>(change.left().begin(), change.left().end()),
+            std::vector<std::string>{kVictim});
+  EXPECT_EQ(change.joined_size(), 0) << change.DebugString();
+  EXPECT_EQ(change.workers(), 2);
+  EXPECT_GE(change.step(), before.checkpoint_step()) << change.DebugString();
+  EXPECT_TRUE(absl::StrContains(change.reason(), "the variables were gone with every worker")) << change.reason();
   EXPECT_EQ(MasterLogLines("no checkpoint restored").size(), 0u) << ReadText(LogPath("master"));
   const std::vector<std::string> restored = MasterLogLines("restored ");
   ASSERT_EQ(restored.size(), 1u) << ReadText(LogPath("master"));
