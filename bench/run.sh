@@ -151,6 +151,10 @@ echo "$(cat "$TMP/summary.txt") -> ${OUT#"$REPO"/}"
 # workers, and accuracy after the same epochs over several seeds.
 "$BENCH/ps_scaling.sh"
 
+# Issue 23: one elastic job moved between 2 and 3 workers by `weft scale`,
+# samples/s on each and the pause of each change.
+"$BENCH/elastic.sh"
+
 # Issue 22's models on CPU: the ResNet example against the same network in
 # PyTorch, one process and 2 workers, and its accuracy in full.
 "$BENCH/models.sh"
