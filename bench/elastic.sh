@@ -109,7 +109,7 @@ status > "$TMP/status.json"
 "$TMP/weft" cancel "$JOB_ID" > /dev/null 2>&1 || true
 
 "$PYTHON" - "$RESULTS" "$TMP/status.json" "$TMP/section.md" "$COMMIT" "$WINDOW" <<'PY'
-import json, statistics, sys
+import json, os, statistics, sys
 results, status_path, out, commit, window = sys.argv[1:6]
 rate = {}
 for line in open(results):
@@ -139,8 +139,9 @@ with open(out, "w") as o:
         p(f"The pause of a change as the master timed it: joins median {statistics.median(joins):.3f} s, "
           f"leaves median {statistics.median(leaves):.3f} s ({len(joins)} and {len(leaves)}).")
     p()
-    p(f"The machine's {__import__('os').cpu_count()} core(s) run the master and three workers: where they are "
-      f"fewer than the processes, a third worker adds a share of the all-reduce and no core. weft at {commit}.")
+    p(f"The machine's {os.cpu_count()} core(s) run the master and three workers: where they are fewer than")
+    p(f"the processes, a third worker adds a share of the all-reduce and no core. weft at {commit}.")
+    p("Command: `bench/elastic.sh`.")
 PY
 "$PYTHON" "$BENCH/bench_md.py" "$OUT" elastic --after accuracy < "$TMP/section.md"
 echo "elastic: $(grep -o 'median \*\*[0-9.]*\*\*' "$TMP/section.md") -> ${OUT#"$REPO"/}"
