@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -14,6 +15,7 @@
 #include "graph/lowering.h"
 #include "graph/partition.h"
 #include "gtest/gtest.h"
+#include "master/elastic_plan.h"
 
 namespace weft {
 namespace master {
@@ -420,6 +422,25 @@ TEST(WhyNotNcclTest, NeedsEveryGpuDistinctAndIdentified) {
   EXPECT_NE(shared.find(w1 + "GPU:0 and " + w0 + "GPU:0 are one GPU (GPU-aa)"), std::string::npos) << shared;
   const std::string unknown = WhyNotNccl({Dev(w0 + "GPU:0", "GPU", "GPU-aa"), Dev(w1 + "GPU:0", "GPU", "")});
   EXPECT_NE(unknown.find(w1 + "GPU:0 does not say which GPU"), std::string::npos) << unknown;
+}
+
+// The counters come from tasks over the network: the master takes one
+// int64 that is not negative, and refuses anything else by its source.
+TEST(AppliedStepsTest, TakesOneNonNegativeInt64AndNothingElse) {
+  Tensor count(DType::kInt64, TensorShape{});
+  count.data<int64_t>()[0] = 42;
+  EXPECT_EQ(AppliedSteps(count, "the ps").value_or(-1), 42);
+  count.data<int64_t>()[0] = -3;
+  Tensor wide(DType::kFloat32, TensorShape{});
+  Tensor two(DType::kInt64, TensorShape{2});
+  for (const auto& [bad, why] : std::vector<std::pair<const Tensor*, std::string>>{
+           {&count, "of /job:worker/task:1 says -3 steps"},
+           {&wide, "of /job:worker/task:1 is not one int64 but float32[1 element(s)]"},
+           {&two, "of /job:worker/task:1 is not one int64 but int64[2 element(s)]"}}) {
+    absl::StatusOr<int64_t> n = AppliedSteps(*bad, "/job:worker/task:1");
+    EXPECT_EQ(n.status().code(), absl::StatusCode::kDataLoss) << n.status();
+    EXPECT_TRUE(absl::StrContains(n.status().message(), why)) << n.status();
+  }
 }
 
 }  // namespace

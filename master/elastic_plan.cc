@@ -161,5 +161,19 @@ absl::Status AddElasticState(const std::vector<std::string>& replica_devices, co
   return absl::OkStatus();
 }
 
+absl::StatusOr<int64_t> AppliedSteps(const Tensor& value, const std::string& source) {
+  if (value.dtype() != DType::kInt64 || value.NumElements() != 1) {
+    return absl::DataLossError(absl::StrCat("the step counter ", kElasticStepVariable, " of ", source,
+                                            " is not one int64 but ", DTypeName(value.dtype()), "[",
+                                            value.NumElements(), " element(s)]"));
+  }
+  const int64_t n = value.data<int64_t>()[0];
+  if (n < 0) {
+    return absl::DataLossError(
+        absl::StrCat("the step counter ", kElasticStepVariable, " of ", source, " says ", n, " steps"));
+  }
+  return n;
+}
+
 }  // namespace master
 }  // namespace weft

@@ -41,6 +41,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/tensor.h"
 #include "master/strategy.h"
 #include "proto/graph.pb.h"
 
@@ -72,6 +74,11 @@ inline constexpr char kElasticStepVariable[] = "elastic/step";
 // op is missing or one of its updates is not in the graph.
 absl::Status AddElasticState(const std::vector<std::string>& replica_devices, const std::string& shared_device,
                              ReplicatedGraph* rg, GraphDef* graph, ElasticNames* names);
+
+// The steps a counter says were applied: `value`, read from `source` (a
+// task, or "the ps") through step_reads, must hold one int64 that is not
+// negative, else DATA_LOSS naming the source and what it sent.
+absl::StatusOr<int64_t> AppliedSteps(const Tensor& value, const std::string& source);
 
 }  // namespace master
 }  // namespace weft

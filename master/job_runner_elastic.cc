@@ -229,7 +229,9 @@ absl::Status JobRunner::ResumeFromMembers(const std::string& handle, const Clust
   int source = 0;
   std::vector<int64_t> applied;
   for (size_t r = 0; r < counters.size(); ++r) {
-    applied.push_back(counters[r].data<int64_t>()[0]);
+    ASSIGN_OR_RETURN(const int64_t n,
+                     AppliedSteps(counters[r], plan->elastic.shared ? "the ps" : plan->replica_tasks[r]));
+    applied.push_back(n);
     if (applied[r] > applied[source]) source = static_cast<int>(r);
   }
   const int64_t furthest = applied[source];
