@@ -37,7 +37,8 @@ cleanup() {
 }
 trap cleanup EXIT
 cp "$WEFT_BIN" "$TMP/weft"  # a concurrent build cannot swap it mid-run
-COMMIT="$(git -C "$REPO" rev-parse --short HEAD)$(if [ -n "$(git -C "$REPO" status --porcelain)" ]; then echo ' (with local changes)'; fi)"
+COMMIT="$(git -C "$REPO" rev-parse --short HEAD)"
+[ -z "$(git -C "$REPO" status --porcelain)" ] || COMMIT="$COMMIT (with local changes)"
 
 cat > "$TMP/job.pbtxt" <<JOB
 name: "bench-elastic"
@@ -74,14 +75,12 @@ export WEFT_MASTER="$MASTER" WEFT_CA="$TMP/cluster/tls/ca.crt" WEFT_CERT="$TMP/c
 JOB_ID="$("$TMP/weft" submit "$TMP/job.pbtxt" 2>/dev/null)" || die "weft submit failed"
 
 status() { "$TMP/weft" status "$JOB_ID" --output=json; }
-# field NAME: a top-level number or list length of the job's status.
-field() {
-  status | "$PYTHON" -c 'import json, sys; v = json.load(sys.stdin).get(sys.argv[1], 0); print(len(v) if isinstance(v, list) else v)' "$1"
-}
+# get EXPR: the Python expression EXPR over the job's status `s`, now.
+get() { status | "$PYTHON" -c 'import json, sys; s = json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
 # await_members N: until the job trains on N workers and RUNNING.
 await_members() {
   for _ in $(seq 1200); do
-    [ "$(status | "$PYTHON" -c 'import json, sys; s = json.load(sys.stdin); print(s.get("state"), len(s.get("workers", [])))')" = "RUNNING $1" ] && return 0
+    [ "$(get 's["state"] + " " + str(len(s["workers"]))')" = "RUNNING $1" ] && return 0
     sleep 0.1
   done
   die "the job did not go to $1 workers in 120 s: $(status)"
@@ -91,9 +90,9 @@ RESULTS="$TMP/results.txt"  # lines: "<workers> <round> <steps> <seconds>"
 # window N ROUND: the job's steps over WINDOW seconds on N workers.
 window() {
   local s0 s1 t0 t1
-  t0="$(date +%s.%N)"; s0="$(field steps)"
+  t0="$(date +%s.%N)"; s0="$(get 's["steps"]')"
   sleep "$WINDOW"
-  t1="$(date +%s.%N)"; s1="$(field steps)"
+  t1="$(date +%s.%N)"; s1="$(get 's["steps"]')"
   echo "$1 $2 $((s1 - s0)) $(awk -v a="$t0" -v b="$t1" "BEGIN { print b - a }")" >> "$RESULTS"
   echo "elastic.sh: round $2, $1 workers: $((s1 - s0)) steps in ${WINDOW} s" >&2
 }

@@ -256,7 +256,8 @@ absl::StatusOr<TrainResult> JobRunner::RunAttempt(int attempt, const std::option
   if (ready.ok() && change_restores_) {
     change_restores_ = false;
     RecordMembershipChange(start_step, plan.replica_tasks,
-                           resume.has_value() ? absl::StrCat("from the checkpoint ", resume->path) : "no checkpoint: from the start");
+                           resume.has_value() ? absl::StrCat("from the checkpoint ", resume->path)
+                                              : "no checkpoint yet: from the start");
   }
   Logger("master")->info("job '{}': {} with {} replica(s) of batch {}{}", job_.name(),
                          StrategySpec::Kind_Name(job_.strategy().kind()), plan.num_replicas, plan.replica_batch,
