@@ -11,4 +11,24 @@ ROUNDS="${BENCH_ROUNDS:-3}"
 WEFT_BIN="${WEFT:-$REPO/bazel-bin/client/weft}"
 die() { echo "${BENCH_NAME:-bench}: $*" >&2; exit 1; }
 part() { [[ " $PARTS " == *" $1 "* ]]; }
+# mlp_job NAME BATCH EPOCHS: the benchmarks' MLP job on stdout: 784-256-128-10
+# on Fashion-MNIST from $DATA_DIR, SGD at 0.1, one thread per process; a
+# caller appends its seed, strategy and the rest.
+mlp_job() {
+  cat <<JOB
+name: "$1"
+model {
+  input_shape: [784]
+  num_classes: 10
+  layer { dense { units: 256 activation: RELU } }
+  layer { dense { units: 128 activation: RELU } }
+  layer { dense { units: 10 } }
+}
+dataset { format: IDX dir: "${DATA_DIR:?}" scale: 255 }
+optimizer { sgd { learning_rate: 0.1 } }
+batch_size: $2
+epochs: $3
+intra_op_threads: 1
+JOB
+}
 [ -x "$WEFT_BIN" ] || die "no weft binary at $WEFT_BIN: run 'make bench', or set WEFT"

@@ -40,23 +40,11 @@ cp "$WEFT_BIN" "$TMP/weft"  # a concurrent build cannot swap it mid-run
 COMMIT="$(git -C "$REPO" rev-parse --short HEAD)"
 [ -z "$(git -C "$REPO" status --porcelain)" ] || COMMIT="$COMMIT (with local changes)"
 
-cat > "$TMP/job.pbtxt" <<JOB
-name: "bench-elastic"
-model {
-  input_shape: [784]
-  num_classes: 10
-  layer { dense { units: 256 activation: RELU } }
-  layer { dense { units: 128 activation: RELU } }
-  layer { dense { units: 10 } }
-}
-dataset { format: IDX dir: "$DATA_DIR" scale: 255 }
-optimizer { sgd { learning_rate: 0.1 } }
-batch_size: 192
-epochs: 100000
-intra_op_threads: 1
-strategy { kind: MULTI_WORKER_MIRRORED }
-elastic { min_workers: 2 max_workers: 3 wait_seconds: -1 }
-JOB
+{
+  mlp_job bench-elastic 192 100000
+  echo 'strategy { kind: MULTI_WORKER_MIRRORED }'
+  echo 'elastic { min_workers: 2 max_workers: 3 wait_seconds: -1 }'
+} > "$TMP/job.pbtxt"
 
 mkdir "$TMP/cluster"
 # The cluster serves until the trap stops it; its first lines say where.

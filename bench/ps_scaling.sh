@@ -40,23 +40,9 @@ COMMIT="$(git -C "$REPO" rev-parse --short HEAD)$(if [ -n "$(git -C "$REPO" stat
 
 # job FILE WORKERS EPOCHS SEED STRATEGY-TEXT
 job() {
-  cat > "$1" <<JOB
-name: "bench-$(basename "$1" .pbtxt)"
-model {
-  input_shape: [784]
-  num_classes: 10
-  layer { dense { units: 256 activation: RELU } }
-  layer { dense { units: 128 activation: RELU } }
-  layer { dense { units: 10 } }
-}
-dataset { format: IDX dir: "$DATA_DIR" scale: 255 }
-optimizer { sgd { learning_rate: 0.1 } }
-batch_size: $((64 * $2))
-epochs: $3
-seed: $4
-intra_op_threads: 1
-$5
-JOB
+  local name
+  name="bench-$(basename "$1" .pbtxt)"
+  { mlp_job "$name" $((64 * $2)) "$3"; printf 'seed: %s\n%s\n' "$4" "$5"; } > "$1"
 }
 free_port() { "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 ENV=(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1)

@@ -87,23 +87,11 @@ fi
 
 # 2. MULTI_WORKER_MIRRORED against DDP.
 if part mwm; then
-cat > "$TMP/mwm.pbtxt" <<JOB
-name: "bench-mwm"
-model {
-  input_shape: [784]
-  num_classes: 10
-  layer { dense { units: 256 activation: RELU } }
-  layer { dense { units: 128 activation: RELU } }
-  layer { dense { units: 10 } }
-}
-dataset { format: IDX dir: "$DATA_DIR" scale: 255 }
-optimizer { sgd { learning_rate: 0.1 } }
-batch_size: 128
-epochs: 1
-seed: 1
-intra_op_threads: 1
-strategy { kind: MULTI_WORKER_MIRRORED }
-JOB
+{
+  mlp_job bench-mwm 128 1
+  echo 'seed: 1'
+  echo 'strategy { kind: MULTI_WORKER_MIRRORED }'
+} > "$TMP/mwm.pbtxt"
 # The same one step at a time: one step per dispatch, none queued behind it
 # (weft before steps_per_execution 0 and steps_in_flight became the default).
 sed 's/strategy { kind: MULTI_WORKER_MIRRORED }/strategy { kind: MULTI_WORKER_MIRRORED steps_per_execution: 1 steps_in_flight: 1 }/' \
