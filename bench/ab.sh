@@ -13,6 +13,10 @@
 # job. Environment: DATA_DIR (default /usr/share/datasets/fashion-mnist).
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: bench/ab.sh OLD_WEFT NEW_WEFT [ROUNDS]" >&2; exit 2; }
+BENCH_NAME=ab.sh
+WEFT="$2"
+# shellcheck source=bench/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ROUNDS="${3:-5}"
 DATA_DIR="${DATA_DIR:-/usr/share/datasets/fashion-mnist}"
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/weft-ab.XXXXXX")"
@@ -21,25 +25,8 @@ trap 'rm -rf "$TMP"' EXIT
 cp "$1" "$TMP/old"
 cp "$2" "$TMP/new"
 
-cat > "$TMP/single.pbtxt" <<JOB
-name: "ab-single"
-model {
-  input_shape: [784]
-  num_classes: 10
-  layer { dense { units: 256 activation: RELU } }
-  layer { dense { units: 128 activation: RELU } }
-  layer { dense { units: 10 } }
-}
-dataset { format: IDX dir: "$DATA_DIR" scale: 255 }
-optimizer { sgd { learning_rate: 0.1 } }
-batch_size: 64
-epochs: 1
-seed: 1
-intra_op_threads: 1
-eval { skip: true }
-JOB
-sed -e 's/ab-single/ab-mwm/' -e 's/batch_size: 64/batch_size: 128/' -e '/eval { skip: true }/d' "$TMP/single.pbtxt" > "$TMP/mwm.pbtxt"
-echo 'strategy { kind: MULTI_WORKER_MIRRORED }' >> "$TMP/mwm.pbtxt"
+{ mlp_job ab-single 64 1; printf 'seed: 1\neval { skip: true }\n'; } > "$TMP/single.pbtxt"
+{ mlp_job ab-mwm 128 1; printf 'seed: 1\nstrategy { kind: MULTI_WORKER_MIRRORED }\n'; } > "$TMP/mwm.pbtxt"
 
 run() {  # run SIDE JOB
   local out

@@ -11,9 +11,10 @@ ROUNDS="${BENCH_ROUNDS:-3}"
 WEFT_BIN="${WEFT:-$REPO/bazel-bin/client/weft}"
 die() { echo "${BENCH_NAME:-bench}: $*" >&2; exit 1; }
 part() { [[ " $PARTS " == *" $1 "* ]]; }
-# mlp_job NAME BATCH EPOCHS: the benchmarks' MLP job on stdout: 784-256-128-10
-# on Fashion-MNIST from $DATA_DIR, SGD at 0.1, one thread per process; a
-# caller appends its seed, strategy and the rest.
+# mlp_job NAME BATCH EPOCHS [DATASET_FIELDS]: the benchmarks' MLP job on
+# stdout: 784-256-128-10 on Fashion-MNIST from $DATA_DIR (DATASET_FIELDS, e.g.
+# "train_limit: 12800", added to its dataset), SGD at 0.1, one thread per
+# process; a caller appends its seed, strategy and the rest.
 mlp_job() {
   cat <<JOB
 name: "$1"
@@ -24,7 +25,7 @@ model {
   layer { dense { units: 128 activation: RELU } }
   layer { dense { units: 10 } }
 }
-dataset { format: IDX dir: "${DATA_DIR:?}" scale: 255 }
+dataset { format: IDX dir: "${DATA_DIR:?}" scale: 255${4:+ $4} }
 optimizer { sgd { learning_rate: 0.1 } }
 batch_size: $2
 epochs: $3

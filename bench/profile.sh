@@ -11,17 +11,13 @@
 # BENCH_OUT as for bench/run.sh.
 set -euo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BENCH="$REPO/bench"
+BENCH_NAME=profile
+# shellcheck source=bench/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 STEPS="${PROFILE_STEPS:-200}"
-WEFT_BIN="${WEFT:-$REPO/bazel-bin/client/weft}"
-PYTHON="${PYTHON:-/usr/bin/python3}"
-OUT="${BENCH_OUT:-$REPO/BENCHMARKS.md}"
 DATA_DIR=/usr/share/datasets/fashion-mnist
 
-die() { echo "profile: $*" >&2; exit 1; }
 [[ "$STEPS" =~ ^[1-9][0-9]*$ ]] || die "PROFILE_STEPS must be a positive integer, got '$STEPS'"
-[ -x "$WEFT_BIN" ] || die "no weft binary at $WEFT_BIN: run 'bazel build //client:weft', or set WEFT"
 if ! command -v valgrind > /dev/null || ! command -v callgrind_annotate > /dev/null; then
   die "needs valgrind and callgrind_annotate: apt-get install valgrind"
 fi
@@ -32,24 +28,9 @@ trap 'rm -rf "$TMP"' EXIT
 cp "$WEFT_BIN" "$TMP/weft"
 
 # bench/run.sh's job, cut to a few steps over the first 12,800 images.
-job() {  # job STEPS
-  cat <<EOF
-name: "profile-mlp"
-model {
-  input_shape: [784]
-  num_classes: 10
-  layer { dense { units: 256 activation: RELU } }
-  layer { dense { units: 128 activation: RELU } }
-  layer { dense { units: 10 } }
-}
-dataset { format: IDX dir: "$DATA_DIR" scale: 255 train_limit: 12800 }
-optimizer { sgd { learning_rate: 0.1 } }
-batch_size: 64
-steps: $1
-seed: 1
-intra_op_threads: 1
-eval { skip: true }
-EOF
+job() {  # job STEPS (steps win over mlp_job's epochs)
+  mlp_job profile-mlp 64 1 'train_limit: 12800'
+  printf 'steps: %s\nseed: 1\neval { skip: true }\n' "$1"
 }
 job "$STEPS" > "$TMP/profile_mlp.pbtxt"
 

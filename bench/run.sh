@@ -16,22 +16,16 @@
 #   BENCH_OUT      the file to write; default <repo>/BENCHMARKS.md
 set -euo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BENCH="$REPO/bench"
-ROUNDS="${BENCH_ROUNDS:-3}"
+BENCH_NAME=bench
+# shellcheck source=bench/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 PEERS_DIR="${PEERS_DIR:-$REPO/../shared/peers}"
-WEFT_BIN="${WEFT:-$REPO/bazel-bin/client/weft}"
-PYTHON="${PYTHON:-/usr/bin/python3}"
-OUT="${BENCH_OUT:-$REPO/BENCHMARKS.md}"
 DATA_DIR=/usr/share/datasets/fashion-mnist  # the peer reads it from here too
 RUN_TIMEOUT=300                             # seconds per training run
-
-die() { echo "bench: $*" >&2; exit 1; }
 
 [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_ROUNDS must be a positive integer, got '$ROUNDS'"
 PEER="$PEERS_DIR/torch_ddp_fmnist.py"
 [ -f "$PEER" ] || die "no PyTorch peer at $PEER: check out shared/ beside the repository (CI does), or set PEERS_DIR"
-[ -x "$WEFT_BIN" ] || die "no weft binary at $WEFT_BIN: run 'make bench' (or 'bazel build //client:weft'), or set WEFT"
 [ -x "$PYTHON" ] || die "no Python at $PYTHON: install Debian's python3 (make bench does), or set PYTHON"
 [ -f "$DATA_DIR/train-images-idx3-ubyte.gz" ] || die "no Fashion-MNIST in $DATA_DIR: install dataset-fashion-mnist"
 
@@ -41,24 +35,11 @@ trap 'rm -rf "$TMP"' EXIT
 cp "$WEFT_BIN" "$TMP/weft"
 
 JOB="$TMP/mlp_bench.pbtxt"
-cat > "$JOB" <<EOF
-# examples/fmnist_mlp.pbtxt's model, trained like the PyTorch peer trains it.
-name: "bench-mlp"
-model {
-  input_shape: [784]
-  num_classes: 10
-  layer { dense { units: 256 activation: RELU } }
-  layer { dense { units: 128 activation: RELU } }
-  layer { dense { units: 10 } }
-}
-dataset { format: IDX dir: "$DATA_DIR" scale: 255 }
-optimizer { sgd { learning_rate: 0.1 } }
-batch_size: 64
-epochs: 1
-seed: 1
-intra_op_threads: 1
-eval { skip: true }
-EOF
+{
+  echo "# examples/fmnist_mlp.pbtxt's model, trained like the PyTorch peer trains it."
+  mlp_job bench-mlp 64 1
+  printf 'seed: 1\neval { skip: true }\n'
+} > "$JOB"
 
 # One thread of BLAS/OpenMP per process: the machine has few cores, and the
 # peer's README asks for it. weft ignores these; they are set for symmetry.
