@@ -135,6 +135,9 @@ echo "$(cat "$TMP/summary.txt") -> ${OUT#"$REPO"/}"
 # Issue 23: one elastic job moved between 2 and 3 workers by `weft scale`,
 # samples/s on each and the pause of each change.
 "$BENCH/elastic.sh"
+# What the elastic gates cost a job whose members do not change: the same
+# jobs with and without `elastic`, MULTI_WORKER_MIRRORED and both PS modes.
+"$BENCH/elastic_cost.sh"
 
 # Issue 22's models on CPU: the ResNet example against the same network in
 # PyTorch, one process and 2 workers, and its accuracy in full.
