@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "graph/attr.h"
+#include "graph/graph.h"
 #include "graph/lowering.h"
 #include "graph/partition.h"
 #include "gtest/gtest.h"
@@ -198,6 +199,14 @@ TEST(DistributedJobTest, AnElasticParameterServerJobCountsItsStepsOnThePsAndGate
     } else {
       EXPECT_EQ(barriers, (std::map<std::string, int>{{ReplicaName(0, "elastic/commit"), 4},
                                                       {ReplicaName(1, "elastic/commit"), 4}}));
+    }
+    // A barrier waits only for nodes beside it on the ps: one that waited
+    // for a worker's node would cost a control message per step besides
+    // the value's (async replicas' gradients come from their workers).
+    for (const auto& [barrier, gated] : barriers) {
+      for (const std::string& in : (*g)->FindNode(barrier)->def().input()) {
+        EXPECT_EQ((*g)->FindNode(InputNodeName(in))->def().device(), ps) << barrier << " waits for " << in;
+      }
     }
     for (int r = 0; r < 2; ++r) {
       EXPECT_EQ(*GetIntAttr((*g)->FindNode(ReplicaName(r, "input"))->def(), "skip_batches"), sync ? 6 : 3);

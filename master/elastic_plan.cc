@@ -71,7 +71,24 @@ absl::StatusOr<std::string> GateReplica(int r, int train, const std::string& dev
     if (waits.insert(node).second) barrier->add_input("^" + node);
   };
   for (int u : updates) {
-    for (const std::string& in : graph->node(u).input()) wait_for(in);
+    NodeDef* update = graph->mutable_node(u);
+    for (int i = 0; i < update->input_size(); ++i) {
+      const std::string in = update->input(i);
+      auto src = index.find(InputNodeName(in));
+      // A value from another device (an async PS replica's gradient, from
+      // its worker) reaches the update through an Identity beside it, and
+      // the barrier waits for that. Waiting for the remote node itself
+      // would cost a control message per input and step, besides the
+      // value's (graph/partition.cc).
+      if (in[0] != '^' && update->device() == device && src != index.end() &&
+          graph->node(src->second).device() != device && graph->node(src->second).op() != "Variable") {
+        NodeDef* local = AddNode(graph, absl::StrCat(update->name(), "/elastic/input_", i), "Identity", device, {in});
+        update->set_input(i, local->name());
+        wait_for(local->name());
+      } else {
+        wait_for(in);
+      }
+    }
   }
   wait_for(counter);
   wait_for(one->name());
