@@ -25,7 +25,7 @@ BAZEL_FLAGS ?=
 
 # Sanitizer and fuzz builds use clang (libFuzzer is clang's) in an output base
 # of their own, so that switching never throws away the gcc build's cache.
-SANITIZE_PACKAGES := clang-14 libclang-rt-14-dev
+SANITIZE_PACKAGES := clang-14 libclang-rt-14-dev lld-14
 # One per checkout, the same as tools/fuzz.sh's.
 WEFT_SANITIZE_OUTPUT_BASE ?= $(HOME)/.cache/bazel/weft-sanitize-$(shell printf %s "$(CURDIR)" | md5sum | cut -c1-12)
 export WEFT_SANITIZE_OUTPUT_BASE
@@ -75,17 +75,18 @@ test: deps
 	exit $$status
 
 # The unit tests of common/, graph/, runtime/ and ps/ built with clang, ASan
-# and UBSan (--config=fuzz: also coverage-instrumented, so one build serves
-# the fuzz targets), then every fuzz target for SMOKE_FUZZ_SECONDS.
+# and UBSan (--config=sanitize: --config=fuzz at -O0, coverage-instrumented,
+# so one build serves the fuzz targets), then every fuzz target for
+# SMOKE_FUZZ_SECONDS.
 sanitize: deps
 	@tools/install_deps.sh $(SANITIZE_PACKAGES)
 	@status=0; events=$$(mktemp); \
 	targets=$$($(SANITIZE_BAZEL) query 'tests($(SANITIZE_SCOPE)) except attr(tags, manual, $(SANITIZE_SCOPE))' 2>/dev/null); \
-	$(SANITIZE_BAZEL) test --config=fuzz --symlink_prefix=/ --keep_going --build_event_json_file="$$events" $$targets || status=$$?; \
+	$(SANITIZE_BAZEL) test --config=sanitize --symlink_prefix=/ --keep_going --build_event_json_file="$$events" $$targets || status=$$?; \
 	echo "Under ASan and UBSan:"; \
 	/usr/bin/python3 tools/test_summary.py --bep "$$events" $$targets || status=1; \
 	rm -f "$$events"; \
-	tools/fuzz.sh --seconds $(SMOKE_FUZZ_SECONDS) || status=1; \
+	tools/fuzz.sh --config sanitize --seconds $(SMOKE_FUZZ_SECONDS) || status=1; \
 	if [ "$${CI:-}" = "true" ]; then $(SANITIZE_BAZEL) shutdown; fi; \
 	exit $$status
 

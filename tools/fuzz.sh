@@ -2,10 +2,12 @@
 # Builds weft's libFuzzer targets (tests/fuzz/) with clang, ASan and UBSan,
 # and fuzzes each for a while.
 #
-#   tools/fuzz.sh [--seconds N] [--jobs J] [TARGET...]
+#   tools/fuzz.sh [--seconds N] [--jobs J] [--config C] [TARGET...]
 #
 #   --seconds N  how long to fuzz each target (default 180); CI smoke runs
 #                use --seconds 5
+#   --config C   the Bazel config to build with (default fuzz, at -O1;
+#                `make sanitize` passes sanitize, its -O0 build)
 #   --jobs J     parallel fuzzing processes per target (libFuzzer -jobs and
 #                -workers; default 1)
 #   TARGET       idx_reader_fuzzer or just idx_reader; default: every target
@@ -27,6 +29,7 @@ readonly WORK="${WEFT_FUZZ_DIR:-${TMPDIR:-/tmp}/weft-fuzz}"
 
 seconds=180
 jobs=1
+config=fuzz
 targets=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -34,7 +37,9 @@ while [[ $# -gt 0 ]]; do
     --seconds=*) seconds="${1#*=}"; shift ;;
     --jobs) jobs="$2"; shift 2 ;;
     --jobs=*) jobs="${1#*=}"; shift ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --config) config="$2"; shift 2 ;;
+    --config=*) config="${1#*=}"; shift ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "fuzz.sh: unknown flag $1" >&2; exit 2 ;;
     *) targets+=("${1%_fuzzer}_fuzzer"); shift ;;
   esac
@@ -58,8 +63,8 @@ done
 bazel_fuzz=(bazel "--output_base=${OUTPUT_BASE}")
 labels=()
 for t in "${targets[@]}"; do labels+=("//tests/fuzz:${t}"); done
-"${bazel_fuzz[@]}" build --config=fuzz --symlink_prefix=/ "${labels[@]}"
-bin="$("${bazel_fuzz[@]}" info --config=fuzz bazel-bin 2>/dev/null)"
+"${bazel_fuzz[@]}" build "--config=${config}" --symlink_prefix=/ "${labels[@]}"
+bin="$("${bazel_fuzz[@]}" info "--config=${config}" bazel-bin 2>/dev/null)"
 
 # The last value of `key: N` in libFuzzer's log ("#123 DONE cov: 10 ft: 20
 # corp: 5/100b exec/s: 7"), or "?".
